@@ -1,0 +1,65 @@
+# pcops: `make demo` runs the main job, `make test` runs the whole suite. Both set up what they
+# need (Debian packages, a pinned .venv, the build) and are idempotent.
+SHELL := /bin/bash
+VENV ?= $(CURDIR)/.venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+JOBS ?= $(shell nproc)
+APT_PACKAGES := build-essential cmake ninja-build git python3 python3-venv python3-dev \
+                libgtest-dev libgmock-dev libbenchmark-dev
+CMAKE := $(VENV)/bin/cmake
+CTEST := $(VENV)/bin/ctest
+
+.PHONY: all demo test bench build system venv cpp-test asan-test py-test consumer-test data clean
+
+all: build
+
+system:
+	@missing=$$(for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || echo $$p; done); \
+	if [ -n "$$missing" ]; then \
+	  echo "installing Debian packages: $$missing"; \
+	  SUDO=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  $$SUDO apt-get update -qq && DEBIAN_FRONTEND=noninteractive $$SUDO apt-get install -y -qq $$missing; \
+	fi
+
+$(VENV)/.stamp: requirements-dev.txt | system
+	test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -r requirements-dev.txt
+	touch $@
+
+venv: $(VENV)/.stamp
+
+# The Python package (and its operator library) through scikit-build-core; incremental build dir.
+build: venv
+	$(PIP) install -q --no-build-isolation --no-deps .
+
+data:
+	@$(PY) -m pcops.data --ensure >/dev/null
+
+cpp-test: venv
+	$(CMAKE) -S . -B build/cpp -G Ninja -DCMAKE_BUILD_TYPE=Release -DPCOPS_BUILD_TESTS=ON \
+	  -DCMAKE_MAKE_PROGRAM=$(VENV)/bin/ninja >/dev/null
+	$(CMAKE) --build build/cpp -j $(JOBS)
+	cd build/cpp && $(abspath $(CTEST)) --output-on-failure --no-tests=error -j $(JOBS)
+
+asan-test: venv
+	$(CMAKE) -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPCOPS_BUILD_TESTS=ON \
+	  -DPCOPS_SANITIZE=address,undefined -DCMAKE_MAKE_PROGRAM=$(VENV)/bin/ninja >/dev/null
+	$(CMAKE) --build build/asan -j $(JOBS)
+	cd build/asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
+	  $(abspath $(CTEST)) --output-on-failure --no-tests=error -j $(JOBS) -LE consumer
+
+py-test: build
+	$(PY) -m pytest -q tests/python
+
+test: cpp-test asan-test py-test
+
+demo: build
+	$(VENV)/bin/pcops demo
+
+bench: build
+	$(VENV)/bin/pcops bench
+
+clean:
+	rm -rf build

@@ -1,0 +1,78 @@
+#pragma once
+// Shared helpers of the torch binding: tensors to views, the CPU context that runs on
+// at::parallel_for, and the translation of pcops::Error into Python's exception types.
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/library.h>
+
+#include <optional>
+#include <string>
+#include <utility>
+
+#include "pcops/context.hpp"
+#include "pcops/error.hpp"
+#include "pcops/view.hpp"
+
+namespace pcops::torch_binding {
+
+// Coordinates in float32 (float16 / bfloat16 converted exactly), contiguous.
+inline at::Tensor as_points(const at::Tensor& t, const char* name, int64_t rank = 3) {
+  TORCH_CHECK_VALUE(t.dim() == rank, name, ": expected a ", rank, "-D tensor, got shape ", t.sizes());
+  const auto st = t.scalar_type();
+  TORCH_CHECK_TYPE(st == at::kFloat || st == at::kHalf || st == at::kBFloat16, name,
+                   ": expected float32, float16 or bfloat16 coordinates, got ", st);
+  return t.to(at::kFloat).contiguous();
+}
+
+inline PointsView view_of(const at::Tensor& t) {
+  return PointsView{t.data_ptr<float>(), t.size(0), t.size(1), t.size(2),
+                    t.stride(0),         t.stride(1), t.stride(2)};
+}
+
+// Optional per-cloud lengths: int64 (int32 accepted) 1-D tensor on the points' device.
+inline std::optional<at::Tensor> as_lengths(const std::optional<at::Tensor>& t, const at::Tensor& points,
+                                            const char* name) {
+  if (!t.has_value()) return std::nullopt;
+  TORCH_CHECK_VALUE(t->device() == points.device(), name, ": expected device ", points.device(),
+                    " (as the points), got ", t->device());
+  TORCH_CHECK_TYPE(t->scalar_type() == at::kLong || t->scalar_type() == at::kInt, name,
+                   ": expected an int64 tensor, got ", t->scalar_type());
+  TORCH_CHECK_VALUE(t->dim() == 1, name, ": expected a 1-D tensor, got shape ", t->sizes());
+  return t->to(at::kLong).contiguous();
+}
+
+inline LengthsView lengths_of(const std::optional<at::Tensor>& t) {
+  if (!t.has_value()) return {};
+  return LengthsView{t->data_ptr<int64_t>(), t->numel()};
+}
+
+inline void check_same_device(const at::Tensor& a, const char* an, const at::Tensor& b, const char* bn) {
+  TORCH_CHECK_VALUE(a.device() == b.device(), bn, ": expected device ", a.device(), " (as ", an,
+                    "), got ", b.device());
+}
+
+inline CpuContext cpu_context() {
+  CpuContext ctx;
+  ctx.num_threads = at::get_num_threads();
+  ctx.parallel_for = [](int64_t begin, int64_t end, int64_t grain,
+                        const std::function<void(int64_t, int64_t)>& body) {
+    at::parallel_for(begin, end, grain, body);
+  };
+  return ctx;
+}
+
+// Runs fn, turning pcops::Error into the matching Python exception.
+template <class Fn>
+auto translate_errors(Fn&& fn) -> decltype(fn()) {
+  try {
+    return fn();
+  } catch (const pcops::Error& e) {
+    switch (e.kind()) {
+      case ErrorKind::Type: TORCH_CHECK_TYPE(false, e.what());
+      case ErrorKind::Index: TORCH_CHECK_INDEX(false, e.what());
+      default: TORCH_CHECK_VALUE(false, e.what());
+    }
+  }
+}
+
+}  // namespace pcops::torch_binding

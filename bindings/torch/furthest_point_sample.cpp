@@ -1,0 +1,32 @@
+#include "pcops/furthest_point_sample.hpp"
+
+#include "common.hpp"
+
+namespace pcops::torch_binding {
+namespace {
+
+at::Tensor furthest_point_sample_cpu(const at::Tensor& points_in, int64_t num_samples, int64_t start_index,
+                                     const std::optional<at::Tensor>& lengths_in, bool skip_near_origin) {
+  const at::Tensor points = as_points(points_in, "points");
+  const auto lengths = as_lengths(lengths_in, points_in, "lengths");
+  TORCH_CHECK_VALUE(num_samples >= 0, "num_samples: expected >= 0, got ", num_samples);
+  at::Tensor out = at::empty({points.size(0), num_samples}, points.options().dtype(at::kLong));
+  translate_errors([&] {
+    cpu::furthest_point_sample(cpu_context(), view_of(points), lengths_of(lengths),
+                               FpsParams{num_samples, start_index, skip_near_origin},
+                               out.data_ptr<int64_t>());
+  });
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(pcops, m) {
+  m.def(
+      "furthest_point_sample(Tensor points, int num_samples, int start_index=0, Tensor? lengths=None, "
+      "bool skip_near_origin=False) -> Tensor");
+}
+
+TORCH_LIBRARY_IMPL(pcops, CPU, m) { m.impl("furthest_point_sample", &furthest_point_sample_cpu); }
+
+}  // namespace pcops::torch_binding

@@ -1,0 +1,36 @@
+#include "pcops/knn.hpp"
+
+#include "common.hpp"
+
+namespace pcops::torch_binding {
+namespace {
+
+std::tuple<at::Tensor, at::Tensor> knn_cpu(const at::Tensor& query_in, const at::Tensor& ref_in, int64_t k,
+                                           const std::optional<at::Tensor>& query_lengths_in,
+                                           const std::optional<at::Tensor>& ref_lengths_in) {
+  check_same_device(query_in, "query", ref_in, "ref");
+  const at::Tensor query = as_points(query_in, "query");
+  const at::Tensor ref = as_points(ref_in, "ref");
+  const auto ql = as_lengths(query_lengths_in, query_in, "query_lengths");
+  const auto rl = as_lengths(ref_lengths_in, query_in, "ref_lengths");
+  TORCH_CHECK_VALUE(k >= 0, "k: expected >= 0, got ", k);
+  at::Tensor dist = at::empty({query.size(0), query.size(1), k}, query.options());
+  at::Tensor idx = at::empty({query.size(0), query.size(1), k}, query.options().dtype(at::kLong));
+  translate_errors([&] {
+    cpu::knn(cpu_context(), view_of(query), view_of(ref), lengths_of(ql), lengths_of(rl), KnnParams{k},
+             dist.data_ptr<float>(), idx.data_ptr<int64_t>());
+  });
+  return {dist, idx};
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(pcops, m) {
+  m.def(
+      "knn(Tensor query, Tensor ref, int k, Tensor? query_lengths=None, Tensor? ref_lengths=None) "
+      "-> (Tensor dist, Tensor idx)");
+}
+
+TORCH_LIBRARY_IMPL(pcops, CPU, m) { m.impl("knn", &knn_cpu); }
+
+}  // namespace pcops::torch_binding

@@ -1,0 +1,39 @@
+#pragma once
+// furthest_point_sample(points [B,N,D] float32, num_samples M, start_index, lengths) -> int64 [B,M]
+//
+// Contract (docs/ops/furthest_point_sample.md):
+// - c0 = start_index; c_{t+1} = the smallest index j maximising m_j = min over chosen centres u
+//   of s(x_j, x_u), s the squared distance summed in coordinate order without FMA.
+// - A non-finite s counts as 0 when it updates m_j.
+// - When M exceeds the points available the rule continues (all m_j = 0, so index 0 repeats).
+// - lengths: only the first lengths[b] points of cloud b take part; slots past lengths[b] hold -1
+//   (an empty cloud gives all -1). start_index must be < lengths[b] for every non-empty cloud.
+// - skip_near_origin (the pointnet2_ops rule): points with x^2+y^2+z^2 <= 1e-3 are never chosen
+//   after the start.
+// - Deterministic: the result does not depend on the number of threads. Thread-safe.
+#include <cstdint>
+
+#include "pcops/context.hpp"
+#include "pcops/view.hpp"
+
+namespace pcops {
+
+struct FpsParams {
+  int64_t num_samples = 0;
+  int64_t start_index = 0;
+  bool skip_near_origin = false;
+};
+
+namespace core {
+// Throws pcops::Error on bad input.
+void validate_furthest_point_sample(const PointsView& points, const LengthsView& lengths,
+                                    const FpsParams& params);
+}
+
+namespace cpu {
+// out: caller-owned int64 [B, num_samples], contiguous.
+void furthest_point_sample(const CpuContext& ctx, PointsView points, LengthsView lengths,
+                           const FpsParams& params, int64_t* out);
+}  // namespace cpu
+
+}  // namespace pcops

@@ -1,0 +1,36 @@
+#pragma once
+// knn(query [B,M,D], ref [B,N,D], k, query_lengths, ref_lengths) -> dist float32 [B,M,k] (Euclidean),
+// idx int64 [B,M,k]
+//
+// Contract (docs/ops/knn.md):
+// - s = squared distance summed in coordinate order without FMA (any D >= 1).
+// - For each query, references are ordered by (s, index) ascending and the first k are returned;
+//   NaN s sorts as +inf (after every finite candidate, then by index).
+// - dist = sqrt(s) correctly rounded, taken after selection.
+// - k > N without ref_lengths is an error; with ref_lengths, slots past the available references
+//   hold (+inf, -1). Queries past query_lengths[b] hold (+inf, -1) in every slot.
+// - Exact: the spatial acceleration returns exactly what brute force returns. Deterministic,
+//   thread-safe.
+#include <cstdint>
+
+#include "pcops/context.hpp"
+#include "pcops/view.hpp"
+
+namespace pcops {
+
+struct KnnParams {
+  int64_t k = 1;
+};
+
+namespace core {
+void validate_knn(const PointsView& query, const PointsView& ref, const LengthsView& query_lengths,
+                  const LengthsView& ref_lengths, const KnnParams& params);
+}
+
+namespace cpu {
+// dist, idx: caller-owned [B, M, k], contiguous.
+void knn(const CpuContext& ctx, PointsView query, PointsView ref, LengthsView query_lengths,
+         LengthsView ref_lengths, const KnnParams& params, float* dist, int64_t* idx);
+}  // namespace cpu
+
+}  // namespace pcops

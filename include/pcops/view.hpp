@@ -1,0 +1,34 @@
+#pragma once
+// Non-owning views passed by value into kernels. Strides are in elements.
+#include <cstdint>
+
+namespace pcops {
+
+// A dense batch of point sets: [batch, count, dim] float32.
+struct PointsView {
+  const float* data = nullptr;
+  int64_t batch = 0;
+  int64_t count = 0;
+  int64_t dim = 0;
+  int64_t stride_batch = 0;
+  int64_t stride_point = 0;
+  int64_t stride_dim = 1;
+
+  const float& at(int64_t b, int64_t n, int64_t d) const {
+    return data[b * stride_batch + n * stride_point + d * stride_dim];
+  }
+  // A contiguous [batch, count, dim] view.
+  static PointsView contiguous(const float* data, int64_t batch, int64_t count, int64_t dim) {
+    return PointsView{data, batch, count, dim, count * dim, dim, 1};
+  }
+};
+
+// Optional per-cloud lengths (int64, one per batch entry). nullptr means "all points".
+struct LengthsView {
+  const int64_t* data = nullptr;
+  int64_t size = 0;
+  bool present() const { return data != nullptr; }
+  int64_t get(int64_t b, int64_t fallback) const { return data ? data[b] : fallback; }
+};
+
+}  // namespace pcops

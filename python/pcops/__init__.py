@@ -1,0 +1,15 @@
+"""pcops: exact point-cloud and geometry operators for PyTorch on CPU and CUDA."""
+
+from __future__ import annotations
+
+from pcops import _loader
+
+_loader.load()
+
+from pcops.ops.ball_query import ball_query  # noqa: E402
+from pcops.ops.furthest_point_sample import furthest_point_sample  # noqa: E402
+from pcops.ops.knn import knn  # noqa: E402
+
+__version__ = "0.1.0"
+
+__all__ = ["ball_query", "furthest_point_sample", "knn", "__version__"]

@@ -1,0 +1,14 @@
+#pragma once
+// Shared validation helpers of the host-side core.
+#include <cstdint>
+
+#include "pcops/error.hpp"
+#include "pcops/view.hpp"
+
+namespace pcops::core {
+
+void check_points(const PointsView& p, const char* name);
+void check_lengths(const LengthsView& lengths, int64_t batch, int64_t count, const char* name);
+int64_t checked_mul(int64_t a, int64_t b, const char* what);
+
+}  // namespace pcops::core
