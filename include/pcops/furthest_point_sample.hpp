@@ -6,8 +6,9 @@
 //   of s(x_j, x_u), s the squared distance summed in coordinate order without FMA.
 // - A non-finite s counts as 0 when it updates m_j.
 // - When M exceeds the points available the rule continues (all m_j = 0, so index 0 repeats).
-// - lengths: only the first lengths[b] points of cloud b take part; slots past lengths[b] hold -1
-//   (an empty cloud gives all -1). start_index must be < lengths[b] for every non-empty cloud.
+// - lengths: only the first lengths[b] points of cloud b take part; output slots t >= lengths[b]
+//   hold -1 (an empty cloud gives all -1), as PyTorch3D. start_index must be < lengths[b] for
+//   every non-empty cloud.
 // - skip_near_origin (the pointnet2_ops rule): points with x^2+y^2+z^2 <= 1e-3 are never chosen
 //   after the start.
 // - Deterministic: the result does not depend on the number of threads. Thread-safe.

@@ -1,6 +1,7 @@
 // CPU furthest point sampling. Baseline: one pass over the cloud per step.
 #include "pcops/furthest_point_sample.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -29,10 +30,14 @@ void furthest_point_sample(const CpuContext& ctx, PointsView points, LengthsView
           eligible[j] = ((x * x + y * y) + z * z) > 1e-3f;
         }
       }
+      // With lengths, slots past the cloud's length hold -1 (PyTorch3D's convention); without,
+      // the rule continues and index 0 repeats.
+      const int64_t steps = lengths.present() ? std::min(M, n) : M;
+      for (int64_t t = steps; t < M; ++t) o[t] = -1;
       int64_t c = params.start_index;
-      for (int64_t t = 0; t < M; ++t) {
+      for (int64_t t = 0; t < steps; ++t) {
         o[t] = c;
-        if (t + 1 == M) break;
+        if (t + 1 == steps) break;
         float best = -1.0f;
         int64_t arg = 0;
         const float* q = &points.at(b, c, 0);
