@@ -40,13 +40,25 @@ std::tuple<at::Tensor, at::Tensor> ball_query_cpu(const at::Tensor& query_in, co
 std::tuple<at::Tensor, at::Tensor> ball_query_backward_cpu(const at::Tensor& grad_dist2_in,
                                                            const at::Tensor& query_in,
                                                            const at::Tensor& ref_in, const at::Tensor& idx_in) {
+  check_same_device(query_in, "query", ref_in, "ref");
+  check_same_device(query_in, "query", idx_in, "idx");
+  check_same_device(query_in, "query", grad_dist2_in, "grad_dist2");
+  TORCH_CHECK_TYPE(query_in.scalar_type() == ref_in.scalar_type(), "ref: expected dtype ",
+                   query_in.scalar_type(), " (as query), got ", ref_in.scalar_type());
   const at::Tensor query = as_points(query_in, "query");
   const at::Tensor ref = as_points(ref_in, "ref");
+  TORCH_CHECK_VALUE(query.size(2) == 3, "query: expected 3-D points, got shape ", query_in.sizes());
+  TORCH_CHECK_VALUE(ref.size(2) == 3, "ref: expected 3-D points, got shape ", ref_in.sizes());
+  TORCH_CHECK_VALUE(ref.size(0) == query.size(0), "ref: expected batch size ", query.size(0),
+                    " (as query), got ", ref.size(0));
   TORCH_CHECK_VALUE(idx_in.dim() == 3 && idx_in.size(0) == query.size(0) && idx_in.size(1) == query.size(1),
                     "idx: expected shape [", query.size(0), ", ", query.size(1), ", K], got ", idx_in.sizes());
   TORCH_CHECK_VALUE(grad_dist2_in.sizes() == idx_in.sizes(), "grad_dist2: expected shape ", idx_in.sizes(),
                     ", got ", grad_dist2_in.sizes());
-  const at::Tensor idx = idx_in.to(at::kLong).contiguous();
+  const auto gt = grad_dist2_in.scalar_type();
+  TORCH_CHECK_TYPE(gt == at::kFloat || gt == at::kHalf || gt == at::kBFloat16,
+                   "grad_dist2: expected float32, float16 or bfloat16, got ", gt);
+  const at::Tensor idx = as_indices(idx_in, "idx", ref.size(1));
   const at::Tensor grad = grad_dist2_in.to(at::kFloat).contiguous();
   at::Tensor gq = at::empty(query.sizes(), query.options());
   at::Tensor gr = at::empty(ref.sizes(), ref.options());

@@ -20,8 +20,21 @@ inline at::Tensor as_points(const at::Tensor& t, const char* name, int64_t rank 
   TORCH_CHECK_VALUE(t.dim() == rank, name, ": expected a ", rank, "-D tensor, got shape ", t.sizes());
   const auto st = t.scalar_type();
   TORCH_CHECK_TYPE(st == at::kFloat || st == at::kHalf || st == at::kBFloat16, name,
-                   ": expected float32, float16 or bfloat16 coordinates, got ", st);
+                   ": expected float32, float16 or bfloat16 coordinates, got ", st,
+                   " (float64 and integer coordinates are not supported; convert with .float())");
   return t.to(at::kFloat).contiguous();
+}
+
+// Indices produced by a forward pass: int64, contiguous, every value in [-1, count).
+inline at::Tensor as_indices(const at::Tensor& t, const char* name, int64_t count) {
+  TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, name, ": expected an int64 tensor, got ", t.scalar_type());
+  at::Tensor c = t.contiguous();
+  if (c.numel() > 0) {
+    const int64_t lo = c.min().item<int64_t>(), hi = c.max().item<int64_t>();
+    TORCH_CHECK_INDEX(lo >= -1 && hi < count, name, ": expected indices in [-1, ", count, "), got values in [",
+                      lo, ", ", hi, "]");
+  }
+  return c;
 }
 
 inline PointsView view_of(const at::Tensor& t) {
