@@ -1,32 +1,109 @@
-// CPU ball query. Baseline: brute force in reference order.
+// CPU ball query: exact. Large 3-D clouds go through a uniform grid (built per call with cells
+// of about half the radius, see spatial_grid.hpp): the cells overlapping the query's ball,
+// widened by a safety margin, are scanned and every match (s < R2, computed exactly as the
+// contract says) competes for the K smallest reference indices. Small clouds, few queries and
+// radii that cover the cloud use a brute force in reference order that stops at the K-th match.
+// Parallel decomposition: queries, one chunk per task with its own match buffer.
 #include "pcops/ball_query.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "common/distance.hpp"
+#include "cpu/spatial_grid.hpp"
 
 namespace pcops::cpu {
+namespace {
 
-void ball_query(const CpuContext& ctx, PointsView query, PointsView ref, LengthsView query_lengths,
-                LengthsView ref_lengths, const BallQueryParams& params, float* dist2, int64_t* idx) {
-  core::validate_ball_query(query, ref, query_lengths, ref_lengths, params);
-  const int64_t K = params.max_neighbors, M = query.count, B = query.batch;
-  const float R2 = core::ball_query_threshold(params.radius);
-  parallel_for(ctx, 0, B * M, 16, [&](int64_t i0, int64_t i1) {
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t b = i / M, m = i % M;
-      float* od = dist2 + i * K;
-      int64_t* oi = idx + i * K;
+constexpr int kBlock = 256;
+constexpr double kMargin = 1.0 - 1e-5;
+constexpr double kTiny = 1e-30;
+
+struct Match {
+  int64_t id;
+  float s;
+};
+inline bool by_id(const Match& a, const Match& b) { return a.id < b.id; }
+
+// Keeps the K matches of smallest index (indices are distinct).
+class FirstK {
+ public:
+  explicit FirstK(int64_t K) : k_(K), cap_(std::max<int64_t>(2 * K, K + 64)), buf_(cap_) {}
+  void reset() {
+    n_ = 0;
+    t_ = INT64_MAX;
+  }
+  void push(int64_t id, float s) {
+    if (id >= t_) return;
+    buf_[n_++] = Match{id, s};
+    if (n_ == k_) {
+      int64_t m = buf_[0].id;
+      for (int64_t i = 1; i < n_; ++i) m = std::max(m, buf_[i].id);
+      t_ = m;
+    } else if (n_ == cap_) {
+      cut();
+    }
+  }
+  void finish(float* od, int64_t* oi) {
+    if (n_ > k_) cut();
+    std::sort(buf_.begin(), buf_.begin() + n_, by_id);
+    for (int64_t t = 0; t < n_; ++t) {
+      od[t] = buf_[t].s;
+      oi[t] = buf_[t].id;
+    }
+    for (int64_t t = n_; t < k_; ++t) {
+      od[t] = 0.0f;
+      oi[t] = -1;
+    }
+  }
+
+ private:
+  void cut() {
+    std::nth_element(buf_.begin(), buf_.begin() + (k_ - 1), buf_.begin() + n_, by_id);
+    n_ = k_;
+    t_ = buf_[k_ - 1].id;
+  }
+  int64_t k_, cap_;
+  std::vector<Match> buf_;
+  int64_t n_ = 0;
+  int64_t t_ = INT64_MAX;
+};
+
+void pad(float* od, int64_t* oi, int64_t K) {
+  for (int64_t t = 0; t < K; ++t) {
+    od[t] = 0.0f;
+    oi[t] = -1;
+  }
+}
+
+// Brute force over cloud b, queries [0, mq): reference order, stops at the K-th match.
+void ball_brute_cloud(const CpuContext& ctx, const PointsView& query, const PointsView& ref,
+                      int64_t b, int64_t mq, int64_t n, int64_t K, float R2, float* dist2,
+                      int64_t* idx) {
+  const int64_t M = query.count;
+  std::vector<float> xt(static_cast<size_t>(3 * n));
+  for (int64_t j = 0; j < n; ++j)
+    for (int d = 0; d < 3; ++d) xt[d * n + j] = ref.at(b, j, d);
+  const float* X = xt.data();
+  parallel_for(ctx, 0, mq, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(n, 1)),
+               [&](int64_t m0, int64_t m1) {
+    float s[kBlock];
+    for (int64_t m = m0; m < m1; ++m) {
+      float* od = dist2 + (b * M + m) * K;
+      int64_t* oi = idx + (b * M + m) * K;
+      const float qx = query.at(b, m, 0), qy = query.at(b, m, 1), qz = query.at(b, m, 2);
       int64_t filled = 0;
-      if (m < query_lengths.get(b, M)) {
-        const int64_t n = ref_lengths.get(b, ref.count);
-        const float qx = query.at(b, m, 0), qy = query.at(b, m, 1), qz = query.at(b, m, 2);
-        for (int64_t j = 0; j < n && filled < K; ++j) {
-          const float s = common::squared_distance3(qx, qy, qz, ref.at(b, j, 0), ref.at(b, j, 1),
-                                                    ref.at(b, j, 2));
-          if (s < R2) {
-            od[filled] = s;
-            oi[filled] = j;
+      for (int64_t j0 = 0; j0 < n && filled < K; j0 += kBlock) {
+        const int len = static_cast<int>(std::min<int64_t>(kBlock, n - j0));
+        if (grid::squared_distances3(X + j0, X + n + j0, X + 2 * n + j0, len, qx, qy, qz, R2, true,
+                                     s) == 0)
+          continue;
+        for (int c = 0; c < len && filled < K; ++c) {
+          if (s[c] < R2) {
+            od[filled] = s[c];
+            oi[filled] = j0 + c;
             ++filled;
           }
         }
@@ -37,6 +114,97 @@ void ball_query(const CpuContext& ctx, PointsView query, PointsView ref, Lengths
       }
     }
   });
+}
+
+// Grid search over cloud b. Returns false (and writes nothing) when the grid does not pay.
+bool ball_grid_cloud(const CpuContext& ctx, const PointsView& query, const PointsView& ref,
+                     int64_t b, int64_t mq, int64_t n, int64_t K, float R2, float* dist2,
+                     int64_t* idx) {
+  // Every match has exact distance below rr (the float32 s is within a relative 1e-6 of the
+  // exact squared distance, up to an absolute underflow error far below kTiny).
+  const double rr = std::sqrt(static_cast<double>(R2) + kTiny) * (1.0 + 1e-5);
+  grid::Grid g;
+  grid::BuildOptions opt;
+  const char* f = std::getenv("PCOPS_BQ_CELL");
+  opt.min_cell = rr * (f ? std::atof(f) : 0.5);
+  opt.points_per_cell = 2.0;
+  grid::build(ctx, ref, b, n, opt, g);
+  if (g.num_cells <= 8) return false;
+  const int64_t M = query.count;
+  const double lim = static_cast<double>(R2);
+  auto gap = [&](int a, int64_t c, double v) {
+    double d = std::max({0.0, g.edge(a, c) - v, v - g.edge(a, c + 1)}) - g.slack;
+    return d > 0.0 ? d * d : 0.0;
+  };
+  auto beyond = [&](double lb2) { return lb2 > kTiny && lb2 * kMargin >= lim; };
+  parallel_for(ctx, 0, mq, 16, [&](int64_t m0, int64_t m1) {
+    FirstK fk(K);
+    float s[kBlock];
+    for (int64_t m = m0; m < m1; ++m) {
+      const int64_t i = b * M + m;
+      const float qx = query.at(b, m, 0), qy = query.at(b, m, 1), qz = query.at(b, m, 2);
+      fk.reset();
+      if (!grid::finite3(qx, qy, qz)) {
+        // s is +inf or NaN for every reference: nothing matches; keep the literal rule anyway.
+        for (int64_t j = 0; j < n; ++j) {
+          const float sj = common::squared_distance3(qx, qy, qz, ref.at(b, j, 0), ref.at(b, j, 1),
+                                                     ref.at(b, j, 2));
+          if (sj < R2) fk.push(j, sj);
+        }
+        fk.finish(dist2 + i * K, idx + i * K);
+        continue;
+      }
+      const double q[3] = {qx, qy, qz};
+      int64_t c0[3], c1[3];
+      for (int a = 0; a < 3; ++a) {
+        c0[a] = g.coord(a, q[a] - rr - g.slack);
+        c1[a] = g.coord(a, q[a] + rr + g.slack);
+      }
+      for (int64_t z = c0[2]; z <= c1[2]; ++z) {
+        const double gz = gap(2, z, q[2]);
+        if (beyond(gz)) continue;
+        for (int64_t y = c0[1]; y <= c1[1]; ++y) {
+          const double gyz = gz + gap(1, y, q[1]);
+          if (beyond(gyz)) continue;
+          const int64_t row = g.cell(0, y, z);
+          const int64_t p0 = g.cell_start[row + c0[0]], p1 = g.cell_start[row + c1[0] + 1];
+          for (int64_t j0 = p0; j0 < p1; j0 += kBlock) {
+            const int len = static_cast<int>(std::min<int64_t>(kBlock, p1 - j0));
+            if (grid::squared_distances3(g.x.get() + j0, g.y.get() + j0, g.z.get() + j0, len, qx,
+                                         qy, qz, R2, true, s) == 0)
+              continue;
+            for (int c = 0; c < len; ++c)
+              if (s[c] < R2) fk.push(g.id[j0 + c], s[c]);
+          }
+        }
+      }
+      // Points with a non-finite coordinate never match a finite query (s is +inf or NaN).
+      fk.finish(dist2 + i * K, idx + i * K);
+    }
+  });
+  return true;
+}
+
+}  // namespace
+
+void ball_query(const CpuContext& ctx, PointsView query, PointsView ref, LengthsView query_lengths,
+                LengthsView ref_lengths, const BallQueryParams& params, float* dist2, int64_t* idx) {
+  core::validate_ball_query(query, ref, query_lengths, ref_lengths, params);
+  const int64_t K = params.max_neighbors, M = query.count, B = query.batch, N = ref.count;
+  if (K == 0 || B * M == 0) return;
+  const float R2 = core::ball_query_threshold(params.radius);
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = ref_lengths.get(b, N), mq = query_lengths.get(b, M);
+    for (int64_t m = mq; m < M; ++m) pad(dist2 + (b * M + m) * K, idx + (b * M + m) * K, K);
+    if (mq == 0) continue;
+    if (n == 0 || !(R2 > 0.0f)) {  // nothing can match (s < 0 never holds)
+      for (int64_t m = 0; m < mq; ++m) pad(dist2 + (b * M + m) * K, idx + (b * M + m) * K, K);
+      continue;
+    }
+    const bool grid_pays = n >= 512 && mq >= 16 && std::isfinite(R2) && n < (int64_t{1} << 31);
+    if (grid_pays && ball_grid_cloud(ctx, query, ref, b, mq, n, K, R2, dist2, idx)) continue;
+    ball_brute_cloud(ctx, query, ref, b, mq, n, K, R2, dist2, idx);
+  }
 }
 
 void ball_query_backward(const CpuContext& ctx, PointsView query, PointsView ref, const int64_t* idx,

@@ -1,47 +1,313 @@
-// CPU kNN. Baseline: brute force with a bounded max-heap ordered by (s, index).
+// CPU kNN: exact. 3-D clouds large enough to pay for it go through a uniform grid (built per
+// call, see spatial_grid.hpp) searched in growing Chebyshev rings of cells; everything else
+// (any D, small clouds, k close to N) is a vectorised brute force over a coordinate-major copy.
+// Parallel decomposition: queries (grid: in cell order for locality), one chunk per task with its
+// own selection buffer; the grid build is parallel over point pieces.
+//
+// Selection keeps the best k by (key, index), key = s with NaN as +inf, in a buffer of up to
+// 2k candidates that is cut back to k by nth_element; its k-th key is the admission threshold
+// and the pruning bound.
 #include "pcops/knn.hpp"
 
 #include <algorithm>
 #include <cmath>
-#include <utility>
+#include <cstdlib>
 #include <vector>
 
 #include "common/distance.hpp"
+#include "cpu/spatial_grid.hpp"
 
 namespace pcops::cpu {
+namespace {
+
+constexpr int kBlock = 256;
+// Relative margin between a double lower bound of a distance and a float32 s: s is within a few
+// units of 2^-24 of the exact squared distance unless it underflows, hence the floor on the bound.
+constexpr double kMargin = 1.0 - 1e-5;
+constexpr double kTiny = 1e-30;
+
+inline bool beyond(double lb2, float threshold) {
+  return lb2 > kTiny && lb2 * kMargin > static_cast<double>(threshold);
+}
+
+struct Cand {
+  float key;
+  int64_t id;
+};
+inline bool cand_less(const Cand& a, const Cand& b) {
+  return a.key < b.key || (a.key == b.key && a.id < b.id);
+}
+
+class TopK {
+ public:
+  explicit TopK(int64_t k) : k_(k), cap_(std::max<int64_t>(2 * k, k + 64)), buf_(cap_) {}
+  void reset() {
+    n_ = 0;
+    t_ = INFINITY;
+  }
+  float threshold() const { return t_; }
+  // key must not be NaN.
+  void push(float key, int64_t id) {
+    if (key > t_) return;
+    buf_[n_++] = Cand{key, id};
+    if (n_ == k_) {
+      float m = buf_[0].key;
+      for (int64_t i = 1; i < n_; ++i) m = std::max(m, buf_[i].key);
+      t_ = m;
+    } else if (n_ == cap_) {
+      cut();
+    }
+  }
+  void finish(float* od, int64_t* oi) {
+    if (n_ > k_) cut();
+    std::sort(buf_.begin(), buf_.begin() + n_, cand_less);
+    for (int64_t t = 0; t < n_; ++t) {
+      od[t] = std::sqrt(buf_[t].key);
+      oi[t] = buf_[t].id;
+    }
+    for (int64_t t = n_; t < k_; ++t) {
+      od[t] = INFINITY;
+      oi[t] = -1;
+    }
+  }
+
+ private:
+  void cut() {
+    std::nth_element(buf_.begin(), buf_.begin() + (k_ - 1), buf_.begin() + n_, cand_less);
+    n_ = k_;
+    t_ = buf_[k_ - 1].key;
+  }
+  int64_t k_, cap_;
+  std::vector<Cand> buf_;
+  int64_t n_ = 0;
+  float t_ = INFINITY;
+};
+
+void pad(float* od, int64_t* oi, int64_t k) {
+  for (int64_t t = 0; t < k; ++t) {
+    od[t] = INFINITY;
+    oi[t] = -1;
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Brute force: any D. Each cloud's references are copied coordinate-major so the distance loop
+// runs over contiguous blocks of references.
+void knn_brute(const CpuContext& ctx, const PointsView& query, const PointsView& ref,
+               const LengthsView& query_lengths, const LengthsView& ref_lengths, int64_t k,
+               float* dist, int64_t* idx) {
+  const int64_t B = query.batch, M = query.count, N = ref.count, D = ref.dim;
+  std::vector<float> xt(static_cast<size_t>(B * N * D));
+  parallel_for(ctx, 0, B, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      const int64_t n = ref_lengths.get(b, N);
+      float* dst = xt.data() + b * N * D;
+      for (int64_t j = 0; j < n; ++j)
+        for (int64_t d = 0; d < D; ++d) dst[d * N + j] = ref.at(b, j, d);
+    }
+  });
+  const int64_t work = std::max<int64_t>(1, N * D);
+  const int64_t grain = std::max<int64_t>(1, std::min<int64_t>(64, (1 << 16) / work));
+  parallel_for(ctx, 0, B * M, grain, [&](int64_t i0, int64_t i1) {
+    TopK tk(std::max<int64_t>(k, 1));
+    std::vector<float> q(static_cast<size_t>(D));
+    float s[kBlock];
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t b = i / M, m = i % M;
+      float* od = dist + i * k;
+      int64_t* oi = idx + i * k;
+      if (k == 0) continue;
+      if (m >= query_lengths.get(b, M)) {
+        pad(od, oi, k);
+        continue;
+      }
+      const int64_t n = ref_lengths.get(b, N);
+      for (int64_t d = 0; d < D; ++d) q[d] = query.at(b, m, d);
+      const float* base = xt.data() + b * N * D;
+      tk.reset();
+      for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
+        const int len = static_cast<int>(std::min<int64_t>(kBlock, n - j0));
+        const float t = tk.threshold();
+        if (D == 3) {
+          const int cnt = grid::squared_distances3(base + j0, base + N + j0, base + 2 * N + j0, len,
+                                                   q[0], q[1], q[2], t, false, s);
+          if (cnt == 0 && t < INFINITY) continue;
+        } else {
+          grid::squared_distances_nd(base + j0, N, D, len, q.data(), s);
+        }
+        for (int c = 0; c < len; ++c) tk.push(common::knn_key(s[c]), j0 + c);
+      }
+      tk.finish(od, oi);
+    }
+  });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Grid search for one cloud.
+struct GridSearch {
+  const grid::Grid& g;
+  const PointsView& ref;
+  int64_t b;
+
+  // Squared lower bound, along axis a, of the distance from v to the cells [c0, c1].
+  double gap(int a, int64_t c0, int64_t c1, double v) const {
+    double d = std::max({0.0, g.edge(a, c0) - v, v - g.edge(a, c1 + 1)}) - g.slack;
+    return d > 0.0 ? d * d : 0.0;
+  }
+
+  void scan(int64_t p0, int64_t p1, float qx, float qy, float qz, TopK& tk, float* s) const {
+    for (int64_t j0 = p0; j0 < p1; j0 += kBlock) {
+      const int len = static_cast<int>(std::min<int64_t>(kBlock, p1 - j0));
+      float t = tk.threshold();
+      const int cnt = grid::squared_distances3(g.x.get() + j0, g.y.get() + j0, g.z.get() + j0, len,
+                                               qx, qy, qz, t, false, s);
+      if (cnt == 0) continue;
+      for (int c = 0; c < len; ++c) {
+        if (s[c] <= t) {
+          tk.push(s[c], g.id[j0 + c]);
+          t = tk.threshold();
+        }
+      }
+    }
+  }
+
+  void query(float qx, float qy, float qz, TopK& tk, float* s) const {
+    const double q[3] = {qx, qy, qz};
+    int64_t cq[3];
+    for (int a = 0; a < 3; ++a) cq[a] = g.coord(a, q[a]);
+    const int64_t* dims = g.dims;
+    for (int64_t r = 0;; ++r) {
+      int64_t lo[3], hi[3];
+      for (int a = 0; a < 3; ++a) {
+        lo[a] = std::max<int64_t>(0, cq[a] - r);
+        hi[a] = std::min<int64_t>(dims[a] - 1, cq[a] + r);
+      }
+      for (int64_t z = lo[2]; z <= hi[2]; ++z) {
+        const double gz = gap(2, z, z, q[2]);
+        if (beyond(gz, tk.threshold())) continue;
+        const bool ring_z = (z - cq[2] == r) || (cq[2] - z == r);
+        for (int64_t y = lo[1]; y <= hi[1]; ++y) {
+          const double gyz = gz + gap(1, y, y, q[1]);
+          if (beyond(gyz, tk.threshold())) continue;
+          const int64_t row = g.cell(0, y, z);
+          if (ring_z || (y - cq[1] == r) || (cq[1] - y == r)) {
+            if (beyond(gyz + gap(0, lo[0], hi[0], q[0]), tk.threshold())) continue;
+            scan(g.cell_start[row + lo[0]], g.cell_start[row + hi[0] + 1], qx, qy, qz, tk, s);
+          } else {
+            const int64_t xa = cq[0] - r, xb = cq[0] + r;
+            if (xa >= 0 && !beyond(gyz + gap(0, xa, xa, q[0]), tk.threshold()))
+              scan(g.cell_start[row + xa], g.cell_start[row + xa + 1], qx, qy, qz, tk, s);
+            if (xb < dims[0] && !beyond(gyz + gap(0, xb, xb, q[0]), tk.threshold()))
+              scan(g.cell_start[row + xb], g.cell_start[row + xb + 1], qx, qy, qz, tk, s);
+          }
+        }
+      }
+      // Stop when every cell was visited or the unvisited region is provably farther than the
+      // current k-th candidate.
+      double out = INFINITY;
+      for (int a = 0; a < 3; ++a) {
+        if (cq[a] - r > 0) out = std::min(out, q[a] - g.edge(a, cq[a] - r));
+        if (cq[a] + r < dims[a] - 1) out = std::min(out, g.edge(a, cq[a] + r + 1) - q[a]);
+      }
+      if (out == INFINITY) break;
+      out -= g.slack;
+      if (out > 0.0 && beyond(out * out, tk.threshold())) break;
+    }
+    // Points with a non-finite coordinate: their key is +inf.
+    for (const int64_t j : g.special)
+      tk.push(common::knn_key(common::squared_distance3(qx, qy, qz, ref.at(b, j, 0), ref.at(b, j, 1),
+                                                        ref.at(b, j, 2))),
+              j);
+  }
+};
+
+double env_or(const char* name, double fallback) {
+  const char* v = std::getenv(name);
+  return v ? std::atof(v) : fallback;
+}
+
+void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const PointsView& ref,
+                    int64_t b, int64_t mq, int64_t n, int64_t k, float* dist, int64_t* idx,
+                    grid::Grid& g) {
+  grid::BuildOptions opt;
+  opt.points_per_cell = env_or("PCOPS_KNN_PPC", std::clamp(static_cast<double>(k) / 16.0, 1.0, 8.0));
+  grid::build(ctx, ref, b, n, opt, g);
+  const int64_t M = query.count;
+
+  // Process the queries in cell order when there are many (cache locality).
+  std::vector<int64_t> order;
+  if (mq >= 4096 && g.num_cells <= 4 * mq) {
+    std::vector<int32_t> qc(static_cast<size_t>(mq));
+    std::vector<int64_t> count(static_cast<size_t>(g.num_cells) + 2, 0);
+    for (int64_t m = 0; m < mq; ++m) {
+      const float qx = query.at(b, m, 0), qy = query.at(b, m, 1), qz = query.at(b, m, 2);
+      const int64_t c = grid::finite3(qx, qy, qz)
+                            ? g.cell(g.coord(0, qx), g.coord(1, qy), g.coord(2, qz))
+                            : g.num_cells;
+      qc[m] = static_cast<int32_t>(c);
+      ++count[c + 1];
+    }
+    for (int64_t c = 0; c <= g.num_cells; ++c) count[c + 1] += count[c];
+    order.resize(static_cast<size_t>(mq));
+    for (int64_t m = 0; m < mq; ++m) order[count[qc[m]]++] = m;
+  }
+
+  const GridSearch search{g, ref, b};
+  parallel_for(ctx, 0, mq, 16, [&](int64_t t0, int64_t t1) {
+    TopK tk(k);
+    float s[kBlock];
+    for (int64_t t = t0; t < t1; ++t) {
+      const int64_t m = order.empty() ? t : order[t];
+      const int64_t i = b * M + m;
+      const float qx = query.at(b, m, 0), qy = query.at(b, m, 1), qz = query.at(b, m, 2);
+      tk.reset();
+      if (grid::finite3(qx, qy, qz)) {
+        search.query(qx, qy, qz, tk, s);
+      } else {
+        for (int64_t j = 0; j < n; ++j)
+          tk.push(common::knn_key(common::squared_distance3(qx, qy, qz, ref.at(b, j, 0),
+                                                            ref.at(b, j, 1), ref.at(b, j, 2))),
+                  j);
+      }
+      tk.finish(dist + i * k, idx + i * k);
+    }
+  });
+}
+
+}  // namespace
 
 void knn(const CpuContext& ctx, PointsView query, PointsView ref, LengthsView query_lengths,
          LengthsView ref_lengths, const KnnParams& params, float* dist, int64_t* idx) {
   core::validate_knn(query, ref, query_lengths, ref_lengths, params);
-  const int64_t K = params.k, M = query.count, B = query.batch;
-  parallel_for(ctx, 0, B * M, 16, [&](int64_t i0, int64_t i1) {
-    std::vector<std::pair<float, int64_t>> cand;
-    for (int64_t i = i0; i < i1; ++i) {
-      const int64_t b = i / M, m = i % M;
-      float* od = dist + i * K;
-      int64_t* oi = idx + i * K;
-      const int64_t n = ref_lengths.get(b, ref.count);
-      int64_t filled = 0;
-      if (m < query_lengths.get(b, M)) {
-        cand.clear();
-        const float* q = &query.at(b, m, 0);
-        for (int64_t j = 0; j < n; ++j)
-          cand.emplace_back(common::knn_key(common::squared_distance(q, query.stride_dim, &ref.at(b, j, 0),
-                                                                     ref.stride_dim, ref.dim)),
-                            j);
-        filled = std::min<int64_t>(K, n);
-        std::partial_sort(cand.begin(), cand.begin() + filled, cand.end());
-        for (int64_t t = 0; t < filled; ++t) {
-          od[t] = std::sqrt(cand[t].first);
-          oi[t] = cand[t].second;
-        }
-      }
-      for (int64_t t = filled; t < K; ++t) {
-        od[t] = INFINITY;
-        oi[t] = -1;
-      }
+  const int64_t k = params.k, M = query.count, B = query.batch, N = ref.count;
+  if (k == 0 || B * M == 0) return;
+  const bool use_grid_at_all = ref.dim == 3 && N < (int64_t{1} << 31) && M >= 32 && N >= 512;
+  if (!use_grid_at_all) {
+    knn_brute(ctx, query, ref, query_lengths, ref_lengths, k, dist, idx);
+    return;
+  }
+  grid::Grid g;
+  for (int64_t b = 0; b < B; ++b) {
+    const int64_t n = ref_lengths.get(b, N), mq = query_lengths.get(b, M);
+    for (int64_t m = mq; m < M; ++m) pad(dist + (b * M + m) * k, idx + (b * M + m) * k, k);
+    if (mq == 0) continue;
+    if (n == 0) {
+      for (int64_t m = 0; m < mq; ++m) pad(dist + (b * M + m) * k, idx + (b * M + m) * k, k);
+      continue;
     }
-  });
+    if (n >= 512 && 4 * k <= n) {
+      knn_grid_cloud(ctx, query, ref, b, mq, n, k, dist, idx, g);
+    } else {
+      // One cloud through the brute force: a view of cloud b alone.
+      PointsView q1 = query, r1 = ref;
+      q1.data = &query.at(b, 0, 0);
+      r1.data = &ref.at(b, 0, 0);
+      q1.batch = r1.batch = 1;
+      q1.count = mq;
+      r1.count = n;
+      knn_brute(ctx, q1, r1, LengthsView{}, LengthsView{}, k, dist + b * M * k, idx + b * M * k);
+    }
+  }
 }
 
 }  // namespace pcops::cpu
