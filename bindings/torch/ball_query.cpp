@@ -73,7 +73,7 @@ std::tuple<at::Tensor, at::Tensor> ball_query_backward_cpu(const at::Tensor& gra
 
 TORCH_LIBRARY_FRAGMENT(pcops, m) {
   m.def(
-      "ball_query(Tensor query, Tensor ref, float radius, int K, Tensor? query_lengths=None, "
+      "ball_query(Tensor query, Tensor ref, float radius, SymInt K, Tensor? query_lengths=None, "
       "Tensor? ref_lengths=None) -> (Tensor dist2, Tensor idx)");
   m.def("_ball_query_backward(Tensor grad_dist2, Tensor query, Tensor ref, Tensor idx) -> (Tensor, Tensor)");
 }

@@ -23,7 +23,7 @@ at::Tensor furthest_point_sample_cpu(const at::Tensor& points_in, int64_t num_sa
 
 TORCH_LIBRARY_FRAGMENT(pcops, m) {
   m.def(
-      "furthest_point_sample(Tensor points, int num_samples, int start_index=0, Tensor? lengths=None, "
+      "furthest_point_sample(Tensor points, SymInt num_samples, int start_index=0, Tensor? lengths=None, "
       "bool skip_near_origin=False) -> Tensor");
 }
 

@@ -27,7 +27,7 @@ std::tuple<at::Tensor, at::Tensor> knn_cpu(const at::Tensor& query_in, const at:
 
 TORCH_LIBRARY_FRAGMENT(pcops, m) {
   m.def(
-      "knn(Tensor query, Tensor ref, int k, Tensor? query_lengths=None, Tensor? ref_lengths=None) "
+      "knn(Tensor query, Tensor ref, SymInt k, Tensor? query_lengths=None, Tensor? ref_lengths=None) "
       "-> (Tensor dist, Tensor idx)");
 }
 

@@ -8,6 +8,8 @@ routes to the meta kernel) is an error rather than a silently produced garbage r
 
 from __future__ import annotations
 
+import operator
+
 import torch
 
 FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
@@ -49,15 +51,13 @@ def non_negative(value, name: str) -> None:
     torch._check_value(value >= 0, lambda: f"{name}: expected >= 0, got {value}")
 
 
-def integer(value, name: str) -> int:
+def integer(value, name: str):
     """Python integers (and SymInts) pass unchanged; floats and bools are rejected, never truncated."""
     if isinstance(value, bool) or isinstance(value, torch.Tensor):
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}")
-    if isinstance(value, torch.SymInt):
-        return value
+    if isinstance(value, (int, torch.SymInt)):
+        return value  # unchanged, so that torch.compile can keep it symbolic
     try:
-        import operator
-
-        return operator.index(value)
+        return operator.index(value)  # NumPy integers and other exact integer types
     except TypeError:
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}") from None
