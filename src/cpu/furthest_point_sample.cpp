@@ -2,19 +2,19 @@
 // over the cloud per step, see include/pcops/furthest_point_sample.hpp).
 //
 // - Tree path (D = 3, every coordinate finite with |x| <= 2^60, so no squared distance can
-//   overflow): the eligible points are sorted along a Morton curve and cut into leaves of kLeaf
-//   points (structure of arrays); an implicit binary tree of bounding boxes sits over the leaves.
+//   overflow): the eligible points are sorted along a Morton curve and cut into leaves of
+//   kFpsLeaf points (structure of arrays); a 16-ary tree of bounding boxes sits over the leaves.
 //   Every node keeps the largest m_j of its points and the smallest index attaining it. A new
-//   centre descends only into nodes whose box lower bound is below the node's largest m_j: the
-//   lower bound is computed with the contract's own operations in the same order on the box gap,
-//   and rounding is monotone, so it never exceeds the s of a point inside the box and a skipped
-//   node provably keeps every m_j. The next centre is the root's (largest m, smallest index).
+//   centre descends only into children whose box lower bound is below their largest m_j: the
+//   bound applies the contract's own operations, in the same order, to the box gap, and rounding
+//   is monotone, so it never exceeds the s of a point inside the box and a skipped child provably
+//   keeps every m_j. The next centre is the root's (largest m, smallest index).
 // - Plain path (any D, any values): one vectorised pass over the eligible points per step.
-// Parallel decomposition: the clouds of a batch run concurrently, one cloud per task; the steps
-// of one cloud are sequential.
-//
 // Points that skip_near_origin makes ineligible are dropped up front: their m_j never influences
-// a choice, and only eligible points (plus the start) ever become centres.
+// a choice, and only eligible points (and the start) ever become centres.
+// Parallel decomposition: the clouds of a batch run concurrently, one cloud per task; the steps
+// of one cloud are sequential. The step kernels exist per instruction set (fps_kernels.hpp) and
+// are picked once at run time; all of them compute the same bits.
 #include "pcops/furthest_point_sample.hpp"
 
 #include <algorithm>
@@ -26,38 +26,29 @@
 
 #include "common/distance.hpp"
 
-#pragma GCC diagnostic ignored "-Wpsabi"
-
-#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(PCOPS_NO_MULTIVERSION)
-#define PCOPS_FPS_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define PCOPS_FPS_CLONES
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
+#define PCOPS_FPS_X86 1
+#include <immintrin.h>
 #endif
 
 namespace pcops::cpu {
 namespace {
-#ifdef PCOPS_FPS_STATS
-int64_t g_stats[4];
-#endif
 
-constexpr int kLanes = 16;
-constexpr int kLeaf = 32;  // points per leaf, a multiple of kLanes
-static_assert(kLeaf % kLanes == 0);
+constexpr int kFpsLanes = 16;
+constexpr int kFpsLeaf = 32;  // points per leaf, a multiple of kFpsLanes
+static_assert(kFpsLeaf % kFpsLanes == 0);
 // Coordinates up to 2^60 in magnitude keep every squared distance finite:
 // 3 * (2^61)^2 = 3 * 2^122 < FLT_MAX.
 constexpr float kTreeMaxAbs = 1.152921504606846976e18f;  // 2^60
 // Below this many eligible points the plain pass is as fast as building the tree.
 constexpr int64_t kTreeMinPoints = 1024;
 
-typedef float vfloat __attribute__((vector_size(kLanes * sizeof(float))));
-typedef int32_t vint __attribute__((vector_size(kLanes * sizeof(int32_t))));
-
 template <class T>
 struct AlignedBuffer {
   std::vector<T> store;
   T* data = nullptr;
   void resize(size_t n) {
-    store.assign(n + 64 / sizeof(T), T{});
+    store.resize(n + 64 / sizeof(T));
     auto p = reinterpret_cast<uintptr_t>(store.data());
     data = reinterpret_cast<T*>((p + 63) & ~uintptr_t(63));
   }
@@ -69,26 +60,172 @@ inline bool eligible_point(const PointsView& P, int64_t b, int64_t j) {
   return ((x * x + y * y) + z * z) > 1e-3f;
 }
 
-// ---------------------------------------------------------------------------------------------
-// Tree path.
-
-struct Node {
-  float lo[3];
-  float hi[3];
-  float maxm;   // largest m_j of the node's points (-1 for an empty node)
-  int32_t arg;  // smallest original index attaining maxm
+// One level of the tree: boxes and (largest m, smallest index) of its items, 16 slots per parent.
+struct FpsLevel {
+  int64_t count = 0;
+  AlignedBuffer<float> lox, loy, loz, hix, hiy, hiz, maxm;
+  AlignedBuffer<int32_t> arg;
+  void resize(int64_t n) {
+    count = n;
+    const size_t padded = static_cast<size_t>((n + kFpsLanes - 1) / kFpsLanes * kFpsLanes);
+    for (auto* a : {&lox, &loy, &loz}) a->resize(padded);
+    for (auto* a : {&hix, &hiy, &hiz}) a->resize(padded);
+    maxm.resize(padded);
+    arg.resize(padded);
+    // Empty slots: an empty box (its bound is +inf) and m = -1, so they are never entered.
+    for (size_t k = static_cast<size_t>(n); k < padded; ++k) {
+      lox[k] = loy[k] = loz[k] = INFINITY;
+      hix[k] = hiy[k] = hiz[k] = -INFINITY;
+      maxm[k] = -1.0f;
+      arg[k] = INT32_MAX;
+    }
+  }
 };
-static_assert(sizeof(Node) == 32);
 
-struct Tree {
-  int64_t size = 0;         // eligible points
-  int64_t leaves = 0;       // leaves holding points
-  int64_t first_leaf = 1;   // heap index of leaf 0 (a power of two)
+struct FpsTree {
+  int64_t size = 0;  // eligible points
+  int top = 0;       // level[top] holds the root alone
   AlignedBuffer<float> x, y, z, m;
-  AlignedBuffer<int32_t> idx;
-  std::vector<Node> nodes;  // heap order, nodes[1] is the root
-  std::vector<int32_t> stack, visited;
+  AlignedBuffer<int32_t> idx;  // original index of each slot (padding: INT32_MAX)
+  std::vector<FpsLevel> level;
 };
+
+struct FpsPlain {
+  int64_t size = 0;
+  int64_t padded = 0;
+  AlignedBuffer<float> coords;  // D arrays of `padded` floats
+  AlignedBuffer<float> m;
+  std::vector<int64_t> idx;  // original index of each position (empty: identity)
+  std::vector<float> q;      // the current centre
+};
+
+// ---------------------------------------------------------------------------------------------
+// Step kernels per instruction set.
+
+namespace generic_ops {
+struct vf {
+  float v[kFpsLanes];
+};
+struct vi {
+  int32_t v[kFpsLanes];
+};
+#define PCOPS_FPS_LANES for (int l = 0; l < kFpsLanes; ++l)
+inline vf vload(const float* p) { vf r; PCOPS_FPS_LANES r.v[l] = p[l]; return r; }
+inline vi viload(const int32_t* p) { vi r; PCOPS_FPS_LANES r.v[l] = p[l]; return r; }
+inline void vstore(float* p, const vf& a) { PCOPS_FPS_LANES p[l] = a.v[l]; }
+inline vf vset1(float a) { vf r; PCOPS_FPS_LANES r.v[l] = a; return r; }
+inline vi viset1(int32_t a) { vi r; PCOPS_FPS_LANES r.v[l] = a; return r; }
+inline vi viota() { vi r; PCOPS_FPS_LANES r.v[l] = l; return r; }
+inline vi viadd(const vi& a, int32_t b) { vi r; PCOPS_FPS_LANES r.v[l] = a.v[l] + b; return r; }
+inline vf vsub(const vf& a, const vf& b) { vf r; PCOPS_FPS_LANES r.v[l] = a.v[l] - b.v[l]; return r; }
+inline vf vadd(const vf& a, const vf& b) { vf r; PCOPS_FPS_LANES r.v[l] = a.v[l] + b.v[l]; return r; }
+inline vf vmul(const vf& a, const vf& b) { vf r; PCOPS_FPS_LANES r.v[l] = a.v[l] * b.v[l]; return r; }
+inline vf vmin(const vf& a, const vf& b) { vf r; PCOPS_FPS_LANES r.v[l] = a.v[l] < b.v[l] ? a.v[l] : b.v[l]; return r; }
+inline vf vmax(const vf& a, const vf& b) { vf r; PCOPS_FPS_LANES r.v[l] = a.v[l] > b.v[l] ? a.v[l] : b.v[l]; return r; }
+inline uint32_t vcmpgt(const vf& a, const vf& b) { uint32_t r = 0; PCOPS_FPS_LANES r |= uint32_t(a.v[l] > b.v[l]) << l; return r; }
+inline uint32_t vcmplt(const vf& a, const vf& b) { uint32_t r = 0; PCOPS_FPS_LANES r |= uint32_t(a.v[l] < b.v[l]) << l; return r; }
+inline uint32_t vcmpeq(const vf& a, const vf& b) { uint32_t r = 0; PCOPS_FPS_LANES r |= uint32_t(a.v[l] == b.v[l]) << l; return r; }
+inline vf vblend(uint32_t k, const vf& a, const vf& b) { vf r; PCOPS_FPS_LANES r.v[l] = (k >> l) & 1 ? a.v[l] : b.v[l]; return r; }
+inline vi viblend(uint32_t k, const vi& a, const vi& b) { vi r; PCOPS_FPS_LANES r.v[l] = (k >> l) & 1 ? a.v[l] : b.v[l]; return r; }
+inline float vreduce_max(const vf& a) { float r = a.v[0]; PCOPS_FPS_LANES r = a.v[l] > r ? a.v[l] : r; return r; }
+inline int32_t vmasked_min(uint32_t k, const vi& a) {
+  int32_t r = INT32_MAX;
+  PCOPS_FPS_LANES if (((k >> l) & 1) && a.v[l] < r) r = a.v[l];
+  return r;
+}
+#undef PCOPS_FPS_LANES
+}  // namespace generic_ops
+
+namespace generic {
+using namespace generic_ops;
+#include "cpu/fps_kernels.hpp"
+}  // namespace generic
+
+#if PCOPS_FPS_X86
+#pragma GCC push_options
+#pragma GCC target("avx2")
+namespace avx2 {
+using namespace generic_ops;
+#include "cpu/fps_kernels.hpp"
+}  // namespace avx2
+#pragma GCC pop_options
+
+#pragma GCC push_options
+#pragma GCC target("avx512f,avx512dq,avx512bw,avx512vl,avx2")
+#pragma GCC diagnostic push
+// GCC 12's _mm512_reduce_* start from _mm512_undefined_*; the warning is a false positive.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+namespace avx512 {
+using vf = __m512;
+using vi = __m512i;
+inline vf vload(const float* p) { return _mm512_load_ps(p); }
+inline vi viload(const int32_t* p) { return _mm512_load_si512(p); }
+inline void vstore(float* p, vf a) { _mm512_store_ps(p, a); }
+inline vf vset1(float a) { return _mm512_set1_ps(a); }
+inline vi viset1(int32_t a) { return _mm512_set1_epi32(a); }
+inline vi viota() { return _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15); }
+inline vi viadd(vi a, int32_t b) { return _mm512_add_epi32(a, _mm512_set1_epi32(b)); }
+inline vf vsub(vf a, vf b) { return _mm512_sub_ps(a, b); }
+inline vf vadd(vf a, vf b) { return _mm512_add_ps(a, b); }
+inline vf vmul(vf a, vf b) { return _mm512_mul_ps(a, b); }
+inline vf vmin(vf a, vf b) { return _mm512_min_ps(a, b); }  // a < b ? a : b
+inline vf vmax(vf a, vf b) { return _mm512_max_ps(a, b); }  // a > b ? a : b
+inline uint32_t vcmpgt(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_GT_OQ); }
+inline uint32_t vcmplt(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_LT_OQ); }
+inline uint32_t vcmpeq(vf a, vf b) { return _mm512_cmp_ps_mask(a, b, _CMP_EQ_OQ); }
+inline vf vblend(uint32_t k, vf a, vf b) { return _mm512_mask_blend_ps(static_cast<__mmask16>(k), b, a); }
+inline vi viblend(uint32_t k, vi a, vi b) { return _mm512_mask_blend_epi32(static_cast<__mmask16>(k), b, a); }
+inline float vreduce_max(vf a) { return _mm512_reduce_max_ps(a); }
+inline int32_t vmasked_min(uint32_t k, vi a) {
+  return _mm512_mask_reduce_min_epi32(static_cast<__mmask16>(k), a);
+}
+#include "cpu/fps_kernels.hpp"
+}  // namespace avx512
+#pragma GCC diagnostic pop
+#pragma GCC pop_options
+#endif
+
+enum class Isa { Generic, Avx2, Avx512 };
+
+Isa detect_isa() {
+#if PCOPS_FPS_X86
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq") &&
+      __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl"))
+    return Isa::Avx512;
+  if (__builtin_cpu_supports("avx2")) return Isa::Avx2;
+#endif
+  return Isa::Generic;
+}
+
+Isa isa() {
+  static const Isa value = detect_isa();
+  return value;
+}
+
+void tree_steps(FpsTree& T, const PointsView& P, int64_t b, int64_t start, int64_t steps, int64_t* o) {
+  switch (isa()) {
+#if PCOPS_FPS_X86
+    case Isa::Avx512: return avx512::fps_tree_steps(T, P, b, start, steps, o);
+    case Isa::Avx2: return avx2::fps_tree_steps(T, P, b, start, steps, o);
+#endif
+    default: return generic::fps_tree_steps(T, P, b, start, steps, o);
+  }
+}
+
+void plain_steps(FpsPlain& S, const PointsView& P, int64_t b, int64_t start, int64_t steps, int64_t* o) {
+  switch (isa()) {
+#if PCOPS_FPS_X86
+    case Isa::Avx512: return avx512::fps_plain_steps(S, P, b, start, steps, o);
+    case Isa::Avx2: return avx2::fps_plain_steps(S, P, b, start, steps, o);
+#endif
+    default: return generic::fps_plain_steps(S, P, b, start, steps, o);
+  }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Tree construction.
 
 inline uint32_t spread_bits10(uint32_t v) {
   v &= 0x3ffu;
@@ -101,11 +238,10 @@ inline uint32_t spread_bits10(uint32_t v) {
 
 // Builds the tree over the eligible points of cloud b (n points). Returns false when the cloud
 // does not qualify (non-finite or huge coordinates, or too few eligible points).
-bool build_tree(const PointsView& P, int64_t b, int64_t n, int64_t start, bool skip, Tree& T) {
-  if (P.dim != 3 || n >= (int64_t{1} << 31) - 1) return false;
+bool build_tree(const PointsView& P, int64_t b, int64_t n, int64_t start, bool skip, FpsTree& T) {
+  if (P.dim != 3 || n >= (int64_t{1} << 31) - kFpsLeaf) return false;
   for (int d = 0; d < 3; ++d) {
-    const float v = P.at(b, start, d);
-    if (!(std::fabs(v) <= kTreeMaxAbs)) return false;
+    if (!(std::fabs(P.at(b, start, d)) <= kTreeMaxAbs)) return false;
   }
   // Pass 1: eligibility, bounds, finiteness.
   float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
@@ -114,11 +250,11 @@ bool build_tree(const PointsView& P, int64_t b, int64_t n, int64_t start, bool s
   bool ok = true;
   for (int64_t j = 0; j < n; ++j) {
     if (skip && !eligible_point(P, b, j)) continue;
-    const float v[3] = {P.at(b, j, 0), P.at(b, j, 1), P.at(b, j, 2)};
     for (int d = 0; d < 3; ++d) {
-      ok &= std::fabs(v[d]) <= kTreeMaxAbs;
-      lo[d] = std::min(lo[d], v[d]);
-      hi[d] = std::max(hi[d], v[d]);
+      const float v = P.at(b, j, d);
+      ok &= std::fabs(v) <= kTreeMaxAbs;
+      lo[d] = std::min(lo[d], v);
+      hi[d] = std::max(hi[d], v);
     }
     keys.push_back(static_cast<uint64_t>(j));
   }
@@ -162,10 +298,10 @@ bool build_tree(const PointsView& P, int64_t b, int64_t n, int64_t start, bool s
     }
   }
 
-  // Leaves in structure-of-arrays form; padding slots repeat the last point with m = -1.
+  // Leaves in structure-of-arrays form; padding slots repeat the leaf's last point with m = -1.
   T.size = E;
-  T.leaves = (E + kLeaf - 1) / kLeaf;
-  const int64_t padded = T.leaves * kLeaf;
+  const int64_t leaves = (E + kFpsLeaf - 1) / kFpsLeaf;
+  const int64_t padded = leaves * kFpsLeaf;
   T.x.resize(padded);
   T.y.resize(padded);
   T.z.resize(padded);
@@ -177,205 +313,77 @@ bool build_tree(const PointsView& P, int64_t b, int64_t n, int64_t start, bool s
     T.y[p] = P.at(b, j, 1);
     T.z[p] = P.at(b, j, 2);
     T.m[p] = p < E ? INFINITY : -1.0f;
-    T.idx[p] = p < E ? static_cast<int32_t>(j) : std::numeric_limits<int32_t>::max();
+    T.idx[p] = p < E ? static_cast<int32_t>(j) : INT32_MAX;
   }
-  T.first_leaf = 1;
-  int depth = 0;
-  while (T.first_leaf < T.leaves) {
-    T.first_leaf *= 2;
-    ++depth;
-  }
-  T.nodes.assign(2 * T.first_leaf, Node{{INFINITY, INFINITY, INFINITY}, {-INFINITY, -INFINITY, -INFINITY},
-                                        -1.0f, std::numeric_limits<int32_t>::max()});
-  for (int64_t l = 0; l < T.leaves; ++l) {
-    Node& nd = T.nodes[T.first_leaf + l];
-    const int64_t e = std::min((l + 1) * kLeaf, E);
-    for (int64_t p = l * kLeaf; p < e; ++p) {
-      const float v[3] = {T.x[p], T.y[p], T.z[p]};
-      for (int d = 0; d < 3; ++d) {
-        nd.lo[d] = std::min(nd.lo[d], v[d]);
-        nd.hi[d] = std::max(nd.hi[d], v[d]);
+  // Levels: level 0 holds the leaves, level k+1 one item per 16 items of level k, up to one root.
+  T.level.clear();
+  T.level.emplace_back();
+  T.level[0].resize(leaves);
+  {
+    FpsLevel& L = T.level[0];
+    for (int64_t l = 0; l < leaves; ++l) {
+      float lo3[3] = {INFINITY, INFINITY, INFINITY}, hi3[3] = {-INFINITY, -INFINITY, -INFINITY};
+      for (int64_t p = l * kFpsLeaf; p < (l + 1) * kFpsLeaf; ++p) {
+        const float v[3] = {T.x[p], T.y[p], T.z[p]};
+        for (int d = 0; d < 3; ++d) {
+          lo3[d] = std::min(lo3[d], v[d]);
+          hi3[d] = std::max(hi3[d], v[d]);
+        }
       }
+      L.lox[l] = lo3[0], L.loy[l] = lo3[1], L.loz[l] = lo3[2];
+      L.hix[l] = hi3[0], L.hiy[l] = hi3[1], L.hiz[l] = hi3[2];
+      L.maxm[l] = INFINITY;  // not yet updated: every leaf is entered by the first centre
+      L.arg[l] = T.idx[l * kFpsLeaf];
     }
-    nd.maxm = INFINITY;
-    nd.arg = T.idx[l * kLeaf];  // smallest index of the leaf is found by the first update
   }
-  for (int64_t i = T.first_leaf - 1; i >= 1; --i) {
-    Node& nd = T.nodes[i];
-    const Node &a = T.nodes[2 * i], &c = T.nodes[2 * i + 1];
-    for (int d = 0; d < 3; ++d) {
-      nd.lo[d] = std::min(a.lo[d], c.lo[d]);
-      nd.hi[d] = std::max(a.hi[d], c.hi[d]);
+  do {
+    const FpsLevel& C = T.level.back();
+    FpsLevel U;
+    U.resize((C.count + kFpsLanes - 1) / kFpsLanes);
+    for (int64_t i = 0; i < U.count; ++i) {
+      float v[6] = {INFINITY, INFINITY, INFINITY, -INFINITY, -INFINITY, -INFINITY};
+      for (int64_t k = i * kFpsLanes; k < (i + 1) * kFpsLanes; ++k) {
+        v[0] = std::min(v[0], C.lox.data[k]);
+        v[1] = std::min(v[1], C.loy.data[k]);
+        v[2] = std::min(v[2], C.loz.data[k]);
+        v[3] = std::max(v[3], C.hix.data[k]);
+        v[4] = std::max(v[4], C.hiy.data[k]);
+        v[5] = std::max(v[5], C.hiz.data[k]);
+      }
+      U.lox[i] = v[0], U.loy[i] = v[1], U.loz[i] = v[2];
+      U.hix[i] = v[3], U.hiy[i] = v[4], U.hiz[i] = v[5];
+      U.maxm[i] = INFINITY;
+      U.arg[i] = C.arg.data[i * kFpsLanes];
     }
-    nd.maxm = std::max(a.maxm, c.maxm);
-  }
-  T.stack.resize(2 * static_cast<size_t>(depth) + 4);
-  T.visited.resize(static_cast<size_t>(T.first_leaf) + 1);
+    T.level.push_back(std::move(U));
+  } while (T.level.back().count > 1);
+  T.top = static_cast<int>(T.level.size()) - 1;
   return true;
 }
 
-// Runs the sampling steps on a built tree: o[0..steps) receives the centres.
-PCOPS_FPS_CLONES
-void tree_steps(Tree& T, const PointsView& P, int64_t b, int64_t start, int64_t steps, int64_t* o) {
-  Node* nodes = T.nodes.data();
-  int32_t* stack = T.stack.data();
-  int32_t* visited = T.visited.data();
-  const int64_t first_leaf = T.first_leaf;
-  int64_t c = start;
-  for (int64_t t = 0; t < steps; ++t) {
-    o[t] = c;
-    if (t + 1 == steps) break;
-    const float cx = P.at(b, c, 0), cy = P.at(b, c, 1), cz = P.at(b, c, 2);
-    int sp = 0, nv = 0;
-    stack[sp++] = 1;
-    while (sp > 0) {
-      const int32_t i = stack[--sp];
-      Node& nd = nodes[i];
-      // Lower bound of s over the box: the contract's operations on the gap, same order.
-      const float gx = std::max(std::max(nd.lo[0] - cx, cx - nd.hi[0]), 0.0f);
-      const float gy = std::max(std::max(nd.lo[1] - cy, cy - nd.hi[1]), 0.0f);
-      const float gz = std::max(std::max(nd.lo[2] - cz, cz - nd.hi[2]), 0.0f);
-      const float lb = (gx * gx + gy * gy) + gz * gz;
-      if (!(nd.maxm > lb)) continue;
-#ifdef PCOPS_FPS_STATS
-      ++g_stats[i < first_leaf ? 0 : 1];
-#endif
-      if (i < first_leaf) {
-        visited[nv++] = i;
-        stack[sp++] = 2 * i + 1;
-        stack[sp++] = 2 * i;
-        continue;
-      }
-      // Leaf: m_j = min(m_j, s_j), then (max m, smallest index attaining it).
-      const int64_t base = (i - first_leaf) * kLeaf;
-      const vfloat vcx = vfloat{} + cx, vcy = vfloat{} + cy, vcz = vfloat{} + cz;
-      vfloat mv[kLeaf / kLanes];
-      vfloat best = vfloat{} - 1.0f;
-      for (int k = 0; k < kLeaf / kLanes; ++k) {
-        const int64_t p = base + k * kLanes;
-        const vfloat dx = vcx - *reinterpret_cast<const vfloat*>(T.x.data + p);
-        const vfloat dy = vcy - *reinterpret_cast<const vfloat*>(T.y.data + p);
-        const vfloat dz = vcz - *reinterpret_cast<const vfloat*>(T.z.data + p);
-        const vfloat s = (dx * dx + dy * dy) + dz * dz;
-        vfloat& mp = *reinterpret_cast<vfloat*>(T.m.data + p);
-        const vfloat mm = s < mp ? s : mp;
-        mp = mm;
-        mv[k] = mm;
-        best = mm > best ? mm : best;
-      }
-      float mx = best[0];
-      for (int l = 1; l < kLanes; ++l) mx = std::max(mx, best[l]);
-      vint bi = vint{} + std::numeric_limits<int32_t>::max();
-      for (int k = 0; k < kLeaf / kLanes; ++k) {
-        const vint id = *reinterpret_cast<const vint*>(T.idx.data + base + k * kLanes);
-        bi = (mv[k] == mx) & (id < bi) ? id : bi;
-      }
-      int32_t arg = bi[0];
-      for (int l = 1; l < kLanes; ++l) arg = std::min(arg, bi[l]);
-      nd.maxm = mx;
-      nd.arg = arg;
-    }
-    // Children before parents: the visited internal nodes in reverse order.
-    for (int k = nv - 1; k >= 0; --k) {
-      const int32_t i = visited[k];
-      const Node &a = nodes[2 * i], &d = nodes[2 * i + 1];
-      const bool take_a = a.maxm > d.maxm || (a.maxm == d.maxm && a.arg < d.arg);
-      nodes[i].maxm = take_a ? a.maxm : d.maxm;
-      nodes[i].arg = take_a ? a.arg : d.arg;
-    }
-    c = nodes[1].arg;
-    if (nodes[1].maxm == 0.0f) {
-      // Every m_j is 0: no later centre changes anything, so this index repeats.
-      for (int64_t u = t + 1; u < steps; ++u) o[u] = c;
-      break;
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------------------------
-// Plain path.
-
-struct Plain {
-  int64_t size = 0;
-  int64_t padded = 0;
-  AlignedBuffer<float> coords;  // D arrays of `padded` floats
-  AlignedBuffer<float> m;
-  std::vector<int64_t> idx;     // original index of each position (empty: identity)
-};
-
-void build_plain(const PointsView& P, int64_t b, int64_t n, bool skip, Plain& S) {
+void build_plain(const PointsView& P, int64_t b, int64_t n, bool skip, FpsPlain& S) {
   std::vector<int64_t> keep;
   if (skip) {
     for (int64_t j = 0; j < n; ++j)
       if (eligible_point(P, b, j)) keep.push_back(j);
   }
-  const bool identity = !skip;
-  const int64_t E = identity ? n : static_cast<int64_t>(keep.size());
+  const int64_t E = skip ? static_cast<int64_t>(keep.size()) : n;
   S.size = E;
-  S.padded = (E + kLanes - 1) / kLanes * kLanes;
+  S.padded = (E + kFpsLanes - 1) / kFpsLanes * kFpsLanes;
   S.coords.resize(static_cast<size_t>(S.padded * P.dim));
   S.m.resize(static_cast<size_t>(S.padded));
   for (int64_t d = 0; d < P.dim; ++d) {
     float* dst = S.coords.data + d * S.padded;
-    for (int64_t p = 0; p < E; ++p) dst[p] = P.at(b, identity ? p : keep[p], d);
+    for (int64_t p = 0; p < E; ++p) dst[p] = P.at(b, skip ? keep[p] : p, d);
     for (int64_t p = E; p < S.padded; ++p) dst[p] = 0.0f;
   }
+  // Padding: m = -1 stays -1 (min with any s >= 0), below every real m_j >= 0.
   for (int64_t p = 0; p < S.padded; ++p) S.m[p] = p < E ? INFINITY : -1.0f;
-  S.idx = identity ? std::vector<int64_t>{} : std::move(keep);
+  S.idx = skip ? std::move(keep) : std::vector<int64_t>{};
+  S.q.assign(static_cast<size_t>(P.dim), 0.0f);
 }
 
-PCOPS_FPS_CLONES
-void plain_steps(Plain& S, const PointsView& P, int64_t b, int64_t start, int64_t steps, int64_t* o) {
-  const int64_t D = P.dim;
-  const int64_t E = S.size, padded = S.padded;
-  const float* X = S.coords.data;
-  float* m = S.m.data;
-  std::vector<float> q(static_cast<size_t>(D));
-  int64_t c = start;
-  for (int64_t t = 0; t < steps; ++t) {
-    o[t] = c;
-    if (t + 1 == steps) break;
-    if (E == 0) {  // no eligible point: the definition's fallback index 0
-      for (int64_t u = t + 1; u < steps; ++u) o[u] = 0;
-      break;
-    }
-    for (int64_t d = 0; d < D; ++d) q[d] = P.at(b, c, d);
-    vfloat best = vfloat{} - 1.0f;
-    vint bpos = vint{};
-    const vint lane = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15};
-    for (int64_t p = 0; p < padded; p += kLanes) {
-      vfloat s;
-      if (D == 3) {
-        const vfloat dx = (vfloat{} + q[0]) - *reinterpret_cast<const vfloat*>(X + p);
-        const vfloat dy = (vfloat{} + q[1]) - *reinterpret_cast<const vfloat*>(X + padded + p);
-        const vfloat dz = (vfloat{} + q[2]) - *reinterpret_cast<const vfloat*>(X + 2 * padded + p);
-        s = (dx * dx + dy * dy) + dz * dz;
-      } else {
-        vfloat dd = (vfloat{} + q[0]) - *reinterpret_cast<const vfloat*>(X + p);
-        s = dd * dd;
-        for (int64_t d = 1; d < D; ++d) {
-          dd = (vfloat{} + q[d]) - *reinterpret_cast<const vfloat*>(X + d * padded + p);
-          s = s + dd * dd;
-        }
-      }
-      s = s < INFINITY ? s : vfloat{};  // non-finite s (NaN or +inf) counts as 0
-      vfloat& mp = *reinterpret_cast<vfloat*>(m + p);
-      const vfloat mm = s < mp ? s : mp;
-      mp = mm;
-      const auto gt = mm > best;
-      best = gt ? mm : best;
-      bpos = gt ? lane + static_cast<int32_t>(p) : bpos;
-    }
-    float mx = best[0];
-    for (int l = 1; l < kLanes; ++l) mx = std::max(mx, best[l]);
-    int32_t pos = std::numeric_limits<int32_t>::max();
-    for (int l = 0; l < kLanes; ++l)
-      if (best[l] == mx) pos = std::min(pos, bpos[l]);
-    c = S.idx.empty() ? pos : S.idx[static_cast<size_t>(pos)];
-  }
-}
-
-// Plain path for clouds too large for 32-bit positions: the definition, scalar.
+// Clouds too large for 32-bit positions: the definition, scalar.
 void huge_steps(const PointsView& P, int64_t b, int64_t n, bool skip, int64_t start, int64_t steps,
                 int64_t* o) {
   std::vector<float> mind(static_cast<size_t>(n), INFINITY);
@@ -409,17 +417,17 @@ void sample_cloud(const PointsView& P, int64_t b, int64_t n, const FpsParams& pa
     return;
   }
   {
-    Tree T;
+    FpsTree T;
     if (build_tree(P, b, n, start, skip, T)) {
       tree_steps(T, P, b, start, steps, o);
       return;
     }
   }
-  if (n >= (int64_t{1} << 31) - kLanes) {
+  if (n >= (int64_t{1} << 31) - kFpsLanes) {
     huge_steps(P, b, n, skip, start, steps, o);
     return;
   }
-  Plain S;
+  FpsPlain S;
   build_plain(P, b, n, skip, S);
   plain_steps(S, P, b, start, steps, o);
 }
