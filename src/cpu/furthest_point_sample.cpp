@@ -18,6 +18,7 @@
 #include "pcops/furthest_point_sample.hpp"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -25,6 +26,7 @@
 #include <vector>
 
 #include "common/distance.hpp"
+#include "cpu/fps_isa.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
 #define PCOPS_FPS_X86 1
@@ -186,7 +188,7 @@ inline int32_t vmasked_min(uint32_t k, vi a) {
 #pragma GCC pop_options
 #endif
 
-enum class Isa { Generic, Avx2, Avx512 };
+using fps_detail::Isa;
 
 Isa detect_isa() {
 #if PCOPS_FPS_X86
@@ -199,10 +201,12 @@ Isa detect_isa() {
   return Isa::Generic;
 }
 
-Isa isa() {
-  static const Isa value = detect_isa();
+std::atomic<int>& isa_in_use() {
+  static std::atomic<int> value{static_cast<int>(detect_isa())};
   return value;
 }
+
+Isa isa() { return static_cast<Isa>(isa_in_use().load(std::memory_order_relaxed)); }
 
 void tree_steps(FpsTree& T, const PointsView& P, int64_t b, int64_t start, int64_t steps, int64_t* o) {
   switch (isa()) {
@@ -433,6 +437,17 @@ void sample_cloud(const PointsView& P, int64_t b, int64_t n, const FpsParams& pa
 }
 
 }  // namespace
+
+namespace fps_detail {
+Isa best_isa() {
+  static const Isa value = detect_isa();
+  return value;
+}
+Isa force_isa(Isa want) {
+  const int v = std::min(static_cast<int>(want), static_cast<int>(best_isa()));
+  return static_cast<Isa>(isa_in_use().exchange(v));
+}
+}  // namespace fps_detail
 
 void furthest_point_sample(const CpuContext& ctx, PointsView points, LengthsView lengths,
                            const FpsParams& params, int64_t* out) {

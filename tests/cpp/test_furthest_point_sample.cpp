@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "cpu/fps_isa.hpp"
 #include "fps_oracle.hpp"
 #include "pcops/context.hpp"
 #include "pcops/error.hpp"
@@ -89,6 +90,17 @@ TEST(FurthestPointSample, ExactTiesOnIntegerGrids) {
   const FpsCloud small = fps_test::integer_grid(4, 6);  // plain path, M > N
   const auto got = expect_oracle(small.view(), params_of(80));
   for (int t = 64; t < 80; ++t) EXPECT_EQ(got[size_t(t)], 0);
+}
+
+TEST(FurthestPointSample, RoundingBoundaryOnScaledGrids) {
+  // Grid coordinates k * 0.1f + 0.3f are not exact: distances equal in real arithmetic differ by
+  // an ulp after rounding, so points often sit within an ulp of a box's lower bound while their
+  // m_j is within an ulp of it too. An over-estimated bound skips such an update.
+  for (uint32_t seed : {31u, 32u}) {
+    FpsCloud c = fps_test::integer_grid(13, seed);
+    for (auto& v : c.data) v = v * 0.1f + 0.3f;
+    expect_oracle(c.view(), params_of(1400, 5));
+  }
 }
 
 TEST(FurthestPointSample, RealClouds) {
@@ -258,6 +270,27 @@ TEST(FurthestPointSample, ThreadCountIndependence) {
   };
   EXPECT_EQ(run(c.view(), {}, params_of(300, 1), custom), ref);
   EXPECT_GT(calls.load(), 0);
+}
+
+TEST(FurthestPointSample, EveryInstructionSetGivesTheSameBits) {
+  using pcops::cpu::fps_detail::Isa;
+  const Isa best = pcops::cpu::fps_detail::best_isa();
+  FpsCloud grid = fps_test::integer_grid(12, 33);
+  for (auto& v : grid.data) v = v * 0.1f + 0.3f;
+  const FpsCloud shell = fps_test::sphere_shell(1, 5000, 34);
+  const FpsCloud d5 = fps_test::uniform_cube(1, 700, 5, 35);
+  FpsCloud nan = fps_test::uniform_cube(1, 2000, 3, 36);
+  nan.at(0, 3, 1) = std::nanf("");
+  for (Isa want : {Isa::Generic, Isa::Avx2, Isa::Avx512}) {
+    if (static_cast<int>(want) > static_cast<int>(best)) continue;
+    SCOPED_TRACE(static_cast<int>(want));
+    const Isa before = pcops::cpu::fps_detail::force_isa(want);
+    expect_oracle(grid.view(), params_of(900, 2));
+    expect_oracle(shell.view(), params_of(300, 0, true));
+    expect_oracle(d5.view(), params_of(100, 1));
+    expect_oracle(nan.view(), params_of(100));
+    pcops::cpu::fps_detail::force_isa(before);
+  }
 }
 
 // --- bad input ----------------------------------------------------------------------------
