@@ -1,4 +1,9 @@
-"""Loads the compiled operator library (_C.so) that registers torch.ops.pcops.*."""
+"""Loads the compiled operator library (_C.so) that registers torch.ops.pcops.*.
+
+The library next to the package is used, or the one named by the PCOPS_LIBRARY environment
+variable (development builds); a PCOPS_LIBRARY that names no file is an error rather than a
+silent fallback to another build.
+"""
 
 from __future__ import annotations
 
@@ -7,24 +12,30 @@ from pathlib import Path
 
 import torch
 
-_LOADED = False
+_LOADED: Path | None = None
 
 
-def load() -> None:
-    global _LOADED
-    if _LOADED:
-        return
-    here = Path(__file__).resolve().parent
-    candidates = [here / "_C.so"]
+def library_path() -> Path:
     env = os.environ.get("PCOPS_LIBRARY")
     if env:
-        candidates.insert(0, Path(env))
-    for path in candidates:
-        if path.is_file():
-            torch.ops.load_library(str(path))
-            _LOADED = True
-            return
-    raise ImportError(
-        "pcops: the compiled operator library _C.so was not found next to the package; "
-        "install pcops with `pip install .` (or `make build`)"
-    )
+        path = Path(env)
+        if not path.is_file():
+            raise ImportError(f"pcops: PCOPS_LIBRARY={env!r} does not name a file")
+        return path
+    path = Path(__file__).resolve().parent / "_C.so"
+    if not path.is_file():
+        raise ImportError(
+            "pcops: the compiled operator library _C.so was not found next to the package; "
+            "install pcops with `pip install .` (or `make build`)"
+        )
+    return path
+
+
+def load() -> Path:
+    """Loads the operator library once and returns its path."""
+    global _LOADED
+    if _LOADED is None:
+        path = library_path()
+        torch.ops.load_library(str(path))
+        _LOADED = path
+    return _LOADED
