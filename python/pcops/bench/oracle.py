@@ -1,0 +1,207 @@
+"""Exact NumPy oracles of the operator contracts (CONTRACTS.md), independent of the pcops library.
+
+The squared distance is the contract's: ``d_i = fl(q_i - x_i)``, ``s = fl(fl(d0*d0) + fl(d1*d1)) +
+fl(d2*d2)`` in float32, one NumPy ufunc per operation (so nothing is fused). Large inputs use a
+float64 k-d tree (SciPy) to find a candidate superset with a safety margin, then apply the exact
+float32 rule to the candidates; the result is the same as brute force.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+# Relative margin on Euclidean distances between the float64 tree and the float32 contract; the
+# float32 rounding of s is below 1e-6 relative, so 1e-4 is far on the safe side.
+_MARGIN = 1e-4
+
+
+def sqdist(q: np.ndarray, x: np.ndarray) -> np.ndarray:
+    """Contract squared distances between every row of q [M,3] and x [N,3] -> float32 [M,N]."""
+    q = np.asarray(q, np.float32)
+    x = np.asarray(x, np.float32)
+    d = q[:, None, 0] - x[None, :, 0]
+    s = d * d
+    for i in range(1, q.shape[1]):
+        d = q[:, None, i] - x[None, :, i]
+        s = s + d * d
+    return s
+
+
+def _sqdist_pairs(q: np.ndarray, x: np.ndarray) -> np.ndarray:
+    d = q[:, 0] - x[:, 0]
+    s = d * d
+    for i in range(1, q.shape[1]):
+        d = q[:, i] - x[:, i]
+        s = s + d * d
+    return s
+
+
+def fps(points: np.ndarray, num_samples: int, start_index: int = 0) -> np.ndarray:
+    """Furthest point sampling: smallest index among the maxima of the running minimum s."""
+    x = np.ascontiguousarray(points, np.float32)
+    n = len(x)
+    out = np.empty(num_samples, np.int64)
+    if num_samples == 0:
+        return out
+    cols = [np.ascontiguousarray(x[:, i]) for i in range(x.shape[1])]
+    best = np.full(n, np.inf, np.float32)
+    cur = int(start_index)
+    tmp = np.empty(n, np.float32)
+    s = np.empty(n, np.float32)
+    for t in range(num_samples):
+        out[t] = cur
+        c = x[cur]
+        np.subtract(cols[0], c[0], out=tmp)
+        np.multiply(tmp, tmp, out=s)
+        for i in range(1, len(cols)):
+            np.subtract(cols[i], c[i], out=tmp)
+            np.multiply(tmp, tmp, out=tmp)
+            np.add(s, tmp, out=s)
+        s[~np.isfinite(s)] = 0.0
+        np.minimum(best, s, out=best)
+        cur = int(np.argmax(best))
+    return out
+
+
+def _first_k_sorted(s_rows: np.ndarray, idx_rows: np.ndarray | None, k: int) -> np.ndarray:
+    """Per row, the k (s, index)-smallest, NaN as +inf; idx_rows maps columns to reference ids."""
+    s = np.where(np.isnan(s_rows), np.float32(np.inf), s_rows)
+    m, n = s.shape
+    ids = np.broadcast_to(np.arange(n), s.shape) if idx_rows is None else idx_rows
+    if k < n:
+        part = np.argpartition(s, k - 1, axis=1)
+        kth = np.take_along_axis(s, part[:, k - 1 : k], axis=1)
+        # All candidates with s <= kth value (ties at the boundary included), then sort exactly.
+        out = np.empty((m, k), np.int64)
+        for r in range(m):
+            sel = np.nonzero(s[r] <= kth[r, 0])[0]
+            order = np.lexsort((ids[r, sel], s[r, sel]))[:k]
+            out[r] = ids[r, sel[order]]
+        return out
+    order = np.lexsort((ids, s), axis=-1)
+    return np.take_along_axis(np.asarray(ids), order, axis=1)[:, :k].astype(np.int64)
+
+
+def knn(query: np.ndarray, ref: np.ndarray, k: int, chunk: int = 0) -> np.ndarray:
+    """int64 [M, k] indices ordered by (contract s, index)."""
+    query = np.ascontiguousarray(query, np.float32)
+    ref = np.ascontiguousarray(ref, np.float32)
+    m, n = len(query), len(ref)
+    if k > n:
+        raise ValueError(f"k: expected <= {n}, got {k}")
+    if k == 0 or m == 0:
+        return np.zeros((m, k), np.int64)
+    if n > 50_000 and np.isfinite(ref).all() and np.isfinite(query).all():
+        try:
+            return _knn_tree(query, ref, k)
+        except ImportError:
+            pass
+    chunk = chunk or max(1, min(m, (1 << 24) // max(n, 1)))
+    return np.concatenate([_first_k_sorted(sqdist(query[i : i + chunk], ref), None, k)
+                           for i in range(0, m, chunk)])
+
+
+def _knn_tree(query, ref, k):
+    from scipy.spatial import cKDTree
+
+    tree = cKDTree(ref.astype(np.float64))
+    q64 = query.astype(np.float64)
+    extra = max(8, k // 2)
+    kk = min(len(ref), k + extra)
+    dist, idx = tree.query(q64, k=kk, workers=-1)
+    dist = dist.reshape(len(query), kk)
+    idx = idx.reshape(len(query), kk)
+    out = np.empty((len(query), k), np.int64)
+    # Rows whose candidate list provably holds the contract's top k: the (kk)-th true distance lies
+    # beyond the k-th one by more than the rounding margin (or all references are candidates).
+    safe = (dist[:, kk - 1] > dist[:, k - 1] * (1 + _MARGIN) + 1e-30) | (kk == len(ref))
+    rows = np.nonzero(safe)[0]
+    for start in range(0, len(rows), 4096):
+        r = rows[start : start + 4096]
+        cand = idx[r]
+        s = _sqdist_pairs(np.repeat(query[r], kk, axis=0), ref[cand.ravel()]).reshape(len(r), kk)
+        out[r] = _first_k_sorted(s, cand, k)
+    for r in np.nonzero(~safe)[0]:
+        cand = np.asarray(tree.query_ball_point(q64[r], dist[r, k - 1] * (1 + _MARGIN) + 1e-30), np.int64)
+        s = _sqdist_pairs(np.repeat(query[r : r + 1], len(cand), axis=0), ref[cand])[None]
+        out[r] = _first_k_sorted(s, cand[None], k)[0]
+    return out
+
+
+def ball_query(query: np.ndarray, ref: np.ndarray, radius: float, K: int) -> np.ndarray:
+    """int64 [M, K]: the first K references (input order) with s < fl32(fl32(r)*fl32(r)), -1 padded."""
+    query = np.ascontiguousarray(query, np.float32)
+    ref = np.ascontiguousarray(ref, np.float32)
+    r32 = np.float32(radius)
+    r2 = np.float32(r32 * r32)
+    m, n = len(query), len(ref)
+    out = np.full((m, K), -1, np.int64)
+    if K == 0 or m == 0 or n == 0:
+        return out
+    if n > 50_000 and np.isfinite(ref).all() and np.isfinite(query).all():
+        try:
+            from scipy.spatial import cKDTree
+        except ImportError:
+            pass
+        else:
+            tree = cKDTree(ref.astype(np.float64))
+            lists = tree.query_ball_point(query.astype(np.float64), float(r32) * (1 + _MARGIN) + 1e-30,
+                                          workers=-1)
+            for i, cand in enumerate(lists):
+                cand = np.sort(np.asarray(cand, np.int64))
+                if len(cand) == 0:
+                    continue
+                s = _sqdist_pairs(np.repeat(query[i : i + 1], len(cand), axis=0), ref[cand])
+                hit = cand[s < r2][:K]
+                out[i, : len(hit)] = hit
+            return out
+    chunk = max(1, min(m, (1 << 24) // n))
+    for i in range(0, m, chunk):
+        mask = sqdist(query[i : i + chunk], ref) < r2
+        for r, row in enumerate(mask):
+            hit = np.flatnonzero(row)[:K]
+            out[i + r, : len(hit)] = hit
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Correctness counts
+# ----------------------------------------------------------------------------------------------
+
+
+def fps_mismatches(got: np.ndarray, want: np.ndarray) -> int:
+    """Positions where the selected index differs from the oracle's."""
+    got = np.asarray(got).reshape(-1)
+    want = np.asarray(want).reshape(-1)
+    if got.shape != want.shape:
+        return int(max(len(got), len(want)))
+    return int(np.count_nonzero(got != want))
+
+
+def fps_point_set_missing(got_points: np.ndarray, points: np.ndarray, want: np.ndarray) -> int:
+    """For peers that return coordinates (in any order): oracle-selected points not returned."""
+    ref = np.ascontiguousarray(np.asarray(points, np.float32)[np.asarray(want)])
+    got = np.ascontiguousarray(np.asarray(got_points, np.float32).reshape(-1, ref.shape[1]))
+    row = np.dtype((np.void, ref.dtype.itemsize * ref.shape[1]))
+    missing = int(np.count_nonzero(~np.isin(ref.view(row).ravel(), got.view(row).ravel())))
+    return missing + abs(len(got) - len(ref))
+
+
+def knn_errors(got: np.ndarray, want: np.ndarray) -> dict[str, int]:
+    """``missing``: oracle neighbours absent from the row's set; ``misplaced``: positions whose
+    index differs from the oracle's at that position."""
+    got = np.asarray(got, np.int64).reshape(want.shape)
+    misplaced = int(np.count_nonzero(got != want))
+    missing = 0
+    if misplaced:
+        rows = np.nonzero(np.any(got != want, axis=1))[0]
+        for r in rows:
+            missing += len(np.setdiff1d(want[r], got[r], assume_unique=False))
+    return {"missing": int(missing), "misplaced": misplaced}
+
+
+def ball_query_mismatches(got: np.ndarray, want: np.ndarray) -> int:
+    """Slots whose index differs from the first-K oracle (padding compared as -1)."""
+    got = np.asarray(got, np.int64).reshape(want.shape)
+    got = np.where(got < 0, -1, got)
+    return int(np.count_nonzero(got != want))

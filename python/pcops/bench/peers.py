@@ -1,0 +1,319 @@
+"""pcops and the peer libraries doing the same work, each behind one small adapter.
+
+Every adapter takes an :class:`Inputs` (NumPy arrays for the peers, tensors already on the device
+for pcops and torch) and returns int64 indices (or, for Open3D's FPS, the selected points). Work
+that a peer needs before it can answer (building a tree or an index) is inside the timed call.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.metadata
+from dataclasses import dataclass, field
+from typing import Callable
+
+import numpy as np
+
+# Peers grouped by the operator they implement, fastest-to-import first. A peer whose package is
+# missing is reported as unavailable, never silently dropped.
+
+
+@dataclass
+class Inputs:
+    points: np.ndarray  # [N, 3] float32 (the reference cloud)
+    query: np.ndarray | None  # [M, 3] float32 (knn / ball query)
+    points_t: object = None  # torch [1, N, 3] on the benchmark device
+    query_t: object = None
+    params: dict = field(default_factory=dict)
+    threads: int = 1
+    sync: Callable[[], None] = lambda: None
+
+
+@dataclass
+class Peer:
+    name: str
+    package: str  # distribution whose version is reported
+    op: str  # fps | knn | ball_query
+    fn: Callable[[Inputs], np.ndarray]
+    returns: str = "indices"  # or "points"
+    notes: str = ""
+    is_pcops: bool = False
+    slow: bool = False  # left out of --quick runs
+
+    def available(self) -> tuple[bool, str]:
+        module = _MODULES.get(self.package, self.package)
+        try:
+            importlib.import_module(module)
+        except Exception as exc:  # noqa: BLE001 (ImportError, OSError from missing system libraries)
+            return False, f"{type(exc).__name__}: {exc}"
+        return True, ""
+
+
+_MODULES = {"faiss-cpu": "faiss", "scipy": "scipy.spatial", "pykdtree": "pykdtree.kdtree", "pcops": "pcops"}
+
+
+def package_version(dist: str) -> str | None:
+    try:
+        return importlib.metadata.version(dist)
+    except importlib.metadata.PackageNotFoundError:
+        mod = _MODULES.get(dist, dist)
+        try:
+            return str(getattr(importlib.import_module(mod.split(".")[0]), "__version__", None))
+        except Exception:  # noqa: BLE001
+            return None
+
+
+# ----------------------------------------------------------------------------------------------
+# pcops
+# ----------------------------------------------------------------------------------------------
+
+
+def _pcops_fps(x: Inputs):
+    import pcops
+
+    out = pcops.furthest_point_sample(x.points_t, x.params["num_samples"], x.params.get("start_index", 0))
+    x.sync()
+    return out
+
+
+def _pcops_knn(x: Inputs):
+    import pcops
+
+    _, idx = pcops.knn(x.query_t, x.points_t, x.params["k"])
+    x.sync()
+    return idx
+
+
+def _pcops_ball(x: Inputs):
+    import pcops
+
+    _, idx = pcops.ball_query(x.query_t, x.points_t, x.params["radius"], x.params["K"])
+    x.sync()
+    return idx
+
+
+# ----------------------------------------------------------------------------------------------
+# FPS peers
+# ----------------------------------------------------------------------------------------------
+
+
+def _fpsample(method: str, **kw):
+    def run(x: Inputs):
+        import fpsample
+
+        fn = getattr(fpsample, method)
+        return fn(x.points, x.params["num_samples"], start_idx=x.params.get("start_index", 0), **kw)
+
+    return run
+
+
+def _open3d_fps(x: Inputs):
+    import open3d as o3d
+
+    pc = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(x.points.astype(np.float64)))
+    down = pc.farthest_point_down_sample(x.params["num_samples"], x.params.get("start_index", 0))
+    return np.asarray(down.points)
+
+
+def _torch_fps(x: Inputs):
+    """The usual pure-PyTorch loop (as in many point-cloud repositories)."""
+    import torch
+
+    p = x.points_t[0]
+    m = x.params["num_samples"]
+    out = torch.empty(m, dtype=torch.int64, device=p.device)
+    best = torch.full((p.shape[0],), float("inf"), device=p.device)
+    cur = int(x.params.get("start_index", 0))
+    for t in range(m):
+        out[t] = cur
+        d = p - p[cur]
+        best = torch.minimum(best, (d * d).sum(-1))
+        cur = int(torch.argmax(best))
+    x.sync()
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# kNN peers
+# ----------------------------------------------------------------------------------------------
+
+
+def _scipy_knn(x: Inputs):
+    from scipy.spatial import cKDTree
+
+    k = x.params["k"]
+    _, idx = cKDTree(x.points).query(x.query, k=k, workers=-1)
+    return np.asarray(idx).reshape(len(x.query), k)
+
+
+def _pykdtree_knn(x: Inputs):
+    from pykdtree.kdtree import KDTree
+
+    k = x.params["k"]
+    _, idx = KDTree(x.points).query(x.query, k=k)
+    return np.asarray(idx, np.int64).reshape(len(x.query), k)
+
+
+def _open3d_flann_knn(x: Inputs):
+    import open3d as o3d
+
+    pc = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(x.points.astype(np.float64)))
+    tree = o3d.geometry.KDTreeFlann(pc)
+    k = x.params["k"]
+    q = x.query.astype(np.float64)
+    out = np.empty((len(q), k), np.int64)
+    for i in range(len(q)):
+        _, idx, _ = tree.search_knn_vector_3d(q[i], k)
+        out[i] = np.asarray(idx)
+    return out
+
+
+def _open3d_nns_knn(x: Inputs):
+    import open3d.core as o3c
+
+    nns = o3c.nns.NearestNeighborSearch(o3c.Tensor(x.points))
+    nns.knn_index()
+    idx, _ = nns.knn_search(o3c.Tensor(x.query), x.params["k"])
+    return idx.numpy().astype(np.int64)
+
+
+def _faiss_knn(x: Inputs):
+    import faiss
+
+    faiss.omp_set_num_threads(x.threads)
+    index = faiss.IndexFlatL2(x.points.shape[1])
+    index.add(x.points)
+    _, idx = index.search(x.query, x.params["k"])
+    return idx
+
+
+def _torch_knn(x: Inputs):
+    import torch
+
+    q, r = x.query_t[0], x.points_t[0]
+    k = x.params["k"]
+    chunk = max(1, (1 << 25) // max(r.shape[0], 1))
+    parts = [torch.cdist(q[i : i + chunk], r).topk(k, dim=1, largest=False, sorted=True).indices
+             for i in range(0, q.shape[0], chunk)]
+    out = torch.cat(parts) if parts else torch.empty((0, k), dtype=torch.int64)
+    x.sync()
+    return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Ball-query peers (first K matches by reference index, -1 padded)
+# ----------------------------------------------------------------------------------------------
+
+
+def _first_k_from_csr(flat_idx: np.ndarray, splits: np.ndarray, m: int, K: int) -> np.ndarray:
+    counts = np.diff(splits)
+    rows = np.repeat(np.arange(m), counts)
+    order = np.lexsort((flat_idx, rows))
+    flat_idx = flat_idx[order]
+    rank = np.arange(len(flat_idx)) - np.repeat(splits[:-1], counts)
+    keep = rank < K
+    out = np.full((m, K), -1, np.int64)
+    out[rows[keep], rank[keep]] = flat_idx[keep]
+    return out
+
+
+def _scipy_ball(x: Inputs):
+    from scipy.spatial import cKDTree
+
+    lists = cKDTree(x.points).query_ball_point(x.query, x.params["radius"], workers=-1)
+    K = x.params["K"]
+    out = np.full((len(lists), K), -1, np.int64)
+    for i, lst in enumerate(lists):
+        hit = np.sort(np.asarray(lst, np.int64))[:K]
+        out[i, : len(hit)] = hit
+    return out
+
+
+def _open3d_nns_ball(x: Inputs):
+    import open3d.core as o3c
+
+    nns = o3c.nns.NearestNeighborSearch(o3c.Tensor(x.points))
+    nns.fixed_radius_index(x.params["radius"])
+    idx, _, splits = nns.fixed_radius_search(o3c.Tensor(x.query), x.params["radius"], sort=False)
+    return _first_k_from_csr(idx.numpy().astype(np.int64), splits.numpy().astype(np.int64),
+                             len(x.query), x.params["K"])
+
+
+def _open3d_flann_ball(x: Inputs):
+    import open3d as o3d
+
+    pc = o3d.geometry.PointCloud(o3d.utility.Vector3dVector(x.points.astype(np.float64)))
+    tree = o3d.geometry.KDTreeFlann(pc)
+    K, r = x.params["K"], x.params["radius"]
+    q = x.query.astype(np.float64)
+    out = np.full((len(q), K), -1, np.int64)
+    for i in range(len(q)):
+        _, idx, _ = tree.search_radius_vector_3d(q[i], r)
+        hit = np.sort(np.asarray(idx, np.int64))[:K]
+        out[i, : len(hit)] = hit
+    return out
+
+
+def _torch_ball(x: Inputs):
+    import torch
+
+    q, r = x.query_t[0], x.points_t[0]
+    K = x.params["K"]
+    r2 = float(np.float32(np.float32(x.params["radius"]) ** 2))
+    out = torch.full((q.shape[0], K), -1, dtype=torch.int64, device=q.device)
+    chunk = max(1, (1 << 23) // max(r.shape[0], 1))
+    for i in range(0, q.shape[0], chunk):
+        d = q[i : i + chunk, None, :] - r[None]
+        mask = (d * d).sum(-1) < r2
+        cs = mask.cumsum(1)
+        rows, cols = torch.nonzero(mask & (cs <= K), as_tuple=True)
+        out[i + rows, cs[rows, cols] - 1] = cols
+    x.sync()
+    return out
+
+
+def all_peers() -> list[Peer]:
+    fps_note_bucket = "QuickFPS bucket method (exact FPS result)"
+    return [
+        Peer("pcops", "pcops", "fps", _pcops_fps, is_pcops=True),
+        Peer("fpsample.fps_sampling", "fpsample", "fps", _fpsample("fps_sampling")),
+        Peer("fpsample.bucket_fps_kdtree_sampling", "fpsample", "fps",
+             _fpsample("bucket_fps_kdtree_sampling"), notes=fps_note_bucket),
+        Peer("fpsample.bucket_fps_kdline_sampling(h=7)", "fpsample", "fps",
+             _fpsample("bucket_fps_kdline_sampling", h=7), notes=fps_note_bucket, slow=True),
+        Peer("open3d.farthest_point_down_sample", "open3d", "fps", _open3d_fps, returns="points",
+             notes="returns points (compared by coordinates)"),
+        Peer("torch loop", "torch", "fps", _torch_fps, slow=True),
+        Peer("pcops", "pcops", "knn", _pcops_knn, is_pcops=True),
+        Peer("scipy.cKDTree", "scipy", "knn", _scipy_knn, notes="build included, workers=-1"),
+        Peer("pykdtree", "pykdtree", "knn", _pykdtree_knn, notes="build included"),
+        Peer("open3d.KDTreeFlann", "open3d", "knn", _open3d_flann_knn, slow=True,
+             notes="build included, one Python call per query"),
+        Peer("open3d.nns", "open3d", "knn", _open3d_nns_knn, notes="core.nns knn_index + knn_search"),
+        Peer("faiss.IndexFlatL2", "faiss-cpu", "knn", _faiss_knn),
+        Peer("torch cdist+topk", "torch", "knn", _torch_knn, slow=True),
+        Peer("pcops", "pcops", "ball_query", _pcops_ball, is_pcops=True),
+        Peer("scipy.query_ball_point", "scipy", "ball_query", _scipy_ball,
+             notes="build included, workers=-1, first K by index"),
+        Peer("open3d.nns", "open3d", "ball_query", _open3d_nns_ball,
+             notes="fixed_radius_index + search, first K by index"),
+        Peer("open3d.KDTreeFlann", "open3d", "ball_query", _open3d_flann_ball, slow=True,
+             notes="one Python call per query, first K by index"),
+        Peer("torch mask", "torch", "ball_query", _torch_ball, slow=True),
+    ]
+
+
+def peers_for(op: str, selected: list[str] | None = None, quick: bool = False) -> list[Peer]:
+    """Peers of ``op`` (knn_graph uses the knn peers); ``selected`` filters by name prefix
+    (pcops is always kept)."""
+    base = "knn" if op == "knn_graph" else op
+    out = []
+    for p in all_peers():
+        if p.op != base:
+            continue
+        if quick and p.slow:
+            continue
+        if selected and not p.is_pcops and not any(p.name.startswith(s) or p.package == s for s in selected):
+            continue
+        out.append(p)
+    return out

@@ -1,0 +1,326 @@
+"""The comparison harness behind ``pcops bench`` (DESIGN.md section 7).
+
+For every case (operator x cloud x size x order) the exact oracle runs once, then pcops and each
+installed peer are timed in this process (median of repeated runs, warm-up excluded) and their
+results are checked against the oracle. Everything goes into one JSON file with the environment.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+import traceback
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from pcops.bench import cases as C
+from pcops.bench import oracle
+from pcops.bench import timing
+from pcops.bench.peers import Inputs, Peer, all_peers, package_version, peers_for
+
+SCHEMA = 1
+
+
+@dataclass
+class Config:
+    ops: list[str] = field(default_factory=lambda: list(C.OPS))
+    sizes: list[int] = field(default_factory=lambda: list(C.SIZES))
+    graph_sizes: list[int] = field(default_factory=lambda: list(C.GRAPH_SIZES))
+    orders: list[str] = field(default_factory=lambda: list(C.ORDERS))
+    clouds: list[str] = field(default_factory=lambda: list(C.CLOUDS))
+    repeat: int = 5
+    warmup: int = 1
+    peers: list[str] | None = None
+    quick: bool = False
+    threads: int | None = None
+    device: str = "cpu"
+    budget_s: float = 10.0  # predicted single run above this: skipped (budget)
+    total_cap_s: float = 30.0  # per method and case, repeats shrink to stay inside
+    probe_min_n: int = 100_000  # budget prediction for inputs at least this large
+    data_dir: str | None = None
+    params: dict = field(default_factory=dict)  # overrides, e.g. {"k": 8}
+
+
+# ----------------------------------------------------------------------------------------------
+# Environment
+# ----------------------------------------------------------------------------------------------
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def repo_root() -> Path | None:
+    here = Path(__file__).resolve()
+    for parent in here.parents:
+        if (parent / ".git").exists() and (parent / "pyproject.toml").is_file():
+            return parent
+    cwd = Path.cwd()
+    return cwd if (cwd / ".git").exists() else None
+
+
+def git_info() -> dict:
+    root = repo_root()
+    if root is None:
+        return {"commit": None, "dirty": None}
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                                timeout=10).stdout.strip() or None
+        status = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                                capture_output=True, text=True, timeout=10).stdout
+        return {"commit": commit, "dirty": bool(status.strip())}
+    except (OSError, subprocess.SubprocessError):
+        return {"commit": None, "dirty": None}
+
+
+def library_path() -> str | None:
+    env = os.environ.get("PCOPS_LIBRARY")
+    if env:
+        return str(Path(env).resolve())
+    import pcops
+
+    p = Path(pcops.__file__).resolve().parent / "_C.so"
+    return str(p) if p.is_file() else None
+
+
+def environment(threads: int, device: str) -> dict:
+    import torch
+
+    import pcops
+
+    versions = {"pcops": pcops.__version__, "python": platform.python_version(), "torch": torch.__version__,
+                "numpy": np.__version__}
+    for dist in sorted({p.package for p in all_peers()} - set(versions)):
+        versions[dist] = package_version(dist)
+    peers_available = {}
+    for p in all_peers():
+        ok, why = p.available()
+        peers_available[f"{p.op}:{p.name}"] = "yes" if ok else f"no ({why})"
+    return {
+        "cpu_model": cpu_model(),
+        "cpu_count": os.cpu_count(),
+        "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
+        "threads": threads,
+        "torch_threads": torch.get_num_threads(),
+        "device": device,
+        "platform": platform.platform(),
+        "versions": versions,
+        "library": library_path(),
+        "peers": peers_available,
+        "git": git_info(),
+    }
+
+
+def set_threads(threads: int | None) -> int:
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+        os.environ.setdefault("OMP_NUM_THREADS", str(threads))
+        try:
+            import open3d.core as o3c  # noqa: F401
+        except Exception:  # noqa: BLE001
+            pass
+    return torch.get_num_threads()
+
+
+# ----------------------------------------------------------------------------------------------
+# One case
+# ----------------------------------------------------------------------------------------------
+
+
+def _device_sync(device: str):
+    if device.startswith("cuda"):
+        import torch
+
+        return torch.cuda.synchronize
+    return lambda: None
+
+
+def make_inputs(case: C.Case, threads: int, device: str) -> Inputs:
+    import torch
+
+    query = None if case.op in ("fps",) else case.query
+    pts_t = torch.from_numpy(case.points).to(device)[None]
+    q_t = None if query is None else torch.from_numpy(np.ascontiguousarray(query)).to(device)[None]
+    params = dict(case.params)
+    return Inputs(case.points, None if query is None else np.ascontiguousarray(query), pts_t, q_t, params,
+                  threads, _device_sync(device))
+
+
+def scaled(inputs: Inputs, op: str, fraction: float) -> Inputs:
+    """The same work on a fraction of the samples (FPS) or queries (kNN, ball query)."""
+    params = dict(inputs.params)
+    if op == "fps":
+        params["num_samples"] = max(2, int(round(params["num_samples"] * fraction)))
+        return Inputs(inputs.points, None, inputs.points_t, None, params, inputs.threads, inputs.sync)
+    m = max(1, int(round(len(inputs.query) * fraction)))
+    return Inputs(inputs.points, inputs.query[:m], inputs.points_t, inputs.query_t[:, :m], params,
+                  inputs.threads, inputs.sync)
+
+
+def compute_oracle(case: C.Case) -> np.ndarray:
+    p = case.params
+    if case.op == "fps":
+        return oracle.fps(case.points, p["num_samples"], p["start_index"])
+    if case.op in ("knn", "knn_graph"):
+        return oracle.knn(case.query, case.points, p["k"])
+    if case.op == "ball_query":
+        return oracle.ball_query(case.query, case.points, p["radius"], p["K"])
+    raise ValueError(case.op)
+
+
+def check(case: C.Case, peer: Peer, result, want: np.ndarray) -> dict:
+    """Correctness counts of one result against the oracle; ``errors`` is the headline count."""
+    if hasattr(result, "detach"):
+        result = result.detach().cpu().numpy()
+    result = np.asarray(result)
+    if case.op == "fps":
+        start = case.params["start_index"]
+        if peer.returns == "points":
+            # Open3D returns the selected points in index order, not selection order: compare sets.
+            n = oracle.fps_point_set_missing(result, case.points, want)
+            return {"errors": n, "missing": n, "compared_as_set": True}
+        got = result.reshape(-1).astype(np.int64)
+        n = oracle.fps_mismatches(got, want)
+        rec = {"errors": n, "mismatches": n, "missing": int(len(np.setdiff1d(want, got))),
+               "ignores_start": bool(len(got) > 0 and got[0] != start)}
+        if rec["ignores_start"] and 0 <= got[0] < len(case.points):
+            # Still exact? Compare with the oracle started where the method started.
+            own = oracle.fps(case.points, case.params["num_samples"], int(got[0]))
+            rec["mismatches_own_start"] = oracle.fps_mismatches(got, own)
+            rec["errors"] = rec["mismatches_own_start"]
+        return rec
+    if case.op in ("knn", "knn_graph"):
+        e = oracle.knn_errors(result.reshape(want.shape).astype(np.int64), want)
+        return {"errors": e["misplaced"], **e}
+    n = oracle.ball_query_mismatches(result.reshape(want.shape), want)
+    return {"errors": n, "mismatches": n}
+
+
+def run_case(case: C.Case, peers: list[Peer], cfg: Config, threads: int, progress=None) -> list[dict]:
+    inputs = make_inputs(case, threads, cfg.device)
+    t0 = time.perf_counter()
+    want = compute_oracle(case)
+    oracle_s = time.perf_counter() - t0
+    records = []
+    base = {"op": case.op, "cloud": case.cloud, "order": case.order, "n": case.n, "params": case.params,
+            "cloud_description": case.description, "oracle_s": oracle_s}
+    for peer in peers:
+        rec = dict(base, peer=peer.name, package=peer.package, is_pcops=peer.is_pcops, notes=peer.notes)
+        if progress is not None:
+            progress(f"{case.key} {peer.name}")
+        ok, why = peer.available()
+        if not ok:
+            rec.update(status="unavailable", reason=why)
+            records.append(rec)
+            continue
+        try:
+            predicted = None
+            if cfg.budget_s and (case.n >= cfg.probe_min_n or case.op == "knn_graph"):
+                predicted = timing.predict(lambda f: peer.fn(scaled(inputs, case.op, f)))
+                rec["predicted_s"] = predicted
+                if predicted > cfg.budget_s:
+                    rec.update(status="skipped (budget)",
+                               reason=f"predicted {predicted:.1f} s > budget {cfg.budget_s:g} s")
+                    records.append(rec)
+                    continue
+            m = timing.measure(lambda: peer.fn(inputs), cfg.repeat, cfg.warmup, cfg.total_cap_s, predicted)
+            rec.update(status="ok", median_s=m["median_s"], times_s=m["times_s"], repeats=m["repeats"],
+                       warmup=m["warmup"])
+            rec["correctness"] = check(case, peer, m["output"], want)
+        except Exception as exc:  # noqa: BLE001 (a failing peer is a result, not a crash)
+            rec.update(status="error", reason=f"{type(exc).__name__}: {exc}",
+                       traceback=traceback.format_exc(limit=3))
+        records.append(rec)
+    return records
+
+
+def build_cases(cfg: Config):
+    """Yields (op, cloud, n, order) tuples in run order (cheap first)."""
+    for op in cfg.ops:
+        sizes = cfg.graph_sizes if op == "knn_graph" else cfg.sizes
+        for n in sorted(sizes):
+            for cloud in cfg.clouds:
+                for order in cfg.orders:
+                    yield op, cloud, n, order
+
+
+def run(cfg: Config, progress_bar: bool = True, log=print) -> dict:
+    threads = set_threads(cfg.threads)
+    env = environment(threads, cfg.device)
+    plan = list(build_cases(cfg))
+    records: list[dict] = []
+    started = time.perf_counter()
+    bar = None
+    if progress_bar:
+        try:
+            from tqdm import tqdm
+
+            bar = tqdm(total=len(plan), desc="pcops bench", unit="case", file=sys.stderr)
+        except ImportError:
+            bar = None
+    for op, cloud, n, order in plan:
+        case = C.make_case(op, cloud, n, order, cfg.data_dir, cfg.params)
+        if bar is not None:
+            bar.set_postfix_str(f"{op} {cloud} {C.format_size(n)} {order}")
+        if case is None:
+            records.append({"op": op, "cloud": cloud, "order": order, "n": n, "peer": None,
+                            "status": "unavailable", "reason": "cloud not available at this size"})
+        else:
+            records.extend(run_case(case, peers_for(op, cfg.peers, cfg.quick), cfg, threads))
+        if bar is not None:
+            bar.update(1)
+    if bar is not None:
+        bar.close()
+    cfg_dict = {k: v for k, v in vars(cfg).items()}
+    return {
+        "schema": SCHEMA,
+        "kind": "bench",
+        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": "pcops " + " ".join(sys.argv[1:]) if Path(sys.argv[0]).name == "pcops" else
+                   " ".join([Path(sys.argv[0]).name] + sys.argv[1:]),
+        "wall_s": time.perf_counter() - started,
+        "environment": env,
+        "config": cfg_dict,
+        "results": records,
+    }
+
+
+def _jsonable(obj):
+    if isinstance(obj, dict):
+        return {str(k): _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, (np.integer,)):
+        return int(obj)
+    if isinstance(obj, (np.floating,)):
+        return float(obj)
+    if isinstance(obj, np.bool_):
+        return bool(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    return obj
+
+
+def write_json(doc: dict, out_dir: str | Path, stem: str = "bench") -> Path:
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    commit = (doc.get("environment", {}).get("git", {}) or {}).get("commit") or "nogit"
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    path = out_dir / f"{stem}-{stamp}-{commit[:8]}.json"
+    path.write_text(json.dumps(_jsonable(doc), indent=1, allow_nan=True) + "\n")
+    return path
