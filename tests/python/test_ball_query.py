@@ -300,6 +300,33 @@ def test_double_backward_matches_pure_pytorch(gen):
         torch.testing.assert_close(got, expect, rtol=1e-4, atol=1e-5)
 
 
+def test_self_query_gradients_accumulate(gen):
+    points = torch.rand(2, 30, 3, generator=gen, requires_grad=True)
+    dist2, idx = pcops.ball_query(points, points, 0.4, 6)
+    upstream = torch.randn(dist2.shape, generator=gen)
+    (got,) = torch.autograd.grad(dist2, points, upstream)
+    (expect,) = torch.autograd.grad(oracle.ball_query_dist2_torch(points, points, idx), points, upstream)
+    torch.testing.assert_close(got, expect, rtol=1e-5, atol=1e-6)
+
+
+def test_gradients_of_empty_outputs(gen):
+    for B, M, N, K in [(2, 5, 7, 0), (0, 5, 7, 3), (2, 0, 7, 3), (2, 5, 0, 3)]:
+        query = torch.rand(B, M, 3, generator=gen, requires_grad=True)
+        ref = torch.rand(B, N, 3, generator=gen, requires_grad=True)
+        dist2, _ = pcops.ball_query(query, ref, 0.5, K)
+        gq, gr = torch.autograd.grad(dist2.sum(), (query, ref), allow_unused=True)
+        assert gq.shape == query.shape and gr.shape == ref.shape
+        assert (gq == 0).all() and (gr == 0).all()
+
+
+def test_numpy_scalar_radius(gen):
+    query = torch.rand(1, 6, 3, generator=gen)
+    ref = torch.rand(1, 9, 3, generator=gen)
+    a = pcops.ball_query(query, ref, np.float32(0.4), 3)
+    b = pcops.ball_query(query, ref, float(np.float32(0.4)), 3)
+    assert torch.equal(a[1], b[1]) and torch.equal(a[0], b[0])
+
+
 def test_backward_op_validates_indices(gen):
     query = torch.rand(1, 4, 3, generator=gen)
     ref = torch.rand(1, 5, 3, generator=gen)

@@ -116,7 +116,7 @@ def test_bad_radius_is_value_error(radius):
         ball(radius=radius)
 
 
-@pytest.mark.parametrize("radius", [torch.tensor(0.5), True, "0.5", None])
+@pytest.mark.parametrize("radius", [torch.tensor(0.5), True, "0.5", None, 1j])
 def test_radius_must_be_a_python_number(radius):
     with pytest.raises(TypeError, match="radius"):
         ball(radius=radius)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 
 import torch
 
@@ -25,7 +26,7 @@ def ball_query(
         query: ``[B, M, 3]`` float32/float16/bfloat16 coordinates (half precision is converted
             exactly to float32). float64 and integer coordinates raise TypeError.
         ref: ``[B, N, 3]`` coordinates of the same dtype and on the same device.
-        radius: finite Python number >= 0; the threshold is ``fl32(fl32(r) * fl32(r))`` and a
+        radius: finite real number >= 0 (Python or NumPy scalar, not a tensor); the threshold is ``fl32(fl32(r) * fl32(r))`` and a
             match needs ``s < threshold`` (radius 0 matches nothing).
         K: maximum matches per query (>= 0).
         query_lengths, ref_lengths: optional int64 (or int32) ``[B]`` valid lengths per cloud.
@@ -38,10 +39,11 @@ def ball_query(
 
     Raises:
         ValueError: bad shapes, radius negative or not finite, K < 0, bad lengths, mixed devices.
-        TypeError: unsupported or mismatched dtypes, radius not a Python number, K not an int.
+        TypeError: unsupported or mismatched dtypes, radius not a real number (a tensor or a
+            bool), K not an int.
     """
-    if isinstance(radius, bool) or not isinstance(radius, (int, float)):
-        raise TypeError(f"radius: expected a Python number, got {type(radius).__name__}")
+    if isinstance(radius, bool) or not isinstance(radius, numbers.Real):
+        raise TypeError(f"radius: expected a real number, got {type(radius).__name__}")
     K = _checks.integer(K, "K")
     return torch.ops.pcops.ball_query(query, ref, float(radius), K, query_lengths, ref_lengths)
 
@@ -89,7 +91,16 @@ def _fake_backward(grad_dist2, query, ref, idx):
         grad_dist2.dtype in _checks.FLOAT_DTYPES,
         lambda: f"grad_dist2: expected float32, float16 or bfloat16, got {grad_dist2.dtype}",
     )
-    torch._check_value(idx.dim() == 3, lambda: f"idx: expected a 3-D tensor, got shape {tuple(idx.shape)}")
+    torch._check_value(query.shape[2] == 3, lambda: f"query: expected 3-D points, got dim {query.shape[2]}")
+    torch._check_value(ref.shape[2] == 3, lambda: f"ref: expected 3-D points, got dim {ref.shape[2]}")
+    torch._check_value(
+        query.shape[0] == ref.shape[0],
+        lambda: f"ref: expected batch size {query.shape[0]} (as query), got {ref.shape[0]}",
+    )
+    torch._check_value(
+        idx.dim() == 3 and idx.shape[0] == query.shape[0] and idx.shape[1] == query.shape[1],
+        lambda: f"idx: expected shape [{query.shape[0]}, {query.shape[1]}, K], got {tuple(idx.shape)}",
+    )
     torch._check_value(
         grad_dist2.shape == idx.shape,
         lambda: f"grad_dist2: expected shape {tuple(idx.shape)}, got {tuple(grad_dist2.shape)}",
