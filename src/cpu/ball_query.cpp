@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "common/distance.hpp"
@@ -21,37 +22,34 @@ constexpr int kBlock = 256;
 constexpr double kMargin = 1.0 - 1e-5;
 constexpr double kTiny = 1e-30;
 
-struct Match {
-  int64_t id;
-  float s;
-};
-inline bool by_id(const Match& a, const Match& b) { return a.id < b.id; }
-
-// Keeps the K matches of smallest index (indices are distinct).
+// Keeps the K matches of smallest index. A match packs as (index << 32 | bits of s), so plain
+// integer order is index order (indices are distinct).
 class FirstK {
  public:
   explicit FirstK(int64_t K) : k_(K), cap_(std::max<int64_t>(2 * K, K + 64)), buf_(cap_) {}
   void reset() {
     n_ = 0;
-    t_ = INT64_MAX;
+    t_ = UINT64_MAX;
   }
-  void push(int64_t id, float s) {
-    if (id >= t_) return;
-    buf_[n_++] = Match{id, s};
+  void push(uint32_t id, float s) {
+    uint32_t sb;
+    std::memcpy(&sb, &s, 4);
+    const uint64_t v = (static_cast<uint64_t>(id) << 32) | sb;
+    if (v > t_) return;
+    buf_[n_++] = v;
     if (n_ == k_) {
-      int64_t m = buf_[0].id;
-      for (int64_t i = 1; i < n_; ++i) m = std::max(m, buf_[i].id);
-      t_ = m;
+      t_ = *std::max_element(buf_.begin(), buf_.begin() + n_);
     } else if (n_ == cap_) {
       cut();
     }
   }
   void finish(float* od, int64_t* oi) {
     if (n_ > k_) cut();
-    std::sort(buf_.begin(), buf_.begin() + n_, by_id);
+    std::sort(buf_.begin(), buf_.begin() + n_);
     for (int64_t t = 0; t < n_; ++t) {
-      od[t] = buf_[t].s;
-      oi[t] = buf_[t].id;
+      const uint32_t sb = static_cast<uint32_t>(buf_[t] & 0xFFFFFFFFu);
+      std::memcpy(&od[t], &sb, 4);
+      oi[t] = static_cast<int64_t>(buf_[t] >> 32);
     }
     for (int64_t t = n_; t < k_; ++t) {
       od[t] = 0.0f;
@@ -61,14 +59,14 @@ class FirstK {
 
  private:
   void cut() {
-    std::nth_element(buf_.begin(), buf_.begin() + (k_ - 1), buf_.begin() + n_, by_id);
+    std::nth_element(buf_.begin(), buf_.begin() + (k_ - 1), buf_.begin() + n_);
     n_ = k_;
-    t_ = buf_[k_ - 1].id;
+    t_ = buf_[k_ - 1];
   }
   int64_t k_, cap_;
-  std::vector<Match> buf_;
+  std::vector<uint64_t> buf_;
   int64_t n_ = 0;
-  int64_t t_ = INT64_MAX;
+  uint64_t t_ = UINT64_MAX;
 };
 
 void pad(float* od, int64_t* oi, int64_t K) {
@@ -89,7 +87,8 @@ void ball_brute_cloud(const CpuContext& ctx, const PointsView& query, const Poin
   const float* X = xt.data();
   parallel_for(ctx, 0, mq, std::max<int64_t>(1, (1 << 15) / std::max<int64_t>(n, 1)),
                [&](int64_t m0, int64_t m1) {
-    float s[kBlock];
+    float s[kBlock + 16];
+    int32_t off[kBlock + 16];
     for (int64_t m = m0; m < m1; ++m) {
       float* od = dist2 + (b * M + m) * K;
       int64_t* oi = idx + (b * M + m) * K;
@@ -97,15 +96,12 @@ void ball_brute_cloud(const CpuContext& ctx, const PointsView& query, const Poin
       int64_t filled = 0;
       for (int64_t j0 = 0; j0 < n && filled < K; j0 += kBlock) {
         const int len = static_cast<int>(std::min<int64_t>(kBlock, n - j0));
-        if (grid::squared_distances3(X + j0, X + n + j0, X + 2 * n + j0, len, qx, qy, qz, R2, true,
-                                     s) == 0)
-          continue;
-        for (int c = 0; c < len && filled < K; ++c) {
-          if (s[c] < R2) {
-            od[filled] = s[c];
-            oi[filled] = j0 + c;
-            ++filled;
-          }
+        const int cnt =
+            grid::filter3(X + j0, X + n + j0, X + 2 * n + j0, len, qx, qy, qz, R2, true, s, off);
+        for (int c = 0; c < cnt && filled < K; ++c) {
+          od[filled] = s[c];
+          oi[filled] = j0 + off[c];
+          ++filled;
         }
       }
       for (int64_t t = filled; t < K; ++t) {
@@ -123,7 +119,10 @@ bool ball_grid_cloud(const CpuContext& ctx, const PointsView& query, const Point
   // Every match has exact distance below rr (the float32 s is within a relative 1e-6 of the
   // exact squared distance, up to an absolute underflow error far below kTiny).
   const double rr = std::sqrt(static_cast<double>(R2) + kTiny) * (1.0 + 1e-5);
-  grid::Grid g;
+  // Warm buffers across calls (see knn.cpp). A reference, so that the workers' lambdas below use
+  // this thread's grid rather than their own thread_local instance.
+  static thread_local grid::Grid tls_grid;
+  grid::Grid& g = tls_grid;
   grid::BuildOptions opt;
   const char* f = std::getenv("PCOPS_BQ_CELL");
   opt.min_cell = rr * (f ? std::atof(f) : 0.5);
@@ -139,7 +138,8 @@ bool ball_grid_cloud(const CpuContext& ctx, const PointsView& query, const Point
   auto beyond = [&](double lb2) { return lb2 > kTiny && lb2 * kMargin >= lim; };
   parallel_for(ctx, 0, mq, 16, [&](int64_t m0, int64_t m1) {
     FirstK fk(K);
-    float s[kBlock];
+    float s[kBlock + 16];
+    int32_t off[kBlock + 16];
     for (int64_t m = m0; m < m1; ++m) {
       const int64_t i = b * M + m;
       const float qx = query.at(b, m, 0), qy = query.at(b, m, 1), qz = query.at(b, m, 2);
@@ -149,7 +149,7 @@ bool ball_grid_cloud(const CpuContext& ctx, const PointsView& query, const Point
         for (int64_t j = 0; j < n; ++j) {
           const float sj = common::squared_distance3(qx, qy, qz, ref.at(b, j, 0), ref.at(b, j, 1),
                                                      ref.at(b, j, 2));
-          if (sj < R2) fk.push(j, sj);
+          if (sj < R2) fk.push(static_cast<uint32_t>(j), sj);
         }
         fk.finish(dist2 + i * K, idx + i * K);
         continue;
@@ -170,11 +170,10 @@ bool ball_grid_cloud(const CpuContext& ctx, const PointsView& query, const Point
           const int64_t p0 = g.cell_start[row + c0[0]], p1 = g.cell_start[row + c1[0] + 1];
           for (int64_t j0 = p0; j0 < p1; j0 += kBlock) {
             const int len = static_cast<int>(std::min<int64_t>(kBlock, p1 - j0));
-            if (grid::squared_distances3(g.x.get() + j0, g.y.get() + j0, g.z.get() + j0, len, qx,
-                                         qy, qz, R2, true, s) == 0)
-              continue;
-            for (int c = 0; c < len; ++c)
-              if (s[c] < R2) fk.push(g.id[j0 + c], s[c]);
+            const int cnt = grid::filter3(g.x.data() + j0, g.y.data() + j0, g.z.data() + j0, len,
+                                          qx, qy, qz, R2, true, s, off);
+            const int32_t* ids = g.id.data() + j0;
+            for (int c = 0; c < cnt; ++c) fk.push(static_cast<uint32_t>(ids[off[c]]), s[c]);
           }
         }
       }

@@ -12,9 +12,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <vector>
 
 #include "common/distance.hpp"
+#include "pcops/error.hpp"
 #include "cpu/spatial_grid.hpp"
 
 namespace pcops::cpu {
@@ -30,40 +32,47 @@ inline bool beyond(double lb2, float threshold) {
   return lb2 > kTiny && lb2 * kMargin > static_cast<double>(threshold);
 }
 
-struct Cand {
-  float key;
-  int64_t id;
-};
-inline bool cand_less(const Cand& a, const Cand& b) {
-  return a.key < b.key || (a.key == b.key && a.id < b.id);
+inline uint32_t float_bits(float f) {
+  uint32_t u;
+  std::memcpy(&u, &f, 4);
+  return u;
+}
+inline float bits_float(uint32_t u) {
+  float f;
+  std::memcpy(&f, &u, 4);
+  return f;
 }
 
+// The best k candidates by (key, index). A key is never NaN and never negative (s >= +0, NaN
+// mapped to +inf), so its bit pattern orders like its value and (key, index) packs into one
+// uint64 that sorts with plain integer comparisons.
 class TopK {
  public:
   explicit TopK(int64_t k) : k_(k), cap_(std::max<int64_t>(2 * k, k + 64)), buf_(cap_) {}
   void reset() {
     n_ = 0;
-    t_ = INFINITY;
+    t_ = UINT64_MAX;
+    tf_ = INFINITY;
   }
-  float threshold() const { return t_; }
-  // key must not be NaN.
-  void push(float key, int64_t id) {
-    if (key > t_) return;
-    buf_[n_++] = Cand{key, id};
+  // Candidates with key above this cannot enter (+inf until k candidates were seen).
+  float threshold() const { return tf_; }
+  void push(float key, uint32_t id) {
+    const uint64_t v = (static_cast<uint64_t>(float_bits(key)) << 32) | id;
+    if (v > t_) return;
+    buf_[n_++] = v;
     if (n_ == k_) {
-      float m = buf_[0].key;
-      for (int64_t i = 1; i < n_; ++i) m = std::max(m, buf_[i].key);
-      t_ = m;
+      t_ = *std::max_element(buf_.begin(), buf_.begin() + n_);
+      tf_ = bits_float(static_cast<uint32_t>(t_ >> 32));
     } else if (n_ == cap_) {
       cut();
     }
   }
   void finish(float* od, int64_t* oi) {
     if (n_ > k_) cut();
-    std::sort(buf_.begin(), buf_.begin() + n_, cand_less);
+    std::sort(buf_.begin(), buf_.begin() + n_);
     for (int64_t t = 0; t < n_; ++t) {
-      od[t] = std::sqrt(buf_[t].key);
-      oi[t] = buf_[t].id;
+      od[t] = std::sqrt(bits_float(static_cast<uint32_t>(buf_[t] >> 32)));
+      oi[t] = static_cast<int64_t>(buf_[t] & 0xFFFFFFFFu);
     }
     for (int64_t t = n_; t < k_; ++t) {
       od[t] = INFINITY;
@@ -73,14 +82,16 @@ class TopK {
 
  private:
   void cut() {
-    std::nth_element(buf_.begin(), buf_.begin() + (k_ - 1), buf_.begin() + n_, cand_less);
+    std::nth_element(buf_.begin(), buf_.begin() + (k_ - 1), buf_.begin() + n_);
     n_ = k_;
-    t_ = buf_[k_ - 1].key;
+    t_ = buf_[k_ - 1];
+    tf_ = bits_float(static_cast<uint32_t>(t_ >> 32));
   }
   int64_t k_, cap_;
-  std::vector<Cand> buf_;
+  std::vector<uint64_t> buf_;
   int64_t n_ = 0;
-  float t_ = INFINITY;
+  uint64_t t_ = UINT64_MAX;
+  float tf_ = INFINITY;
 };
 
 void pad(float* od, int64_t* oi, int64_t k) {
@@ -111,7 +122,8 @@ void knn_brute(const CpuContext& ctx, const PointsView& query, const PointsView&
   parallel_for(ctx, 0, B * M, grain, [&](int64_t i0, int64_t i1) {
     TopK tk(std::max<int64_t>(k, 1));
     std::vector<float> q(static_cast<size_t>(D));
-    float s[kBlock];
+    float s[kBlock + 16];
+    int32_t off[kBlock + 16];
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t b = i / M, m = i % M;
       float* od = dist + i * k;
@@ -128,14 +140,18 @@ void knn_brute(const CpuContext& ctx, const PointsView& query, const PointsView&
       for (int64_t j0 = 0; j0 < n; j0 += kBlock) {
         const int len = static_cast<int>(std::min<int64_t>(kBlock, n - j0));
         const float t = tk.threshold();
-        if (D == 3) {
-          const int cnt = grid::squared_distances3(base + j0, base + N + j0, base + 2 * N + j0, len,
-                                                   q[0], q[1], q[2], t, false, s);
-          if (cnt == 0 && t < INFINITY) continue;
-        } else {
-          grid::squared_distances_nd(base + j0, N, D, len, q.data(), s);
+        if (D == 3 && t < INFINITY) {  // NaN and +inf keys cannot pass a finite threshold
+          const int cnt = grid::filter3(base + j0, base + N + j0, base + 2 * N + j0, len, q[0], q[1],
+                                        q[2], t, false, s, off);
+          for (int c = 0; c < cnt; ++c) tk.push(s[c], static_cast<uint32_t>(j0 + off[c]));
+          continue;
         }
-        for (int c = 0; c < len; ++c) tk.push(common::knn_key(s[c]), j0 + c);
+        if (D == 3)
+          grid::squared_distances3(base + j0, base + N + j0, base + 2 * N + j0, len, q[0], q[1], q[2],
+                                   t, false, s);
+        else
+          grid::squared_distances_nd(base + j0, N, D, len, q.data(), s);
+        for (int c = 0; c < len; ++c) tk.push(common::knn_key(s[c]), static_cast<uint32_t>(j0 + c));
       }
       tk.finish(od, oi);
     }
@@ -155,23 +171,18 @@ struct GridSearch {
     return d > 0.0 ? d * d : 0.0;
   }
 
-  void scan(int64_t p0, int64_t p1, float qx, float qy, float qz, TopK& tk, float* s) const {
+  void scan(int64_t p0, int64_t p1, float qx, float qy, float qz, TopK& tk, float* s,
+            int32_t* off) const {
     for (int64_t j0 = p0; j0 < p1; j0 += kBlock) {
       const int len = static_cast<int>(std::min<int64_t>(kBlock, p1 - j0));
-      float t = tk.threshold();
-      const int cnt = grid::squared_distances3(g.x.get() + j0, g.y.get() + j0, g.z.get() + j0, len,
-                                               qx, qy, qz, t, false, s);
-      if (cnt == 0) continue;
-      for (int c = 0; c < len; ++c) {
-        if (s[c] <= t) {
-          tk.push(s[c], g.id[j0 + c]);
-          t = tk.threshold();
-        }
-      }
+      const int cnt = grid::filter3(g.x.data() + j0, g.y.data() + j0, g.z.data() + j0, len, qx, qy,
+                                    qz, tk.threshold(), false, s, off);
+      const int32_t* ids = g.id.data() + j0;
+      for (int c = 0; c < cnt; ++c) tk.push(s[c], static_cast<uint32_t>(ids[off[c]]));
     }
   }
 
-  void query(float qx, float qy, float qz, TopK& tk, float* s) const {
+  void query(float qx, float qy, float qz, TopK& tk, float* s, int32_t* off) const {
     const double q[3] = {qx, qy, qz};
     int64_t cq[3];
     for (int a = 0; a < 3; ++a) cq[a] = g.coord(a, q[a]);
@@ -192,13 +203,13 @@ struct GridSearch {
           const int64_t row = g.cell(0, y, z);
           if (ring_z || (y - cq[1] == r) || (cq[1] - y == r)) {
             if (beyond(gyz + gap(0, lo[0], hi[0], q[0]), tk.threshold())) continue;
-            scan(g.cell_start[row + lo[0]], g.cell_start[row + hi[0] + 1], qx, qy, qz, tk, s);
+            scan(g.cell_start[row + lo[0]], g.cell_start[row + hi[0] + 1], qx, qy, qz, tk, s, off);
           } else {
             const int64_t xa = cq[0] - r, xb = cq[0] + r;
             if (xa >= 0 && !beyond(gyz + gap(0, xa, xa, q[0]), tk.threshold()))
-              scan(g.cell_start[row + xa], g.cell_start[row + xa + 1], qx, qy, qz, tk, s);
+              scan(g.cell_start[row + xa], g.cell_start[row + xa + 1], qx, qy, qz, tk, s, off);
             if (xb < dims[0] && !beyond(gyz + gap(0, xb, xb, q[0]), tk.threshold()))
-              scan(g.cell_start[row + xb], g.cell_start[row + xb + 1], qx, qy, qz, tk, s);
+              scan(g.cell_start[row + xb], g.cell_start[row + xb + 1], qx, qy, qz, tk, s, off);
           }
         }
       }
@@ -217,7 +228,7 @@ struct GridSearch {
     for (const int64_t j : g.special)
       tk.push(common::knn_key(common::squared_distance3(qx, qy, qz, ref.at(b, j, 0), ref.at(b, j, 1),
                                                         ref.at(b, j, 2))),
-              j);
+              static_cast<uint32_t>(j));
   }
 };
 
@@ -255,19 +266,20 @@ void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const Points
   const GridSearch search{g, ref, b};
   parallel_for(ctx, 0, mq, 16, [&](int64_t t0, int64_t t1) {
     TopK tk(k);
-    float s[kBlock];
+    float s[kBlock + 16];
+    int32_t off[kBlock + 16];
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t m = order.empty() ? t : order[t];
       const int64_t i = b * M + m;
       const float qx = query.at(b, m, 0), qy = query.at(b, m, 1), qz = query.at(b, m, 2);
       tk.reset();
       if (grid::finite3(qx, qy, qz)) {
-        search.query(qx, qy, qz, tk, s);
+        search.query(qx, qy, qz, tk, s, off);
       } else {
         for (int64_t j = 0; j < n; ++j)
           tk.push(common::knn_key(common::squared_distance3(qx, qy, qz, ref.at(b, j, 0),
                                                             ref.at(b, j, 1), ref.at(b, j, 2))),
-                  j);
+                  static_cast<uint32_t>(j));
       }
       tk.finish(dist + i * k, idx + i * k);
     }
@@ -281,12 +293,15 @@ void knn(const CpuContext& ctx, PointsView query, PointsView ref, LengthsView qu
   core::validate_knn(query, ref, query_lengths, ref_lengths, params);
   const int64_t k = params.k, M = query.count, B = query.batch, N = ref.count;
   if (k == 0 || B * M == 0) return;
+  PCOPS_CHECK(N <= int64_t{0xFFFFFFFF}, Value, "ref: at most 2^32 - 1 points per cloud are supported, got ",
+              N);
   const bool use_grid_at_all = ref.dim == 3 && N < (int64_t{1} << 31) && M >= 32 && N >= 512;
   if (!use_grid_at_all) {
     knn_brute(ctx, query, ref, query_lengths, ref_lengths, k, dist, idx);
     return;
   }
-  grid::Grid g;
+  // Kept per calling thread: rebuilding into warm buffers avoids faulting in fresh pages.
+  static thread_local grid::Grid g;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t n = ref_lengths.get(b, N), mq = query_lengths.get(b, M);
     for (int64_t m = mq; m < M; ++m) pad(dist + (b * M + m) * k, idx + (b * M + m) * k, k);

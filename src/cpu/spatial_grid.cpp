@@ -6,7 +6,11 @@
 
 #include <algorithm>
 #include <cmath>
+#include <immintrin.h>
 #include <limits>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 
 namespace pcops::cpu::grid {
 namespace {
@@ -35,10 +39,19 @@ double edge_for_cells(const double e[3], double target, double floor_h) {
   return hi;
 }
 
+template <class T>
+void grow(std::vector<T>& v, int64_t n) {
+  if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
+}
+
 }  // namespace
 
+double tnow() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() * 1e3; }
 void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
            const BuildOptions& opt, Grid& g) {
+  static const bool timing = std::getenv("PCOPS_GRID_TIMING") != nullptr;
+  double t0 = tnow();
+#define TMARK(name) if (timing) { double t1 = tnow(); std::fprintf(stderr, "%s %.2f  ", name, t1 - t0); t0 = t1; }
   const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>(max_threads(ctx), n / 32768));
   const int64_t step = (n + pieces - 1) / std::max<int64_t>(pieces, 1);
   auto piece_range = [&](int64_t p, int64_t& a, int64_t& e) {
@@ -92,9 +105,12 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
   const double target = std::max(1.0, std::min(cap, static_cast<double>(nf) / opt.points_per_cell));
 
   double h = edge_for_cells(ext, target, opt.min_cell);
+  TMARK("bbox");
 
-  std::unique_ptr<uint32_t[]> cid(new uint32_t[std::max<int64_t>(n, 1)]);
-  std::vector<std::vector<int32_t>> hist(pieces);
+  grow(g.scratch_cell, n);
+  uint32_t* cid = g.scratch_cell.data();
+  std::vector<std::vector<int32_t>>& hist = g.scratch_hist;
+  if (static_cast<int64_t>(hist.size()) < pieces) hist.resize(pieces);
   auto set_edge = [&](double edge) {
     g.h = edge;
     g.inv_h = 1.0 / edge;
@@ -113,7 +129,8 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
         int64_t a, e;
         piece_range(p, a, e);
         std::vector<int32_t>& hc = hist[p];
-        hc.assign(static_cast<size_t>(g.num_cells), 0);
+        grow(hc, g.num_cells);
+        std::fill(hc.begin(), hc.begin() + g.num_cells, 0);
         for (int64_t j = a; j < e; ++j) {
           const float px = pts.at(b, j, 0), py = pts.at(b, j, 1), pz = pts.at(b, j, 2);
           if (!finite3(px, py, pz)) {
@@ -136,6 +153,7 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
   };
   set_edge(h);
   int64_t occupied = assign();
+  TMARK("assign");
   // Surface-like or clustered data leaves most cells empty: refine once so that the occupied
   // cells hold about the target count (occupancy of a surface scales with 1/h^2).
   if (occupied > 0 && static_cast<double>(nf) / occupied > 2.0 * opt.points_per_cell &&
@@ -149,9 +167,10 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
     }
   }
 
+  TMARK("refine");
   // 3. Offsets: cell_start and the write cursor of every (piece, cell).
   const int64_t C = g.num_cells;
-  g.cell_start.resize(static_cast<size_t>(C) + 1);
+  grow(g.cell_start, C + 1);
   int32_t run = 0;
   for (int64_t c = 0; c < C; ++c) {
     g.cell_start[c] = run;
@@ -163,11 +182,14 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
   }
   g.cell_start[C] = run;
 
-  // 4. Scatter into cell order (stable).
-  g.x.reset(new float[std::max<int64_t>(nf, 1)]);
-  g.y.reset(new float[std::max<int64_t>(nf, 1)]);
-  g.z.reset(new float[std::max<int64_t>(nf, 1)]);
-  g.id.reset(new int32_t[std::max<int64_t>(nf, 1)]);
+  TMARK("prefix");
+  // 4. Scatter the indices into cell order (stable), then gather the coordinates: one random
+  // 4-byte write per point and independent random reads, instead of four random writes.
+  grow(g.x, nf + 1);
+  grow(g.y, nf + 1);
+  grow(g.z, nf + 1);
+  grow(g.id, nf + 1);
+  int32_t* perm = g.id.data();
   parallel_for(ctx, 0, pieces, 1, [&](int64_t p0, int64_t p1) {
     for (int64_t p = p0; p < p1; ++p) {
       int64_t a, e;
@@ -176,14 +198,34 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
       for (int64_t j = a; j < e; ++j) {
         const uint32_t c = cid[j];
         if (c == kSpecial) continue;
-        const int32_t at = cur[c]++;
-        g.x[at] = pts.at(b, j, 0);
-        g.y[at] = pts.at(b, j, 1);
-        g.z[at] = pts.at(b, j, 2);
-        g.id[at] = static_cast<int32_t>(j);
+        perm[cur[c]++] = static_cast<int32_t>(j);
       }
     }
   });
+  float* gx = g.x.data();
+  float* gy = g.y.data();
+  float* gz = g.z.data();
+  const bool packed = pts.stride_dim == 1 && pts.stride_point == 3;
+  parallel_for(ctx, 0, nf, 16384, [&](int64_t i0, int64_t i1) {
+    if (packed) {
+      const float* base = &pts.at(b, 0, 0);
+      for (int64_t i = i0; i < i1; ++i) {
+        const float* p = base + 3 * static_cast<int64_t>(perm[i]);
+        gx[i] = p[0];
+        gy[i] = p[1];
+        gz[i] = p[2];
+      }
+    } else {
+      for (int64_t i = i0; i < i1; ++i) {
+        const int64_t j = perm[i];
+        gx[i] = pts.at(b, j, 0);
+        gy[i] = pts.at(b, j, 1);
+        gz[i] = pts.at(b, j, 2);
+      }
+    }
+  });
+  TMARK("scatter");
+  if (timing) std::fprintf(stderr, "cells %lld\n", (long long)g.num_cells);
   g.special.clear();
   if (nf < n) {
     for (int64_t j = 0; j < n; ++j)
@@ -212,6 +254,103 @@ int squared_distances3(const float* __restrict x, const float* __restrict y,
     }
   }
   return cnt;
+}
+
+namespace {
+
+// The filter kernels compute s exactly as the contract does (sub, mul, mul, add, mul, add; no
+// FMA: the build uses -ffp-contract=off, which also covers intrinsics).
+int filter3_scalar(const float* x, const float* y, const float* z, int n, float qx, float qy,
+                   float qz, float limit, bool strict, float* out_s, int32_t* out_i) {
+  int cnt = 0;
+  for (int i = 0; i < n; ++i) {
+    const float dx = qx - x[i], dy = qy - y[i], dz = qz - z[i];
+    const float s = (dx * dx + dy * dy) + dz * dz;
+    if (strict ? s < limit : s <= limit) {
+      out_s[cnt] = s;
+      out_i[cnt] = i;
+      ++cnt;
+    }
+  }
+  return cnt;
+}
+
+__attribute__((target("avx512f")))
+int filter3_avx512(const float* x, const float* y, const float* z, int n, float qx, float qy,
+                   float qz, float limit, bool strict, float* out_s, int32_t* out_i) {
+  const __m512 vqx = _mm512_set1_ps(qx), vqy = _mm512_set1_ps(qy), vqz = _mm512_set1_ps(qz);
+  const __m512 vl = _mm512_set1_ps(limit);
+  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i step = _mm512_set1_epi32(16);
+  int cnt = 0;
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 live = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+    const __m512 dx = _mm512_sub_ps(vqx, _mm512_maskz_loadu_ps(live, x + i));
+    const __m512 dy = _mm512_sub_ps(vqy, _mm512_maskz_loadu_ps(live, y + i));
+    const __m512 dz = _mm512_sub_ps(vqz, _mm512_maskz_loadu_ps(live, z + i));
+    const __m512 sv = _mm512_add_ps(_mm512_add_ps(_mm512_mul_ps(dx, dx), _mm512_mul_ps(dy, dy)),
+                                    _mm512_mul_ps(dz, dz));
+    const __mmask16 m = strict ? _mm512_mask_cmp_ps_mask(live, sv, vl, _CMP_LT_OQ)
+                               : _mm512_mask_cmp_ps_mask(live, sv, vl, _CMP_LE_OQ);
+    if (m) {
+      // Compress in registers, then a full store (Zen 4 compress-to-memory is slow).
+      _mm512_storeu_ps(out_s + cnt, _mm512_maskz_compress_ps(m, sv));
+      _mm512_storeu_si512(out_i + cnt, _mm512_maskz_compress_epi32(m, idx));
+      cnt += __builtin_popcount(m);
+    }
+    idx = _mm512_add_epi32(idx, step);
+  }
+  return cnt;
+}
+
+__attribute__((target("avx2")))
+int filter3_avx2(const float* x, const float* y, const float* z, int n, float qx, float qy,
+                 float qz, float limit, bool strict, float* out_s, int32_t* out_i) {
+  const __m256 vqx = _mm256_set1_ps(qx), vqy = _mm256_set1_ps(qy), vqz = _mm256_set1_ps(qz);
+  const __m256 vl = _mm256_set1_ps(limit);
+  int cnt = 0, i = 0;
+  alignas(32) float sb[8];
+  for (; i + 8 <= n; i += 8) {
+    const __m256 dx = _mm256_sub_ps(vqx, _mm256_loadu_ps(x + i));
+    const __m256 dy = _mm256_sub_ps(vqy, _mm256_loadu_ps(y + i));
+    const __m256 dz = _mm256_sub_ps(vqz, _mm256_loadu_ps(z + i));
+    const __m256 sv = _mm256_add_ps(_mm256_add_ps(_mm256_mul_ps(dx, dx), _mm256_mul_ps(dy, dy)),
+                                    _mm256_mul_ps(dz, dz));
+    unsigned m = static_cast<unsigned>(_mm256_movemask_ps(
+        strict ? _mm256_cmp_ps(sv, vl, _CMP_LT_OQ) : _mm256_cmp_ps(sv, vl, _CMP_LE_OQ)));
+    if (m) {
+      _mm256_store_ps(sb, sv);
+      while (m) {
+        const int b = __builtin_ctz(m);
+        m &= m - 1;
+        out_s[cnt] = sb[b];
+        out_i[cnt] = i + b;
+        ++cnt;
+      }
+    }
+  }
+  const int tail = filter3_scalar(x + i, y + i, z + i, n - i, qx, qy, qz, limit, strict,
+                                  out_s + cnt, out_i + cnt);
+  for (int t = 0; t < tail; ++t) out_i[cnt + t] += i;
+  return cnt + tail;
+}
+
+using Filter3 = int (*)(const float*, const float*, const float*, int, float, float, float, float,
+                        bool, float*, int32_t*);
+
+Filter3 pick_filter3() {
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) return filter3_avx512;
+  if (__builtin_cpu_supports("avx2")) return filter3_avx2;
+  return filter3_scalar;
+}
+
+}  // namespace
+
+int filter3(const float* x, const float* y, const float* z, int n, float qx, float qy, float qz,
+            float limit, bool strict, float* out_s, int32_t* out_i) {
+  static const Filter3 impl = pick_filter3();
+  return impl(x, y, z, n, qx, qy, qz, limit, strict, out_s, out_i);
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default")))

@@ -10,7 +10,6 @@
 // when a lower bound of its distance, computed in double and widened by `slack`, provably exceeds
 // the current threshold with a relative margin that covers the float32 rounding of s.
 #include <cstdint>
-#include <memory>
 #include <vector>
 
 #include "pcops/context.hpp"
@@ -27,9 +26,13 @@ struct Grid {
   int64_t num_cells = 1;
   int64_t num_finite = 0;
   std::vector<int32_t> cell_start;  // num_cells + 1 offsets into the arrays below
-  std::unique_ptr<float[]> x, y, z;
-  std::unique_ptr<int32_t[]> id;
+  std::vector<float> x, y, z;       // coordinates in cell order (first num_finite are valid)
+  std::vector<int32_t> id;          // original indices in cell order
   std::vector<int64_t> special;     // indices of points with a non-finite coordinate, ascending
+
+  // Build scratch, kept so that a reused Grid does not fault in fresh pages on every call.
+  std::vector<uint32_t> scratch_cell;
+  std::vector<std::vector<int32_t>> scratch_hist;
 
   // Cell coordinate of a value along axis a, clamped into the grid (NaN goes to 0).
   int64_t coord(int a, double v) const {
@@ -51,7 +54,8 @@ struct BuildOptions {
   double max_cells_per_point = 2.0;
 };
 
-// Builds the grid over the first n points of cloud b of `pts` (dim 3, any strides).
+// Builds the grid over the first n points of cloud b of `pts` (dim 3, any strides). A Grid may be
+// rebuilt any number of times; its buffers only grow.
 void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
            const BuildOptions& opt, Grid& g);
 
@@ -60,6 +64,13 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
 // `strict`). Vectorised with AVX2/AVX-512 clones.
 int squared_distances3(const float* x, const float* y, const float* z, int n, float qx, float qy,
                        float qz, float limit, bool strict, float* out);
+
+// Like squared_distances3, but writes only the passing points (s <= limit, or s < limit when
+// `strict`): their s to out_s and their offsets in the block to out_i, in block order; returns
+// their number. n <= kFilterBlock; out_s and out_i must hold n + 16 entries.
+constexpr int kFilterBlock = 256;
+int filter3(const float* x, const float* y, const float* z, int n, float qx, float qy, float qz,
+            float limit, bool strict, float* out_s, int32_t* out_i);
 
 // General D on a coordinate-major block: out[i] = s(q, X[:, i]) with X[d][i] = xt[d * ld + i].
 void squared_distances_nd(const float* xt, int64_t ld, int64_t dim, int n, const float* q,
