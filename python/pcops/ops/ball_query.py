@@ -113,6 +113,7 @@ def _setup_context(ctx, inputs, output):
     _, idx = output
     ctx.save_for_backward(query, ref, idx)
     ctx.mark_non_differentiable(idx)
+    ctx.set_materialize_grads(False)  # no zero-filled gradient for idx (or an unused dist2)
 
 
 def _backward(ctx, grad_dist2, grad_idx):
