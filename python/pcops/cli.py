@@ -76,7 +76,7 @@ def cmd_demo(args) -> int:
     from pcops import demo
 
     return demo.main(data_dir=args.data_dir, out=args.out, quick=args.quick, threads=args.threads,
-                     repeat=args.repeat, progress=not args.no_progress)
+                     repeat=args.repeat, progress=not args.no_progress, download=not args.no_download)
 
 
 # ----------------------------------------------------------------------------------------------
@@ -106,7 +106,7 @@ def cmd_bench(args) -> int:
         if not torch.cuda.is_available():
             print("--device cuda: CUDA is not available in this torch build", file=sys.stderr)
             return 2
-    from pcops.bench.run import Config, run, write_json
+    from pcops.bench.run import Config, result_path, run, write_json
 
     ops = _csv(args.ops) if args.ops else list(C.OPS)
     for op in ops:
@@ -138,14 +138,23 @@ def cmd_bench(args) -> int:
         if c not in C.CLOUDS:
             print(f"--clouds: unknown cloud {c!r} (expected {', '.join(C.CLOUDS)})", file=sys.stderr)
             return 2
-    doc = run(cfg, progress_bar=not args.no_progress)
-    path = write_json(doc, args.out)
+    path = result_path(args.out)
+    command = "pcops " + " ".join(_shell_quote(a) for a in args.argv)
+    doc = run(cfg, progress_bar=not args.no_progress, checkpoint=lambda d: write_json(d, path=path),
+              command=command)
+    write_json(doc, path=path)
     print(summary_table(doc))
     print(f"\nwrote {path}")
     if not args.no_report:
         md, png = report.write_report(path, docs, source_label=_rel(path))
         print(f"wrote {md}" + (f" and {png}" if png else ""))
     return 0
+
+
+def _shell_quote(arg: str) -> str:
+    import shlex
+
+    return shlex.quote(arg)
 
 
 def _rel(path: Path) -> str:
@@ -203,6 +212,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--threads", type=int, default=None, help="torch/pcops threads (default: torch's)")
     p.add_argument("--repeat", type=int, default=3, help="measured runs per method (median reported)")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--no-download", action="store_true",
+                   help="do not fetch the real clouds from Debian when none are found (use a synthetic one)")
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("bench", help="the comparison harness against peer libraries")
@@ -235,7 +246,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
+    argv = list(sys.argv[1:] if argv is None else argv)
     args = parser.parse_args(argv)
+    args.argv = argv
     if not getattr(args, "command", None):
         parser.print_help()
         return 2

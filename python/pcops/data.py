@@ -33,6 +33,7 @@ __all__ = [
     "DataFormatError",
     "data_dir",
     "ensure_data",
+    "extract_from_debian",
     "find_data_dir",
     "list_clouds",
     "load",
@@ -501,6 +502,12 @@ def ensure_data(target: str | os.PathLike = "data/cgal", quiet: bool = False) ->
     found = find_data_dir()
     if found is not None:
         return found
+    return extract_from_debian(target, quiet)
+
+
+def extract_from_debian(target: str | os.PathLike = "data/cgal", quiet: bool = False) -> Path | None:
+    """Downloads Debian's libcgal-demo (``apt-get download``, no root needed), unpacks it with
+    ``dpkg -x`` and keeps the known files of ``data/points_3`` and ``data/meshes`` in ``target``."""
     target = Path(target)
     log = (lambda *a: None) if quiet else (lambda *a: print(*a, file=sys.stderr))
     if shutil.which("apt-get") is None or shutil.which("dpkg") is None:
@@ -521,8 +528,8 @@ def ensure_data(target: str | os.PathLike = "data/cgal", quiet: bool = False) ->
         with tarfile.open(tarball, "r:gz") as tar:
             for member in tar.getmembers():
                 name = Path(member.name).name
-                if (member.isfile() and name in KNOWN_FILES
-                        and any(member.name.lstrip("./").startswith(f) for f in _TARBALL_FOLDERS)):
+                inside = member.name[2:] if member.name.startswith("./") else member.name
+                if member.isfile() and name in KNOWN_FILES and inside.startswith(_TARBALL_FOLDERS):
                     src = tar.extractfile(member)
                     (target / name).write_bytes(src.read())
     got = [n for n in KNOWN_FILES if (target / n).is_file()]
@@ -539,7 +546,7 @@ def main(argv: list[str] | None = None) -> int:
     d = ensure_data(args.target) if args.ensure else find_data_dir()
     if d is None:
         print("pcops.data: NO REAL DATA FOUND; demo and benchmarks will use a SYNTHETIC cloud", file=sys.stderr)
-        return 1
+        return 0 if args.ensure else 1
     print(d)
     if args.list:
         for path in list_clouds(d):

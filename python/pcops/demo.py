@@ -39,12 +39,15 @@ STEPS = (
 )
 
 
-def _clouds(data_dir, quick: bool) -> list[tuple[str, np.ndarray, str]]:
+def _clouds(data_dir, quick: bool, download: bool = True) -> list[tuple[str, np.ndarray, str]]:
     try:
         files = pdata.list_clouds(data_dir)
     except FileNotFoundError as exc:
         print(f"pcops demo: {exc}", file=sys.stderr)
         files = []
+    if not files and data_dir is None and download:
+        found = pdata.ensure_data()
+        files = pdata.list_clouds(found) if found is not None else []
     if not files:
         banner = "!" * 78
         print(f"{banner}\npcops demo: NO REAL POINT CLOUDS FOUND (run `python -m pcops.data --ensure` or set "
@@ -65,11 +68,11 @@ def _case(op, name, pts, desc, params, query_index=None) -> C.Case:
 
 
 def run_demo(data_dir=None, quick: bool = False, threads: int | None = None, repeat: int = 3,
-             progress: bool = True) -> dict:
+             progress: bool = True, download: bool = True) -> dict:
     threads = set_threads(threads)
     # Small clouds: every method is probed first, so slow ones run fewer repeats (never fewer than one).
     cfg = Config(repeat=repeat, warmup=1, budget_s=2.0, total_cap_s=1.0, probe_min_n=0, quick=quick)
-    clouds = _clouds(data_dir, quick)
+    clouds = _clouds(data_dir, quick, download)
     bar = None
     if progress:
         try:
@@ -177,8 +180,9 @@ def plot(doc: dict, path: Path) -> Path | None:
     return path
 
 
-def main(data_dir=None, out="out/demo", quick=False, threads=None, repeat=3, progress=True) -> int:
-    doc = run_demo(data_dir, quick, threads, repeat, progress)
+def main(data_dir=None, out="out/demo", quick=False, threads=None, repeat=3, progress=True,
+         download=True) -> int:
+    doc = run_demo(data_dir, quick, threads, repeat, progress, download)
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "demo.json").write_text(json.dumps(_jsonable(doc), indent=1) + "\n")

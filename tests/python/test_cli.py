@@ -65,7 +65,7 @@ def test_no_command_prints_help(capsys):
 
 
 def test_demo_quick_writes_json_with_zero_pcops_errors(tmp_path, capsys):
-    rc = cli.main(["demo", "--quick", "--out", str(tmp_path), "--repeat", "1", "--no-progress"])
+    rc = cli.main(["demo", "--quick", "--out", str(tmp_path), "--repeat", "1", "--no-progress", "--no-download"])
     out = capsys.readouterr().out
     assert rc == 0, out
     doc = _strict_json(tmp_path / "demo.json")

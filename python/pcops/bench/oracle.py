@@ -82,6 +82,13 @@ def _first_k_sorted(s_rows: np.ndarray, idx_rows: np.ndarray | None, k: int) -> 
     return np.take_along_axis(np.asarray(ids), order, axis=1)[:, :k].astype(np.int64)
 
 
+def _sort_rows(s_rows: np.ndarray, ids: np.ndarray, k: int) -> np.ndarray:
+    """Per row, the k (s, index)-smallest of a few candidates (full sort, vectorised)."""
+    s = np.where(np.isnan(s_rows), np.float32(np.inf), s_rows)
+    order = np.lexsort((ids, s), axis=-1)[:, :k]
+    return np.take_along_axis(ids, order, axis=1).astype(np.int64)
+
+
 def knn(query: np.ndarray, ref: np.ndarray, k: int, chunk: int = 0) -> np.ndarray:
     """int64 [M, k] indices ordered by (contract s, index)."""
     query = np.ascontiguousarray(query, np.float32)
@@ -120,11 +127,11 @@ def _knn_tree(query, ref, k):
         r = rows[start : start + 4096]
         cand = idx[r]
         s = _sqdist_pairs(np.repeat(query[r], kk, axis=0), ref[cand.ravel()]).reshape(len(r), kk)
-        out[r] = _first_k_sorted(s, cand, k)
+        out[r] = _sort_rows(s, cand, k)
     for r in np.nonzero(~safe)[0]:
         cand = np.asarray(tree.query_ball_point(q64[r], dist[r, k - 1] * (1 + _MARGIN) + 1e-30), np.int64)
         s = _sqdist_pairs(np.repeat(query[r : r + 1], len(cand), axis=0), ref[cand])[None]
-        out[r] = _first_k_sorted(s, cand[None], k)[0]
+        out[r] = _sort_rows(s, cand[None], k)[0]
     return out
 
 

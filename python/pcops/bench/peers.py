@@ -255,19 +255,26 @@ def _open3d_flann_ball(x: Inputs):
 
 
 def _torch_ball(x: Inputs):
+    """Dense mask on squared distances, then the first K matches by index (cumulative count)."""
     import torch
 
     q, r = x.query_t[0], x.points_t[0]
     K = x.params["K"]
     r2 = float(np.float32(np.float32(x.params["radius"]) ** 2))
     out = torch.full((q.shape[0], K), -1, dtype=torch.int64, device=q.device)
-    chunk = max(1, (1 << 23) // max(r.shape[0], 1))
+    rt = r.t().contiguous()
+    chunk = max(1, (1 << 24) // max(r.shape[0], 1))
     for i in range(0, q.shape[0], chunk):
-        d = q[i : i + chunk, None, :] - r[None]
-        mask = (d * d).sum(-1) < r2
-        cs = mask.cumsum(1)
+        qc = q[i : i + chunk]
+        d = qc[:, 0:1] - rt[0]
+        s = d * d
+        for c in range(1, q.shape[1]):
+            d = qc[:, c : c + 1] - rt[c]
+            s += d * d
+        mask = s < r2
+        cs = mask.to(torch.int32).cumsum(1, dtype=torch.int32)
         rows, cols = torch.nonzero(mask & (cs <= K), as_tuple=True)
-        out[i + rows, cs[rows, cols] - 1] = cols
+        out[i + rows, (cs[rows, cols] - 1).long()] = cols
     x.sync()
     return out
 

@@ -14,7 +14,6 @@ import platform
 import subprocess
 import sys
 import time
-import traceback
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,7 +41,7 @@ class Config:
     threads: int | None = None
     device: str = "cpu"
     budget_s: float = 10.0  # predicted single run above this: skipped (budget)
-    total_cap_s: float = 30.0  # per method and case, repeats shrink to stay inside
+    total_cap_s: float = 20.0  # per method and case, repeats shrink to stay inside
     probe_min_n: int = 100_000  # budget prediction for inputs at least this large
     data_dir: str | None = None
     params: dict = field(default_factory=dict)  # overrides, e.g. {"k": 8}
@@ -86,14 +85,28 @@ def git_info() -> dict:
         return {"commit": None, "dirty": None}
 
 
-def library_path() -> str | None:
+def library_path(relative: bool = False) -> str | None:
+    """The loaded operator library; ``relative``: relative to the repository (or site-packages) so
+    that results carry no machine-specific paths."""
     env = os.environ.get("PCOPS_LIBRARY")
     if env:
-        return str(Path(env).resolve())
-    import pcops
+        p = Path(env).resolve()
+    else:
+        import pcops
 
-    p = Path(pcops.__file__).resolve().parent / "_C.so"
-    return str(p) if p.is_file() else None
+        p = Path(pcops.__file__).resolve().parent / "_C.so"
+        if not p.is_file():
+            return None
+    if not relative:
+        return str(p)
+    root = repo_root()
+    if root is not None:
+        try:
+            return str(p.relative_to(root))
+        except ValueError:
+            pass
+    parts = p.parts
+    return str(Path(*parts[parts.index("site-packages"):])) if "site-packages" in parts else p.name
 
 
 def environment(threads: int, device: str) -> dict:
@@ -118,7 +131,7 @@ def environment(threads: int, device: str) -> dict:
         "device": device,
         "platform": platform.platform(),
         "versions": versions,
-        "library": library_path(),
+        "library": library_path(relative=True),
         "peers": peers_available,
         "git": git_info(),
     }
@@ -243,8 +256,7 @@ def run_case(case: C.Case, peers: list[Peer], cfg: Config, threads: int, progres
                        warmup=m["warmup"])
             rec["correctness"] = check(case, peer, m["output"], want)
         except Exception as exc:  # noqa: BLE001 (a failing peer is a result, not a crash)
-            rec.update(status="error", reason=f"{type(exc).__name__}: {exc}",
-                       traceback=traceback.format_exc(limit=3))
+            rec.update(status="error", reason=f"{type(exc).__name__}: {exc}")
         records.append(rec)
     return records
 
@@ -259,9 +271,15 @@ def build_cases(cfg: Config):
                     yield op, cloud, n, order
 
 
-def run(cfg: Config, progress_bar: bool = True, log=print) -> dict:
+def run(cfg: Config, progress_bar: bool = True, log=print, checkpoint=None,
+        command: str = "pcops bench") -> dict:
+    """Runs every case; ``checkpoint(doc)`` (if given) is called after each case with the results
+    so far (``complete`` False), so an interrupted run still leaves its measurements."""
     threads = set_threads(cfg.threads)
     env = environment(threads, cfg.device)
+    if any(c != "sphere" for c in cfg.clouds) and C.pdata.data_dir(cfg.data_dir) is None:
+        log("pcops bench: NO REAL POINT CLOUDS FOUND (run `python -m pcops.data --ensure`); the scan and mesh "
+            "cases are reported as unavailable, only the SYNTHETIC sphere runs", file=sys.stderr)
     plan = list(build_cases(cfg))
     records: list[dict] = []
     started = time.perf_counter()
@@ -273,6 +291,19 @@ def run(cfg: Config, progress_bar: bool = True, log=print) -> dict:
             bar = tqdm(total=len(plan), desc="pcops bench", unit="case", file=sys.stderr)
         except ImportError:
             bar = None
+    def document(complete: bool) -> dict:
+        return {
+            "schema": SCHEMA,
+            "kind": "bench",
+            "complete": complete,
+            "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
+            "command": command,
+            "wall_s": time.perf_counter() - started,
+            "environment": env,
+            "config": dict(vars(cfg)),
+            "results": records,
+        }
+
     for op, cloud, n, order in plan:
         case = C.make_case(op, cloud, n, order, cfg.data_dir, cfg.params)
         if bar is not None:
@@ -284,20 +315,11 @@ def run(cfg: Config, progress_bar: bool = True, log=print) -> dict:
             records.extend(run_case(case, peers_for(op, cfg.peers, cfg.quick), cfg, threads))
         if bar is not None:
             bar.update(1)
+        if checkpoint is not None:
+            checkpoint(document(False))
     if bar is not None:
         bar.close()
-    cfg_dict = {k: v for k, v in vars(cfg).items()}
-    return {
-        "schema": SCHEMA,
-        "kind": "bench",
-        "created": _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": "pcops " + " ".join(sys.argv[1:]) if Path(sys.argv[0]).name == "pcops" else
-                   " ".join([Path(sys.argv[0]).name] + sys.argv[1:]),
-        "wall_s": time.perf_counter() - started,
-        "environment": env,
-        "config": cfg_dict,
-        "results": records,
-    }
+    return document(True)
 
 
 def _jsonable(obj):
@@ -316,11 +338,16 @@ def _jsonable(obj):
     return obj
 
 
-def write_json(doc: dict, out_dir: str | Path, stem: str = "bench") -> Path:
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    commit = (doc.get("environment", {}).get("git", {}) or {}).get("commit") or "nogit"
+def result_path(out_dir: str | Path, stem: str = "bench") -> Path:
+    commit = git_info().get("commit") or "nogit"
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
-    path = out_dir / f"{stem}-{stamp}-{commit[:8]}.json"
-    path.write_text(json.dumps(_jsonable(doc), indent=1, allow_nan=True) + "\n")
+    return Path(out_dir) / f"{stem}-{stamp}-{commit[:8]}.json"
+
+
+def write_json(doc: dict, out_dir: str | Path | None = None, stem: str = "bench", path: Path | None = None) -> Path:
+    path = Path(path) if path is not None else result_path(out_dir, stem)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_suffix(".json.tmp")
+    tmp.write_text(json.dumps(_jsonable(doc), indent=1, allow_nan=False) + "\n")
+    tmp.replace(path)
     return path
