@@ -27,7 +27,8 @@ def f32(x) -> np.float32:
 
 @pytest.mark.parametrize("radius,K", [(0.1, 8), (0.3, 32), (0.7, 5)])
 def test_synthetic_clouds_match_oracle(cloud_factory, cloud_kind, radius, K):
-    ref = torch.stack([cloud_factory(cloud_kind, 500, 11), cloud_factory(cloud_kind, 500, 12)])
+    # 800 references and 200 queries: large enough for the accelerated (grid) paths.
+    ref = torch.stack([cloud_factory(cloud_kind, 800, 11), cloud_factory(cloud_kind, 800, 12)])
     query = ref[:, ::4]
     dist2, idx = assert_ball_equal(query, ref, radius, K)
     if cloud_kind != "grid":
@@ -208,6 +209,35 @@ def test_non_contiguous_inputs(gen):
     dist2, idx = assert_ball_equal(query, ref, 0.4, 10)
     d2, i2 = pcops.ball_query(query.contiguous(), ref.contiguous(), 0.4, 10)
     assert torch.equal(idx, i2) and torch.equal(dist2, d2)
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e-20, 1e-6, 1e18, 3e37])
+def test_large_clouds_at_extreme_scales(scale, gen):
+    ref = (torch.rand(2, 1500, 3, generator=gen) * 2 - 1) * scale
+    query = (torch.rand(2, 64, 3, generator=gen) * 2 - 1) * scale
+    assert_ball_equal(query, ref, 0.2 * scale, 24)
+
+
+def test_large_cloud_with_non_finite_points(gen):
+    ref = torch.rand(2, 1500, 3, generator=gen)
+    ref[0, ::97] = float("nan")
+    ref[1, ::89, 1] = float("inf")
+    query = torch.rand(2, 64, 3, generator=gen)
+    query[0, ::9, 0] = float("nan")
+    query[1, ::7, 2] = -float("inf")
+    assert_ball_equal(query, ref, 0.15, 32)
+    assert_ball_equal(query, ref, 0.15, 32, ref_lengths=torch.tensor([1000, 700]))
+
+
+def test_large_degenerate_clouds(gen):
+    cluster = torch.rand(1, 1500, 3, generator=gen) * 1e-3
+    cluster[0, 777] = torch.tensor([1e6, -1e6, 1e6])
+    same = torch.full((1, 1500, 3), 0.25)
+    plane = torch.rand(1, 1500, 3, generator=gen)
+    plane[..., 2] = 0.5
+    for ref, radius in ((cluster, 2e-4), (same, 1e-3), (plane, 0.05)):
+        query = torch.cat([ref[:, ::25], torch.rand(1, 20, 3, generator=gen)], dim=1)
+        assert_ball_equal(query, ref, radius, 40)
 
 
 # ---------------------------------------------------------------- gradients

@@ -19,7 +19,8 @@ def assert_fps_equal(points, num_samples, start_index=0, lengths=None, skip_near
 
 @pytest.mark.parametrize("start_index", [0, 17])
 def test_synthetic_clouds_match_oracle(cloud_factory, cloud_kind, start_index):
-    points = torch.stack([cloud_factory(cloud_kind, 600, 21), cloud_factory(cloud_kind, 600, 22)])
+    # 1500 points: large enough for the accelerated (tree) path.
+    points = torch.stack([cloud_factory(cloud_kind, 1500, 21), cloud_factory(cloud_kind, 1500, 22)])
     out = assert_fps_equal(points, 64, start_index)
     assert (out[:, 0] == start_index).all()
     if cloud_kind not in ("duplicates", "grid"):
@@ -155,3 +156,29 @@ def test_independent_of_thread_count(gen):
     finally:
         torch.set_num_threads(before)
     assert torch.equal(one, two)
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e-20, 1e18, 3e37])
+def test_large_clouds_at_extreme_scales(scale, gen):
+    points = (torch.rand(2, 1500, 3, generator=gen) * 2 - 1) * scale
+    assert_fps_equal(points, 48, start_index=11)
+
+
+def test_large_cloud_with_non_finite_points(gen):
+    points = torch.rand(2, 1500, 3, generator=gen)
+    points[0, ::97] = float("nan")
+    points[1, ::89, 1] = float("inf")
+    assert_fps_equal(points, 64)
+    assert_fps_equal(points, 64, start_index=97)  # a NaN start
+    assert_fps_equal(points, 64, lengths=torch.tensor([1200, 1500]))
+
+
+def test_large_degenerate_clouds(gen):
+    cluster = torch.rand(1, 1500, 3, generator=gen) * 1e-3
+    cluster[0, 777] = torch.tensor([1e6, -1e6, 1e6])
+    same = torch.full((1, 1500, 3), 0.25)
+    plane = torch.rand(1, 1500, 3, generator=gen)
+    plane[..., 2] = 0.5
+    for points in (cluster, same, plane):
+        assert_fps_equal(points, 40)
+    assert pcops.furthest_point_sample(same, 5).tolist() == [[0, 0, 0, 0, 0]]

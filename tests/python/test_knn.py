@@ -25,7 +25,8 @@ def assert_knn_equal(query, ref, k, query_lengths=None, ref_lengths=None):
 
 @pytest.mark.parametrize("k", [1, 5, 16])
 def test_synthetic_clouds_match_oracle(cloud_factory, cloud_kind, k):
-    ref = torch.stack([cloud_factory(cloud_kind, 400, 1), cloud_factory(cloud_kind, 400, 2)])
+    # 1200 references and 150 queries: large enough for the accelerated (grid) paths.
+    ref = torch.stack([cloud_factory(cloud_kind, 1200, 1), cloud_factory(cloud_kind, 1200, 2)])
     query = torch.stack([cloud_factory(cloud_kind, 150, 3), cloud_factory(cloud_kind, 150, 4)])
     assert_knn_equal(query, ref, k)
     # Self-query: every point finds itself (distance 0) unless an earlier duplicate wins the tie.
@@ -220,3 +221,47 @@ def test_sqrt_is_correctly_rounded():
     # s = 2 exactly: the returned distance is fl32(sqrt(2)).
     dist, _ = pcops.knn(torch.zeros(1, 1, 3), torch.tensor([[[1.0, 1.0, 0.0]]]), 1)
     assert dist.item() == np.float32(math.sqrt(2.0))
+
+
+# ------------------------------------------------ adversarial inputs on large clouds
+
+
+def _assert_knn_indices_and_finite_dists(query, ref, k, **kw):
+    dist, idx = pcops.knn(query, ref, k, **kw)
+    odist, oidx = oracle.knn(query, ref, k, **kw)
+    assert torch.equal(idx, oidx), (idx != oidx).nonzero()[:5]
+    finite = torch.isfinite(odist)
+    assert torch.equal(dist[finite], odist[finite])
+    assert not torch.isfinite(dist[~finite]).any()
+
+
+@pytest.mark.parametrize("scale", [1e-30, 1e-20, 1e-6, 1e18, 3e37])
+def test_large_clouds_at_extreme_scales(scale, gen):
+    # Underflow to 0 or subnormal squared distances (many exact ties) and overflow to +inf.
+    ref = (torch.rand(2, 1500, 3, generator=gen) * 2 - 1) * scale
+    query = (torch.rand(2, 64, 3, generator=gen) * 2 - 1) * scale
+    _assert_knn_indices_and_finite_dists(query, ref, 8)
+
+
+def test_large_cloud_with_non_finite_points(gen):
+    ref = torch.rand(2, 1500, 3, generator=gen)
+    ref[0, ::97] = float("nan")
+    ref[1, ::89, 1] = float("inf")
+    ref[1, 5::101, 2] = -float("inf")
+    query = torch.rand(2, 64, 3, generator=gen)
+    query[0, ::9, 0] = float("nan")
+    query[1, ::7, 2] = float("inf")
+    _assert_knn_indices_and_finite_dists(query, ref, 12)
+    _assert_knn_indices_and_finite_dists(query, ref, 12, ref_lengths=torch.tensor([1000, 700]))
+
+
+def test_large_degenerate_clouds(gen):
+    # A tight cluster plus one far outlier, a single repeated point, and a flat plane.
+    cluster = torch.rand(1, 1500, 3, generator=gen) * 1e-3
+    cluster[0, 777] = torch.tensor([1e6, -1e6, 1e6])
+    same = torch.full((1, 1500, 3), 0.25)
+    plane = torch.rand(1, 1500, 3, generator=gen)
+    plane[..., 2] = 0.5
+    for ref in (cluster, same, plane):
+        query = torch.cat([ref[:, ::25], torch.rand(1, 20, 3, generator=gen)], dim=1)
+        _assert_knn_indices_and_finite_dists(query, ref, 16)
