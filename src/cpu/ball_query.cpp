@@ -14,6 +14,7 @@
 
 #include "common/distance.hpp"
 #include "cpu/spatial_grid.hpp"
+#include "cpu/topk_select.hpp"
 
 namespace pcops::cpu {
 namespace {
@@ -26,7 +27,7 @@ constexpr double kTiny = 1e-30;
 // integer order is index order (indices are distinct).
 class FirstK {
  public:
-  explicit FirstK(int64_t K) : k_(K), cap_(std::max<int64_t>(2 * K, K + 64)), buf_(cap_) {}
+  explicit FirstK(int64_t K) : k_(K), cap_(std::max<int64_t>(2 * K, K + 64)), buf_(cap_), tmp_(cap_) {}
   void reset() {
     n_ = 0;
     t_ = UINT64_MAX;
@@ -45,7 +46,7 @@ class FirstK {
   }
   void finish(float* od, int64_t* oi) {
     if (n_ > k_) cut();
-    std::sort(buf_.begin(), buf_.begin() + n_);
+    select::sort(buf_.data(), n_, tmp_.data());
     for (int64_t t = 0; t < n_; ++t) {
       const uint32_t sb = static_cast<uint32_t>(buf_[t] & 0xFFFFFFFFu);
       std::memcpy(&od[t], &sb, 4);
@@ -59,12 +60,12 @@ class FirstK {
 
  private:
   void cut() {
-    std::nth_element(buf_.begin(), buf_.begin() + (k_ - 1), buf_.begin() + n_);
+    select::smallest_k(buf_.data(), n_, k_, tmp_.data());
     n_ = k_;
-    t_ = buf_[k_ - 1];
+    t_ = *std::max_element(buf_.begin(), buf_.begin() + k_);
   }
   int64_t k_, cap_;
-  std::vector<uint64_t> buf_;
+  std::vector<uint64_t> buf_, tmp_;
   int64_t n_ = 0;
   uint64_t t_ = UINT64_MAX;
 };

@@ -18,6 +18,7 @@
 #include "common/distance.hpp"
 #include "pcops/error.hpp"
 #include "cpu/spatial_grid.hpp"
+#include "cpu/topk_select.hpp"
 
 namespace pcops::cpu {
 namespace {
@@ -43,12 +44,13 @@ inline float bits_float(uint32_t u) {
   return f;
 }
 
+inline double env_cap() { static double v = std::getenv("PCOPS_CAP") ? std::atof(std::getenv("PCOPS_CAP")) : 2.0; return v; }
 // The best k candidates by (key, index). A key is never NaN and never negative (s >= +0, NaN
 // mapped to +inf), so its bit pattern orders like its value and (key, index) packs into one
 // uint64 that sorts with plain integer comparisons.
 class TopK {
  public:
-  explicit TopK(int64_t k) : k_(k), cap_(std::max<int64_t>(2 * k, k + 64)), buf_(cap_) {}
+  explicit TopK(int64_t k) : k_(k), cap_(std::max<int64_t>(static_cast<int64_t>(env_cap() * k), k + 64)), buf_(cap_), tmp_(cap_) {}
   void reset() {
     n_ = 0;
     t_ = UINT64_MAX;
@@ -69,7 +71,7 @@ class TopK {
   }
   void finish(float* od, int64_t* oi) {
     if (n_ > k_) cut();
-    std::sort(buf_.begin(), buf_.begin() + n_);
+    select::sort(buf_.data(), n_, tmp_.data());
     for (int64_t t = 0; t < n_; ++t) {
       od[t] = std::sqrt(bits_float(static_cast<uint32_t>(buf_[t] >> 32)));
       oi[t] = static_cast<int64_t>(buf_[t] & 0xFFFFFFFFu);
@@ -82,13 +84,13 @@ class TopK {
 
  private:
   void cut() {
-    std::nth_element(buf_.begin(), buf_.begin() + (k_ - 1), buf_.begin() + n_);
+    select::smallest_k(buf_.data(), n_, k_, tmp_.data());
     n_ = k_;
-    t_ = buf_[k_ - 1];
+    t_ = *std::max_element(buf_.begin(), buf_.begin() + k_);
     tf_ = bits_float(static_cast<uint32_t>(t_ >> 32));
   }
   int64_t k_, cap_;
-  std::vector<uint64_t> buf_;
+  std::vector<uint64_t> buf_, tmp_;
   int64_t n_ = 0;
   uint64_t t_ = UINT64_MAX;
   float tf_ = INFINITY;
@@ -182,6 +184,36 @@ struct GridSearch {
     }
   }
 
+  // Software prefetch of the first ring box of a later query: stage 0 its cell offsets, stage 1
+  // its points (whose offsets stage 0 fetched one query earlier). Random queries over a large
+  // cloud are bound by memory latency; overlapping the next queries' misses hides most of it.
+  void prefetch(float qx, float qy, float qz, int stage) const {
+    int64_t lo[3], hi[3];
+    const float q[3] = {qx, qy, qz};
+    for (int a = 0; a < 3; ++a) {
+      const int64_t c = g.coord(a, q[a]);
+      lo[a] = std::max<int64_t>(0, c - 1);
+      hi[a] = std::min<int64_t>(g.dims[a] - 1, c + 1);
+    }
+    for (int64_t z = lo[2]; z <= hi[2]; ++z)
+      for (int64_t y = lo[1]; y <= hi[1]; ++y) {
+        const int64_t row = g.cell(0, y, z);
+        const int32_t* cs = g.cell_start.data() + row;
+        if (stage == 0) {
+          __builtin_prefetch(cs + lo[0]);
+          __builtin_prefetch(cs + hi[0] + 1);
+        } else {
+          const int64_t p0 = cs[lo[0]], p1 = cs[hi[0] + 1];
+          for (int64_t p = p0; p < p1 + 16; p += 16) {
+            __builtin_prefetch(g.x.data() + p);
+            __builtin_prefetch(g.y.data() + p);
+            __builtin_prefetch(g.z.data() + p);
+            __builtin_prefetch(g.id.data() + p);
+          }
+        }
+      }
+  }
+
   void query(float qx, float qy, float qz, TopK& tk, float* s, int32_t* off) const {
     const double q[3] = {qx, qy, qz};
     int64_t cq[3];
@@ -241,7 +273,7 @@ void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const Points
                     int64_t b, int64_t mq, int64_t n, int64_t k, float* dist, int64_t* idx,
                     grid::Grid& g) {
   grid::BuildOptions opt;
-  opt.points_per_cell = env_or("PCOPS_KNN_PPC", std::clamp(static_cast<double>(k) / 16.0, 1.0, 8.0));
+  opt.points_per_cell = env_or("PCOPS_KNN_PPC", std::clamp(static_cast<double>(k) / 4.0, 1.0, 32.0));
   grid::build(ctx, ref, b, n, opt, g);
   const int64_t M = query.count;
 
@@ -264,12 +296,30 @@ void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const Points
   }
 
   const GridSearch search{g, ref, b};
+  // Prefetching pays when the grid does not fit in the caches and the queries are scattered.
+  const bool prefetch = order.empty() && n >= (int64_t{1} << 17) && !std::getenv("PCOPS_NO_PF");
   parallel_for(ctx, 0, mq, 16, [&](int64_t t0, int64_t t1) {
     TopK tk(k);
     float s[kBlock + 16];
     int32_t off[kBlock + 16];
+    auto at = [&](int64_t t) { return order.empty() ? t : order[t]; };
+    auto ahead = [&](int64_t t, int stage) {
+      if (t >= t1) return;
+      const int64_t m = at(t);
+      const float px = query.at(b, m, 0), py = query.at(b, m, 1), pz = query.at(b, m, 2);
+      if (grid::finite3(px, py, pz)) search.prefetch(px, py, pz, stage);
+    };
+    if (prefetch) {
+      ahead(t0, 0);
+      ahead(t0 + 1, 0);
+      ahead(t0, 1);
+    }
     for (int64_t t = t0; t < t1; ++t) {
-      const int64_t m = order.empty() ? t : order[t];
+      if (prefetch) {
+        ahead(t + 2, 0);
+        ahead(t + 1, 1);
+      }
+      const int64_t m = at(t);
       const int64_t i = b * M + m;
       const float qx = query.at(b, m, 0), qy = query.at(b, m, 1), qz = query.at(b, m, 2);
       tk.reset();
