@@ -231,6 +231,7 @@ void plain_steps(FpsPlain& S, const PointsView& P, int64_t b, int64_t start, int
 // ---------------------------------------------------------------------------------------------
 // Tree construction.
 
+// Spreads the low 10 bits of v to every third bit (Morton interleave).
 inline uint32_t spread_bits10(uint32_t v) {
   v &= 0x3ffu;
   v = (v | (v << 16)) & 0x030000ffu;
@@ -247,62 +248,70 @@ bool build_tree(const PointsView& P, int64_t b, int64_t n, int64_t start, bool s
   for (int d = 0; d < 3; ++d) {
     if (!(std::fabs(P.at(b, start, d)) <= kTreeMaxAbs)) return false;
   }
+  const float* base = &P.at(b, 0, 0);
+  const int64_t sp = P.stride_point, sd = P.stride_dim;
   // Pass 1: eligibility, bounds, finiteness.
   float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
-  std::vector<uint64_t> keys;
-  keys.reserve(static_cast<size_t>(n));
+  std::vector<int32_t> keep;
   bool ok = true;
   for (int64_t j = 0; j < n; ++j) {
-    if (skip && !eligible_point(P, b, j)) continue;
-    for (int d = 0; d < 3; ++d) {
-      const float v = P.at(b, j, d);
-      ok &= std::fabs(v) <= kTreeMaxAbs;
-      lo[d] = std::min(lo[d], v);
-      hi[d] = std::max(hi[d], v);
+    const float* q = base + j * sp;
+    const float v[3] = {q[0], q[sd], q[2 * sd]};
+    if (skip) {
+      if (!(((v[0] * v[0] + v[1] * v[1]) + v[2] * v[2]) > 1e-3f)) continue;
+      keep.push_back(static_cast<int32_t>(j));
     }
-    keys.push_back(static_cast<uint64_t>(j));
+    for (int d = 0; d < 3; ++d) {
+      ok &= std::fabs(v[d]) <= kTreeMaxAbs;
+      lo[d] = std::min(lo[d], v[d]);
+      hi[d] = std::max(hi[d], v[d]);
+    }
   }
   if (!ok) return false;
-  const int64_t E = static_cast<int64_t>(keys.size());
+  const int64_t E = skip ? static_cast<int64_t>(keep.size()) : n;
   if (E < kTreeMinPoints) return false;
 
-  // Morton codes (10 bits per axis) in the upper word, the original index in the lower word;
-  // the codes only shape the buckets, exactness never depends on them.
+  // Keys (Morton code << 32 | original index) sorted by an LSD radix sort on the code, which is
+  // stable, so equal codes keep index order. The codes only shape the leaves; exactness never
+  // depends on them.
+  // 9 bits per axis, one radix pass per 9 bits: 512 buckets keep the scatter cache-friendly.
+  constexpr int kBits = 9, kPasses = 3, kDigit = kBits;
+  constexpr uint32_t kRadix = 1u << kDigit, kMask = kRadix - 1;
+  const float cells = static_cast<float>(1 << kBits);
   float scale[3];
   for (int d = 0; d < 3; ++d) {
     const double ext = static_cast<double>(hi[d]) - static_cast<double>(lo[d]);
-    scale[d] = ext > 0 ? static_cast<float>(1023.99 / ext) : 0.0f;
+    scale[d] = ext > 0 ? static_cast<float>((cells - 0.01) / ext) : 0.0f;
   }
-  for (auto& k : keys) {
-    const int64_t j = static_cast<int64_t>(k);
+  std::vector<uint64_t> keys(static_cast<size_t>(E)), tmp(static_cast<size_t>(E));
+  std::vector<uint32_t> hist(kPasses * kRadix, 0);
+  for (int64_t i = 0; i < E; ++i) {
+    const int64_t j = skip ? keep[static_cast<size_t>(i)] : i;
+    const float* q = base + j * sp;
+    const float v[3] = {q[0], q[sd], q[2 * sd]};
     uint32_t code = 0;
     for (int d = 0; d < 3; ++d) {
-      float q = (P.at(b, j, d) - lo[d]) * scale[d];
-      q = std::min(std::max(q, 0.0f), 1023.0f);
-      code |= spread_bits10(static_cast<uint32_t>(q)) << (2 - d);
+      float c = (v[d] - lo[d]) * scale[d];
+      c = std::min(std::max(c, 0.0f), cells - 1.0f);
+      code |= spread_bits10(static_cast<uint32_t>(c)) << (2 - d);
     }
-    k |= static_cast<uint64_t>(code) << 32;
+    keys[static_cast<size_t>(i)] = static_cast<uint64_t>(code) << 32 | static_cast<uint64_t>(j);
+    for (int p = 0; p < kPasses; ++p) ++hist[p * kRadix + ((code >> (kDigit * p)) & kMask)];
   }
-  // LSD radix sort on the 30 code bits, 3 passes of 10 bits (stable: equal codes keep index order).
-  {
-    std::vector<uint64_t> tmp(keys.size());
-    std::vector<uint32_t> hist(3 * 1024, 0);
-    for (uint64_t k : keys)
-      for (int p = 0; p < 3; ++p) ++hist[p * 1024 + ((k >> (32 + 10 * p)) & 1023)];
-    for (int p = 0; p < 3; ++p) {
-      uint32_t* h = &hist[p * 1024];
-      uint32_t sum = 0;
-      for (int i = 0; i < 1024; ++i) {
-        const uint32_t c = h[i];
-        h[i] = sum;
-        sum += c;
-      }
-      for (uint64_t k : keys) tmp[h[(k >> (32 + 10 * p)) & 1023]++] = k;
-      keys.swap(tmp);
+  for (int p = 0; p < kPasses; ++p) {
+    uint32_t* h = &hist[p * kRadix];
+    uint32_t sum = 0;
+    for (uint32_t i = 0; i < kRadix; ++i) {
+      const uint32_t c = h[i];
+      h[i] = sum;
+      sum += c;
     }
+    for (uint64_t k : keys) tmp[h[(k >> (32 + kDigit * p)) & kMask]++] = k;
+    keys.swap(tmp);
   }
+  std::vector<uint64_t>().swap(tmp);
 
-  // Leaves in structure-of-arrays form; padding slots repeat the leaf's last point with m = -1.
+  // Leaves in structure-of-arrays form; padding slots repeat the last point with m = -1.
   T.size = E;
   const int64_t leaves = (E + kFpsLeaf - 1) / kFpsLeaf;
   const int64_t padded = leaves * kFpsLeaf;
@@ -311,11 +320,15 @@ bool build_tree(const PointsView& P, int64_t b, int64_t n, int64_t start, bool s
   T.z.resize(padded);
   T.m.resize(padded);
   T.idx.resize(padded);
+  constexpr int64_t kAhead = 32;  // the gather is random access for unordered input: prefetch
   for (int64_t p = 0; p < padded; ++p) {
-    const int64_t j = static_cast<int64_t>(keys[std::min(p, E - 1)] & 0xffffffffu);
-    T.x[p] = P.at(b, j, 0);
-    T.y[p] = P.at(b, j, 1);
-    T.z[p] = P.at(b, j, 2);
+    if (p + kAhead < E)
+      __builtin_prefetch(base + static_cast<int64_t>(keys[static_cast<size_t>(p + kAhead)] & 0xffffffffu) * sp);
+    const int64_t j = static_cast<int64_t>(keys[static_cast<size_t>(std::min(p, E - 1))] & 0xffffffffu);
+    const float* q = base + j * sp;
+    T.x[p] = q[0];
+    T.y[p] = q[sd];
+    T.z[p] = q[2 * sd];
     T.m[p] = p < E ? INFINITY : -1.0f;
     T.idx[p] = p < E ? static_cast<int32_t>(j) : INT32_MAX;
   }
