@@ -22,7 +22,9 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <functional>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "common/distance.hpp"
@@ -242,39 +244,72 @@ inline uint32_t spread_bits10(uint32_t v) {
 }
 
 // Builds the tree over the eligible points of cloud b (n points). Returns false when the cloud
-// does not qualify (non-finite or huge coordinates, or too few eligible points).
-bool build_tree(const PointsView& P, int64_t b, int64_t n, int64_t start, bool skip, FpsTree& T) {
+// does not qualify (non-finite or huge coordinates, or too few eligible points). The passes run
+// over `chunks` contiguous chunks through ctx (1: inline); the result does not depend on it.
+bool build_tree(const CpuContext& ctx, int64_t chunks, const PointsView& P, int64_t b, int64_t n,
+                int64_t start, bool skip, FpsTree& T) {
   if (P.dim != 3 || n >= (int64_t{1} << 31) - kFpsLeaf) return false;
   for (int d = 0; d < 3; ++d) {
     if (!(std::fabs(P.at(b, start, d)) <= kTreeMaxAbs)) return false;
   }
   const float* base = &P.at(b, 0, 0);
   const int64_t sp = P.stride_point, sd = P.stride_dim;
+  chunks = std::max<int64_t>(1, std::min<int64_t>(chunks, n / 65536));
+  auto range = [&](int64_t total, int64_t c) {
+    return std::pair<int64_t, int64_t>{total * c / chunks, total * (c + 1) / chunks};
+  };
+  auto for_chunks = [&](const std::function<void(int64_t)>& fn) {
+    if (chunks == 1) {
+      fn(0);
+      return;
+    }
+    parallel_for(ctx, 0, chunks, 1, [&](int64_t c0, int64_t c1) {
+      for (int64_t c = c0; c < c1; ++c) fn(c);
+    });
+  };
+
   // Pass 1: eligibility, bounds, finiteness.
+  struct Part {
+    float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+    bool ok = true;
+    std::vector<int32_t> keep;
+  };
+  std::vector<Part> parts(static_cast<size_t>(chunks));
+  for_chunks([&](int64_t c) {
+    Part& pt = parts[static_cast<size_t>(c)];
+    const auto [j0, j1] = range(n, c);
+    for (int64_t j = j0; j < j1; ++j) {
+      const float* q = base + j * sp;
+      const float v[3] = {q[0], q[sd], q[2 * sd]};
+      if (skip) {
+        if (!(((v[0] * v[0] + v[1] * v[1]) + v[2] * v[2]) > 1e-3f)) continue;
+        pt.keep.push_back(static_cast<int32_t>(j));
+      }
+      for (int d = 0; d < 3; ++d) {
+        pt.ok &= std::fabs(v[d]) <= kTreeMaxAbs;
+        pt.lo[d] = std::min(pt.lo[d], v[d]);
+        pt.hi[d] = std::max(pt.hi[d], v[d]);
+      }
+    }
+  });
   float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
   std::vector<int32_t> keep;
-  bool ok = true;
-  for (int64_t j = 0; j < n; ++j) {
-    const float* q = base + j * sp;
-    const float v[3] = {q[0], q[sd], q[2 * sd]};
-    if (skip) {
-      if (!(((v[0] * v[0] + v[1] * v[1]) + v[2] * v[2]) > 1e-3f)) continue;
-      keep.push_back(static_cast<int32_t>(j));
-    }
+  for (Part& pt : parts) {
+    if (!pt.ok) return false;
     for (int d = 0; d < 3; ++d) {
-      ok &= std::fabs(v[d]) <= kTreeMaxAbs;
-      lo[d] = std::min(lo[d], v[d]);
-      hi[d] = std::max(hi[d], v[d]);
+      lo[d] = std::min(lo[d], pt.lo[d]);
+      hi[d] = std::max(hi[d], pt.hi[d]);
     }
+    if (skip) keep.insert(keep.end(), pt.keep.begin(), pt.keep.end());
   }
-  if (!ok) return false;
+  std::vector<Part>().swap(parts);
   const int64_t E = skip ? static_cast<int64_t>(keep.size()) : n;
   if (E < kTreeMinPoints) return false;
 
   // Keys (Morton code << 32 | original index) sorted by an LSD radix sort on the code, which is
   // stable, so equal codes keep index order. The codes only shape the leaves; exactness never
-  // depends on them.
-  // 9 bits per axis, one radix pass per 9 bits: 512 buckets keep the scatter cache-friendly.
+  // depends on them. 9 bits per axis, one pass per 9 bits: 512 buckets keep the scatter
+  // cache-friendly.
   constexpr int kBits = 9, kPasses = 3, kDigit = kBits;
   constexpr uint32_t kRadix = 1u << kDigit, kMask = kRadix - 1;
   const float cells = static_cast<float>(1 << kBits);
@@ -284,29 +319,47 @@ bool build_tree(const PointsView& P, int64_t b, int64_t n, int64_t start, bool s
     scale[d] = ext > 0 ? static_cast<float>((cells - 0.01) / ext) : 0.0f;
   }
   std::vector<uint64_t> keys(static_cast<size_t>(E)), tmp(static_cast<size_t>(E));
-  std::vector<uint32_t> hist(kPasses * kRadix, 0);
-  for (int64_t i = 0; i < E; ++i) {
-    const int64_t j = skip ? keep[static_cast<size_t>(i)] : i;
-    const float* q = base + j * sp;
-    const float v[3] = {q[0], q[sd], q[2 * sd]};
-    uint32_t code = 0;
-    for (int d = 0; d < 3; ++d) {
-      float c = (v[d] - lo[d]) * scale[d];
-      c = std::min(std::max(c, 0.0f), cells - 1.0f);
-      code |= spread_bits10(static_cast<uint32_t>(c)) << (2 - d);
+  std::vector<uint32_t> hist(static_cast<size_t>(chunks) * kRadix);
+  for_chunks([&](int64_t c) {
+    const auto [i0, i1] = range(E, c);
+    for (int64_t i = i0; i < i1; ++i) {
+      const int64_t j = skip ? keep[static_cast<size_t>(i)] : i;
+      const float* q = base + j * sp;
+      const float v[3] = {q[0], q[sd], q[2 * sd]};
+      uint32_t code = 0;
+      for (int d = 0; d < 3; ++d) {
+        float x = (v[d] - lo[d]) * scale[d];
+        x = std::min(std::max(x, 0.0f), cells - 1.0f);
+        code |= spread_bits10(static_cast<uint32_t>(x)) << (2 - d);
+      }
+      keys[static_cast<size_t>(i)] = static_cast<uint64_t>(code) << 32 | static_cast<uint64_t>(j);
     }
-    keys[static_cast<size_t>(i)] = static_cast<uint64_t>(code) << 32 | static_cast<uint64_t>(j);
-    for (int p = 0; p < kPasses; ++p) ++hist[p * kRadix + ((code >> (kDigit * p)) & kMask)];
-  }
+  });
   for (int p = 0; p < kPasses; ++p) {
-    uint32_t* h = &hist[p * kRadix];
+    const int shift = 32 + kDigit * p;
+    for_chunks([&](int64_t c) {
+      uint32_t* h = &hist[static_cast<size_t>(c) * kRadix];
+      std::fill(h, h + kRadix, 0u);
+      const auto [i0, i1] = range(E, c);
+      for (int64_t i = i0; i < i1; ++i) ++h[(keys[static_cast<size_t>(i)] >> shift) & kMask];
+    });
+    // Bucket-major, chunk-minor offsets keep the sort stable for any number of chunks.
     uint32_t sum = 0;
-    for (uint32_t i = 0; i < kRadix; ++i) {
-      const uint32_t c = h[i];
-      h[i] = sum;
-      sum += c;
-    }
-    for (uint64_t k : keys) tmp[h[(k >> (32 + kDigit * p)) & kMask]++] = k;
+    for (uint32_t r = 0; r < kRadix; ++r)
+      for (int64_t c = 0; c < chunks; ++c) {
+        uint32_t& h = hist[static_cast<size_t>(c) * kRadix + r];
+        const uint32_t cnt = h;
+        h = sum;
+        sum += cnt;
+      }
+    for_chunks([&](int64_t c) {
+      uint32_t* h = &hist[static_cast<size_t>(c) * kRadix];
+      const auto [i0, i1] = range(E, c);
+      for (int64_t i = i0; i < i1; ++i) {
+        const uint64_t k = keys[static_cast<size_t>(i)];
+        tmp[h[(k >> shift) & kMask]++] = k;
+      }
+    });
     keys.swap(tmp);
   }
   std::vector<uint64_t>().swap(tmp);
@@ -320,18 +373,21 @@ bool build_tree(const PointsView& P, int64_t b, int64_t n, int64_t start, bool s
   T.z.resize(padded);
   T.m.resize(padded);
   T.idx.resize(padded);
-  constexpr int64_t kAhead = 32;  // the gather is random access for unordered input: prefetch
-  for (int64_t p = 0; p < padded; ++p) {
-    if (p + kAhead < E)
-      __builtin_prefetch(base + static_cast<int64_t>(keys[static_cast<size_t>(p + kAhead)] & 0xffffffffu) * sp);
-    const int64_t j = static_cast<int64_t>(keys[static_cast<size_t>(std::min(p, E - 1))] & 0xffffffffu);
-    const float* q = base + j * sp;
-    T.x[p] = q[0];
-    T.y[p] = q[sd];
-    T.z[p] = q[2 * sd];
-    T.m[p] = p < E ? INFINITY : -1.0f;
-    T.idx[p] = p < E ? static_cast<int32_t>(j) : INT32_MAX;
-  }
+  for_chunks([&](int64_t c) {
+    constexpr int64_t kAhead = 32;  // the gather is random access for unordered input: prefetch
+    const auto [p0, p1] = range(padded, c);
+    for (int64_t p = p0; p < p1; ++p) {
+      if (p + kAhead < E)
+        __builtin_prefetch(base + static_cast<int64_t>(keys[static_cast<size_t>(p + kAhead)] & 0xffffffffu) * sp);
+      const int64_t j = static_cast<int64_t>(keys[static_cast<size_t>(std::min(p, E - 1))] & 0xffffffffu);
+      const float* q = base + j * sp;
+      T.x[p] = q[0];
+      T.y[p] = q[sd];
+      T.z[p] = q[2 * sd];
+      T.m[p] = p < E ? INFINITY : -1.0f;
+      T.idx[p] = p < E ? static_cast<int32_t>(j) : INT32_MAX;
+    }
+  });
   // Levels: level 0 holds the leaves, level k+1 one item per 16 items of level k, up to one root.
   T.level.clear();
   T.level.emplace_back();
@@ -424,8 +480,8 @@ void huge_steps(const PointsView& P, int64_t b, int64_t n, bool skip, int64_t st
   }
 }
 
-void sample_cloud(const PointsView& P, int64_t b, int64_t n, const FpsParams& params, int64_t steps,
-                  int64_t* o) {
+void sample_cloud(const CpuContext& ctx, int64_t chunks, const PointsView& P, int64_t b, int64_t n,
+                  const FpsParams& params, int64_t steps, int64_t* o) {
   if (steps <= 0) return;
   const int64_t start = params.start_index;
   const bool skip = params.skip_near_origin;
@@ -435,7 +491,7 @@ void sample_cloud(const PointsView& P, int64_t b, int64_t n, const FpsParams& pa
   }
   {
     FpsTree T;
-    if (build_tree(P, b, n, start, skip, T)) {
+    if (build_tree(ctx, chunks, P, b, n, start, skip, T)) {
       tree_steps(T, P, b, start, steps, o);
       return;
     }
@@ -467,6 +523,8 @@ void furthest_point_sample(const CpuContext& ctx, PointsView points, LengthsView
   core::validate_furthest_point_sample(points, lengths, params);
   const int64_t M = params.num_samples;
   if (M == 0 || points.batch == 0) return;
+  // A single cloud builds its tree over the workers; a batch runs one cloud per worker.
+  const int64_t chunks = points.batch == 1 ? std::max(1, max_threads(ctx)) : 1;
   parallel_for(ctx, 0, points.batch, 1, [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       int64_t* o = out + b * M;
@@ -475,7 +533,7 @@ void furthest_point_sample(const CpuContext& ctx, PointsView points, LengthsView
       // the rule continues and index 0 repeats.
       const int64_t steps = lengths.present() ? std::min(M, n) : M;
       for (int64_t t = std::max<int64_t>(steps, 0); t < M; ++t) o[t] = -1;
-      sample_cloud(points, b, n, params, steps, o);
+      sample_cloud(ctx, chunks, points, b, n, params, steps, o);
     }
   });
 }

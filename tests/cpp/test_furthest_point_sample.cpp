@@ -229,7 +229,7 @@ TEST(FurthestPointSample, OtherDimensions) {
 
 TEST(FurthestPointSample, BatchOfMixedClouds) {
   FpsCloud c(4, 3000, 3);
-  const FpsCloud a = fps_test::sphere_shell(1, 3000, 21), g = fps_test::integer_grid(14, 22);
+  const FpsCloud a = fps_test::sphere_shell(1, 3000, 21), g = fps_test::integer_grid(15, 22);  // 3375 points, the first 3000 used
   const FpsCloud u = fps_test::uniform_cube(1, 3000, 3, 23);
   for (int64_t k = 0; k < 3000; ++k)
     for (int d = 0; d < 3; ++d) {
@@ -290,6 +290,22 @@ TEST(FurthestPointSample, EveryInstructionSetGivesTheSameBits) {
     expect_oracle(d5.view(), params_of(100, 1));
     expect_oracle(nan.view(), params_of(100));
     pcops::cpu::fps_detail::force_isa(before);
+  }
+}
+
+TEST(FurthestPointSample, LargeSingleCloudBuildsOverWorkers) {
+  // >= 2^17 points: a single cloud builds its tree in chunks over the workers.
+  FpsCloud c = fps_test::uniform_cube(1, 200000, 3, 37);
+  for (int64_t k = 0; k < c.count; k += 7)
+    for (int d = 0; d < 3; ++d) c.at(0, k, d) *= 0.01f;  // some points inside the skip ball
+  for (bool skip : {false, true}) {
+    SCOPED_TRACE(skip);
+    const auto ref = expect_oracle(c.view(), params_of(40, 3, skip));
+    for (int threads : {1, 2, 3}) {
+      pcops::CpuContext ctx;
+      ctx.num_threads = threads;
+      EXPECT_EQ(run(c.view(), {}, params_of(40, 3, skip), ctx), ref) << threads << " threads";
+    }
   }
 }
 
