@@ -28,6 +28,7 @@ std::tuple<at::Tensor, at::Tensor> ball_query_cpu(const at::Tensor& query_in, co
   const auto rl = as_lengths(ref_lengths_in, query_in, "ref_lengths");
   const float r = radius_to_float(radius);
   TORCH_CHECK_VALUE(K >= 0, "K: expected >= 0, got ", K);
+  check_output_size("K", K, query.size(0), query.size(1), K);
   at::Tensor dist2 = at::empty({query.size(0), query.size(1), K}, query.options());
   at::Tensor idx = at::empty({query.size(0), query.size(1), K}, query.options().dtype(at::kLong));
   translate_errors([&] {

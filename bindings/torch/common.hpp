@@ -5,6 +5,7 @@
 #include <ATen/Parallel.h>
 #include <torch/library.h>
 
+#include <limits>
 #include <optional>
 #include <string>
 #include <utility>
@@ -22,7 +23,8 @@ inline at::Tensor as_points(const at::Tensor& t, const char* name, int64_t rank 
   TORCH_CHECK_TYPE(st == at::kFloat || st == at::kHalf || st == at::kBFloat16, name,
                    ": expected float32, float16 or bfloat16 coordinates, got ", st,
                    " (float64 and integer coordinates are not supported; convert with .float())");
-  return t.to(at::kFloat).contiguous();
+  // One copy at most: converted and made contiguous together.
+  return t.to(at::kFloat, /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous);
 }
 
 // Indices produced by a forward pass: int64, contiguous, every value in [-1, count).
@@ -40,6 +42,25 @@ inline at::Tensor as_indices(const at::Tensor& t, const char* name, int64_t coun
   TORCH_CHECK_INDEX(lo >= -1 && hi < count, name, ": expected indices in [-1, ", count, "), got values in [", lo,
                     ", ", hi, "]");
   return c;
+}
+
+// The byte size of an output [a, b, c] of 8-byte elements (zero sizes counted as 1, since the
+// strides must fit too) must fit in int64; otherwise the count argument (named) is rejected as a
+// ValueError before anything is allocated.
+inline void check_output_size(const char* name, int64_t value, int64_t a, int64_t b, int64_t c = 1) {
+  constexpr int64_t kMax = std::numeric_limits<int64_t>::max() / 8;
+  bool ok = true;
+  int64_t n = 1;
+  for (int64_t f : {a, b, c}) {
+    f = f > 1 ? f : 1;
+    if (n > kMax / f) {
+      ok = false;
+      break;
+    }
+    n *= f;
+  }
+  TORCH_CHECK_VALUE(ok, name, ": ", value, " gives an output of ", a, " x ", b, " x ", c,
+                    " elements, which overflows int64");
 }
 
 inline PointsView view_of(const at::Tensor& t) {

@@ -10,6 +10,7 @@ at::Tensor furthest_point_sample_cpu(const at::Tensor& points_in, int64_t num_sa
   const at::Tensor points = as_points(points_in, "points");
   const auto lengths = as_lengths(lengths_in, points_in, "lengths");
   TORCH_CHECK_VALUE(num_samples >= 0, "num_samples: expected >= 0, got ", num_samples);
+  check_output_size("num_samples", num_samples, points.size(0), num_samples);
   at::Tensor out = at::empty({points.size(0), num_samples}, points.options().dtype(at::kLong));
   translate_errors([&] {
     cpu::furthest_point_sample(cpu_context(), view_of(points), lengths_of(lengths),

@@ -14,6 +14,7 @@ std::tuple<at::Tensor, at::Tensor> knn_cpu(const at::Tensor& query_in, const at:
   const auto ql = as_lengths(query_lengths_in, query_in, "query_lengths");
   const auto rl = as_lengths(ref_lengths_in, query_in, "ref_lengths");
   TORCH_CHECK_VALUE(k >= 0, "k: expected >= 0, got ", k);
+  check_output_size("k", k, query.size(0), query.size(1), k);
   at::Tensor dist = at::empty({query.size(0), query.size(1), k}, query.options());
   at::Tensor idx = at::empty({query.size(0), query.size(1), k}, query.options().dtype(at::kLong));
   translate_errors([&] {

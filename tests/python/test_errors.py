@@ -90,6 +90,18 @@ def test_negative_counts_are_value_errors():
         ball(K=-3)
 
 
+@pytest.mark.parametrize("batch", [2, 0])
+def test_output_size_overflow_is_value_error(batch):
+    huge = 2**62
+    q, r = P[:batch], R[:batch]
+    with pytest.raises(ValueError, match="k"):
+        pcops.knn(q, r, huge, ref_lengths=torch.full((batch,), 9))
+    with pytest.raises(ValueError, match="K"):
+        pcops.ball_query(q, r, 0.5, huge)
+    with pytest.raises(ValueError, match="num_samples"):
+        pcops.furthest_point_sample(q, huge)
+
+
 def test_k_greater_than_n():
     with pytest.raises(ValueError, match="k"):
         knn(k=10)
