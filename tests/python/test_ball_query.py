@@ -370,3 +370,17 @@ def test_backward_op_validates_indices(gen):
         torch.ops.pcops._ball_query_backward(grad, query, ref, torch.zeros(1, 4, 2, dtype=torch.int32))
     with pytest.raises(ValueError, match="grad_dist2"):
         torch.ops.pcops._ball_query_backward(torch.ones(1, 4, 3), query, ref, torch.zeros(1, 4, 2, dtype=torch.int64))
+
+
+def test_independent_of_thread_count(gen):
+    ref = torch.rand(3, 3000, 3, generator=gen)
+    query = torch.rand(3, 700, 3, generator=gen)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = pcops.ball_query(query, ref, 0.1, 48)
+        torch.set_num_threads(2)
+        two = pcops.ball_query(query, ref, 0.1, 48)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one[0], two[0]) and torch.equal(one[1], two[1])

@@ -265,3 +265,17 @@ def test_large_degenerate_clouds(gen):
     for ref in (cluster, same, plane):
         query = torch.cat([ref[:, ::25], torch.rand(1, 20, 3, generator=gen)], dim=1)
         _assert_knn_indices_and_finite_dists(query, ref, 16)
+
+
+def test_independent_of_thread_count(gen):
+    ref = torch.rand(3, 3000, 3, generator=gen)
+    query = torch.rand(3, 700, 3, generator=gen)
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(1)
+        one = pcops.knn(query, ref, 16)
+        torch.set_num_threads(2)
+        two = pcops.knn(query, ref, 16)
+    finally:
+        torch.set_num_threads(before)
+    assert torch.equal(one[0], two[0]) and torch.equal(one[1], two[1])
