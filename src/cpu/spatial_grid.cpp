@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <immintrin.h>
 #include <limits>
 #include <chrono>
@@ -39,6 +40,83 @@ double edge_for_cells(const double e[3], double target, double floor_h) {
   return hi;
 }
 
+inline float unordered(int32_t i) {
+  i = i < 0 ? i ^ 0x7FFFFFFF : i;
+  float f;
+  std::memcpy(&f, &i, 4);
+  return f;
+}
+
+// Bounds of the finite values of each coordinate of a packed [count, 3] block, as ordered ints
+// (integer min/max reductions vectorise; float ones do not without fast-math). Finite
+// coordinates of points that have a non-finite one may widen the box; that is harmless.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void bbox_packed(const float* __restrict p, int64_t count, int32_t* __restrict mn,
+                 int32_t* __restrict mx) {
+  constexpr int W = 48;  // 16 points; lane l holds coordinate l % 3
+  int32_t lo[W], hi[W];
+  for (int l = 0; l < W; ++l) {
+    lo[l] = INT32_MAX;
+    hi[l] = INT32_MIN;
+  }
+  const int64_t total = 3 * count;
+  int64_t i = 0;
+  for (; i + W <= total; i += W) {
+    for (int l = 0; l < W; ++l) {
+      const float v = p[i + l];
+      int32_t iv;
+      std::memcpy(&iv, &v, 4);
+      iv = iv < 0 ? iv ^ 0x7FFFFFFF : iv;
+      const bool f = (v - v) == 0.0f;
+      lo[l] = std::min(lo[l], f ? iv : INT32_MAX);
+      hi[l] = std::max(hi[l], f ? iv : INT32_MIN);
+    }
+  }
+  for (; i < total; ++i) {
+    const float v = p[i];
+    int32_t iv;
+    std::memcpy(&iv, &v, 4);
+    iv = iv < 0 ? iv ^ 0x7FFFFFFF : iv;
+    const bool f = (v - v) == 0.0f;
+    const int l = static_cast<int>(i % 3);
+    lo[l] = std::min(lo[l], f ? iv : INT32_MAX);
+    hi[l] = std::max(hi[l], f ? iv : INT32_MIN);
+  }
+  for (int d = 0; d < 3; ++d) {
+    mn[d] = INT32_MAX;
+    mx[d] = INT32_MIN;
+  }
+  for (int l = 0; l < W; ++l) {
+    mn[l % 3] = std::min(mn[l % 3], lo[l]);
+    mx[l % 3] = std::max(mx[l % 3], hi[l]);
+  }
+}
+
+// Cell ids of a packed [count, 3] block (kSpecial for points with a non-finite coordinate);
+// the same clamped truncation as Grid::coord.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void cells_packed(const float* __restrict p, int64_t count, double lo0, double lo1, double lo2,
+                  double inv, double m0, double m1, double m2, uint32_t d0, uint32_t d01,
+                  uint32_t* __restrict out) {
+  for (int64_t j = 0; j < count; ++j) {
+    const float x = p[3 * j], y = p[3 * j + 1], z = p[3 * j + 2];
+    const bool f = ((x - x) == 0.0f) & ((y - y) == 0.0f) & ((z - z) == 0.0f);
+    double tx = (static_cast<double>(x) - lo0) * inv;
+    double ty = (static_cast<double>(y) - lo1) * inv;
+    double tz = (static_cast<double>(z) - lo2) * inv;
+    tx = tx > 0.0 ? tx : 0.0;
+    ty = ty > 0.0 ? ty : 0.0;
+    tz = tz > 0.0 ? tz : 0.0;
+    tx = tx < m0 ? tx : m0;
+    ty = ty < m1 ? ty : m1;
+    tz = tz < m2 ? tz : m2;
+    const uint32_t c = static_cast<uint32_t>(static_cast<int32_t>(tx)) +
+                       static_cast<uint32_t>(static_cast<int32_t>(ty)) * d0 +
+                       static_cast<uint32_t>(static_cast<int32_t>(tz)) * d01;
+    out[j] = f ? c : kSpecial;
+  }
+}
+
 template <class T>
 void grow(std::vector<T>& v, int64_t n) {
   if (static_cast<int64_t>(v.size()) < n) v.resize(static_cast<size_t>(n));
@@ -46,7 +124,7 @@ void grow(std::vector<T>& v, int64_t n) {
 
 }  // namespace
 
-double tnow() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count() * 1e3; }
+double tnow() { timespec ts; clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts); return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6; }
 void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
            const BuildOptions& opt, Grid& g) {
   static const bool timing = std::getenv("PCOPS_GRID_TIMING") != nullptr;
@@ -59,6 +137,7 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
     e = std::min(n, a + step);
   };
 
+  const bool packed = pts.stride_dim == 1 && pts.stride_point == 3;
   // 1. Bounding box of the finite points.
   std::vector<double> box(static_cast<size_t>(pieces) * 6);
   std::vector<int64_t> finite_count(pieces, 0);
@@ -68,7 +147,17 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
       piece_range(p, a, e);
       float mn[3] = {INFINITY, INFINITY, INFINITY}, mx[3] = {-INFINITY, -INFINITY, -INFINITY};
       int64_t cnt = 0;
-      for (int64_t j = a; j < e; ++j) {
+      if (packed && e > a) {
+        int32_t imn[3], imx[3];
+        bbox_packed(&pts.at(b, a, 0), e - a, imn, imx);
+        for (int d = 0; d < 3; ++d)
+          if (imn[d] <= imx[d]) {
+            mn[d] = unordered(imn[d]);
+            mx[d] = unordered(imx[d]);
+            cnt = 1;  // some finite value (the exact count comes from the histogram)
+          }
+      }
+      for (int64_t j = packed ? e : a; j < e; ++j) {
         const float px = pts.at(b, j, 0), py = pts.at(b, j, 1), pz = pts.at(b, j, 2);
         if (!finite3(px, py, pz)) continue;
         ++cnt;
@@ -92,10 +181,11 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
       hi[d] = std::max(hi[d], box[p * 6 + 3 + d]);
     }
   }
-  g.num_finite = nf;
-  if (nf == 0) {
-    for (int d = 0; d < 3; ++d) lo[d] = hi[d] = 0.0;
-  }
+  // nf is an upper estimate here (the packed path only knows some value was finite); the exact
+  // count comes from the histogram below.
+  for (int d = 0; d < 3; ++d)
+    if (!(lo[d] <= hi[d])) lo[d] = hi[d] = 0.0;
+  nf = nf > 0 ? n : 0;
   double ext[3], maxabs = 0.0;
   for (int d = 0; d < 3; ++d) {
     ext[d] = hi[d] - lo[d];
@@ -131,6 +221,15 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
         std::vector<int32_t>& hc = hist[p];
         grow(hc, g.num_cells);
         std::fill(hc.begin(), hc.begin() + g.num_cells, 0);
+        if (packed && e > a) {
+          cells_packed(&pts.at(b, a, 0), e - a, g.lo[0], g.lo[1], g.lo[2], g.inv_h,
+                       static_cast<double>(g.dims[0] - 1), static_cast<double>(g.dims[1] - 1),
+                       static_cast<double>(g.dims[2] - 1), static_cast<uint32_t>(g.dims[0]),
+                       static_cast<uint32_t>(g.dims[0] * g.dims[1]), cid + a);
+          for (int64_t j = a; j < e; ++j)
+            if (cid[j] != kSpecial) ++hc[cid[j]];
+          continue;
+        }
         for (int64_t j = a; j < e; ++j) {
           const float px = pts.at(b, j, 0), py = pts.at(b, j, 1), pz = pts.at(b, j, 2);
           if (!finite3(px, py, pz)) {
@@ -143,12 +242,14 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
         }
       }
     });
-    int64_t occupied = 0;
+    int64_t occupied = 0, total = 0;
     for (int64_t c = 0; c < g.num_cells; ++c) {
       int32_t t = 0;
       for (int64_t p = 0; p < pieces; ++p) t += hist[p][c];
       occupied += t > 0;
+      total += t;
     }
+    nf = total;
     return occupied;
   };
   set_edge(h);
@@ -181,6 +282,7 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
     }
   }
   g.cell_start[C] = run;
+  g.num_finite = nf;
 
   TMARK("prefix");
   // 4. Scatter the indices into cell order (stable), then gather the coordinates: one random
@@ -202,14 +304,16 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
       }
     }
   });
+  TMARK("perm");
   float* gx = g.x.data();
   float* gy = g.y.data();
   float* gz = g.z.data();
-  const bool packed = pts.stride_dim == 1 && pts.stride_point == 3;
   parallel_for(ctx, 0, nf, 16384, [&](int64_t i0, int64_t i1) {
     if (packed) {
       const float* base = &pts.at(b, 0, 0);
       for (int64_t i = i0; i < i1; ++i) {
+        // The reads are random: prefetch well ahead of use.
+        if (i + 32 < i1) __builtin_prefetch(base + 3 * static_cast<int64_t>(perm[i + 32]));
         const float* p = base + 3 * static_cast<int64_t>(perm[i]);
         gx[i] = p[0];
         gy[i] = p[1];

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <map>
 #include <random>
 #include <sstream>
 #include <string>
@@ -230,6 +231,14 @@ inline Cloud real_or_synthetic(const std::string& name, std::mt19937& rng) {
   std::printf("note: data file %s not available; using a synthetic varying-density cloud\n",
               name.c_str());
   return clustered_cloud(rng, 20000);
+}
+
+// real_or_synthetic, loaded once per process and name.
+inline const Cloud& cached_cloud(const std::string& name, std::mt19937& rng) {
+  static std::map<std::string, Cloud> cache;  // node-based: references stay valid
+  auto it = cache.find(name);
+  if (it == cache.end()) it = cache.emplace(name, real_or_synthetic(name, rng)).first;
+  return it->second;
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -35,9 +35,9 @@ void expect_exact(const pcops::PointsView& q, const pcops::PointsView& x, float 
 TEST(BallQuery, UniformMatchesOracle) {
   std::mt19937 rng(21);
   Cloud x = pcops_test::uniform_cloud(rng, 1, 8000, 3);
-  Cloud q = pcops_test::uniform_cloud(rng, 1, 200, 3, -0.1f, 1.1f);
+  Cloud q = pcops_test::uniform_cloud(rng, 1, 100, 3, -0.1f, 1.1f);
   for (float r : {0.02f, 0.1f, 0.3f})
-    for (int64_t K : {1, 16, 64, 500}) expect_exact(q.view(), x.view(), r, K);
+    for (int64_t K : {1, 64, 500}) expect_exact(q.view(), x.view(), r, K);
 }
 
 TEST(BallQuery, FirstMatchesInInputOrderNotNearest) {
@@ -147,11 +147,11 @@ TEST(BallQuery, SpatiallySortedInput) {
 TEST(BallQuery, RealClouds) {
   std::mt19937 rng(27);
   const std::pair<const char*, float> cases[] = {
-      {"radar.xyz", 2.0f}, {"b9_training.ply", 1.0f}, {"building.ply", 0.5f}, {"kitten.xyz", 0.02f}};
+      {"radar.xyz", 2.0f}, {"b9_training.ply", 1.0f}, {"kitten.xyz", 0.02f}};
   for (const auto& [name, r] : cases) {
-    Cloud x = pcops_test::real_or_synthetic(name, rng);
+    const Cloud& x = pcops_test::cached_cloud(name, rng);
     ASSERT_GT(x.count, 1000) << name;
-    Cloud q = pcops_test::pick_queries(rng, x, 64, 0.0f);
+    Cloud q = pcops_test::pick_queries(rng, x, 40, 0.0f);
     expect_exact(q.view(), x.view(), r, 64);
   }
 }
