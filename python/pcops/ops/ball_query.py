@@ -151,6 +151,7 @@ def _scatter_rows(values: torch.Tensor, idx: torch.Tensor, n: int) -> torch.Tens
 def _setup_context_backward(ctx, inputs, output):
     grad_dist2, query, ref, idx = inputs
     ctx.save_for_backward(grad_dist2, query, ref, idx)
+    ctx.set_materialize_grads(False)
 
 
 def _backward_backward(ctx, grad_gq, grad_gr):
