@@ -8,7 +8,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -125,8 +124,7 @@ bool ball_grid_cloud(const CpuContext& ctx, const PointsView& query, const Point
   static thread_local grid::Grid tls_grid;
   grid::Grid& g = tls_grid;
   grid::BuildOptions opt;
-  const char* f = std::getenv("PCOPS_BQ_CELL");
-  opt.min_cell = rr * (f ? std::atof(f) : 0.5);
+  opt.min_cell = rr * 0.5;
   opt.points_per_cell = 2.0;
   grid::build(ctx, ref, b, n, opt, g);
   if (g.num_cells <= 8) return false;

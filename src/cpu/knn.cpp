@@ -5,13 +5,12 @@
 // own selection buffer; the grid build is parallel over point pieces.
 //
 // Selection keeps the best k by (key, index), key = s with NaN as +inf, in a buffer of up to
-// 2k candidates that is cut back to k by nth_element; its k-th key is the admission threshold
-// and the pruning bound.
+// 2k candidates that is cut back to k by a branch-free selection (topk_select.hpp); its k-th key
+// is the admission threshold and the pruning bound.
 #include "pcops/knn.hpp"
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -44,13 +43,12 @@ inline float bits_float(uint32_t u) {
   return f;
 }
 
-inline double env_cap() { static double v = std::getenv("PCOPS_CAP") ? std::atof(std::getenv("PCOPS_CAP")) : 2.0; return v; }
 // The best k candidates by (key, index). A key is never NaN and never negative (s >= +0, NaN
 // mapped to +inf), so its bit pattern orders like its value and (key, index) packs into one
 // uint64 that sorts with plain integer comparisons.
 class TopK {
  public:
-  explicit TopK(int64_t k) : k_(k), cap_(std::max<int64_t>(static_cast<int64_t>(env_cap() * k), k + 64)), buf_(cap_), tmp_(cap_) {}
+  explicit TopK(int64_t k) : k_(k), cap_(std::max<int64_t>(2 * k, k + 64)), buf_(cap_), tmp_(cap_) {}
   void reset() {
     n_ = 0;
     t_ = UINT64_MAX;
@@ -264,16 +262,13 @@ struct GridSearch {
   }
 };
 
-double env_or(const char* name, double fallback) {
-  const char* v = std::getenv(name);
-  return v ? std::atof(v) : fallback;
-}
-
 void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const PointsView& ref,
                     int64_t b, int64_t mq, int64_t n, int64_t k, float* dist, int64_t* idx,
                     grid::Grid& g) {
   grid::BuildOptions opt;
-  opt.points_per_cell = env_or("PCOPS_KNN_PPC", std::clamp(static_cast<double>(k) / 4.0, 1.0, 32.0));
+  // About k/4 points per cell: the first ring box (3 x 3 x 3 cells) then usually holds the k
+  // nearest, with few rows to visit.
+  opt.points_per_cell = std::clamp(static_cast<double>(k) / 4.0, 1.0, 32.0);
   grid::build(ctx, ref, b, n, opt, g);
   const int64_t M = query.count;
 
@@ -297,7 +292,7 @@ void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const Points
 
   const GridSearch search{g, ref, b};
   // Prefetching pays when the grid does not fit in the caches and the queries are scattered.
-  const bool prefetch = order.empty() && n >= (int64_t{1} << 17) && !std::getenv("PCOPS_NO_PF");
+  const bool prefetch = order.empty() && n >= (int64_t{1} << 17);
   parallel_for(ctx, 0, mq, 16, [&](int64_t t0, int64_t t1) {
     TopK tk(k);
     float s[kBlock + 16];

@@ -9,9 +9,6 @@
 #include <cstring>
 #include <immintrin.h>
 #include <limits>
-#include <chrono>
-#include <cstdio>
-#include <cstdlib>
 
 namespace pcops::cpu::grid {
 namespace {
@@ -124,12 +121,8 @@ void grow(std::vector<T>& v, int64_t n) {
 
 }  // namespace
 
-double tnow() { timespec ts; clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts); return ts.tv_sec * 1e3 + ts.tv_nsec * 1e-6; }
 void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
            const BuildOptions& opt, Grid& g) {
-  static const bool timing = std::getenv("PCOPS_GRID_TIMING") != nullptr;
-  double t0 = tnow();
-#define TMARK(name) if (timing) { double t1 = tnow(); std::fprintf(stderr, "%s %.2f  ", name, t1 - t0); t0 = t1; }
   const int64_t pieces = std::max<int64_t>(1, std::min<int64_t>(max_threads(ctx), n / 32768));
   const int64_t step = (n + pieces - 1) / std::max<int64_t>(pieces, 1);
   auto piece_range = [&](int64_t p, int64_t& a, int64_t& e) {
@@ -195,7 +188,6 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
   const double target = std::max(1.0, std::min(cap, static_cast<double>(nf) / opt.points_per_cell));
 
   double h = edge_for_cells(ext, target, opt.min_cell);
-  TMARK("bbox");
 
   grow(g.scratch_cell, n);
   uint32_t* cid = g.scratch_cell.data();
@@ -254,7 +246,6 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
   };
   set_edge(h);
   int64_t occupied = assign();
-  TMARK("assign");
   // Surface-like or clustered data leaves most cells empty: refine once so that the occupied
   // cells hold about the target count (occupancy of a surface scales with 1/h^2).
   if (occupied > 0 && static_cast<double>(nf) / occupied > 2.0 * opt.points_per_cell &&
@@ -268,7 +259,6 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
     }
   }
 
-  TMARK("refine");
   // 3. Offsets: cell_start and the write cursor of every (piece, cell).
   const int64_t C = g.num_cells;
   grow(g.cell_start, C + 1);
@@ -284,7 +274,6 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
   g.cell_start[C] = run;
   g.num_finite = nf;
 
-  TMARK("prefix");
   // 4. Scatter the indices into cell order (stable), then gather the coordinates: one random
   // 4-byte write per point and independent random reads, instead of four random writes.
   grow(g.x, nf + 1);
@@ -304,7 +293,6 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
       }
     }
   });
-  TMARK("perm");
   float* gx = g.x.data();
   float* gy = g.y.data();
   float* gz = g.z.data();
@@ -328,8 +316,6 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
       }
     }
   });
-  TMARK("scatter");
-  if (timing) std::fprintf(stderr, "cells %lld\n", (long long)g.num_cells);
   g.special.clear();
   if (nf < n) {
     for (int64_t j = 0; j < n; ++j)
