@@ -372,7 +372,8 @@ def test_backward_op_validates_indices(gen):
     with pytest.raises(TypeError, match="idx"):
         torch.ops.pcops._ball_query_backward(grad, query, ref, torch.zeros(1, 4, 2, dtype=torch.int32))
     with pytest.raises(ValueError, match="grad_dist2"):
-        torch.ops.pcops._ball_query_backward(torch.ones(1, 4, 3), query, ref, torch.zeros(1, 4, 2, dtype=torch.int64))
+        good = torch.zeros(1, 4, 2, dtype=torch.int64)
+        torch.ops.pcops._ball_query_backward(torch.ones(1, 4, 3), query, ref, good)
 
 
 def test_independent_of_thread_count(gen):

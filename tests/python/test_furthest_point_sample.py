@@ -117,7 +117,8 @@ def test_skip_near_origin(gen):
     points = points / points.norm(dim=-1, keepdim=True)
     points[:, 3::9] *= 1e-3  # 7 points near the origin (x^2+y^2+z^2 <= 1e-3)
     out = assert_fps_equal(points, 58, skip_near_origin=True)
-    near = ((points[..., 0] * points[..., 0] + points[..., 1] * points[..., 1]) + points[..., 2] * points[..., 2]) <= 1e-3
+    x, y, z = points.unbind(-1)
+    near = ((x * x + y * y) + z * z) <= 1e-3
     chosen_near = torch.gather(near, 1, out[:, 1:])
     assert not chosen_near.any()
     plain = pcops.furthest_point_sample(points, 58)

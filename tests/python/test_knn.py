@@ -112,7 +112,9 @@ def test_empty_batch_and_empty_clouds():
 def test_exact_ties_are_broken_by_index():
     # Reference points at the 6 axis neighbours of the origin, listed in a scrambled order,
     # and copies: all 12 at squared distance exactly 1.
-    unit = torch.tensor([[0, 0, 1], [1, 0, 0], [0, -1, 0], [-1, 0, 0], [0, 1, 0], [0, 0, -1]], dtype=torch.float32)
+    unit = torch.tensor(
+        [[0, 0, 1], [1, 0, 0], [0, -1, 0], [-1, 0, 0], [0, 1, 0], [0, 0, -1]], dtype=torch.float32
+    )
     ref = torch.cat([torch.full((1, 3), 5.0), unit, unit]).unsqueeze(0)
     query = torch.zeros(1, 1, 3)
     dist, idx = assert_knn_equal(query, ref, 12)

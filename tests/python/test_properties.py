@@ -77,7 +77,9 @@ def test_ball_query_contract(data):
     ref = data.draw(clouds())
     B, N, _ = ref.shape
     query = data.draw(clouds(batch=B))
-    radius = data.draw(st.one_of(st.just(0.0), st.floats(0.0, 12.0, allow_nan=False), st.sampled_from([1.0, 2.0])))
+    radius = data.draw(
+        st.one_of(st.just(0.0), st.floats(0.0, 12.0, allow_nan=False), st.sampled_from([1.0, 2.0]))
+    )
     K = data.draw(st.integers(0, N + 2))
     rl = data.draw(lengths_for(B, N))
     ql = data.draw(lengths_for(B, query.shape[1]))

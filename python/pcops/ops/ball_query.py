@@ -26,8 +26,9 @@ def ball_query(
         query: ``[B, M, 3]`` float32/float16/bfloat16 coordinates (half precision is converted
             exactly to float32). float64 and integer coordinates raise TypeError.
         ref: ``[B, N, 3]`` coordinates of the same dtype and on the same device.
-        radius: finite real number >= 0 (Python or NumPy scalar, not a tensor); the threshold is ``fl32(fl32(r) * fl32(r))`` and a
-            match needs ``s < threshold`` (radius 0 matches nothing).
+        radius: finite real number >= 0 (Python or NumPy scalar, not a tensor); the threshold
+            is ``fl32(fl32(r) * fl32(r))`` and a match needs ``s < threshold`` (radius 0
+            matches nothing).
         K: maximum matches per query (>= 0).
         query_lengths, ref_lengths: optional int64 (or int32) ``[B]`` valid lengths per cloud.
 
