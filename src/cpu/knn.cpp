@@ -122,7 +122,7 @@ void knn_brute(const CpuContext& ctx, const PointsView& query, const PointsView&
   parallel_for(ctx, 0, B * M, grain, [&](int64_t i0, int64_t i1) {
     TopK tk(std::max<int64_t>(k, 1));
     std::vector<float> q(static_cast<size_t>(D));
-    float s[kBlock + 16];
+    float s[kBlock + 16], s2[kBlock + 16];
     int32_t off[kBlock + 16];
     for (int64_t i = i0; i < i1; ++i) {
       const int64_t b = i / M, m = i % M;
@@ -151,7 +151,15 @@ void knn_brute(const CpuContext& ctx, const PointsView& query, const PointsView&
                                    t, false, s);
         else
           grid::squared_distances_nd(base + j0, N, D, len, q.data(), s);
-        for (int c = 0; c < len; ++c) tk.push(common::knn_key(s[c]), static_cast<uint32_t>(j0 + c));
+        // Every key competes while the threshold is +inf (NaN keys count as +inf); once it is
+        // finite, only s <= threshold can enter.
+        int c = 0;
+        for (; c < len && tk.threshold() == INFINITY; ++c)
+          tk.push(common::knn_key(s[c]), static_cast<uint32_t>(j0 + c));
+        if (c < len) {
+          const int cnt = grid::filter_le(s + c, len - c, tk.threshold(), s2, off);
+          for (int e = 0; e < cnt; ++e) tk.push(s2[e], static_cast<uint32_t>(j0 + c + off[e]));
+        }
       }
       tk.finish(od, oi);
     }

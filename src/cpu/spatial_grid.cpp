@@ -425,6 +425,38 @@ int filter3_avx2(const float* x, const float* y, const float* z, int n, float qx
   return cnt + tail;
 }
 
+int filter_le_scalar(const float* s, int n, float limit, float* out_s, int32_t* out_i) {
+  int cnt = 0;
+  for (int i = 0; i < n; ++i) {
+    out_s[cnt] = s[i];
+    out_i[cnt] = i;
+    cnt += s[i] <= limit;
+  }
+  return cnt;
+}
+
+__attribute__((target("avx512f")))
+int filter_le_avx512(const float* s, int n, float limit, float* out_s, int32_t* out_i) {
+  const __m512 vl = _mm512_set1_ps(limit);
+  __m512i idx = _mm512_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15);
+  const __m512i step = _mm512_set1_epi32(16);
+  int cnt = 0;
+  for (int i = 0; i < n; i += 16) {
+    const __mmask16 live = n - i >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << (n - i)) - 1u);
+    const __m512 sv = _mm512_maskz_loadu_ps(live, s + i);
+    const __mmask16 m = _mm512_mask_cmp_ps_mask(live, sv, vl, _CMP_LE_OQ);
+    if (m) {
+      _mm512_storeu_ps(out_s + cnt, _mm512_maskz_compress_ps(m, sv));
+      _mm512_storeu_si512(out_i + cnt, _mm512_maskz_compress_epi32(m, idx));
+      cnt += __builtin_popcount(m);
+    }
+    idx = _mm512_add_epi32(idx, step);
+  }
+  return cnt;
+}
+
+using FilterLe = int (*)(const float*, int, float, float*, int32_t*);
+
 using Filter3 = int (*)(const float*, const float*, const float*, int, float, float, float, float,
                         bool, float*, int32_t*);
 
@@ -436,6 +468,14 @@ Filter3 pick_filter3() {
 }
 
 }  // namespace
+
+int filter_le(const float* s, int n, float limit, float* out_s, int32_t* out_i) {
+  static const FilterLe impl = [] {
+    __builtin_cpu_init();
+    return __builtin_cpu_supports("avx512f") ? filter_le_avx512 : filter_le_scalar;
+  }();
+  return impl(s, n, limit, out_s, out_i);
+}
 
 int filter3(const float* x, const float* y, const float* z, int n, float qx, float qy, float qz,
             float limit, bool strict, float* out_s, int32_t* out_i) {

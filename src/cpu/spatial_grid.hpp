@@ -72,6 +72,10 @@ constexpr int kFilterBlock = 256;
 int filter3(const float* x, const float* y, const float* z, int n, float qx, float qy, float qz,
             float limit, bool strict, float* out_s, int32_t* out_i);
 
+// Compacts the values s[i] <= limit (NaN never passes) with their offsets; returns their number.
+// out_s and out_i must hold n + 16 entries.
+int filter_le(const float* s, int n, float limit, float* out_s, int32_t* out_i);
+
 // General D on a coordinate-major block: out[i] = s(q, X[:, i]) with X[d][i] = xt[d * ld + i].
 void squared_distances_nd(const float* xt, int64_t ld, int64_t dim, int n, const float* q,
                           float* out);
