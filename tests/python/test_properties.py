@@ -159,3 +159,26 @@ def test_fps_contract(data, dim):
                 assert row[t] == int(np.flatnonzero(cover == cover.max())[0])  # smallest index
             else:
                 assert row[t] == 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data())
+def test_ball_query_gradients_equal_gathered_reimplementation(data):
+    ref = data.draw(clouds(min_points=1, max_points=16))
+    query = data.draw(clouds(min_points=1, max_points=12, batch=ref.shape[0]))
+    if not (torch.isfinite(ref).all() and torch.isfinite(query).all()):
+        return
+    radius = data.draw(st.floats(0.0, 6.0, allow_nan=False))
+    K = data.draw(st.integers(0, 10))
+    q = query.clone().requires_grad_()
+    r = ref.clone().requires_grad_()
+    dist2, idx = pcops.ball_query(q, r, radius, K)
+    upstream = torch.from_numpy(
+        data.draw(hnp.arrays(np.float32, tuple(dist2.shape), elements=st.floats(-2, 2, width=32)))
+    )
+    upstream = torch.where(idx < 0, torch.full_like(upstream, float("nan")), upstream)  # must not leak
+    got = torch.autograd.grad(dist2, (q, r), upstream, allow_unused=True)
+    clean = torch.where(idx < 0, torch.zeros_like(upstream), upstream)
+    expect = torch.autograd.grad(oracle.ball_query_dist2_torch(q, r, idx), (q, r), clean, allow_unused=True)
+    for a, b in zip(got, expect):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-4)
