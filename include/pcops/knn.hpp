@@ -6,7 +6,7 @@
 // - s = squared distance summed in coordinate order without FMA (any D >= 1).
 // - For each query, references are ordered by (s, index) ascending and the first k are returned;
 //   NaN s sorts as +inf (after every finite candidate, then by index).
-// - dist = sqrt(s) correctly rounded, taken after selection.
+// - dist = sqrt(s) correctly rounded, taken after selection (a NaN s is reported as +inf).
 // - k > N without ref_lengths is an error; with ref_lengths, slots past the available references
 //   hold (+inf, -1). Queries past query_lengths[b] hold (+inf, -1) in every slot.
 // - Exact: the spatial acceleration returns exactly what brute force returns. Deterministic,
