@@ -164,6 +164,43 @@ def ball_rows(ref, qry, r, K, repeat, check, peers):
     return rows, mism
 
 
+def load_real(path):
+    import open3d as o3d
+
+    return np.asarray(o3d.io.read_point_cloud(path).points, dtype=np.float32)
+
+
+def real_rows(data_dir, repeat, check, rng):
+    """All-points kNN (k=16) and ball query on real scans, with exactness on a query subset."""
+    import os
+
+    import pcops
+
+    for name, radius in (("b9_training.ply", 1.0), ("building.ply", 0.5)):
+        path = os.path.join(data_dir, name)
+        if not os.path.exists(path):
+            print(f"\n{name}: not found under {data_dir}, skipped")
+            continue
+        pts = load_real(path)
+        t = torch.from_numpy(pts)[None]
+        sub = rng.choice(len(pts), min(256, len(pts)), replace=False)
+        res = {}
+
+        def knn_all():
+            res["knn"] = pcops.knn(t, t, 16)[1][0].numpy()
+
+        rows = [("pcops", median_time(knn_all, repeat))]
+        from pykdtree.kdtree import KDTree
+
+        rows.append(("pykdtree", median_time(lambda: KDTree(pts).query(pts, 16), repeat)))
+        mism = int((res["knn"][sub] != knn_oracle(pts[sub], pts, 16)).sum()) if check else None
+        report(f"real {name} N={len(pts)} all-points kNN k=16", rows, mism)
+
+        q = pts[sub]
+        rows, mism = ball_rows(pts, q, radius, 64, repeat, check, {"scipy", "open3d"})
+        report(f"real {name} ball query M={len(q)} r={radius} K=64", rows, mism)
+
+
 def report(title, rows, mism):
     t_p = rows[0][1]
     best = min((t for name, t in rows[1:]), default=float("nan"))
@@ -175,7 +212,7 @@ def report(title, rows, mism):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--sizes", type=int, nargs="+", default=[100_000, 1_000_000])
+    ap.add_argument("--sizes", type=int, nargs="*", default=[100_000, 1_000_000])
     ap.add_argument("--queries", type=int, default=1024)
     ap.add_argument("--k", type=int, default=128)
     ap.add_argument("--K", type=int, default=64)
@@ -183,8 +220,9 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--no-check", action="store_true")
     ap.add_argument("--peers", default="scipy,pykdtree,open3d,faiss,torch")
-    ap.add_argument("--only", default="knn,knn_sorted,knn_shell,ball,graph")
+    ap.add_argument("--only", default="knn,knn_sorted,knn_shell,ball,real,graph")
     ap.add_argument("--graph-size", type=int, default=1_000_000)
+    ap.add_argument("--data-dir", default=None, help="folder with b9_training.ply, building.ply")
     args = ap.parse_args()
     peers = set(args.peers.split(",")) if args.peers else set()
     only = set(args.only.split(","))
@@ -213,6 +251,8 @@ def main():
                                    not args.no_check, peers)
             report(f"ball query sphere shell N={n} M={args.queries} r={args.radius} "
                    f"K={args.K}", rows, mism)
+    if "real" in only and args.data_dir:
+        real_rows(args.data_dir, args.repeat, not args.no_check, rng)
     if "graph" in only:
         n = args.graph_size
         ref = uniform_cloud(rng, n)

@@ -234,29 +234,32 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
         }
       }
     });
-    int64_t occupied = 0, total = 0;
+    int64_t total = 0;
+    double sq = 0.0;
     for (int64_t c = 0; c < g.num_cells; ++c) {
       int32_t t = 0;
       for (int64_t p = 0; p < pieces; ++p) t += hist[p][c];
-      occupied += t > 0;
       total += t;
+      sq += static_cast<double>(t) * t;
     }
     nf = total;
-    return occupied;
+    return total > 0 ? sq / static_cast<double>(total) : 0.0;
   };
   set_edge(h);
-  int64_t occupied = assign();
-  // Surface-like or clustered data leaves most cells empty: refine once so that the occupied
-  // cells hold about the target count (occupancy of a surface scales with 1/h^2).
-  if (occupied > 0 && static_cast<double>(nf) / occupied > 2.0 * opt.points_per_cell &&
-      h > opt.min_cell) {
-    double h1 = h * std::sqrt(opt.points_per_cell * occupied / static_cast<double>(nf));
+  // The cost of a search grows with the occupancy of the cells around a point, i.e. the mean
+  // over points of their cell's count. Surfaces, scans and clustered data leave most cells empty
+  // and pack the rest: refine (at most twice) towards the target, assuming surface-like scaling
+  // (count per cell ~ h^2), within the cell budget.
+  double load = assign();
+  for (int pass = 0; pass < 2; ++pass) {
+    if (!(load > 2.0 * opt.points_per_cell) || h <= opt.min_cell) break;
+    double h1 = h * std::sqrt(1.2 * opt.points_per_cell / load);
     h1 = std::max(h1, opt.min_cell);
     if (cells_for(ext, h1) > cap) h1 = edge_for_cells(ext, cap, opt.min_cell);
-    if (h1 < 0.8 * h) {
-      set_edge(h1);
-      occupied = assign();
-    }
+    if (!(h1 < 0.8 * h)) break;
+    h = h1;
+    set_edge(h);
+    load = assign();
   }
 
   // 3. Offsets: cell_start and the write cursor of every (piece, cell).
