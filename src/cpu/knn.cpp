@@ -190,36 +190,6 @@ struct GridSearch {
     }
   }
 
-  // Software prefetch of the first ring box of a later query: stage 0 its cell offsets, stage 1
-  // its points (whose offsets stage 0 fetched one query earlier). Random queries over a large
-  // cloud are bound by memory latency; overlapping the next queries' misses hides most of it.
-  void prefetch(float qx, float qy, float qz, int stage) const {
-    int64_t lo[3], hi[3];
-    const float q[3] = {qx, qy, qz};
-    for (int a = 0; a < 3; ++a) {
-      const int64_t c = g.coord(a, q[a]);
-      lo[a] = std::max<int64_t>(0, c - 1);
-      hi[a] = std::min<int64_t>(g.dims[a] - 1, c + 1);
-    }
-    for (int64_t z = lo[2]; z <= hi[2]; ++z)
-      for (int64_t y = lo[1]; y <= hi[1]; ++y) {
-        const int64_t row = g.cell(0, y, z);
-        const int32_t* cs = g.cell_start.data() + row;
-        if (stage == 0) {
-          __builtin_prefetch(cs + lo[0]);
-          __builtin_prefetch(cs + hi[0] + 1);
-        } else {
-          const int64_t p0 = cs[lo[0]], p1 = cs[hi[0] + 1];
-          for (int64_t p = p0; p < p1 + 16; p += 16) {
-            __builtin_prefetch(g.x.data() + p);
-            __builtin_prefetch(g.y.data() + p);
-            __builtin_prefetch(g.z.data() + p);
-            __builtin_prefetch(g.id.data() + p);
-          }
-        }
-      }
-  }
-
   void query(float qx, float qy, float qz, TopK& tk, float* s, int32_t* off) const {
     const double q[3] = {qx, qy, qz};
     int64_t cq[3];
@@ -299,30 +269,12 @@ void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const Points
   }
 
   const GridSearch search{g, ref, b};
-  // Prefetching pays when the grid does not fit in the caches and the queries are scattered.
-  const bool prefetch = order.empty() && n >= (int64_t{1} << 17);
   parallel_for(ctx, 0, mq, 16, [&](int64_t t0, int64_t t1) {
     TopK tk(k);
     float s[kBlock + 16];
     int32_t off[kBlock + 16];
-    auto at = [&](int64_t t) { return order.empty() ? t : order[t]; };
-    auto ahead = [&](int64_t t, int stage) {
-      if (t >= t1) return;
-      const int64_t m = at(t);
-      const float px = query.at(b, m, 0), py = query.at(b, m, 1), pz = query.at(b, m, 2);
-      if (grid::finite3(px, py, pz)) search.prefetch(px, py, pz, stage);
-    };
-    if (prefetch) {
-      ahead(t0, 0);
-      ahead(t0 + 1, 0);
-      ahead(t0, 1);
-    }
     for (int64_t t = t0; t < t1; ++t) {
-      if (prefetch) {
-        ahead(t + 2, 0);
-        ahead(t + 1, 1);
-      }
-      const int64_t m = at(t);
+      const int64_t m = order.empty() ? t : order[t];
       const int64_t i = b * M + m;
       const float qx = query.at(b, m, 0), qy = query.at(b, m, 1), qz = query.at(b, m, 2);
       tk.reset();
