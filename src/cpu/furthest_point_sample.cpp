@@ -12,8 +12,9 @@
 // - Plain path (any D, any values): one vectorised pass over the eligible points per step.
 // Points that skip_near_origin makes ineligible are dropped up front: their m_j never influences
 // a choice, and only eligible points (and the start) ever become centres.
-// Parallel decomposition: the clouds of a batch run concurrently, one cloud per task; the steps
-// of one cloud are sequential. The step kernels exist per instruction set (fps_kernels.hpp) and
+// Parallel decomposition: the clouds of a batch run concurrently, one cloud per task; a single
+// cloud builds its tree in chunks over the workers; the steps of one cloud are sequential.
+// Points with non-finite or huge coordinates send their cloud to the plain path. The step kernels exist per instruction set (fps_kernels.hpp) and
 // are picked once at run time; all of them compute the same bits.
 #include "pcops/furthest_point_sample.hpp"
 
@@ -44,7 +45,7 @@ static_assert(kFpsLeaf % kFpsLanes == 0);
 // Coordinates up to 2^60 in magnitude keep every squared distance finite:
 // 3 * (2^61)^2 = 3 * 2^122 < FLT_MAX.
 constexpr float kTreeMaxAbs = 1.152921504606846976e18f;  // 2^60
-// Below this many eligible points the plain pass is as fast as building the tree.
+// Smaller clouds take the plain path (a set threshold, not a tuned one).
 constexpr int64_t kTreeMinPoints = 1024;
 
 template <class T>
