@@ -90,11 +90,11 @@ def cmd_bench(args) -> int:
 
     docs = Path(args.docs)
     if args.report:
-        src = Path(args.input) if args.input else report.latest_json(args.out)
-        if src is None:
+        srcs = [Path(p) for p in args.input] if args.input else [report.latest_json(args.out)]
+        if srcs[0] is None:
             print(f"pcops bench --report: no bench-*.json in {args.out}", file=sys.stderr)
             return 1
-        md, png = report.write_report(src, docs, source_label=_rel(src))
+        md, png = report.write_report(srcs, docs, source_label=", ".join(_rel(p) for p in srcs))
         print(f"wrote {md}" + (f" and {png}" if png else ""))
         return 0
     if args.device != "cpu" and not args.device.startswith("cuda"):
@@ -232,7 +232,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", default="benchmarks/results", help="directory of the JSON results")
     p.add_argument("--docs", default="docs/benchmarks.md", help="generated markdown (PNG beside it)")
     p.add_argument("--report", action="store_true", help="only regenerate the markdown + PNG from JSON")
-    p.add_argument("--input", default=None, help="JSON for --report (default: newest in --out)")
+    p.add_argument("--input", action="append", default=None,
+                   help="JSON for --report (default: newest in --out); repeat to merge runs, later ones win")
     p.add_argument("--no-report", action="store_true", help="do not regenerate the markdown after a run")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("-k", dest="k", type=int, default=None, help="override k (knn, knn_graph)")

@@ -270,3 +270,54 @@ def test_cases_sizes_and_clouds():
     assert s.query.shape == (1024, 3) and s.params["k"] == 128
     r = np.linalg.norm(s.points, axis=1)
     assert abs(np.median(r) - 1) < 0.01
+
+
+def test_measure_respects_the_time_cap(monkeypatch):
+    from pcops.bench import timing
+
+    now = [0.0]
+    monkeypatch.setattr(timing, "clock", lambda: now[0])
+    calls = []
+
+    def slow():  # each call "takes" 0.03 s on the fake clock
+        calls.append(1)
+        now[0] += 0.03
+        return len(calls)
+
+    m = timing.measure(slow, repeat=50, warmup=1, total_cap_s=0.1)
+    assert m["repeats"] == len(m["times_s"]) == 2 and m["times_s"] == pytest.approx([0.03, 0.03])
+    assert m["output"] == len(calls) == 3
+    # A prediction far below the truth still cannot run the cap over by more than one run.
+    m = timing.measure(slow, repeat=50, warmup=1, total_cap_s=0.1, predicted_s=1e-6)
+    assert m["repeats"] == 2
+    m = timing.measure(lambda: 7, repeat=4, warmup=0)
+    assert m["repeats"] == 4 and m["warmup"] == 0 and m["output"] == 7
+
+
+def test_predict_fits_fixed_plus_linear_cost_and_rejects_early(monkeypatch):
+    from pcops.bench import timing
+
+    now = [0.0]
+    seen = []
+    monkeypatch.setattr(timing, "clock", lambda: now[0])
+
+    def work(f):  # 0.5 s of set-up plus 4 s for the whole work
+        seen.append(f)
+        now[0] += 0.5 + 4.0 * f
+
+    assert timing.predict(work) == pytest.approx(4.5)
+    assert seen[0] == 1 / 1024 and len(seen) >= 2
+
+    seen.clear()
+
+    def quadratic_giant(f):  # 1000 s in all: one probe already exceeds a 0.5 s budget
+        seen.append(f)
+        now[0] += 1000.0 * f
+
+    assert timing.predict(quadratic_giant, budget_s=0.5) == float("inf")
+    assert seen == [1 / 1024]
+
+    def tiny(f):  # never reaches the signal: stops at the last fraction
+        now[0] += 1e-4 * f
+
+    assert timing.predict(tiny) == pytest.approx(1e-4)

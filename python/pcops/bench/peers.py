@@ -280,7 +280,7 @@ def _torch_ball(x: Inputs):
 
 
 def all_peers() -> list[Peer]:
-    fps_note_bucket = "QuickFPS bucket method (exact FPS result)"
+    fps_note_bucket = "QuickFPS bucket method; in fpsample 1.0.2 it ignores start_idx and starts where it chooses"
     return [
         Peer("pcops", "pcops", "fps", _pcops_fps, is_pcops=True),
         Peer("fpsample.fps_sampling", "fpsample", "fps", _fpsample("fps_sampling")),
@@ -289,7 +289,7 @@ def all_peers() -> list[Peer]:
         Peer("fpsample.bucket_fps_kdline_sampling(h=7)", "fpsample", "fps",
              _fpsample("bucket_fps_kdline_sampling", h=7), notes=fps_note_bucket, slow=True),
         Peer("open3d.farthest_point_down_sample", "open3d", "fps", _open3d_fps, returns="points",
-             notes="returns points (compared by coordinates)"),
+             notes="returns the selected points in index order, not selection order: compared as a set"),
         Peer("torch loop", "torch", "fps", _torch_fps, slow=True),
         Peer("pcops", "pcops", "knn", _pcops_knn, is_pcops=True),
         Peer("scipy.cKDTree", "scipy", "knn", _scipy_knn, notes="build included, workers=-1"),

@@ -132,7 +132,9 @@ def markdown(doc: dict, source: str = "") -> str:
             lines.append("| " + " | ".join([cloud, format_size(n), order, cell(pc)]
                                            + [cell(by_peer.get(p)) for p in peers]
                                            + [best, rat, best_x, rat_x]) + " |")
-        notes = OrderedDict((r["peer"], r.get("notes")) for r in recs if r.get("notes"))
+        current = _current_notes(op)
+        notes = OrderedDict((r["peer"], current.get(r["peer"]) or r.get("notes")) for r in recs
+                            if current.get(r["peer"]) or r.get("notes"))
         if notes:
             lines.append("")
             lines += [f"- {p}: {n}" for p, n in notes.items()]
@@ -142,6 +144,15 @@ def markdown(doc: dict, source: str = "") -> str:
         lines.append("")
     lines += ["![benchmark plot](benchmarks.png)", ""]
     return "\n".join(lines)
+
+
+def _current_notes(op: str) -> dict:
+    try:
+        from pcops.bench.peers import peers_for
+
+        return {p.name: p.notes for p in peers_for(op)}
+    except Exception:  # noqa: BLE001 (the report must work from the JSON alone)
+        return {}
 
 
 def plot(doc: dict, path: str | Path) -> Path | None:
@@ -181,12 +192,30 @@ def plot(doc: dict, path: str | Path) -> Path | None:
     return path
 
 
-def write_report(json_path: str | Path, docs_path: str | Path = "docs/benchmarks.md",
+def merge(docs: list[dict]) -> dict:
+    """Several runs as one document: results of later runs replace earlier ones for the same
+    (op, cloud, n, order, peer); the environment is the first run's, the commands are all listed."""
+    if len(docs) == 1:
+        return docs[0]
+    out = dict(docs[0])
+    table: OrderedDict = OrderedDict()
+    for d in docs:
+        for r in d.get("results", []):
+            table[(r.get("op"), r.get("cloud"), r.get("n"), r.get("order"), r.get("peer"))] = r
+    # A case measured later replaces a case's "unmeasured" placeholder.
+    out["results"] = list(table.values())
+    out["command"] = "`, then `".join(d.get("command", "pcops bench") for d in docs)
+    out["created"] = ", ".join(d.get("created", "?") for d in docs)
+    return out
+
+
+def write_report(json_path: str | Path | list, docs_path: str | Path = "docs/benchmarks.md",
                  source_label: str | None = None) -> tuple[Path, Path | None]:
-    doc = load(json_path)
+    paths = list(json_path) if isinstance(json_path, (list, tuple)) else [json_path]
+    doc = merge([load(p) for p in paths])
     docs_path = Path(docs_path)
     docs_path.parent.mkdir(parents=True, exist_ok=True)
-    label = source_label or f"benchmarks/results/{Path(json_path).name}"
+    label = source_label or ", ".join(f"benchmarks/results/{Path(p).name}" for p in paths)
     docs_path.write_text(markdown(doc, label))
     png = plot(doc, docs_path.with_suffix(".png"))
     return docs_path, png

@@ -41,7 +41,7 @@ class Config:
     threads: int | None = None
     device: str = "cpu"
     budget_s: float = 10.0  # predicted single run above this: skipped (budget)
-    total_cap_s: float = 20.0  # per method and case, repeats shrink to stay inside
+    total_cap_s: float = 10.0  # per method and case, repeats shrink to stay inside
     probe_min_n: int = 100_000  # budget prediction for inputs at least this large
     data_dir: str | None = None
     params: dict = field(default_factory=dict)  # overrides, e.g. {"k": 8}
@@ -181,8 +181,11 @@ def scaled(inputs: Inputs, op: str, fraction: float) -> Inputs:
         params["num_samples"] = max(2, int(round(params["num_samples"] * fraction)))
         return Inputs(inputs.points, None, inputs.points_t, None, params, inputs.threads, inputs.sync)
     m = max(1, int(round(len(inputs.query) * fraction)))
-    return Inputs(inputs.points, inputs.query[:m], inputs.points_t, inputs.query_t[:, :m], params,
-                  inputs.threads, inputs.sync)
+    # Spread over the whole query set: a contiguous slice of a sorted cloud would be unfairly local.
+    pick = np.linspace(0, len(inputs.query) - 1, m).round().astype(np.int64)
+    pick_t = __import__("torch").from_numpy(pick).to(inputs.query_t.device)
+    return Inputs(inputs.points, np.ascontiguousarray(inputs.query[pick]), inputs.points_t,
+                  inputs.query_t[:, pick_t].contiguous(), params, inputs.threads, inputs.sync)
 
 
 def compute_oracle(case: C.Case) -> np.ndarray:
@@ -244,11 +247,13 @@ def run_case(case: C.Case, peers: list[Peer], cfg: Config, threads: int, progres
         try:
             predicted = None
             if cfg.budget_s and (case.n >= cfg.probe_min_n or case.op == "knn_graph"):
-                predicted = timing.predict(lambda f: peer.fn(scaled(inputs, case.op, f)))
+                predicted = timing.predict(lambda f: peer.fn(scaled(inputs, case.op, f)), cfg.budget_s)
                 rec["predicted_s"] = predicted
                 if predicted > cfg.budget_s:
+                    rec["predicted_s"] = None if predicted == float("inf") else predicted
                     rec.update(status="skipped (budget)",
-                               reason=f"predicted {predicted:.1f} s > budget {cfg.budget_s:g} s")
+                               reason=f"predicted {predicted:.1f} s > budget {cfg.budget_s:g} s"
+                               if predicted != float("inf") else f"one probe alone exceeded the budget {cfg.budget_s:g} s")
                     records.append(rec)
                     continue
             m = timing.measure(lambda: peer.fn(inputs), cfg.repeat, cfg.warmup, cfg.total_cap_s, predicted)

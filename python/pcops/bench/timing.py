@@ -24,10 +24,28 @@ def time_once(fn: Callable[[], object]) -> tuple[float, object]:
     return clock() - t0, out
 
 
-def predict(fn_at: Callable[[float], object], f1: float = 1 / 32, f2: float = 1 / 16) -> float:
-    """Predicted seconds of the full run from runs at fractions f1 and f2 of the work."""
-    t1, _ = time_once(lambda: fn_at(f1))
-    t2, _ = time_once(lambda: fn_at(f2))
+def predict(fn_at: Callable[[float], object], budget_s: float | None = None, min_signal_s: float = 0.2,
+            first: float = 1 / 1024, last: float = 1 / 16) -> float:
+    """Predicted seconds of the full run from runs on growing fractions of the work.
+
+    The fraction doubles from ``first`` until one doubling adds ``min_signal_s`` (or ``last`` is reached);
+    the last two runs give the line. A quadratic method at 1M points therefore costs a second or two
+    to reject, not minutes. Returns inf as soon as one probe alone exceeds ``budget_s``."""
+    points = []
+    f = first
+    while True:
+        t, _ = time_once(lambda: fn_at(f))
+        points.append((f, t))
+        if budget_s is not None and t > budget_s:
+            return float("inf")
+        # Enough signal: the last doubling itself added min_signal_s (fixed costs such as a tree
+        # build cancel out), or the last fraction is reached.
+        if (len(points) >= 2 and t - points[-2][1] >= min_signal_s) or f >= last:
+            break
+        f *= 2
+    (f1, t1), (f2, t2) = points[-2] if len(points) > 1 else points[-1], points[-1]
+    if f2 == f1:
+        return t2 / f2
     slope = max(0.0, (t2 - t1) / (f2 - f1))
     fixed = max(0.0, t1 - slope * f1)
     return max(t2, fixed + slope)
@@ -36,18 +54,27 @@ def predict(fn_at: Callable[[float], object], f1: float = 1 / 32, f2: float = 1 
 def measure(fn: Callable[[], object], repeat: int, warmup: int = 1, total_cap_s: float | None = None,
             predicted_s: float | None = None) -> dict:
     """Runs ``warmup`` unmeasured calls then up to ``repeat`` measured ones; returns the median, all
-    times and the last output. With ``total_cap_s`` and a prediction, the repeats shrink (never
-    below one) so that the measurement stays inside the cap; a slow method skips its warm-up."""
+    times and the last output. With ``total_cap_s`` the repeats shrink (never below one) so that the
+    measurement stays inside the cap, judged from ``predicted_s`` or else from the warm-up run; a
+    method predicted to be slow skips its warm-up."""
     if predicted_s is not None and total_cap_s is not None and predicted_s > 0:
         repeat = max(1, min(repeat, int(total_cap_s // predicted_s)))
         if predicted_s * (repeat + warmup) > total_cap_s:
             warmup = 0
     out = None
-    for _ in range(warmup):
-        out = fn()
+    spent = 0.0
+    for i in range(warmup):
+        t, out = time_once(fn)
+        spent += t
+        if i == 0 and predicted_s is None and total_cap_s is not None and t > 0:
+            repeat = max(1, min(repeat, int((total_cap_s - t) // t)))
     times = []
     for _ in range(repeat):
         t, out = time_once(fn)
         times.append(t)
-    return {"median_s": statistics.median(times), "times_s": times, "repeats": repeat, "warmup": warmup,
+        spent += t
+        # A wrong prediction (a loaded machine) must not run the cap over: stop after this run.
+        if total_cap_s is not None and spent + t > total_cap_s:
+            break
+    return {"median_s": statistics.median(times), "times_s": times, "repeats": len(times), "warmup": warmup,
             "output": out}
