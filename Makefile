@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 JOBS ?= $(shell nproc)
 APT_PACKAGES := build-essential cmake ninja-build git python3 python3-venv python3-dev \
-                libgtest-dev libgmock-dev libbenchmark-dev
+                libgtest-dev libgmock-dev libbenchmark-dev libusb-1.0-0 libgl1 libgomp1
 CMAKE := $(VENV)/bin/cmake
 CTEST := $(VENV)/bin/ctest
 
