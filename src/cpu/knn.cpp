@@ -1,7 +1,8 @@
 // CPU kNN: exact. 3-D clouds large enough to pay for it go through a uniform grid (built per
 // call, see spatial_grid.hpp) searched in growing Chebyshev rings of cells; everything else
 // (any D, small clouds, k close to N) is a vectorised brute force over a coordinate-major copy.
-// Parallel decomposition: queries (grid: in cell order for locality), one chunk per task with its
+// Parallel decomposition: queries (grid: many queries go in cell order, and the queries of one
+// cell share one gathered block of the points of its 3 x 3 x 3 cells), one chunk per task with its
 // own selection buffer; the grid build is parallel over point pieces.
 //
 // Selection keeps the best k by (key, index), key = s with NaN as +inf, in a buffer of up to
@@ -181,43 +182,86 @@ struct GridSearch {
 
   void scan(int64_t p0, int64_t p1, float qx, float qy, float qz, TopK& tk, float* s,
             int32_t* off) const {
+    scan_arrays(g.x.data(), g.y.data(), g.z.data(), g.id.data(), p0, p1, qx, qy, qz, tk, s, off);
+  }
+
+  static void scan_arrays(const float* x, const float* y, const float* z, const int32_t* id,
+                          int64_t p0, int64_t p1, float qx, float qy, float qz, TopK& tk, float* s,
+                          int32_t* off) {
     for (int64_t j0 = p0; j0 < p1; j0 += kBlock) {
       const int len = static_cast<int>(std::min<int64_t>(kBlock, p1 - j0));
-      const int cnt = grid::filter3(g.x.data() + j0, g.y.data() + j0, g.z.data() + j0, len, qx, qy,
-                                    qz, tk.threshold(), false, s, off);
-      const int32_t* ids = g.id.data() + j0;
+      const int cnt = grid::filter3(x + j0, y + j0, z + j0, len, qx, qy, qz, tk.threshold(), false,
+                                    s, off);
+      const int32_t* ids = id + j0;
       for (int c = 0; c < cnt; ++c) tk.push(s[c], static_cast<uint32_t>(ids[off[c]]));
     }
   }
 
-  void query(float qx, float qy, float qz, TopK& tk, float* s, int32_t* off) const {
+  // The points of the cells within one cell (Chebyshev) of cell (cx, cy, cz), copied into one
+  // block: the rings 0 and 1 of every query in that cell.
+  struct Near {
+    std::vector<float> x, y, z;
+    std::vector<int32_t> id;
+    int64_t n = 0;
+  };
+  void gather_near(int64_t cx, int64_t cy, int64_t cz, Near& out) const {
+    const int64_t x0 = std::max<int64_t>(0, cx - 1), x1 = std::min<int64_t>(g.dims[0] - 1, cx + 1);
+    const int64_t y0 = std::max<int64_t>(0, cy - 1), y1 = std::min<int64_t>(g.dims[1] - 1, cy + 1);
+    const int64_t z0 = std::max<int64_t>(0, cz - 1), z1 = std::min<int64_t>(g.dims[2] - 1, cz + 1);
+    out.n = 0;
+    for (int64_t z = z0; z <= z1; ++z)
+      for (int64_t y = y0; y <= y1; ++y) {
+        const int64_t row = g.cell(0, y, z);
+        const int64_t p0 = g.cell_start[row + x0], p1 = g.cell_start[row + x1 + 1];
+        const int64_t need = out.n + (p1 - p0);
+        if (static_cast<int64_t>(out.x.size()) < need) {
+          const size_t cap = static_cast<size_t>(std::max<int64_t>(need, 2 * out.n));
+          out.x.resize(cap);
+          out.y.resize(cap);
+          out.z.resize(cap);
+          out.id.resize(cap);
+        }
+        std::copy(g.x.begin() + p0, g.x.begin() + p1, out.x.begin() + out.n);
+        std::copy(g.y.begin() + p0, g.y.begin() + p1, out.y.begin() + out.n);
+        std::copy(g.z.begin() + p0, g.z.begin() + p1, out.z.begin() + out.n);
+        std::copy(g.id.begin() + p0, g.id.begin() + p1, out.id.begin() + out.n);
+        out.n = need;
+      }
+  }
+
+  // Rings below first_ring are taken as already scanned into tk.
+  void query(float qx, float qy, float qz, TopK& tk, float* s, int32_t* off,
+             int64_t first_ring = 0) const {
     const double q[3] = {qx, qy, qz};
     int64_t cq[3];
     for (int a = 0; a < 3; ++a) cq[a] = g.coord(a, q[a]);
     const int64_t* dims = g.dims;
     for (int64_t r = 0;; ++r) {
-      int64_t lo[3], hi[3];
-      for (int a = 0; a < 3; ++a) {
-        lo[a] = std::max<int64_t>(0, cq[a] - r);
-        hi[a] = std::min<int64_t>(dims[a] - 1, cq[a] + r);
-      }
-      for (int64_t z = lo[2]; z <= hi[2]; ++z) {
-        const double gz = gap(2, z, z, q[2]);
-        if (beyond(gz, tk.threshold())) continue;
-        const bool ring_z = (z - cq[2] == r) || (cq[2] - z == r);
-        for (int64_t y = lo[1]; y <= hi[1]; ++y) {
-          const double gyz = gz + gap(1, y, y, q[1]);
-          if (beyond(gyz, tk.threshold())) continue;
-          const int64_t row = g.cell(0, y, z);
-          if (ring_z || (y - cq[1] == r) || (cq[1] - y == r)) {
-            if (beyond(gyz + gap(0, lo[0], hi[0], q[0]), tk.threshold())) continue;
-            scan(g.cell_start[row + lo[0]], g.cell_start[row + hi[0] + 1], qx, qy, qz, tk, s, off);
-          } else {
-            const int64_t xa = cq[0] - r, xb = cq[0] + r;
-            if (xa >= 0 && !beyond(gyz + gap(0, xa, xa, q[0]), tk.threshold()))
-              scan(g.cell_start[row + xa], g.cell_start[row + xa + 1], qx, qy, qz, tk, s, off);
-            if (xb < dims[0] && !beyond(gyz + gap(0, xb, xb, q[0]), tk.threshold()))
-              scan(g.cell_start[row + xb], g.cell_start[row + xb + 1], qx, qy, qz, tk, s, off);
+      if (r >= first_ring) {
+        int64_t lo[3], hi[3];
+        for (int a = 0; a < 3; ++a) {
+          lo[a] = std::max<int64_t>(0, cq[a] - r);
+          hi[a] = std::min<int64_t>(dims[a] - 1, cq[a] + r);
+        }
+        for (int64_t z = lo[2]; z <= hi[2]; ++z) {
+          const double gz = gap(2, z, z, q[2]);
+          if (beyond(gz, tk.threshold())) continue;
+          const bool ring_z = (z - cq[2] == r) || (cq[2] - z == r);
+          for (int64_t y = lo[1]; y <= hi[1]; ++y) {
+            const double gyz = gz + gap(1, y, y, q[1]);
+            if (beyond(gyz, tk.threshold())) continue;
+            const int64_t row = g.cell(0, y, z);
+            if (ring_z || (y - cq[1] == r) || (cq[1] - y == r)) {
+              if (beyond(gyz + gap(0, lo[0], hi[0], q[0]), tk.threshold())) continue;
+              scan(g.cell_start[row + lo[0]], g.cell_start[row + hi[0] + 1], qx, qy, qz, tk, s,
+                   off);
+            } else {
+              const int64_t xa = cq[0] - r, xb = cq[0] + r;
+              if (xa >= 0 && !beyond(gyz + gap(0, xa, xa, q[0]), tk.threshold()))
+                scan(g.cell_start[row + xa], g.cell_start[row + xa + 1], qx, qy, qz, tk, s, off);
+              if (xb < dims[0] && !beyond(gyz + gap(0, xb, xb, q[0]), tk.threshold()))
+                scan(g.cell_start[row + xb], g.cell_start[row + xb + 1], qx, qy, qz, tk, s, off);
+            }
           }
         }
       }
@@ -250,10 +294,12 @@ void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const Points
   grid::build(ctx, ref, b, n, opt, g);
   const int64_t M = query.count;
 
-  // Process the queries in cell order when there are many (cache locality).
+  // Process the queries in cell order when there are many (cache locality); the queries of one
+  // cell then share one gathered block of their rings 0 and 1.
   std::vector<int64_t> order;
+  std::vector<int32_t> qc;
   if (mq >= 4096 && g.num_cells <= 4 * mq) {
-    std::vector<int32_t> qc(static_cast<size_t>(mq));
+    qc.resize(static_cast<size_t>(mq));
     std::vector<int64_t> count(static_cast<size_t>(g.num_cells) + 2, 0);
     for (int64_t m = 0; m < mq; ++m) {
       const float qx = query.at(b, m, 0), qy = query.at(b, m, 1), qz = query.at(b, m, 2);
@@ -273,12 +319,24 @@ void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const Points
     TopK tk(k);
     float s[kBlock + 16];
     int32_t off[kBlock + 16];
+    GridSearch::Near near;
+    int64_t near_cell = -1;
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t m = order.empty() ? t : order[t];
       const int64_t i = b * M + m;
       const float qx = query.at(b, m, 0), qy = query.at(b, m, 1), qz = query.at(b, m, 2);
       tk.reset();
-      if (grid::finite3(qx, qy, qz)) {
+      if (!order.empty() && qc[m] < g.num_cells) {
+        const int64_t c = qc[m];
+        if (c != near_cell) {
+          near_cell = c;
+          const int64_t cx = c % g.dims[0], cy = (c / g.dims[0]) % g.dims[1];
+          search.gather_near(cx, cy, c / (g.dims[0] * g.dims[1]), near);
+        }
+        GridSearch::scan_arrays(near.x.data(), near.y.data(), near.z.data(), near.id.data(), 0,
+                                near.n, qx, qy, qz, tk, s, off);
+        search.query(qx, qy, qz, tk, s, off, 2);
+      } else if (grid::finite3(qx, qy, qz)) {
         search.query(qx, qy, qz, tk, s, off);
       } else {
         for (int64_t j = 0; j < n; ++j)

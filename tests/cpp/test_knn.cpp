@@ -69,6 +69,19 @@ TEST(Knn, SpatiallySortedInput) {
   EXPECT_TRUE(pcops_test::same_result(got, want));
 }
 
+TEST(Knn, GraphOfTiesAndNonFinitePoints) {
+  // Every point a query: the queries of a cell share one gathered block of their near cells.
+  std::mt19937 rng(18);
+  Cloud x = pcops_test::duplicate_cloud(rng, 5000, 40);
+  const float inf = std::numeric_limits<float>::infinity(), nan = std::nanf("");
+  for (int64_t i = 0; i < 5000; i += 211) x.at(0, i, i % 3) = nan;
+  for (int64_t i = 3; i < 5000; i += 307) x.at(0, i, (i + 1) % 3) = (i % 2) ? inf : -inf;
+  for (int64_t k : {1, 16, 57}) expect_exact(x.view(), x.view(), k);
+  Cloud s = pcops_test::shell_cloud(rng, 6000);
+  pcops_test::spatial_sort(s);
+  expect_exact(s.view(), s.view(), 16);
+}
+
 TEST(Knn, DuplicateHeavyTies) {
   std::mt19937 rng(4);
   Cloud x = pcops_test::duplicate_cloud(rng, 5000, 40);
