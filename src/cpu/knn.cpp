@@ -24,6 +24,8 @@ namespace pcops::cpu {
 namespace {
 
 constexpr int kBlock = 256;
+// Queries of one cell that pay for gathering the points of its 3 x 3 x 3 cells into one block.
+constexpr int64_t kShareMinQueries = 4;
 // Relative margin between a double lower bound of a distance and a float32 s: s is within a few
 // units of 2^-24 of the exact squared distance unless it underflows, hence the floor on the bound.
 constexpr double kMargin = 1.0 - 1e-5;
@@ -208,25 +210,36 @@ struct GridSearch {
     const int64_t x0 = std::max<int64_t>(0, cx - 1), x1 = std::min<int64_t>(g.dims[0] - 1, cx + 1);
     const int64_t y0 = std::max<int64_t>(0, cy - 1), y1 = std::min<int64_t>(g.dims[1] - 1, cy + 1);
     const int64_t z0 = std::max<int64_t>(0, cz - 1), z1 = std::min<int64_t>(g.dims[2] - 1, cz + 1);
+    const int64_t own = g.cell(cx, cy, cz);
+    const int64_t c0 = g.cell_start[own], c1 = g.cell_start[own + 1];
     out.n = 0;
+    append(c0, c1, out);  // the own cell first: its points tighten the threshold soonest
     for (int64_t z = z0; z <= z1; ++z)
       for (int64_t y = y0; y <= y1; ++y) {
         const int64_t row = g.cell(0, y, z);
         const int64_t p0 = g.cell_start[row + x0], p1 = g.cell_start[row + x1 + 1];
-        const int64_t need = out.n + (p1 - p0);
-        if (static_cast<int64_t>(out.x.size()) < need) {
-          const size_t cap = static_cast<size_t>(std::max<int64_t>(need, 2 * out.n));
-          out.x.resize(cap);
-          out.y.resize(cap);
-          out.z.resize(cap);
-          out.id.resize(cap);
+        if (y == cy && z == cz) {
+          append(p0, c0, out);
+          append(c1, p1, out);
+        } else {
+          append(p0, p1, out);
         }
-        std::copy(g.x.begin() + p0, g.x.begin() + p1, out.x.begin() + out.n);
-        std::copy(g.y.begin() + p0, g.y.begin() + p1, out.y.begin() + out.n);
-        std::copy(g.z.begin() + p0, g.z.begin() + p1, out.z.begin() + out.n);
-        std::copy(g.id.begin() + p0, g.id.begin() + p1, out.id.begin() + out.n);
-        out.n = need;
       }
+  }
+  void append(int64_t p0, int64_t p1, Near& out) const {
+    const int64_t need = out.n + (p1 - p0);
+    if (static_cast<int64_t>(out.x.size()) < need) {
+      const size_t cap = static_cast<size_t>(std::max<int64_t>(need, 2 * out.n));
+      out.x.resize(cap);
+      out.y.resize(cap);
+      out.z.resize(cap);
+      out.id.resize(cap);
+    }
+    std::copy(g.x.begin() + p0, g.x.begin() + p1, out.x.begin() + out.n);
+    std::copy(g.y.begin() + p0, g.y.begin() + p1, out.y.begin() + out.n);
+    std::copy(g.z.begin() + p0, g.z.begin() + p1, out.z.begin() + out.n);
+    std::copy(g.id.begin() + p0, g.id.begin() + p1, out.id.begin() + out.n);
+    out.n = need;
   }
 
   // Rings below first_ring are taken as already scanned into tk.
@@ -294,8 +307,8 @@ void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const Points
   grid::build(ctx, ref, b, n, opt, g);
   const int64_t M = query.count;
 
-  // Process the queries in cell order when there are many (cache locality); the queries of one
-  // cell then share one gathered block of their rings 0 and 1.
+  // Process the queries in cell order when there are many (cache locality); the queries of a
+  // cell with several of them then share one gathered block of their rings 0 and 1.
   std::vector<int64_t> order;
   std::vector<int32_t> qc;
   if (mq >= 4096 && g.num_cells <= 4 * mq) {
@@ -321,18 +334,24 @@ void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const Points
     int32_t off[kBlock + 16];
     GridSearch::Near near;
     int64_t near_cell = -1;
+    bool use_near = false;
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t m = order.empty() ? t : order[t];
       const int64_t i = b * M + m;
       const float qx = query.at(b, m, 0), qy = query.at(b, m, 1), qz = query.at(b, m, 2);
       tk.reset();
-      if (!order.empty() && qc[m] < g.num_cells) {
-        const int64_t c = qc[m];
-        if (c != near_cell) {
-          near_cell = c;
+      const bool in_cell = !order.empty() && qc[m] < g.num_cells;
+      if (in_cell && qc[m] != near_cell) {
+        const int64_t c = near_cell = qc[m];
+        int64_t run = 1;
+        while (t + run < t1 && qc[order[t + run]] == c) ++run;
+        use_near = run >= kShareMinQueries;
+        if (use_near) {
           const int64_t cx = c % g.dims[0], cy = (c / g.dims[0]) % g.dims[1];
           search.gather_near(cx, cy, c / (g.dims[0] * g.dims[1]), near);
         }
+      }
+      if (in_cell && use_near) {
         GridSearch::scan_arrays(near.x.data(), near.y.data(), near.z.data(), near.id.data(), 0,
                                 near.n, qx, qy, qz, tk, s, off);
         search.query(qx, qy, qz, tk, s, off, 2);
