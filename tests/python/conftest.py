@@ -16,6 +16,7 @@ import pytest
 import torch
 
 import pcops  # noqa: F401  (loads the operator library)
+from pcops.data import load as load_cloud
 
 REPO = Path(__file__).resolve().parents[2]
 SEED = 20240607
@@ -31,47 +32,6 @@ def data_dir() -> Path | None:
         if c.is_dir() and any(c.iterdir()):
             return c
     return None
-
-
-def _read_xyz(path: Path) -> np.ndarray:
-    return np.loadtxt(path, dtype=np.float64, usecols=(0, 1, 2), ndmin=2)
-
-
-def _read_off(path: Path) -> np.ndarray:
-    with open(path) as f:
-        tokens = []
-        for line in f:
-            line = line.split("#", 1)[0].strip()
-            if not line:
-                continue
-            tokens.append(line)
-            if len(tokens) == 2:
-                break
-        header = tokens[0]
-        counts = tokens[1] if header.strip() == "OFF" else header[3:]
-        n = int(counts.split()[0])
-        rows = []
-        for line in f:
-            fields = line.split()
-            if fields:
-                rows.append([float(v) for v in fields[:3]])
-                if len(rows) == n:
-                    break
-    return np.asarray(rows, dtype=np.float64).reshape(-1, 3)
-
-
-def _read_ascii_ply(path: Path) -> np.ndarray:
-    with open(path, "rb") as f:
-        n = None
-        while True:
-            line = f.readline().decode("ascii", "replace").strip()
-            if line.startswith("format") and "ascii" not in line:
-                raise ValueError("binary ply")
-            if line.startswith("element vertex"):
-                n = int(line.split()[-1])
-            if line == "end_header":
-                break
-        return np.loadtxt(f, dtype=np.float64, usecols=(0, 1, 2), max_rows=n, ndmin=2)
 
 
 REAL_FILES = ("kitten.xyz", "bunny00.off", "hippo1.ply")
@@ -92,22 +52,23 @@ def load_real_cloud(name: str, max_points: int = 6000) -> torch.Tensor:
     root = data_dir()
     pts = None
     if root is not None and (root / name).is_file():
-        path = root / name
-        if path.suffix == ".xyz":
-            pts = _read_xyz(path)
-        elif path.suffix == ".off":
-            pts = _read_off(path)
-        elif path.suffix == ".ply":
-            try:
-                pts = _read_ascii_ply(path)
-            except ValueError:
-                pts = None
+        pts = load_cloud(root / name).points
     if pts is None:
         pts = synthetic_varying_density(max_points, seed=zlib.crc32(name.encode()) % 1000)
     if len(pts) > max_points:
         keep = np.random.default_rng(SEED).choice(len(pts), max_points, replace=False)
         pts = pts[np.sort(keep)]  # keep the file's order (scans are often spatially sorted)
     return torch.from_numpy(pts.astype(np.float32))
+
+
+def degenerate_clouds(gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """A tight cluster plus one far outlier, a single repeated point, and a flat plane ([1, 1500, 3])."""
+    cluster = torch.rand(1, 1500, 3, generator=gen) * 1e-3
+    cluster[0, 777] = torch.tensor([1e6, -1e6, 1e6])
+    same = torch.full((1, 1500, 3), 0.25)
+    plane = torch.rand(1, 1500, 3, generator=gen)
+    plane[..., 2] = 0.5
+    return cluster, same, plane
 
 
 def make_cloud(kind: str, n: int, seed: int) -> torch.Tensor:

@@ -8,6 +8,7 @@ import pytest
 import torch
 
 import pcops
+from conftest import degenerate_clouds
 from pcops import testing as oracle
 
 
@@ -230,11 +231,7 @@ def test_large_cloud_with_non_finite_points(gen):
 
 
 def test_large_degenerate_clouds(gen):
-    cluster = torch.rand(1, 1500, 3, generator=gen) * 1e-3
-    cluster[0, 777] = torch.tensor([1e6, -1e6, 1e6])
-    same = torch.full((1, 1500, 3), 0.25)
-    plane = torch.rand(1, 1500, 3, generator=gen)
-    plane[..., 2] = 0.5
+    cluster, same, plane = degenerate_clouds(gen)
     for ref, radius in ((cluster, 2e-4), (same, 1e-3), (plane, 0.05)):
         query = torch.cat([ref[:, ::25], torch.rand(1, 20, 3, generator=gen)], dim=1)
         assert_ball_equal(query, ref, radius, 40)

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import pcops
+from conftest import degenerate_clouds
 from pcops import testing as oracle
 
 
@@ -175,11 +176,7 @@ def test_large_cloud_with_non_finite_points(gen):
 
 
 def test_large_degenerate_clouds(gen):
-    cluster = torch.rand(1, 1500, 3, generator=gen) * 1e-3
-    cluster[0, 777] = torch.tensor([1e6, -1e6, 1e6])
-    same = torch.full((1, 1500, 3), 0.25)
-    plane = torch.rand(1, 1500, 3, generator=gen)
-    plane[..., 2] = 0.5
+    cluster, same, plane = degenerate_clouds(gen)
     for points in (cluster, same, plane):
         assert_fps_equal(points, 40)
     assert pcops.furthest_point_sample(same, 5).tolist() == [[0, 0, 0, 0, 0]]

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import pcops
+from conftest import degenerate_clouds
 from pcops import testing as oracle
 
 
@@ -258,12 +259,7 @@ def test_large_cloud_with_non_finite_points(gen):
 
 
 def test_large_degenerate_clouds(gen):
-    # A tight cluster plus one far outlier, a single repeated point, and a flat plane.
-    cluster = torch.rand(1, 1500, 3, generator=gen) * 1e-3
-    cluster[0, 777] = torch.tensor([1e6, -1e6, 1e6])
-    same = torch.full((1, 1500, 3), 0.25)
-    plane = torch.rand(1, 1500, 3, generator=gen)
-    plane[..., 2] = 0.5
+    cluster, same, plane = degenerate_clouds(gen)
     for ref in (cluster, same, plane):
         query = torch.cat([ref[:, ::25], torch.rand(1, 20, 3, generator=gen)], dim=1)
         _assert_knn_indices_and_finite_dists(query, ref, 16)
