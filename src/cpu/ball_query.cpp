@@ -26,47 +26,29 @@ constexpr double kTiny = 1e-30;
 // integer order is index order (indices are distinct).
 class FirstK {
  public:
-  explicit FirstK(int64_t K) : k_(K), cap_(std::max<int64_t>(2 * K, K + 64)), buf_(cap_), tmp_(cap_) {}
-  void reset() {
-    n_ = 0;
-    t_ = UINT64_MAX;
-  }
+  explicit FirstK(int64_t K) : first_(K) {}
+  void reset() { first_.reset(); }
   void push(uint32_t id, float s) {
     uint32_t sb;
     std::memcpy(&sb, &s, 4);
-    const uint64_t v = (static_cast<uint64_t>(id) << 32) | sb;
-    if (v > t_) return;
-    buf_[n_++] = v;
-    if (n_ == k_) {
-      t_ = *std::max_element(buf_.begin(), buf_.begin() + n_);
-    } else if (n_ == cap_) {
-      cut();
-    }
+    first_.push((static_cast<uint64_t>(id) << 32) | sb);
   }
   void finish(float* od, int64_t* oi) {
-    if (n_ > k_) cut();
-    select::sort(buf_.data(), n_, tmp_.data());
-    for (int64_t t = 0; t < n_; ++t) {
-      const uint32_t sb = static_cast<uint32_t>(buf_[t] & 0xFFFFFFFFu);
+    const int64_t n = first_.finish();
+    const uint64_t* v = first_.data();
+    for (int64_t t = 0; t < n; ++t) {
+      const uint32_t sb = static_cast<uint32_t>(v[t] & 0xFFFFFFFFu);
       std::memcpy(&od[t], &sb, 4);
-      oi[t] = static_cast<int64_t>(buf_[t] >> 32);
+      oi[t] = static_cast<int64_t>(v[t] >> 32);
     }
-    for (int64_t t = n_; t < k_; ++t) {
+    for (int64_t t = n; t < first_.k(); ++t) {
       od[t] = 0.0f;
       oi[t] = -1;
     }
   }
 
  private:
-  void cut() {
-    select::smallest_k(buf_.data(), n_, k_, tmp_.data());
-    n_ = k_;
-    t_ = *std::max_element(buf_.begin(), buf_.begin() + k_);
-  }
-  int64_t k_, cap_;
-  std::vector<uint64_t> buf_, tmp_;
-  int64_t n_ = 0;
-  uint64_t t_ = UINT64_MAX;
+  select::SmallestK first_;
 };
 
 void pad(float* od, int64_t* oi, int64_t K) {

@@ -51,49 +51,32 @@ inline float bits_float(uint32_t u) {
 // uint64 that sorts with plain integer comparisons.
 class TopK {
  public:
-  explicit TopK(int64_t k) : k_(k), cap_(std::max<int64_t>(2 * k, k + 64)), buf_(cap_), tmp_(cap_) {}
+  explicit TopK(int64_t k) : best_(k) {}
   void reset() {
-    n_ = 0;
-    t_ = UINT64_MAX;
+    best_.reset();
     tf_ = INFINITY;
   }
   // Candidates with key above this cannot enter (+inf until k candidates were seen).
   float threshold() const { return tf_; }
   void push(float key, uint32_t id) {
-    const uint64_t v = (static_cast<uint64_t>(float_bits(key)) << 32) | id;
-    if (v > t_) return;
-    buf_[n_++] = v;
-    if (n_ == k_) {
-      t_ = *std::max_element(buf_.begin(), buf_.begin() + n_);
-      tf_ = bits_float(static_cast<uint32_t>(t_ >> 32));
-    } else if (n_ == cap_) {
-      cut();
-    }
+    if (best_.push((static_cast<uint64_t>(float_bits(key)) << 32) | id))
+      tf_ = bits_float(static_cast<uint32_t>(best_.threshold() >> 32));
   }
   void finish(float* od, int64_t* oi) {
-    if (n_ > k_) cut();
-    select::sort(buf_.data(), n_, tmp_.data());
-    for (int64_t t = 0; t < n_; ++t) {
-      od[t] = std::sqrt(bits_float(static_cast<uint32_t>(buf_[t] >> 32)));
-      oi[t] = static_cast<int64_t>(buf_[t] & 0xFFFFFFFFu);
+    const int64_t n = best_.finish();
+    const uint64_t* v = best_.data();
+    for (int64_t t = 0; t < n; ++t) {
+      od[t] = std::sqrt(bits_float(static_cast<uint32_t>(v[t] >> 32)));
+      oi[t] = static_cast<int64_t>(v[t] & 0xFFFFFFFFu);
     }
-    for (int64_t t = n_; t < k_; ++t) {
+    for (int64_t t = n; t < best_.k(); ++t) {
       od[t] = INFINITY;
       oi[t] = -1;
     }
   }
 
  private:
-  void cut() {
-    select::smallest_k(buf_.data(), n_, k_, tmp_.data());
-    n_ = k_;
-    t_ = *std::max_element(buf_.begin(), buf_.begin() + k_);
-    tf_ = bits_float(static_cast<uint32_t>(t_ >> 32));
-  }
-  int64_t k_, cap_;
-  std::vector<uint64_t> buf_, tmp_;
-  int64_t n_ = 0;
-  uint64_t t_ = UINT64_MAX;
+  select::SmallestK best_;
   float tf_ = INFINITY;
 };
 

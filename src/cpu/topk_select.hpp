@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <immintrin.h>
+#include <vector>
 
 namespace pcops::cpu::select {
 
@@ -135,5 +136,52 @@ inline void sort(uint64_t* a, int64_t n, uint64_t* tmp) {
   }
   if (src != a) std::copy(src, src + n, a);
 }
+
+// Keeps the k smallest uint64 values pushed: a buffer of up to max(2k, k + 64) values, cut back to
+// k by smallest_k when full; the k-th smallest seen so far is the admission threshold. Callers
+// pack their ordering key into the value (kNN: key bits, index; ball query: index, s bits).
+class SmallestK {
+ public:
+  explicit SmallestK(int64_t k) : k_(k), cap_(std::max<int64_t>(2 * k, k + 64)), buf_(cap_), tmp_(cap_) {}
+  void reset() {
+    n_ = 0;
+    t_ = UINT64_MAX;
+  }
+  int64_t k() const { return k_; }
+  // Values above this cannot enter (UINT64_MAX until k values were seen).
+  uint64_t threshold() const { return t_; }
+  // Returns true when the threshold changed.
+  bool push(uint64_t v) {
+    if (v > t_) return false;
+    buf_[n_++] = v;
+    if (n_ == k_) {
+      t_ = *std::max_element(buf_.begin(), buf_.begin() + n_);
+      return true;
+    }
+    if (n_ == cap_) {
+      cut();
+      return true;
+    }
+    return false;
+  }
+  // Sorts the kept values ascending into data(); returns their number (at most k).
+  int64_t finish() {
+    if (n_ > k_) cut();
+    sort(buf_.data(), n_, tmp_.data());
+    return n_;
+  }
+  const uint64_t* data() const { return buf_.data(); }
+
+ private:
+  void cut() {
+    smallest_k(buf_.data(), n_, k_, tmp_.data());
+    n_ = k_;
+    t_ = *std::max_element(buf_.begin(), buf_.begin() + k_);
+  }
+  int64_t k_, cap_;
+  std::vector<uint64_t> buf_, tmp_;
+  int64_t n_ = 0;
+  uint64_t t_ = UINT64_MAX;
+};
 
 }  // namespace pcops::cpu::select
