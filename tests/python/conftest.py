@@ -71,6 +71,16 @@ def degenerate_clouds(gen: torch.Generator) -> tuple[torch.Tensor, torch.Tensor,
     return cluster, same, plane
 
 
+def with_threads(threads: int, fn):
+    """fn() with torch's (and so pcops') CPU thread count set to ``threads``, then restored."""
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(threads)
+        return fn()
+    finally:
+        torch.set_num_threads(before)
+
+
 def make_cloud(kind: str, n: int, seed: int) -> torch.Tensor:
     """Synthetic float32 [n, 3] clouds covering the interesting geometry."""
     g = torch.Generator().manual_seed(seed)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 import pcops
-from conftest import degenerate_clouds
+from conftest import degenerate_clouds, with_threads
 from pcops import testing as oracle
 
 
@@ -376,12 +376,6 @@ def test_backward_op_validates_indices(gen):
 def test_independent_of_thread_count(gen):
     ref = torch.rand(3, 3000, 3, generator=gen)
     query = torch.rand(3, 700, 3, generator=gen)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = pcops.ball_query(query, ref, 0.1, 48)
-        torch.set_num_threads(2)
-        two = pcops.ball_query(query, ref, 0.1, 48)
-    finally:
-        torch.set_num_threads(before)
+    one = with_threads(1, lambda: pcops.ball_query(query, ref, 0.1, 48))
+    two = with_threads(2, lambda: pcops.ball_query(query, ref, 0.1, 48))
     assert torch.equal(one[0], two[0]) and torch.equal(one[1], two[1])

@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import pcops
-from conftest import degenerate_clouds
+from conftest import degenerate_clouds, with_threads
 from pcops import testing as oracle
 
 
@@ -149,14 +149,8 @@ def test_non_contiguous_inputs(gen):
 
 def test_independent_of_thread_count(gen):
     points = torch.rand(4, 2000, 3, generator=gen)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = pcops.furthest_point_sample(points, 64)
-        torch.set_num_threads(2)
-        two = pcops.furthest_point_sample(points, 64)
-    finally:
-        torch.set_num_threads(before)
+    one = with_threads(1, lambda: pcops.furthest_point_sample(points, 64))
+    two = with_threads(2, lambda: pcops.furthest_point_sample(points, 64))
     assert torch.equal(one, two)
 
 

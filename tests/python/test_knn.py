@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import pcops
-from conftest import degenerate_clouds
+from conftest import degenerate_clouds, with_threads
 from pcops import testing as oracle
 
 
@@ -268,12 +268,6 @@ def test_large_degenerate_clouds(gen):
 def test_independent_of_thread_count(gen):
     ref = torch.rand(3, 3000, 3, generator=gen)
     query = torch.rand(3, 700, 3, generator=gen)
-    before = torch.get_num_threads()
-    try:
-        torch.set_num_threads(1)
-        one = pcops.knn(query, ref, 16)
-        torch.set_num_threads(2)
-        two = pcops.knn(query, ref, 16)
-    finally:
-        torch.set_num_threads(before)
+    one = with_threads(1, lambda: pcops.knn(query, ref, 16))
+    two = with_threads(2, lambda: pcops.knn(query, ref, 16))
     assert torch.equal(one[0], two[0]) and torch.equal(one[1], two[1])
