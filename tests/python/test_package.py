@@ -43,3 +43,15 @@ def test_oracle_distance_is_the_contract_arithmetic():
     x = np.array([[1e4 + 1, 1e4, 1e4 - 2]], dtype=np.float32)
     s = pcops.testing.squared_distances(q, x)
     assert s.dtype == np.float32 and s[0, 0] == np.float32(5.0)
+
+
+def test_parallel_for_seam_uses_torch_threads():
+    # at::parallel_for only runs in parallel when the binding is compiled with torch's OpenMP;
+    # the seam must really use torch.get_num_threads() workers, and follow set_num_threads.
+    from conftest import with_threads
+
+    for threads in (1, 2, 3):
+        assert with_threads(threads, lambda: torch.ops.pcops._parallel_threads(64)) == threads
+    assert with_threads(3, lambda: torch.ops.pcops._parallel_threads(2)) == 2
+    assert torch.ops.pcops._parallel_threads(1) == 1
+    assert torch.ops.pcops._parallel_threads(0) == 0
