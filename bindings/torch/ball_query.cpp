@@ -15,10 +15,11 @@ float radius_to_float(double radius) {
   return r;
 }
 
-std::tuple<at::Tensor, at::Tensor> ball_query_cpu(const at::Tensor& query_in, const at::Tensor& ref_in,
-                                                  double radius, int64_t K,
-                                                  const std::optional<at::Tensor>& query_lengths_in,
-                                                  const std::optional<at::Tensor>& ref_lengths_in) {
+template <class Run>
+std::tuple<at::Tensor, at::Tensor> ball_query_impl(const at::Tensor& query_in, const at::Tensor& ref_in,
+                                                   double radius, int64_t K,
+                                                   const std::optional<at::Tensor>& query_lengths_in,
+                                                   const std::optional<at::Tensor>& ref_lengths_in, Run run) {
   check_same_device(query_in, "query", ref_in, "ref");
   TORCH_CHECK_TYPE(query_in.scalar_type() == ref_in.scalar_type(), "ref: expected dtype ",
                    query_in.scalar_type(), " (as query), got ", ref_in.scalar_type());
@@ -32,15 +33,16 @@ std::tuple<at::Tensor, at::Tensor> ball_query_cpu(const at::Tensor& query_in, co
   at::Tensor dist2 = at::empty({query.size(0), query.size(1), K}, query.options());
   at::Tensor idx = at::empty({query.size(0), query.size(1), K}, query.options().dtype(at::kLong));
   translate_errors([&] {
-    cpu::ball_query(cpu_context(), view_of(query), view_of(ref), lengths_of(ql), lengths_of(rl),
-                    BallQueryParams{r, K}, dist2.data_ptr<float>(), idx.data_ptr<int64_t>());
+    run(query, view_of(query), view_of(ref), lengths_of(ql), lengths_of(rl), BallQueryParams{r, K},
+        dist2.data_ptr<float>(), idx.data_ptr<int64_t>());
   });
   return {dist2, idx};
 }
 
-std::tuple<at::Tensor, at::Tensor> ball_query_backward_cpu(const at::Tensor& grad_dist2_in,
-                                                           const at::Tensor& query_in,
-                                                           const at::Tensor& ref_in, const at::Tensor& idx_in) {
+template <class Run>
+std::tuple<at::Tensor, at::Tensor> ball_query_backward_impl(const at::Tensor& grad_dist2_in,
+                                                            const at::Tensor& query_in, const at::Tensor& ref_in,
+                                                            const at::Tensor& idx_in, Run run) {
   check_same_device(query_in, "query", ref_in, "ref");
   check_same_device(query_in, "query", idx_in, "idx");
   check_same_device(query_in, "query", grad_dist2_in, "grad_dist2");
@@ -64,11 +66,44 @@ std::tuple<at::Tensor, at::Tensor> ball_query_backward_cpu(const at::Tensor& gra
   at::Tensor gq = at::empty(query.sizes(), query.options());
   at::Tensor gr = at::empty(ref.sizes(), ref.options());
   translate_errors([&] {
-    cpu::ball_query_backward(cpu_context(), view_of(query), view_of(ref), idx.data_ptr<int64_t>(),
-                             grad.data_ptr<float>(), idx.size(2), gq.data_ptr<float>(), gr.data_ptr<float>());
+    run(query, view_of(query), view_of(ref), idx.data_ptr<int64_t>(), grad.data_ptr<float>(), idx.size(2),
+        gq.data_ptr<float>(), gr.data_ptr<float>());
   });
   return {gq.to(query_in.scalar_type()), gr.to(ref_in.scalar_type())};
 }
+
+std::tuple<at::Tensor, at::Tensor> ball_query_cpu(const at::Tensor& query, const at::Tensor& ref, double radius,
+                                                  int64_t K, const std::optional<at::Tensor>& query_lengths,
+                                                  const std::optional<at::Tensor>& ref_lengths) {
+  return ball_query_impl(query, ref, radius, K, query_lengths, ref_lengths,
+                         [](const at::Tensor&, auto&&... a) { cpu::ball_query(cpu_context(), a...); });
+}
+
+std::tuple<at::Tensor, at::Tensor> ball_query_backward_cpu(const at::Tensor& grad_dist2, const at::Tensor& query,
+                                                           const at::Tensor& ref, const at::Tensor& idx) {
+  return ball_query_backward_impl(grad_dist2, query, ref, idx, [](const at::Tensor&, auto&&... a) {
+    cpu::ball_query_backward(cpu_context(), a...);
+  });
+}
+
+#if PCOPS_TORCH_CUDA
+std::tuple<at::Tensor, at::Tensor> ball_query_cuda(const at::Tensor& query, const at::Tensor& ref, double radius,
+                                                   int64_t K, const std::optional<at::Tensor>& query_lengths,
+                                                   const std::optional<at::Tensor>& ref_lengths) {
+  const c10::cuda::CUDAGuard guard(query.device());
+  return ball_query_impl(query, ref, radius, K, query_lengths, ref_lengths, [](const at::Tensor& t, auto&&... a) {
+    cuda::ball_query(cuda_context(t), a...);
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor> ball_query_backward_cuda(const at::Tensor& grad_dist2, const at::Tensor& query,
+                                                            const at::Tensor& ref, const at::Tensor& idx) {
+  const c10::cuda::CUDAGuard guard(query.device());
+  return ball_query_backward_impl(grad_dist2, query, ref, idx, [](const at::Tensor& t, auto&&... a) {
+    cuda::ball_query_backward(cuda_context(t), a...);
+  });
+}
+#endif
 
 }  // namespace
 
@@ -83,5 +118,12 @@ TORCH_LIBRARY_IMPL(pcops, CPU, m) {
   m.impl("ball_query", &ball_query_cpu);
   m.impl("_ball_query_backward", &ball_query_backward_cpu);
 }
+
+#if PCOPS_TORCH_CUDA
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
+  m.impl("ball_query", &ball_query_cuda);
+  m.impl("_ball_query_backward", &ball_query_backward_cuda);
+}
+#endif
 
 }  // namespace pcops::torch_binding

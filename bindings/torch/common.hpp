@@ -10,6 +10,12 @@
 #include <string>
 #include <utility>
 
+#if PCOPS_TORCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+#endif
+
 #include "pcops/context.hpp"
 #include "pcops/error.hpp"
 #include "pcops/view.hpp"
@@ -31,13 +37,20 @@ inline at::Tensor as_points(const at::Tensor& t, const char* name, int64_t rank 
 inline at::Tensor as_indices(const at::Tensor& t, const char* name, int64_t count) {
   TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, name, ": expected an int64 tensor, got ", t.scalar_type());
   at::Tensor c = t.contiguous();
-  // A plain scan: cheaper than torch reductions here, and it keeps the backward memory-safe
-  // when the op is called directly with indices that no forward produced.
-  const int64_t* p = c.data_ptr<int64_t>();
   int64_t lo = -1, hi = -1;
-  for (int64_t i = 0, n = c.numel(); i < n; ++i) {
-    lo = p[i] < lo ? p[i] : lo;
-    hi = p[i] > hi ? p[i] : hi;
+  if (c.is_cpu()) {
+    // A plain scan: cheaper than torch reductions here, and it keeps the backward memory-safe
+    // when the op is called directly with indices that no forward produced.
+    const int64_t* p = c.data_ptr<int64_t>();
+    for (int64_t i = 0, n = c.numel(); i < n; ++i) {
+      lo = p[i] < lo ? p[i] : lo;
+      hi = p[i] > hi ? p[i] : hi;
+    }
+  } else if (c.numel() > 0) {
+    // SYNC: the bounds are checked on the host before any kernel reads through the indices.
+    const at::Tensor mm = at::stack({c.min(), c.max()}).cpu();
+    lo = std::min<int64_t>(lo, mm[0].item<int64_t>());
+    hi = std::max<int64_t>(hi, mm[1].item<int64_t>());
   }
   TORCH_CHECK_INDEX(lo >= -1 && hi < count, name, ": expected indices in [-1, ", count, "), got values in [", lo,
                     ", ", hi, "]");
@@ -77,7 +90,8 @@ inline std::optional<at::Tensor> as_lengths(const std::optional<at::Tensor>& t, 
   TORCH_CHECK_TYPE(t->scalar_type() == at::kLong || t->scalar_type() == at::kInt, name,
                    ": expected an int64 tensor, got ", t->scalar_type());
   TORCH_CHECK_VALUE(t->dim() == 1, name, ": expected a 1-D tensor, got shape ", t->sizes());
-  return t->to(at::kLong).contiguous();
+  // The contract validates lengths on the host before any kernel runs (CUDA: SYNC, B values).
+  return t->to(at::kLong).contiguous().cpu();
 }
 
 inline LengthsView lengths_of(const std::optional<at::Tensor>& t) {
@@ -99,6 +113,21 @@ inline CpuContext cpu_context() {
   };
   return ctx;
 }
+
+#if PCOPS_TORCH_CUDA
+// The CUDA context of a tensor's device: torch's current stream, workspace from torch's caching
+// allocator (stream-ordered on that stream).
+inline CudaContext cuda_context(const at::Tensor& t) {
+  CudaContext ctx;
+  const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(t.device().index());
+  ctx.stream = stream.stream();
+  ctx.allocate = [stream](size_t bytes) {
+    return c10::cuda::CUDACachingAllocator::raw_alloc_with_stream(bytes, stream.stream());
+  };
+  ctx.deallocate = [](void* ptr) { c10::cuda::CUDACachingAllocator::raw_delete(ptr); };
+  return ctx;
+}
+#endif
 
 // Runs fn, turning pcops::Error into the matching Python exception.
 template <class Fn>

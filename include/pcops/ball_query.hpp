@@ -44,4 +44,15 @@ void ball_query_backward(const CpuContext& ctx, PointsView query, PointsView ref
                          float* grad_query, float* grad_ref);
 }  // namespace cpu
 
+namespace cuda {
+// Same contracts and parameters as the cpu:: functions; tensors in device memory, lengths in
+// host memory. Bitwise equal to the CPU backend (the backward too: it is deterministic).
+void ball_query(const CudaContext& ctx, PointsView query, PointsView ref, LengthsView query_lengths,
+                LengthsView ref_lengths, const BallQueryParams& params, float* dist2, int64_t* idx);
+
+void ball_query_backward(const CudaContext& ctx, PointsView query, PointsView ref,
+                         const int64_t* idx, const float* grad_dist2, int64_t K,
+                         float* grad_query, float* grad_ref);
+}  // namespace cuda
+
 }  // namespace pcops

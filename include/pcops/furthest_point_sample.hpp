@@ -37,4 +37,11 @@ void furthest_point_sample(const CpuContext& ctx, PointsView points, LengthsView
                            const FpsParams& params, int64_t* out);
 }  // namespace cpu
 
+namespace cuda {
+// Same contract and parameters as cpu::furthest_point_sample; points and out in device memory,
+// lengths in host memory. Bitwise equal to the CPU backend.
+void furthest_point_sample(const CudaContext& ctx, PointsView points, LengthsView lengths,
+                           const FpsParams& params, int64_t* out);
+}  // namespace cuda
+
 }  // namespace pcops

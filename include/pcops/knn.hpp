@@ -33,4 +33,11 @@ void knn(const CpuContext& ctx, PointsView query, PointsView ref, LengthsView qu
          LengthsView ref_lengths, const KnnParams& params, float* dist, int64_t* idx);
 }  // namespace cpu
 
+namespace cuda {
+// Same contract and parameters as cpu::knn; query, ref, dist and idx in device memory, lengths in
+// host memory. Bitwise equal to the CPU backend.
+void knn(const CudaContext& ctx, PointsView query, PointsView ref, LengthsView query_lengths,
+         LengthsView ref_lengths, const KnnParams& params, float* dist, int64_t* idx);
+}  // namespace cuda
+
 }  // namespace pcops

@@ -88,11 +88,14 @@ def cmd_bench(args) -> int:
     from pcops.bench import cases as C
     from pcops.bench import report
 
-    docs = Path(args.docs)
+    cuda = args.device.startswith("cuda")
+    stem = "bench-cuda" if cuda else "bench"
+    # CUDA runs get their own JSON stem and page (docs/benchmarks-cuda.md beside the CPU one).
+    docs = Path(args.docs) if args.docs else Path("docs/benchmarks-cuda.md" if cuda else "docs/benchmarks.md")
     if args.report:
-        srcs = [Path(p) for p in args.input] if args.input else [report.latest_json(args.out)]
+        srcs = [Path(p) for p in args.input] if args.input else [report.latest_json(args.out, stem)]
         if srcs[0] is None:
-            print(f"pcops bench --report: no bench-*.json in {args.out}", file=sys.stderr)
+            print(f"pcops bench --report: no {stem}-*.json in {args.out}", file=sys.stderr)
             return 1
         md, png = report.write_report(srcs, docs, source_label=", ".join(_rel(p) for p in srcs))
         print(f"wrote {md}" + (f" and {png}" if png else ""))
@@ -138,7 +141,7 @@ def cmd_bench(args) -> int:
         if c not in C.CLOUDS:
             print(f"--clouds: unknown cloud {c!r} (expected {', '.join(C.CLOUDS)})", file=sys.stderr)
             return 2
-    path = result_path(args.out)
+    path = result_path(args.out, stem)
     command = "pcops " + " ".join(_shell_quote(a) for a in args.argv)
     doc = run(cfg, progress_bar=not args.no_progress, checkpoint=lambda d: write_json(d, path=path),
               command=command)
@@ -226,11 +229,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--peers", default=None, help="comma list of peer name prefixes or packages (pcops always runs)")
     p.add_argument("--quick", action="store_true", help="leave out the slow peers")
     p.add_argument("--threads", type=int, default=None, help="torch/pcops threads (default: torch's)")
-    p.add_argument("--device", default="cpu", help="device of pcops inputs: cpu (cuda: pcops only, synchronised)")
+    p.add_argument("--device", default="cpu",
+                   help="cpu, or cuda: pcops and plain PyTorch on the GPU, timed with CUDA events")
     p.add_argument("--budget", type=float, default=10.0, help="seconds; a method predicted above is skipped")
     p.add_argument("--data-dir", default=None, help="directory with the real clouds")
     p.add_argument("--out", default="benchmarks/results", help="directory of the JSON results")
-    p.add_argument("--docs", default="docs/benchmarks.md", help="generated markdown (PNG beside it)")
+    p.add_argument("--docs", default=None,
+                   help="generated markdown, PNG beside it (default docs/benchmarks.md, CUDA docs/benchmarks-cuda.md)")
     p.add_argument("--report", action="store_true", help="only regenerate the markdown + PNG from JSON")
     p.add_argument("--input", action="append", default=None,
                    help="JSON for --report (default: newest in --out); repeat to merge runs, later ones win")

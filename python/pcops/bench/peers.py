@@ -39,6 +39,7 @@ class Peer:
     notes: str = ""
     is_pcops: bool = False
     slow: bool = False  # left out of --quick runs
+    devices: tuple = ("cpu",)  # where it runs: CPU libraries only on "cpu"; pcops and torch anywhere
 
     def available(self) -> tuple[bool, str]:
         module = _MODULES.get(self.package, self.package)
@@ -279,10 +280,13 @@ def _torch_ball(x: Inputs):
     return out
 
 
+ANY = ("cpu", "cuda")
+
+
 def all_peers() -> list[Peer]:
     fps_note_bucket = "QuickFPS bucket method; in fpsample 1.0.2 it ignores start_idx and starts where it chooses"
     return [
-        Peer("pcops", "pcops", "fps", _pcops_fps, is_pcops=True),
+        Peer("pcops", "pcops", "fps", _pcops_fps, is_pcops=True, devices=ANY),
         Peer("fpsample.fps_sampling", "fpsample", "fps", _fpsample("fps_sampling")),
         Peer("fpsample.bucket_fps_kdtree_sampling", "fpsample", "fps",
              _fpsample("bucket_fps_kdtree_sampling"), notes=fps_note_bucket),
@@ -290,33 +294,34 @@ def all_peers() -> list[Peer]:
              _fpsample("bucket_fps_kdline_sampling", h=7), notes=fps_note_bucket, slow=True),
         Peer("open3d.farthest_point_down_sample", "open3d", "fps", _open3d_fps, returns="points",
              notes="returns the selected points in index order, not selection order: compared as a set"),
-        Peer("torch loop", "torch", "fps", _torch_fps, slow=True),
-        Peer("pcops", "pcops", "knn", _pcops_knn, is_pcops=True),
+        Peer("torch loop", "torch", "fps", _torch_fps, slow=True, devices=ANY),
+        Peer("pcops", "pcops", "knn", _pcops_knn, is_pcops=True, devices=ANY),
         Peer("scipy.cKDTree", "scipy", "knn", _scipy_knn, notes="build included, workers=-1"),
         Peer("pykdtree", "pykdtree", "knn", _pykdtree_knn, notes="build included"),
         Peer("open3d.KDTreeFlann", "open3d", "knn", _open3d_flann_knn, slow=True,
              notes="build included, one Python call per query"),
         Peer("open3d.nns", "open3d", "knn", _open3d_nns_knn, notes="core.nns knn_index + knn_search"),
         Peer("faiss.IndexFlatL2", "faiss-cpu", "knn", _faiss_knn),
-        Peer("torch cdist+topk", "torch", "knn", _torch_knn, slow=True),
-        Peer("pcops", "pcops", "ball_query", _pcops_ball, is_pcops=True),
+        Peer("torch cdist+topk", "torch", "knn", _torch_knn, slow=True, devices=ANY),
+        Peer("pcops", "pcops", "ball_query", _pcops_ball, is_pcops=True, devices=ANY),
         Peer("scipy.query_ball_point", "scipy", "ball_query", _scipy_ball,
              notes="build included, workers=-1, first K by index"),
         Peer("open3d.nns", "open3d", "ball_query", _open3d_nns_ball,
              notes="fixed_radius_index + search, first K by index"),
         Peer("open3d.KDTreeFlann", "open3d", "ball_query", _open3d_flann_ball, slow=True,
              notes="one Python call per query, first K by index"),
-        Peer("torch mask", "torch", "ball_query", _torch_ball, slow=True),
+        Peer("torch mask", "torch", "ball_query", _torch_ball, slow=True, devices=ANY),
     ]
 
 
-def peers_for(op: str, selected: list[str] | None = None, quick: bool = False) -> list[Peer]:
-    """Peers of ``op`` (knn_graph uses the knn peers); ``selected`` filters by name prefix
-    (pcops is always kept)."""
+def peers_for(op: str, selected: list[str] | None = None, quick: bool = False, device: str = "cpu") -> list[Peer]:
+    """Peers of ``op`` (knn_graph uses the knn peers) that run on ``device``; ``selected`` filters by
+    name prefix (pcops is always kept)."""
     base = "knn" if op == "knn_graph" else op
+    kind = device.split(":")[0]
     out = []
     for p in all_peers():
-        if p.op != base:
+        if p.op != base or kind not in p.devices:
             continue
         if quick and p.slow:
             continue

@@ -122,7 +122,14 @@ def environment(threads: int, device: str) -> dict:
     for p in all_peers():
         ok, why = p.available()
         peers_available[f"{p.op}:{p.name}"] = "yes" if ok else f"no ({why})"
+    gpu = None
+    if device.startswith("cuda"):
+        props = torch.cuda.get_device_properties(torch.device(device))
+        gpu = {"name": props.name, "multiprocessors": props.multi_processor_count,
+               "memory_gib": round(props.total_memory / 2**30, 1), "cuda": torch.version.cuda,
+               "capability": f"{props.major}.{props.minor}"}
     return {
+        "gpu": gpu,
         "cpu_model": cpu_model(),
         "cpu_count": os.cpu_count(),
         "affinity": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None,
@@ -256,7 +263,8 @@ def run_case(case: C.Case, peers: list[Peer], cfg: Config, threads: int, progres
                                if predicted != float("inf") else f"one probe alone exceeded the budget {cfg.budget_s:g} s")
                     records.append(rec)
                     continue
-            m = timing.measure(lambda: peer.fn(inputs), cfg.repeat, cfg.warmup, cfg.total_cap_s, predicted)
+            m = timing.measure(lambda: peer.fn(inputs), cfg.repeat, cfg.warmup, cfg.total_cap_s, predicted,
+                               timer=timing.cuda_time_once if cfg.device.startswith("cuda") else None)
             rec.update(status="ok", median_s=m["median_s"], times_s=m["times_s"], repeats=m["repeats"],
                        warmup=m["warmup"])
             rec["correctness"] = check(case, peer, m["output"], want)
@@ -317,7 +325,7 @@ def run(cfg: Config, progress_bar: bool = True, log=print, checkpoint=None,
             records.append({"op": op, "cloud": cloud, "order": order, "n": n, "peer": None,
                             "status": "unavailable", "reason": "cloud not available at this size"})
         else:
-            records.extend(run_case(case, peers_for(op, cfg.peers, cfg.quick), cfg, threads))
+            records.extend(run_case(case, peers_for(op, cfg.peers, cfg.quick, cfg.device), cfg, threads))
         if bar is not None:
             bar.update(1)
         if checkpoint is not None:

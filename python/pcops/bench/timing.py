@@ -5,8 +5,9 @@ samples or queries), a line ``t = a + b * fraction`` is fitted (``a`` covers fix
 tree build) and the full run is predicted as ``a + b``. A method predicted above the budget is
 reported as "skipped (budget)" instead of being run.
 
-CUDA: pcops inputs live on the device and every timed call ends with ``Inputs.sync`` (a
-``torch.cuda.synchronize``); replace :func:`clock` by CUDA events there when the CUDA backend lands.
+CUDA: inputs are resident on the device; each timed call is bracketed by CUDA events on the
+current stream (:func:`cuda_time_once`) and the adapters end with a synchronize, so the time is the
+device time of the whole call, launches and any host round trips included.
 """
 
 from __future__ import annotations
@@ -22,6 +23,17 @@ def time_once(fn: Callable[[], object]) -> tuple[float, object]:
     t0 = clock()
     out = fn()
     return clock() - t0, out
+
+
+def cuda_time_once(fn: Callable[[], object]) -> tuple[float, object]:
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    out = fn()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end) / 1e3, out
 
 
 def predict(fn_at: Callable[[float], object], budget_s: float | None = None, min_signal_s: float = 0.2,
@@ -52,7 +64,7 @@ def predict(fn_at: Callable[[float], object], budget_s: float | None = None, min
 
 
 def measure(fn: Callable[[], object], repeat: int, warmup: int = 1, total_cap_s: float | None = None,
-            predicted_s: float | None = None) -> dict:
+            predicted_s: float | None = None, timer: Callable | None = None) -> dict:
     """Runs ``warmup`` unmeasured calls then up to ``repeat`` measured ones; returns the median, all
     times and the last output. With ``total_cap_s`` the repeats shrink (never below one) so that the
     measurement stays inside the cap, judged from ``predicted_s`` or else from the warm-up run; a
@@ -61,16 +73,17 @@ def measure(fn: Callable[[], object], repeat: int, warmup: int = 1, total_cap_s:
         repeat = max(1, min(repeat, int(total_cap_s // predicted_s)))
         if predicted_s * (repeat + warmup) > total_cap_s:
             warmup = 0
+    once = timer or time_once
     out = None
     spent = 0.0
     for i in range(warmup):
-        t, out = time_once(fn)
+        t, out = once(fn)
         spent += t
         if i == 0 and predicted_s is None and total_cap_s is not None and t > 0:
             repeat = max(1, min(repeat, int((total_cap_s - t) // t)))
     times = []
     for _ in range(repeat):
-        t, out = time_once(fn)
+        t, out = once(fn)
         times.append(t)
         spent += t
         # A wrong prediction (a loaded machine) must not run the cap over: stop after this run.

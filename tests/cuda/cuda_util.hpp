@@ -1,0 +1,116 @@
+#pragma once
+// Helpers of the CUDA gtest suites: owned device buffers, clouds uploaded as device views, a
+// context on a fresh stream, and download with sentinel-prefilled outputs. The CPU backend is the
+// oracle (oracle.hpp from tests/cpp supplies clouds and comparisons).
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <vector>
+
+#include "oracle.hpp"
+#include "pcops/context.hpp"
+#include "pcops/view.hpp"
+
+namespace pcops_cuda_test {
+
+#define PCOPS_TEST_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(expr)
+
+inline void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) {
+    ADD_FAILURE() << what << ": " << cudaGetErrorString(e);
+  }
+}
+
+template <class T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(size_t n) { resize(n); }
+  explicit DeviceBuffer(const std::vector<T>& host) {
+    resize(host.size());
+    if (!host.empty()) check(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  DeviceBuffer(DeviceBuffer&& o) noexcept : ptr_(o.ptr_), n_(o.n_) { o.ptr_ = nullptr; o.n_ = 0; }
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    if (this != &o) {
+      if (ptr_) cudaFree(ptr_);
+      ptr_ = o.ptr_;
+      n_ = o.n_;
+      o.ptr_ = nullptr;
+      o.n_ = 0;
+    }
+    return *this;
+  }
+  ~DeviceBuffer() {
+    if (ptr_) cudaFree(ptr_);
+  }
+  void resize(size_t n) {
+    if (ptr_) cudaFree(ptr_);
+    ptr_ = nullptr;
+    n_ = n;
+    check(cudaMalloc(&ptr_, (n ? n : 1) * sizeof(T)), "cudaMalloc");
+  }
+  // Prefill every element with `value` (sentinels), synchronously.
+  void fill(const T& value) {
+    std::vector<T> host(n_, value);
+    if (n_) check(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "fill");
+  }
+  std::vector<T> download() const {
+    std::vector<T> host(n_);
+    check(cudaDeviceSynchronize(), "kernel run");
+    if (n_) check(cudaMemcpy(host.data(), ptr_, n_ * sizeof(T), cudaMemcpyDeviceToHost), "download");
+    return host;
+  }
+  T* data() { return ptr_; }
+  const T* data() const { return ptr_; }
+  size_t size() const { return n_; }
+
+ private:
+  T* ptr_ = nullptr;
+  size_t n_ = 0;
+};
+
+// A cloud resident on the device, with its contiguous view and (for stride tests) the view of a
+// [batch][dim][count + 3] copy.
+struct DeviceCloud {
+  DeviceBuffer<float> data, alt;
+  pcops::PointsView view, strided;
+  explicit DeviceCloud(pcops_test::Cloud c) : data(c.data) {
+    view = pcops::PointsView::contiguous(c.data.empty() ? nullptr : data.data(), c.batch, c.count, c.dim);
+    const pcops::PointsView hs = c.strided_view();
+    alt = DeviceBuffer<float>(c.alt);
+    strided = hs;
+    strided.data = alt.data() + (hs.data - c.alt.data());
+  }
+};
+
+// A context on its own stream (not the legacy default stream), destroyed with the fixture.
+struct StreamContext {
+  cudaStream_t stream = nullptr;
+  pcops::CudaContext ctx;
+  StreamContext() {
+    check(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking), "cudaStreamCreate");
+    ctx.stream = stream;
+  }
+  ~StreamContext() {
+    cudaStreamSynchronize(stream);
+    cudaStreamDestroy(stream);
+  }
+};
+
+// Output pair (dist, idx) on the device, prefilled with the oracle's sentinels.
+struct DeviceResult {
+  DeviceBuffer<float> dist;
+  DeviceBuffer<int64_t> idx;
+  explicit DeviceResult(int64_t size) : dist(static_cast<size_t>(size)), idx(static_cast<size_t>(size)) {
+    dist.fill(pcops_test::kSentinelDist);
+    idx.fill(pcops_test::kSentinelIdx);
+  }
+  pcops_test::Result download() const { return {dist.download(), idx.download()}; }
+};
+
+}  // namespace pcops_cuda_test

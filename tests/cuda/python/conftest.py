@@ -1,0 +1,40 @@
+"""pytest suite of the CUDA registrations (run on a GPU machine: tests/cuda/run_gpu.sh).
+
+Every test compares CUDA results with the CPU backend bit for bit. Without a CUDA device the
+whole session fails at collection: this suite is never silently skipped.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import pcops  # noqa: F401  (loads the operator library)
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+from conftest import CLOUD_KINDS, load_real_cloud, make_cloud  # noqa: E402,F401  (the CPU suite's clouds)
+
+if not torch.cuda.is_available():
+    raise RuntimeError("tests/cuda/python needs a CUDA device (torch.cuda.is_available() is False)")
+
+SEED = 20240607
+
+
+@pytest.fixture
+def gen() -> torch.Generator:
+    return torch.Generator().manual_seed(SEED)
+
+
+def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
+    """Bitwise equality (NaN == NaN when the bits match), shapes and dtypes included."""
+    a, b = a.detach().cpu(), b.detach().cpu()
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    if a.dtype.is_floating_point:
+        view = {torch.float32: torch.int32, torch.float16: torch.int16, torch.bfloat16: torch.int16,
+                torch.float64: torch.int64}[a.dtype]
+        return torch.equal(a.contiguous().view(view), b.contiguous().view(view))
+    return torch.equal(a, b)

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Builds, tests and benchmarks the CUDA backend on a GPU machine in one call:
+#   tests/cuda/run_gpu.sh [stages...]     stages: build cpu gtest pytest sanitize bench (default: all)
+# Uses the machine's python3 (with a CUDA torch) and nvcc; writes logs and JSON under $OUT (or
+# out/gpu). Prints one summary table at the end; exits non-zero when any stage failed.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+ROOT=$PWD
+OUT=${OUT:-$ROOT/out/gpu}
+mkdir -p "$OUT"
+BUILD=${PCOPS_GPU_BUILD:-build/gpu}
+PY=${PYTHON:-python3}
+JOBS=${JOBS:-$(nproc)}
+STAGES=${*:-build cpu gtest pytest sanitize bench}
+export PCOPS_DATA_DIR=${PCOPS_DATA_DIR:-$ROOT/data/cgal}
+export PYTHONPATH=$ROOT/python${PYTHONPATH:+:$PYTHONPATH}
+export PCOPS_LIBRARY=$ROOT/$BUILD/python/pcops/_C.so
+export PYTHONUNBUFFERED=1
+declare -A RESULT
+run_stage() {  # name, command...
+  local name=$1; shift
+  local t0=$SECONDS
+  echo "=== $name: $*"
+  if "$@" >"$OUT/$name.log" 2>&1; then RESULT[$name]="ok ($((SECONDS - t0)) s)"; else RESULT[$name]="FAILED rc=$? ($((SECONDS - t0)) s)"; fi
+  tail -n 25 "$OUT/$name.log"
+}
+has() { [[ " $STAGES " == *" $1 "* ]]; }
+
+{
+  nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader || true
+  (command -v nvcc || ls /usr/local/cuda/bin/nvcc) && $(command -v nvcc || echo /usr/local/cuda/bin/nvcc) --version | tail -1
+  $PY -c "import torch, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'cuda', torch.version.cuda, torch.cuda.get_device_name())"
+} 2>&1 | tee "$OUT/environment.txt"
+
+if has build; then
+  run_stage build bash -c "cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DPCOPS_WITH_CUDA=ON \
+    -DPCOPS_BUILD_TESTS=ON -DPCOPS_BUILD_TORCH=ON -DCMAKE_CUDA_ARCHITECTURES='90-real;90-virtual' \
+    -DPython3_EXECUTABLE=$(command -v $PY) -DPCOPS_TEST_DATA_DIR=$PCOPS_DATA_DIR && cmake --build $BUILD -j $JOBS"
+fi
+if has cpu; then
+  run_stage cpu_ctest bash -c "cd $BUILD && ctest --output-on-failure --no-tests=error -j $JOBS -LE 'cuda|consumer'"
+fi
+if has gtest; then
+  run_stage cuda_gtest "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_output=json:"$OUT/cuda_gtest.json"
+fi
+if has pytest; then
+  run_stage cuda_pytest $PY -m pytest -q -x tests/cuda/python -p no:cacheprovider
+fi
+if has sanitize; then
+  # The sanitizers run the CUDA gtest on its small cases (large clouds take too long under them).
+  FILTER=${PCOPS_SANITIZE_FILTER:--*Large*:*Million*:*1M*}
+  for tool in memcheck racecheck initcheck; do
+    run_stage "sanitize_$tool" compute-sanitizer --tool $tool --error-exitcode 99 \
+      "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter="$FILTER"
+  done
+fi
+if has bench; then
+  run_stage cuda_probe $PY benchmarks/scripts/cuda_probe.py --json "$OUT/cuda_probe.json"
+  run_stage cuda_bench $PY -m pcops.cli bench --device cuda --no-progress --out "$OUT" \
+    --docs "$OUT/benchmarks-cuda.md" --clouds sphere,scan --sizes ${PCOPS_BENCH_SIZES:-100k,1M}
+fi
+
+echo
+echo "=== summary"
+status=0
+for k in "${!RESULT[@]}"; do
+  printf '%-20s %s\n' "$k" "${RESULT[$k]}"
+  [[ ${RESULT[$k]} == ok* ]] || status=1
+done | sort
+for k in "${!RESULT[@]}"; do [[ ${RESULT[$k]} == ok* ]] || status=1; done
+exit $status

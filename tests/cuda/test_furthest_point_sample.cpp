@@ -1,0 +1,344 @@
+// CUDA furthest_point_sample: bitwise equal indices to the CPU backend on every kind of cloud, on
+// sizes that select each CUDA path and cross its boundaries (cluster path: N <= 32768 with
+// PPT = 1..32 and cluster sizes 1..8; grid path: 32768 < N <= #SMs * 8192; streaming path: any
+// D != 3 or larger clouds), and the same errors as the CPU backend.
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "cuda_util.hpp"
+#include "oracle.hpp"
+#include "pcops/error.hpp"
+#include "pcops/furthest_point_sample.hpp"
+
+namespace {
+
+using pcops::FpsParams;
+using pcops::LengthsView;
+using pcops::PointsView;
+using pcops_cuda_test::DeviceBuffer;
+using pcops_cuda_test::DeviceCloud;
+using pcops_cuda_test::StreamContext;
+using pcops_test::Cloud;
+using pcops_test::kSentinelIdx;
+
+FpsParams params_of(int64_t m, int64_t start = 0, bool skip = false) {
+  FpsParams p;
+  p.num_samples = m;
+  p.start_index = start;
+  p.skip_near_origin = skip;
+  return p;
+}
+
+int num_sms() {
+  int dev = 0, sms = 0;
+  cudaGetDevice(&dev);
+  cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev);
+  return sms;
+}
+
+std::vector<int64_t> cpu_fps(const PointsView& v, const LengthsView& l, const FpsParams& p) {
+  std::vector<int64_t> out(static_cast<size_t>(v.batch * p.num_samples), kSentinelIdx);
+  pcops::cpu::furthest_point_sample({}, v, l, p, out.data());
+  return out;
+}
+
+std::vector<int64_t> cuda_fps(const PointsView& dv, const LengthsView& l, const FpsParams& p) {
+  StreamContext sc;
+  DeviceBuffer<int64_t> out(static_cast<size_t>(dv.batch * p.num_samples));
+  out.fill(kSentinelIdx);
+  pcops::cuda::furthest_point_sample(sc.ctx, dv, l, p, out.data());
+  return out.download();
+}
+
+::testing::AssertionResult same_idx(const std::vector<int64_t>& got, const std::vector<int64_t>& want) {
+  return pcops_test::same_result(pcops_test::Result{{}, got}, pcops_test::Result{{}, want});
+}
+
+// CUDA == CPU on the contiguous view, and (optionally) on the strided copy.
+std::vector<int64_t> expect_same(const Cloud& c, const FpsParams& p, LengthsView l = {},
+                                 bool strided = false) {
+  const std::vector<int64_t> want = cpu_fps(c.view(), l, p);
+  DeviceCloud dc(c);
+  const std::vector<int64_t> got = cuda_fps(dc.view, l, p);
+  EXPECT_TRUE(same_idx(got, want)) << "B=" << c.batch << " N=" << c.count << " D=" << c.dim
+                                   << " M=" << p.num_samples;
+  if (strided) {
+    EXPECT_TRUE(same_idx(cuda_fps(dc.strided, l, p), want)) << "strided view";
+  }
+  return got;
+}
+
+TEST(CudaFurthestPointSample, ClusterPathSizesAroundBoundaries) {
+  std::mt19937 rng(1);
+  // PPT steps at multiples of 1024; the cluster size grows with N / 1024.
+  for (int64_t n : {1, 2, 3, 31, 33, 1000, 1023, 1024, 1025, 2047, 2048, 2049, 4096, 4097, 8191, 8192,
+                    8193, 16384, 16385, 32767, 32768}) {
+    SCOPED_TRACE(n);
+    const Cloud c = pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f);
+    expect_same(c, params_of(std::min<int64_t>(n + 3, 300), n / 2));
+  }
+}
+
+TEST(CudaFurthestPointSample, GridPathSizesAroundBoundaries) {
+  std::mt19937 rng(2);
+  const int64_t cap = int64_t{num_sms()} * 512 * 16;  // last size of the register grid path
+  for (int64_t n : {int64_t{32769}, int64_t{65537}, int64_t{100000}, cap / 2 + 1}) {
+    SCOPED_TRACE(n);
+    const Cloud c = pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f);
+    expect_same(c, params_of(200, 7));
+  }
+  // The exact capacity (PPT 16, full blocks) and one point more (streaming path).
+  for (int64_t n : {cap, cap + 1}) {
+    SCOPED_TRACE(n);
+    const Cloud c = pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f);
+    expect_same(c, params_of(40, n - 1));
+  }
+}
+
+TEST(CudaFurthestPointSample, MillionPointShell) {
+  std::mt19937 rng(3);
+  const Cloud c = pcops_test::shell_cloud(rng, 1000000);
+  expect_same(c, params_of(1024));
+}
+
+TEST(CudaFurthestPointSample, BatchesPickClusterSizes) {
+  std::mt19937 rng(4);
+  // 16 x 8192 (cluster of 8 per cloud), 40 x 4096 (cluster of 2), 300 x 200 (one block each).
+  for (auto [b, n] : {std::pair<int64_t, int64_t>{16, 8192}, {40, 4096}, {300, 200}, {3, 30000}}) {
+    SCOPED_TRACE(b);
+    const Cloud c = pcops_test::uniform_cloud(rng, b, n, 3);
+    expect_same(c, params_of(b >= 300 ? 250 : 512, 1));
+  }
+}
+
+TEST(CudaFurthestPointSample, GridPathBatchesAndChunks) {
+  std::mt19937 rng(5);
+  // 4 clouds in one cooperative launch; 40 clouds of 40000 need several launches.
+  for (auto [b, n] : {std::pair<int64_t, int64_t>{4, 50000}, {40, 40000}}) {
+    SCOPED_TRACE(b);
+    const Cloud c = pcops_test::uniform_cloud(rng, b, n, 3);
+    expect_same(c, params_of(64, 3));
+  }
+}
+
+TEST(CudaFurthestPointSample, SpatiallySortedDuplicatesAndLattices) {
+  std::mt19937 rng(6);
+  for (int64_t n : {5000, 60000}) {
+    Cloud s = pcops_test::uniform_cloud(rng, 1, n, 3);
+    pcops_test::spatial_sort(s);
+    expect_same(s, params_of(400));
+    // Duplicates: many exact ties, then all m_j = 0 and the smallest index repeats.
+    const Cloud d = pcops_test::duplicate_cloud(rng, n, 37);
+    const auto got = expect_same(d, params_of(60));
+    EXPECT_EQ(got.back(), 0);
+  }
+  for (int64_t side : {12, 20, 40}) {  // 1728 / 8000 / 64000 points on an integer lattice
+    SCOPED_TRACE(side);
+    Cloud c = pcops_test::lattice_cloud(rng, side);
+    expect_same(c, params_of(500, 5));
+    for (float& v : c.data) v = v * 0.1f + 0.3f;  // rounding ties
+    expect_same(c, params_of(500, 5));
+  }
+}
+
+TEST(CudaFurthestPointSample, RealClouds) {
+  std::mt19937 rng(7);
+  for (const char* name : {"building.ply", "b9_training.ply", "kitten.xyz"}) {
+    SCOPED_TRACE(name);
+    const Cloud& c = pcops_test::cached_cloud(name, rng);
+    expect_same(c, params_of(1024, c.count / 3));
+  }
+}
+
+TEST(CudaFurthestPointSample, SamplesZeroOneAndMoreThanPoints) {
+  std::mt19937 rng(8);
+  for (int64_t n : {5, 1500, 40000}) {
+    const Cloud c = pcops_test::uniform_cloud(rng, 2, n, 3);
+    expect_same(c, params_of(1, n - 1));
+    expect_same(c, params_of(n + 20, 1));
+    // M = 0 writes nothing.
+    DeviceCloud dc(c);
+    StreamContext sc;
+    DeviceBuffer<int64_t> guard(2);
+    guard.fill(kSentinelIdx);
+    pcops::cuda::furthest_point_sample(sc.ctx, dc.view, {}, params_of(0, 99), guard.data());
+    for (int64_t v : guard.download()) EXPECT_EQ(v, kSentinelIdx);
+  }
+  // B = 0 is allowed.
+  StreamContext sc;
+  DeviceBuffer<float> one(3);
+  pcops::cuda::furthest_point_sample(sc.ctx, PointsView::contiguous(one.data(), 0, 1, 3), {},
+                                     params_of(4), nullptr);
+}
+
+TEST(CudaFurthestPointSample, LengthsPadWithMinusOne) {
+  std::mt19937 rng(9);
+  for (int64_t n : {7, 3000, 20000, 50000}) {
+    SCOPED_TRACE(n);
+    const Cloud c = pcops_test::uniform_cloud(rng, 5, n, 3);
+    const int64_t lens[5] = {n, 0, 1, n / 2 + 1, n - 1};
+    const LengthsView l{lens, 5};
+    expect_same(c, params_of(n / 2 + 10, 0), l, true);
+    expect_same(c, params_of(3, 0), l);
+  }
+  // Every cloud empty (N = 0 allowed with lengths).
+  const Cloud empty(2, 0, 3);
+  std::vector<float> dummy(3, 0.0f);
+  DeviceBuffer<float> d(dummy);
+  const int64_t zeros[2] = {0, 0};
+  const auto got = cuda_fps(PointsView::contiguous(d.data(), 2, 0, 3), LengthsView{zeros, 2}, params_of(3));
+  EXPECT_TRUE(same_idx(got, std::vector<int64_t>(6, -1)));
+}
+
+TEST(CudaFurthestPointSample, StartIndex) {
+  std::mt19937 rng(10);
+  for (int64_t n : {900, 9000, 90000}) {
+    const Cloud c = pcops_test::uniform_cloud(rng, 1, n, 3);
+    for (int64_t s : {int64_t{0}, int64_t{1}, n / 3, n - 1}) expect_same(c, params_of(100, s));
+  }
+}
+
+TEST(CudaFurthestPointSample, SkipNearOrigin) {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> coin(0, 3);
+  for (int64_t n : {500, 6000, 45000, 1200000}) {
+    SCOPED_TRACE(n);
+    Cloud c = pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f);
+    for (int64_t j = 0; j < n; ++j) {
+      if (coin(rng) == 0) {  // at, near, and just around the 1e-3 threshold
+        const float r = (j % 3 == 0) ? 0.0f : (j % 3 == 1) ? 0.0182574f : 0.01826f;
+        c.at(0, j, 0) = r, c.at(0, j, 1) = r, c.at(0, j, 2) = r;
+      }
+    }
+    c.at(0, 0, 0) = c.at(0, 0, 1) = c.at(0, 0, 2) = 0.0f;  // ineligible start
+    expect_same(c, params_of(n > 100000 ? 32 : 300, 0, true));
+    expect_same(c, params_of(n > 100000 ? 32 : 300, 0, false));
+  }
+  // Nothing eligible: the start, then index 0 repeats.
+  Cloud z(1, 3000, 3);
+  const auto got = expect_same(z, params_of(6, 17, true));
+  EXPECT_TRUE(same_idx(got, std::vector<int64_t>{17, 0, 0, 0, 0, 0}));
+}
+
+TEST(CudaFurthestPointSample, OtherDimensions) {
+  std::mt19937 rng(12);
+  for (int64_t d : {1, 2, 3, 5}) {
+    for (int64_t n : {10, 4000, 70000}) {
+      SCOPED_TRACE(d * 1000000 + n);
+      const Cloud c = pcops_test::uniform_cloud(rng, 2, n, d);
+      expect_same(c, params_of(120, 1), {}, true);
+    }
+  }
+  Cloud grid(1, 4096, 2);  // exact ties in 2-D
+  for (int64_t j = 0; j < 4096; ++j) grid.at(0, j, 0) = float(j % 64), grid.at(0, j, 1) = float(j / 64);
+  expect_same(grid, params_of(300));
+}
+
+TEST(CudaFurthestPointSample, NonFiniteCoordinates) {
+  std::mt19937 rng(13);
+  for (int64_t n : {3000, 50000}) {
+    for (int variant = 0; variant < 5; ++variant) {
+      SCOPED_TRACE(variant);
+      Cloud c = pcops_test::uniform_cloud(rng, 1, n, 3);
+      switch (variant) {
+        case 0: c.at(0, 17, 1) = std::nanf(""); c.at(0, 900, 0) = INFINITY; break;
+        case 1: c.at(0, 5, 2) = -INFINITY; break;
+        case 2: c.at(0, 123, 0) = 1e30f; c.at(0, 2000, 1) = -3e25f; break;  // s overflows
+        case 3: c.at(0, 0, 0) = std::nanf(""); break;                          // the start
+        case 4: c.at(0, 44, 2) = 1e18f; c.at(0, 45, 2) = -1e18f; break;
+      }
+      expect_same(c, params_of(200), {}, true);
+      expect_same(c, params_of(50, 0, true));
+    }
+  }
+  Cloud all_nan(1, 50, 3);
+  for (float& v : all_nan.data) v = std::nanf("");
+  EXPECT_TRUE(same_idx(expect_same(all_nan, params_of(5, 3)), std::vector<int64_t>{3, 0, 0, 0, 0}));
+  Cloud nan5(1, 3000, 5);  // streaming path
+  for (float& v : nan5.data) v = std::nanf("");
+  expect_same(nan5, params_of(5, 3));
+}
+
+TEST(CudaFurthestPointSample, StridedViews) {
+  std::mt19937 rng(14);
+  for (int64_t n : {100, 10000, 40000}) {
+    const Cloud c = pcops_test::uniform_cloud(rng, 3, n, 3);
+    expect_same(c, params_of(128, 2), {}, true);
+  }
+}
+
+TEST(CudaFurthestPointSample, RepeatedCallsAndStreams) {
+  // Workspace reuse across calls: stale exchange tags must never be taken for fresh ones.
+  std::mt19937 rng(15);
+  const Cloud c = pcops_test::uniform_cloud(rng, 2, 70000, 3);
+  const auto want = cpu_fps(c.view(), {}, params_of(100));
+  DeviceCloud dc(c);
+  StreamContext sc;
+  DeviceBuffer<int64_t> out(200);
+  for (int rep = 0; rep < 3; ++rep) {
+    out.fill(kSentinelIdx);
+    pcops::cuda::furthest_point_sample(sc.ctx, dc.view, {}, params_of(100), out.data());
+    EXPECT_TRUE(same_idx(out.download(), want)) << rep;
+  }
+}
+
+void expect_error(const PointsView& v, const LengthsView& l, const FpsParams& p, pcops::ErrorKind kind) {
+  StreamContext sc;
+  DeviceBuffer<int64_t> out(8);
+  out.fill(kSentinelIdx);
+  try {
+    pcops::cuda::furthest_point_sample(sc.ctx, v, l, p, out.data());
+    ADD_FAILURE() << "expected pcops::Error";
+  } catch (const pcops::Error& e) {
+    EXPECT_EQ(int(e.kind()), int(kind)) << e.what();
+  }
+  for (int64_t x : out.download()) EXPECT_EQ(x, kSentinelIdx) << "wrote output before validation failed";
+}
+
+TEST(CudaFurthestPointSample, ErrorsAsCpu) {
+  using pcops::ErrorKind;
+  std::mt19937 rng(16);
+  DeviceCloud dc(pcops_test::uniform_cloud(rng, 2, 10, 3));
+  const PointsView ok = dc.view;
+  PointsView neg = ok;
+  neg.count = -1;
+  expect_error(neg, {}, params_of(1), ErrorKind::Value);
+  PointsView d0 = ok;
+  d0.dim = 0;
+  expect_error(d0, {}, params_of(1), ErrorKind::Value);
+  PointsView null = ok;
+  null.data = nullptr;
+  expect_error(null, {}, params_of(1), ErrorKind::Value);
+  const int64_t one_len[1] = {3};
+  expect_error(ok, LengthsView{one_len, 1}, params_of(1), ErrorKind::Value);
+  const int64_t bad_len[2] = {3, 11};
+  expect_error(ok, LengthsView{bad_len, 2}, params_of(1), ErrorKind::Value);
+  const int64_t neg_len[2] = {-1, 3};
+  expect_error(ok, LengthsView{neg_len, 2}, params_of(1), ErrorKind::Value);
+  expect_error(ok, {}, params_of(-1), ErrorKind::Value);
+  PointsView huge_batch = ok;
+  huge_batch.batch = std::numeric_limits<int64_t>::max() / 2;
+  expect_error(huge_batch, {}, params_of(4), ErrorKind::Value);
+  DeviceCloud d2(pcops_test::uniform_cloud(rng, 1, 10, 2));
+  expect_error(d2.view, {}, params_of(2, 0, true), ErrorKind::Value);
+  PointsView empty = ok;
+  empty.batch = 1;
+  empty.count = 0;
+  expect_error(empty, {}, params_of(1), ErrorKind::Value);
+  expect_error(ok, {}, params_of(2, 10), ErrorKind::Index);
+  expect_error(ok, {}, params_of(2, -1), ErrorKind::Index);
+  const int64_t lens[2] = {4, 0};
+  expect_error(ok, LengthsView{lens, 2}, params_of(2, -1), ErrorKind::Index);
+  expect_error(ok, LengthsView{lens, 2}, params_of(2, 4), ErrorKind::Index);
+  // Allowed: an empty cloud ignores start_index.
+  const Cloud host = pcops_test::uniform_cloud(rng, 2, 10, 3);
+  expect_same(host, params_of(2, 3), LengthsView{lens, 2});
+}
+
+}  // namespace
