@@ -39,9 +39,10 @@ data:
 
 cpp-test: venv
 	$(CMAKE) -S . -B build/cpp -G Ninja -DCMAKE_BUILD_TYPE=Release -DPCOPS_BUILD_TESTS=ON \
-	  -DCMAKE_MAKE_PROGRAM=$(VENV)/bin/ninja >/dev/null
+	  -DPCOPS_WITH_CUDA=AUTO -DCMAKE_MAKE_PROGRAM=$(VENV)/bin/ninja >/dev/null
 	$(CMAKE) --build build/cpp -j $(JOBS)
-	cd build/cpp && $(abspath $(CTEST)) --output-on-failure --no-tests=error -j $(JOBS)
+	# CUDA tests (label cuda) are compiled here and run on a GPU machine: tests/cuda/run_gpu.sh.
+	cd build/cpp && $(abspath $(CTEST)) --output-on-failure --no-tests=error -j $(JOBS) -LE cuda
 
 asan-test: venv
 	$(CMAKE) -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPCOPS_BUILD_TESTS=ON \
