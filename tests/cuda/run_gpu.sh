@@ -48,10 +48,10 @@ if has pytest; then
 fi
 if has sanitize; then
   # The sanitizers run the CUDA gtest on its small cases (large clouds take too long under them).
-  FILTER=${PCOPS_SANITIZE_FILTER:--*Large*:*Million*:*1M*}
+  FILTER=${PCOPS_SANITIZE_FILTER:--*Large*:*Million*:*GridPath*:*AllPoints*:*Timing*:*Shell200k*:*Shell100k*:*RealClouds*}
   for tool in memcheck racecheck initcheck; do
-    run_stage "sanitize_$tool" compute-sanitizer --tool $tool --error-exitcode 99 \
-      "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter="$FILTER"
+    run_stage "sanitize_$tool" timeout ${PCOPS_SANITIZE_TIMEOUT:-150} compute-sanitizer --tool $tool \
+      --error-exitcode 99 "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter="$FILTER"
   done
 fi
 if has bench; then

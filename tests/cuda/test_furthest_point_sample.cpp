@@ -57,7 +57,9 @@ std::vector<int64_t> cuda_fps(const PointsView& dv, const LengthsView& l, const 
 }
 
 ::testing::AssertionResult same_idx(const std::vector<int64_t>& got, const std::vector<int64_t>& want) {
-  return pcops_test::same_result(pcops_test::Result{{}, got}, pcops_test::Result{{}, want});
+  // Indices only: same_result with zero distances on both sides.
+  return pcops_test::same_result(pcops_test::Result{std::vector<float>(got.size(), 0.0f), got},
+                                 pcops_test::Result{std::vector<float>(want.size(), 0.0f), want});
 }
 
 // CUDA == CPU on the contiguous view, and (optionally) on the strided copy.

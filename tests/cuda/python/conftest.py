@@ -6,7 +6,7 @@ whole session fails at collection: this suite is never silently skipped.
 
 from __future__ import annotations
 
-import sys
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -14,8 +14,12 @@ import torch
 
 import pcops  # noqa: F401  (loads the operator library)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
-from conftest import CLOUD_KINDS, load_real_cloud, make_cloud  # noqa: E402,F401  (the CPU suite's clouds)
+# The CPU suite's cloud generators, loaded under their own name (this file is also "conftest").
+_spec = importlib.util.spec_from_file_location(
+    "pcops_cpu_conftest", Path(__file__).resolve().parents[2] / "python" / "conftest.py")
+_cpu = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_cpu)
+CLOUD_KINDS, load_real_cloud, make_cloud = _cpu.CLOUD_KINDS, _cpu.load_real_cloud, _cpu.make_cloud
 
 if not torch.cuda.is_available():
     raise RuntimeError("tests/cuda/python needs a CUDA device (torch.cuda.is_available() is False)")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 import pcops
-from conftest import CLOUD_KINDS, load_real_cloud, make_cloud, same_bits
+from conftest import CLOUD_KINDS, load_real_cloud, make_cloud, same_bits  # this directory's conftest
 
 CUDA = torch.device("cuda")
 REAL = ("kitten.xyz", "bunny00.off", "hippo1.ply", "building.ply")
