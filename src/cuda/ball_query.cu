@@ -90,7 +90,7 @@ __device__ __forceinline__ float from_ordered_bits(unsigned u) {
   return __uint_as_float((u & 0x80000000u) ? (u & 0x7FFFFFFFu) : ~u);
 }
 
-int64_t round_up4(int64_t v) { return (v + 3) / 4 * 4; }
+__host__ __device__ inline int64_t round_up4(int64_t v) { return (v + 3) / 4 * 4; }
 
 int bit_width(uint64_t v) {
   int w = 0;
@@ -121,8 +121,15 @@ __global__ void pack_kernel(DevPoints ref, int64_t B, int64_t N, int64_t Np,
     const int64_t n = ref_len[b];
     float* X = packed + 3 * b * Np;
     float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
-    for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < n;
+    // The float4 loads of the scan read whole groups of 4: the tail up to a multiple of 4 is
+    // written too (zeros, never matched: the scan masks j >= n), so no load reads unset memory.
+    const int64_t n4 = round_up4(n);
+    for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < n4;
          j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+      if (j >= n) {
+        X[j] = X[Np + j] = X[2 * Np + j] = 0.0f;
+        continue;
+      }
       const float x = ref.at(b, j, 0), y = ref.at(b, j, 1), z = ref.at(b, j, 2);
       X[j] = x;
       X[Np + j] = y;

@@ -44,15 +44,20 @@ if has gtest; then
   run_stage cuda_gtest "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_output=json:"$OUT/cuda_gtest.json"
 fi
 if has pytest; then
-  run_stage cuda_pytest $PY -m pytest -q -x tests/cuda/python -p no:cacheprovider
+  run_stage cuda_pytest $PY -m pytest -q tests/cuda/python -p no:cacheprovider
 fi
 if has sanitize; then
   # The sanitizers run the CUDA gtest on its small cases (large clouds take too long under them).
   FILTER=${PCOPS_SANITIZE_FILTER:--*Large*:*Million*:*GridPath*:*AllPoints*:*Timing*:*Shell200k*:*Shell100k*:*RealClouds*}
-  for tool in memcheck racecheck initcheck; do
-    run_stage "sanitize_$tool" timeout ${PCOPS_SANITIZE_TIMEOUT:-150} compute-sanitizer --tool $tool \
+  for tool in memcheck initcheck; do
+    run_stage "sanitize_$tool" timeout ${PCOPS_SANITIZE_TIMEOUT:-200} compute-sanitizer --tool $tool \
       --error-exitcode 99 "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter="$FILTER"
   done
+  # racecheck is much slower: the tests that cover every shared-memory kernel (warp top-k and grid
+  # search of kNN, both ball-query paths, FPS cluster (distributed shared memory) and grid paths).
+  RACE=${PCOPS_RACECHECK_FILTER:-CudaKnn.UniformBothPaths:CudaKnn.DuplicateHeavyTies:CudaKnn.KEqualsNAndPathBoundaries:CudaBallQuery.UniformScanAllK:CudaBallQuery.GridUniformAndCellBoundaries:CudaBallQuery.GridDuplicatesOverflowTheBuffer:CudaBallQuery.BackwardMatchesCpuBits:CudaFurthestPointSample.StartIndex:CudaFurthestPointSample.SkipNearOrigin:CudaFurthestPointSample.LengthsPadWithMinusOne}
+  run_stage sanitize_racecheck timeout ${PCOPS_SANITIZE_TIMEOUT:-200} compute-sanitizer --tool racecheck \
+    --racecheck-report all --error-exitcode 99 "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter="$RACE"
 fi
 if has bench; then
   run_stage cuda_probe $PY benchmarks/scripts/cuda_probe.py --json "$OUT/cuda_probe.json"

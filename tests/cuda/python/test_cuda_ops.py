@@ -192,8 +192,8 @@ def test_ball_query_backward_equal(gen):
     q = torch.rand(2, 500, 3, generator=gen)
     outs = []
     for dev in ("cpu", "cuda"):
-        qq = q.to(dev).requires_grad_()
-        rr = ref.to(dev).requires_grad_()
+        qq = q.detach().clone().to(dev).requires_grad_()
+        rr = ref.detach().clone().to(dev).requires_grad_()
         d2, idx = pcops.ball_query(qq, rr, 0.2, 48)
         w = torch.linspace(-1, 1, d2.numel(), device=dev).reshape(d2.shape)
         (d2 * w).sum().backward()
