@@ -164,10 +164,14 @@ def main() -> int:
            [("torch mask", lambda: torch_ball(qg, rg, 0.1, 64), lambda o: mismatches(o, wi))])
 
     props = torch.cuda.get_device_properties(dev)
-    try:
-        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
-    except OSError:
-        commit = None
+    import os
+
+    commit = os.environ.get("PCOPS_GIT_COMMIT")
+    if not commit:
+        try:
+            commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+        except OSError:
+            commit = None
     doc = {"environment": {"gpu": props.name, "multiprocessors": props.multi_processor_count,
                            "torch": torch.__version__, "cuda": torch.version.cuda,
                            "python": platform.python_version(), "commit": commit},

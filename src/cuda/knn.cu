@@ -164,7 +164,8 @@ struct GridParams {
   double h, inv_h, slack, maxabs;
   int dims[3];
   int ncells;
-  int settled;  // 1: no further refinement
+  int settled;   // 1: no further refinement
+  int reserved;  // written with the rest, so whole-struct copies never read unset bytes
 };
 
 struct CloudScratch {
@@ -295,6 +296,7 @@ __global__ void params_kernel(const PassCloud* clouds, const CloudScratch* sc, G
   const double target = fmax(1.0, fmin(static_cast<double>(clouds[c].cap), n / points_per_cell));
   set_edge(g, edge_for_cells(g.ext, target));
   g.settled = 0;
+  g.reserved = 0;
   params[c] = g;
 }
 

@@ -60,9 +60,10 @@ if has sanitize; then
     --racecheck-report all --error-exitcode 99 "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter="$RACE"
 fi
 if has bench; then
-  run_stage cuda_probe $PY benchmarks/scripts/cuda_probe.py --json "$OUT/cuda_probe.json"
-  run_stage cuda_bench $PY -m pcops.cli bench --device cuda --no-progress --out "$OUT" \
-    --docs "$OUT/benchmarks-cuda.md" --clouds sphere,scan --sizes ${PCOPS_BENCH_SIZES:-100k,1M}
+  run_stage cuda_probe timeout 240 $PY benchmarks/scripts/cuda_probe.py --json "$OUT/cuda_probe.json"
+  run_stage cuda_bench timeout ${PCOPS_BENCH_TIMEOUT:-300} $PY -m pcops.cli bench --device cuda --no-progress \
+    --out "$OUT" --docs "$OUT/benchmarks-cuda.md" --ops fps,knn,ball_query --clouds sphere,scan \
+    --sizes ${PCOPS_BENCH_SIZES:-100k,1M}
 fi
 
 echo

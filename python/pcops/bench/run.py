@@ -72,6 +72,10 @@ def repo_root() -> Path | None:
 
 
 def git_info() -> dict:
+    """Commit of the measured tree. A copy without .git (a GPU machine's working copy) names it
+    through PCOPS_GIT_COMMIT (and PCOPS_GIT_DIRTY)."""
+    if os.environ.get("PCOPS_GIT_COMMIT"):
+        return {"commit": os.environ["PCOPS_GIT_COMMIT"], "dirty": os.environ.get("PCOPS_GIT_DIRTY") == "1"}
     root = repo_root()
     if root is None:
         return {"commit": None, "dirty": None}
