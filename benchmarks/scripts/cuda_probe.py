@@ -175,7 +175,9 @@ def main() -> int:
     doc = {"environment": {"gpu": props.name, "multiprocessors": props.multi_processor_count,
                            "torch": torch.__version__, "cuda": torch.version.cuda,
                            "python": platform.python_version(), "commit": commit},
-           "command": " ".join(sys.argv), "results": rows}
+           "command": "python benchmarks/scripts/cuda_probe.py"
+                      + (f" --reps {args.reps}" if args.reps != 20 else "") + (" --quick" if args.quick else ""),
+           "results": rows}
     if args.json:
         with open(args.json, "w") as f:
             json.dump(doc, f, indent=1)

@@ -142,7 +142,7 @@ def cmd_bench(args) -> int:
             print(f"--clouds: unknown cloud {c!r} (expected {', '.join(C.CLOUDS)})", file=sys.stderr)
             return 2
     path = result_path(args.out, stem)
-    command = "pcops " + " ".join(_shell_quote(a) for a in args.argv)
+    command = "pcops " + " ".join(_shell_quote(_portable(a)) for a in args.argv)
     doc = run(cfg, progress_bar=not args.no_progress, checkpoint=lambda d: write_json(d, path=path),
               command=command)
     write_json(doc, path=path)
@@ -152,6 +152,16 @@ def cmd_bench(args) -> int:
         md, png = report.write_report(path, docs, source_label=_rel(path))
         print(f"wrote {md}" + (f" and {png}" if png else ""))
     return 0
+
+
+def _portable(arg: str) -> str:
+    """An absolute path outside the working directory recorded as its last two parts, so that
+    results carry no machine-specific paths."""
+    if arg.startswith("/") and not arg.startswith(str(Path.cwd())):
+        return "/".join(Path(arg).parts[-2:])
+    if arg.startswith(str(Path.cwd()) + "/"):
+        return arg[len(str(Path.cwd())) + 1:]
+    return arg
 
 
 def _shell_quote(arg: str) -> str:

@@ -219,6 +219,34 @@ def merge(docs: list[dict]) -> dict:
     return out
 
 
+def probe_markdown(doc: dict, source: str) -> str:
+    """The CUDA target table of benchmarks/scripts/cuda_probe.py (a ``cuda-probe-*.json``)."""
+    env = doc.get("environment", {})
+    lines = [
+        "## Targets of the CUDA backend",
+        "",
+        f"From `{source}` ({env.get('gpu')}, torch {env.get('torch')}, CUDA {env.get('cuda')}, commit "
+        f"{env.get('commit')}), measured with `python benchmarks/scripts/cuda_probe.py` (run by "
+        "`tests/cuda/run_gpu.sh bench`): medians of CUDA-event times, inputs resident on the GPU, unit-sphere "
+        "shell clouds. *exact* = pcops CUDA output bitwise equal to the pcops CPU backend; a peer's count is its "
+        "slots that differ from that exact result.",
+        "",
+        "| case | pcops | target | met | exact | peer | peer time | peer mismatches | ratio |",
+        "|---|---:|---:|---|---|---|---:|---:|---:|",
+    ]
+    for r in doc.get("results", []):
+        peers = r.get("peers") or {"": {}}
+        for name, p in peers.items():
+            pt = p.get("ms")
+            lines.append("| " + " | ".join([
+                r["case"], f"{r['pcops_ms']:.3f} ms", f"{r['target_ms']:g} ms",
+                "yes" if r["pcops_ms"] <= r["target_ms"] else "**no**", "yes" if r.get("exact_vs_cpu") else "**no**",
+                name or "-", f"{pt:.2f} ms" if pt is not None else p.get("error", "-"),
+                str(p.get("mismatches", "-")), f"{pt / r['pcops_ms']:.1f}x" if pt else "-"]) + " |")
+    lines.append("")
+    return "\n".join(lines)
+
+
 def write_report(json_path: str | Path | list, docs_path: str | Path = "docs/benchmarks.md",
                  source_label: str | None = None) -> tuple[Path, Path | None]:
     paths = list(json_path) if isinstance(json_path, (list, tuple)) else [json_path]
@@ -226,6 +254,12 @@ def write_report(json_path: str | Path | list, docs_path: str | Path = "docs/ben
     docs_path = Path(docs_path)
     docs_path.parent.mkdir(parents=True, exist_ok=True)
     label = source_label or ", ".join(f"benchmarks/results/{Path(p).name}" for p in paths)
-    docs_path.write_text(markdown(doc, label, docs_path.with_suffix(".png").name))
+    text = markdown(doc, label, docs_path.with_suffix(".png").name)
+    if (doc.get("environment") or {}).get("gpu"):
+        probe = latest_json(Path(paths[-1]).parent, "cuda-probe")
+        if probe is not None:
+            head, _, tail = text.partition("## Environment")
+            text = head + probe_markdown(load(probe), f"benchmarks/results/{probe.name}") + "\n## Environment" + tail
+    docs_path.write_text(text)
     png = plot(doc, docs_path.with_suffix(".png"))
     return docs_path, png
