@@ -8,15 +8,17 @@
 // from (N, D, B):
 // - Cluster path (D = 3, N <= 1024 * kMaxPpt): one thread-block cluster of C blocks per cloud,
 //   1024 threads per cluster, PPT points per thread in registers. Every warp pushes its winner
-//   into the shared memory of every block of the cluster (distributed shared memory); one cluster
-//   barrier per step, after which each warp reduces the 32 warp winners itself. C grows with the
-//   cloud size and shrinks with the batch so that the clusters fill the GPU.
+//   into the shared memory of every block of the cluster with st.async, which also completes
+//   transaction bytes on that block's mbarrier; each block waits on its own mbarrier (no cluster
+//   barrier in the loop), after which each warp reduces the 32 warp winners itself. C grows with
+//   the cloud size and shrinks with the batch so that the clusters fill the GPU.
 // - Grid path (D = 3, N up to #SMs * 512 * 16 points per cloud): a persistent cooperative kernel,
-//   g blocks per cloud, PPT points per thread in registers. Per step: block argmax (one
-//   __syncthreads), then warp 0 publishes the block winner as tagged 64-bit words (step number in
-//   the high half, so every word validates itself and no separate arrival counter or fence is
-//   needed) and polls the other blocks' words of the same step; every block reduces the same g
-//   candidates to the same winner. One __syncthreads broadcasts it to the block.
+//   g blocks per cloud (about 2048 points per block, at most one block per SM), PPT points per
+//   thread in registers. Per step: block argmax (one __syncthreads), then warp 0 publishes the
+//   block winner as three tagged 64-bit words (step mod 2^16 in the top bits, so every word
+//   validates itself and no arrival counter or fence is needed); warps 0..ceil(g/32)-1 poll one
+//   block per lane (all words of a block in one round trip) and reduce; one __syncthreads, then
+//   every thread combines the polling warps' winners.
 // - Streaming path (any D, or clouds too large for registers): the grid path with m_j in global
 //   memory and the coordinates read from the strided view at every step.
 //
@@ -48,6 +50,11 @@ struct FpsClusterPolicy {
   static constexpr int kMaxPpt = 32;
   static constexpr int kMaxCluster = 8;            // the portable cluster size
   static constexpr int64_t kMinBlockPoints = 1024;  // fewer points per block: barrier-bound
+  // C > 1: push the warp winners with st.async onto a transaction mbarrier of each block and wait
+  // on the local mbarrier (one-way DSMEM latency), instead of a full cluster barrier per step
+  // (remote stores acknowledged, then an all-to-all arrive/wait). false = the cluster barrier.
+  static constexpr bool kAsyncExchange = true;
+  static constexpr long long kWaitTrapCycles = 1ll << 35;  // ~17 s at 2 GHz
 };
 static_assert(FpsClusterPolicy::kClusterThreads == 32 * 32, "one warp winner per lane of a warp");
 
@@ -57,6 +64,10 @@ struct FpsGridPolicy {
   static constexpr int kMaxPpt = 16;  // 64 data registers per thread, 1 block per SM
   static constexpr int kRing = 4;     // exchange slots in flight (any value >= 2 is safe)
   static constexpr int kStreamBlocksPerSm = 2;
+  // A lone cloud gets about this many points per thread (more blocks only while the SMs last):
+  // the exchange grows with the block count, the per-step compute with the points per thread.
+  static constexpr int kTargetPpt = 4;
+  static constexpr int kMaxBlocks = 32 * (kThreads / 32);  // one polled block per lane of a warp
 };
 
 constexpr unsigned kFull = 0xffffffffu;
@@ -82,10 +93,6 @@ __device__ __forceinline__ void warp_argmax(int key, unsigned idx, int& wkey, un
   widx = __reduce_min_sync(kFull, key == wkey ? idx : kNoIndex);
 }
 
-__device__ __forceinline__ bool better(int ka, unsigned ia, int kb, unsigned ib) {
-  return ka > kb || (ka == kb && ia < ib);
-}
-
 __device__ __forceinline__ unsigned long long ld_relaxed(const unsigned long long* p) {
   unsigned long long v;
   asm volatile("ld.relaxed.gpu.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
@@ -94,6 +101,46 @@ __device__ __forceinline__ unsigned long long ld_relaxed(const unsigned long lon
 
 __device__ __forceinline__ void st_relaxed(unsigned long long* p, unsigned long long v) {
   asm volatile("st.relaxed.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
+}
+
+// Shared-memory and cluster helpers of the st.async exchange (sm_90).
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+// The same shared::cta offset in the block of cluster rank `rank`, as a shared::cluster address.
+__device__ __forceinline__ unsigned cluster_addr(unsigned addr, unsigned rank) {
+  unsigned r;
+  asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
+  return r;
+}
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned arrivals) {
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
+}
+// Arrives once on the current phase and adds `bytes` expected transaction bytes to it.
+__device__ __forceinline__ void mbar_arm(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+}
+// True once the phase of parity `parity` has completed; acquire at cluster scope pairs with the
+// release of the remote st.async's complete_tx.
+__device__ __forceinline__ bool mbar_try_wait(unsigned bar, unsigned parity) {
+  unsigned ok;
+  asm volatile(
+      "{\n\t.reg .pred p;\n\t"
+      "mbarrier.try_wait.parity.acquire.cluster.shared::cta.b64 p, [%1], %2;\n\t"
+      "selp.u32 %0, 1, 0, p;\n\t}"
+      : "=r"(ok)
+      : "r"(bar), "r"(parity)
+      : "memory");
+  return ok != 0;
+}
+__device__ __forceinline__ void st_async(unsigned addr, int4 v, unsigned bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(addr),
+               "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void st_async(unsigned addr, int v, unsigned bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.b32 [%0], %1, [%2];" ::"r"(addr), "r"(v), "r"(bar)
+               : "memory");
 }
 
 // PointsView::at is host-only.
@@ -132,8 +179,12 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024 / C, 1)
   constexpr int T = FpsClusterPolicy::kClusterThreads / C;
   constexpr int W = T / 32;
   constexpr int S = T * PPT;  // points per block
+  constexpr bool kAsync = C > 1 && FpsClusterPolicy::kAsyncExchange;
+  // st.async exchange: slot bytes of one step that land in each block (key, idx, x, y | z).
+  constexpr unsigned kStepBytes = C * W * 20;
   extern __shared__ float4 pts[];  // this block's points, for the coordinates of a warp winner
   __shared__ WarpSlot slots[2][C * W];
+  __shared__ unsigned long long bars[2];  // st.async exchange: bars[t & 1] completes step t
 
   const int b = blockIdx.y;
   const int rank = blockIdx.x;  // == cluster rank: the cluster spans gridDim.x == C
@@ -162,7 +213,19 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024 / C, 1)
   }
   float cx = coord(P, b, start, 0), cy = coord(P, b, start, 1), cz = coord(P, b, start, 2);
   if (rank == 0 && tid == 0) o[0] = start;
-  // Every block of the cluster has started (its shared memory may be written) and pts is ready.
+  if constexpr (kAsync) {
+    // Phase k of bars[p] is step 2k + 1 (p = 1) or 2k + 2 (p = 0); each phase is armed once (one
+    // arrival plus its bytes) by thread 0 after the previous phase of that barrier completed.
+    if (tid == 0) {
+      mbar_init(smem_addr(&bars[0]), 1);
+      mbar_init(smem_addr(&bars[1]), 1);
+      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+      mbar_arm(smem_addr(&bars[1]), kStepBytes);  // step 1
+      mbar_arm(smem_addr(&bars[0]), kStepBytes);  // step 2
+    }
+  }
+  // Every block of the cluster has started (its shared memory may be written), its mbarriers are
+  // initialised, and pts is ready.
   if constexpr (C > 1) cg::this_cluster().sync();
   else __syncthreads();
 
@@ -185,26 +248,51 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024 / C, 1)
     const unsigned local = widx - static_cast<unsigned>(base);
     const float4 p = local < static_cast<unsigned>(S) ? pts[local] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     const int par = static_cast<int>(t & 1);
-    if (lane < C) {
-      WarpSlot* dst = &slots[par][rank * W + warp];
-      if constexpr (C > 1) dst = cg::this_cluster().map_shared_rank(dst, lane);
-      int4* d4 = reinterpret_cast<int4*>(dst);
-      d4[0] = make_int4(wkey, static_cast<int>(widx), __float_as_int(p.x), __float_as_int(p.y));
-      d4[1] = make_int4(__float_as_int(p.z), 0, 0, 0);
+    if constexpr (kAsync) {
+      // Lane l pushes this warp's winner into block l. bars[par] of a block completes step t once
+      // all C * W records arrived (and thread 0 armed it). The slots of step t are rewritten at
+      // step t + 2 only: a sender gets there after receiving every warp's step t + 1 record, which
+      // each warp sends after its reads of step t (release by complete_tx, acquire by the wait).
+      if (lane < C) {
+        const unsigned dst = cluster_addr(smem_addr(&slots[par][rank * W + warp]), static_cast<unsigned>(lane));
+        const unsigned bar = cluster_addr(smem_addr(&bars[par]), static_cast<unsigned>(lane));
+        st_async(dst, make_int4(wkey, static_cast<int>(widx), __float_as_int(p.x), __float_as_int(p.y)), bar);
+        st_async(dst + 16, __float_as_int(p.z), bar);
+      }
+      const unsigned mine = smem_addr(&bars[par]);
+      const unsigned parity = static_cast<unsigned>((t - 1) >> 1) & 1u;
+      const long long t0 = clock64();
+      while (!mbar_try_wait(mine, parity)) {
+        // A record that never arrives would be a bug: fail the launch instead of hanging.
+        if (clock64() - t0 > FpsClusterPolicy::kWaitTrapCycles) __trap();
+      }
+      // The next phase of bars[par] (step t + 2) cannot complete before every warp of this block
+      // has sent its step t + 1 record, so arming it now is safe even while other warps still
+      // wait on this phase (their try_wait on `parity` stays true until then).
+      if (tid == 0) mbar_arm(mine, kStepBytes);
+    } else {
+      if (lane < C) {
+        WarpSlot* dst = &slots[par][rank * W + warp];
+        if constexpr (C > 1) dst = cg::this_cluster().map_shared_rank(dst, lane);
+        int4* d4 = reinterpret_cast<int4*>(dst);
+        d4[0] = make_int4(wkey, static_cast<int>(widx), __float_as_int(p.x), __float_as_int(p.y));
+        d4[1] = make_int4(__float_as_int(p.z), 0, 0, 0);
+      }
+      // Release of the remote stores / acquire of the ones into this block.
+      if constexpr (C > 1) cg::this_cluster().sync();
+      else __syncthreads();
     }
-    // Release of the remote stores / acquire of the ones into this block.
-    if constexpr (C > 1) cg::this_cluster().sync();
-    else __syncthreads();
     const int4 a = reinterpret_cast<const int4*>(&slots[par][lane])[0];
-    const int4 c = reinterpret_cast<const int4*>(&slots[par][lane])[1];
+    const int az = reinterpret_cast<const int*>(&slots[par][lane])[4];  // z; the padding is never written
     warp_argmax(a.x, static_cast<unsigned>(a.y), wkey, widx);
     const int src = __ffs(__ballot_sync(kFull, a.x == wkey && static_cast<unsigned>(a.y) == widx)) - 1;
     cx = __shfl_sync(kFull, __int_as_float(a.z), src);
     cy = __shfl_sync(kFull, __int_as_float(a.w), src);
-    cz = __shfl_sync(kFull, __int_as_float(c.x), src);
+    cz = __shfl_sync(kFull, __int_as_float(az), src);
     if (rank == 0 && tid == 0) o[t] = static_cast<int64_t>(widx);
   }
-  // No remote access follows the last cluster barrier, so blocks may exit independently.
+  // No remote access follows the last exchange: every block received all records of the last
+  // step before leaving its loop, so blocks may exit independently.
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -220,13 +308,13 @@ __global__ void __launch_bounds__(FpsGridPolicy::kThreads, 1)
                     unsigned long long* xch, float* mglob) {
   constexpr int T = FpsGridPolicy::kThreads;
   constexpr int W = T / 32;
-  constexpr int NW = PPT > 0 ? 5 : 2;  // exchanged words: key, index (+ x, y, z)
+  constexpr int NW = PPT > 0 ? 3 : 2;  // exchanged 64-bit words per block and step
   constexpr int R = FpsGridPolicy::kRing;
   constexpr int KP = PPT > 0 ? PPT : 1;
   extern __shared__ float4 pts[];  // register mode: this block's points
   __shared__ int red_key[2][W];
   __shared__ unsigned red_idx[2][W];
-  __shared__ WarpSlot win[2];
+  __shared__ WarpSlot win[2][W];  // winner of each polling warp
 
   const int g = gridDim.x, r = blockIdx.x, y = blockIdx.y;
   const int b = y;
@@ -304,75 +392,89 @@ __global__ void __launch_bounds__(FpsGridPolicy::kThreads, 1)
       red_idx[par][warp] = widx;
     }
     __syncthreads();
+    // Exchange words of step t: slot[u * g + q] holds word u of block q, tag = t mod 2^16 in the
+    // top 16 bits, so every word validates itself (no arrival counter, no fence). Slots of step t
+    // are reused at t + R, by which time every block has read them (a block reaches step t + 1
+    // only after all blocks published step t + 1, which each does after reading step t). A lane
+    // always polls the same words, so read-read coherence keeps it from seeing anything older than
+    // step t - R, whose tag differs from t's (R < 2^16); the zeros of the memset carry tag 0 and
+    // are only read at steps 1..R.
+    unsigned long long* slot = xch + (static_cast<int64_t>(y) * R + t % R) * NW * g;
+    const unsigned tag = static_cast<unsigned>(t) & 0xffffu;
+    const unsigned long long tag_bits = static_cast<unsigned long long>(tag) << 48;
     if (warp == 0) {
       warp_argmax(lane < W ? red_key[par][lane] : kNoKey, lane < W ? red_idx[par][lane] : kNoIndex,
                   wkey, widx);
-      float4 p = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      // Order-preserving unsigned key (m in {-1} U [+0, +inf] -> key >= 0x3F800000); 0 = a block
+      // without points, below every real point.
+      const unsigned ukey = widx == kNoIndex ? 0u : static_cast<unsigned>(wkey) ^ 0x80000000u;
+      unsigned long long word = 0;
       if constexpr (PPT > 0) {
+        // Words: [ukey | local index (16 bits, span <= T * PPT <= 65536)], [x | y low], [y high | z].
         const unsigned local = widx - static_cast<unsigned>(lo);
+        float4 p = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
         if (local < static_cast<unsigned>(T * PPT)) p = pts[local];
+        const unsigned xb = __float_as_uint(p.x), yb = __float_as_uint(p.y), zb = __float_as_uint(p.z);
+        word = lane == 0   ? (static_cast<unsigned long long>(ukey) << 16) | (widx == kNoIndex ? 0xffffu : local & 0xffffu)
+               : lane == 1 ? (static_cast<unsigned long long>(xb) << 16) | (yb & 0xffffu)
+                           : (static_cast<unsigned long long>(yb >> 16) << 32) | zb;
+      } else {
+        // Words: [ukey << 16], [global index].
+        word = lane == 0 ? static_cast<unsigned long long>(ukey) << 16 : static_cast<unsigned long long>(widx);
       }
-      // Publish: each word carries the step in its high half, so a reader can validate every word
-      // on its own (no arrival counter, no fence). Slots of step t are reused at t + R, by which
-      // time every block has read them (a block reaches step t + 1 only after all blocks
-      // published step t + 1, which each does after reading step t).
-      unsigned long long* slot = xch + (static_cast<int64_t>(y) * R + t % R) * NW * g;
-      const unsigned long long tag = static_cast<unsigned long long>(static_cast<unsigned>(t)) << 32;
-      if (lane < NW) {
-        const unsigned payload = lane == 0   ? static_cast<unsigned>(wkey)
-                                 : lane == 1 ? widx
-                                 : lane == 2 ? __float_as_uint(p.x)
-                                 : lane == 3 ? __float_as_uint(p.y)
-                                             : __float_as_uint(p.z);
-        st_relaxed(slot + static_cast<int64_t>(lane) * g + r, tag | payload);
-      }
-      int ck;
-      unsigned ci;
-      float qx = 0.0f, qy = 0.0f, qz = 0.0f;
-      bool ready;
-      do {
-        ready = true;
-        ck = kNoKey;
-        ci = kNoIndex;
-        for (int q = lane; q < g; q += 32) {
-          unsigned long long w[NW];
+      if (lane < NW) st_relaxed(slot + static_cast<int64_t>(lane) * g + r, tag_bits | word);
+    }
+    // Polling: warp v reads blocks q = 32 v + lane, all NW words of a block in one round trip (the
+    // loads are independent), and re-reads only the blocks not yet published.
+    if (warp < (g + 31) / 32) {
+      const int q = warp * 32 + lane;
+      unsigned long long w[NW];
+#pragma unroll
+      for (int u = 0; u < NW; ++u) w[u] = 0;
+      bool done = q >= g;
+      while (!__all_sync(kFull, done)) {
+        if (!done) {
 #pragma unroll
           for (int u = 0; u < NW; ++u) w[u] = ld_relaxed(slot + static_cast<int64_t>(u) * g + q);
-          bool ok = true;
+          done = true;
 #pragma unroll
-          for (int u = 0; u < NW; ++u) ok &= static_cast<unsigned>(w[u] >> 32) == static_cast<unsigned>(t);
-          if (!ok) {
-            ready = false;
-            continue;
-          }
-          const int kq = static_cast<int>(static_cast<unsigned>(w[0]));
-          const unsigned iq = static_cast<unsigned>(w[1]);
-          if (better(kq, iq, ck, ci)) {
-            ck = kq;
-            ci = iq;
-            if constexpr (PPT > 0) {
-              qx = __uint_as_float(static_cast<unsigned>(w[2 % NW]));
-              qy = __uint_as_float(static_cast<unsigned>(w[3 % NW]));
-              qz = __uint_as_float(static_cast<unsigned>(w[4 % NW]));
-            }
-          }
+          for (int u = 0; u < NW; ++u) done &= static_cast<unsigned>(w[u] >> 48) == tag;
         }
-      } while (!__all_sync(kFull, ready));
-      warp_argmax(ck, ci, wkey, widx);
+      }
+      unsigned ck = 0, ci = kNoIndex;
+      float qx = 0.0f, qy = 0.0f, qz = 0.0f;
+      if (q < g) {
+        ck = static_cast<unsigned>(w[0] >> 16);
+        if constexpr (PPT > 0) {
+          if (ck != 0) ci = static_cast<unsigned>(q) * static_cast<unsigned>(span) + static_cast<unsigned>(w[0] & 0xffffu);
+          qx = __uint_as_float(static_cast<unsigned>(w[1 % NW] >> 16));
+          qy = __uint_as_float((static_cast<unsigned>(w[2 % NW] >> 32) << 16) | static_cast<unsigned>(w[1 % NW] & 0xffffu));
+          qz = __uint_as_float(static_cast<unsigned>(w[2 % NW]));
+        } else {
+          if (ck != 0) ci = static_cast<unsigned>(w[1]);
+        }
+      }
+      const unsigned mk = __reduce_max_sync(kFull, ck);
+      const unsigned mi = __reduce_min_sync(kFull, ck == mk ? ci : kNoIndex);
       if constexpr (PPT > 0) {
-        const int src = __ffs(__ballot_sync(kFull, ck == wkey && ci == widx)) - 1;
+        const int src = __ffs(__ballot_sync(kFull, ck == mk && ci == mi)) - 1;
         qx = __shfl_sync(kFull, qx, src);
         qy = __shfl_sync(kFull, qy, src);
         qz = __shfl_sync(kFull, qz, src);
       }
-      if (lane == 0) {
-        win[par] = WarpSlot{wkey, widx, qx, qy, qz, 0.0f, 0.0f, 0.0f};
-        if (r == 0) o[t] = static_cast<int64_t>(widx);
-      }
+      if (lane == 0) win[par][warp] = WarpSlot{static_cast<int>(mk), mi, qx, qy, qz, 0.0f, 0.0f, 0.0f};
     }
     __syncthreads();
-    c = static_cast<int64_t>(win[par].idx);
-    if constexpr (PPT > 0) cx = win[par].x, cy = win[par].y, cz = win[par].z;
+    // Every thread combines the polling warps' winners (at most W, usually 1 to 5).
+    unsigned bk = static_cast<unsigned>(win[par][0].key), bi = win[par][0].idx;
+    int bw = 0;
+    for (int v = 1; v < (g + 31) / 32; ++v) {
+      const unsigned kv = static_cast<unsigned>(win[par][v].key), iv = win[par][v].idx;
+      if (kv > bk || (kv == bk && iv < bi)) bk = kv, bi = iv, bw = v;
+    }
+    c = static_cast<int64_t>(bi);
+    if constexpr (PPT > 0) cx = win[par][bw].x, cy = win[par][bw].y, cz = win[par][bw].z;
+    if (r == 0 && tid == 0) o[t] = c;
   }
 }
 
@@ -472,7 +574,7 @@ template <int PPT>
 void run_grid(const CudaContext& ctx, detail::Workspace& ws, Launch a, int64_t B, int64_t N,
               int64_t clouds_per_launch, int g) {
   constexpr int T = FpsGridPolicy::kThreads;
-  constexpr int NW = PPT > 0 ? 5 : 2;
+  constexpr int NW = PPT > 0 ? 3 : 2;
   const size_t smem = PPT > 0 ? sizeof(float4) * T * PPT : 0;
   auto kernel = fps_grid_kernel<PPT>;
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
@@ -531,11 +633,14 @@ void furthest_point_sample(const CudaContext& ctx, PointsView points, LengthsVie
     cluster_path(ctx, a, B, N, sms);
     return;
   }
-  if (points.dim == 3 && N <= sms * T * FpsGridPolicy::kMaxPpt) {
-    // One block per SM: g blocks per cloud, as many clouds per launch as fit.
+  const int64_t grid_sms = std::min<int64_t>(sms, FpsGridPolicy::kMaxBlocks);
+  if (points.dim == 3 && N <= grid_sms * T * FpsGridPolicy::kMaxPpt) {
+    // One block per SM, at least g_min blocks per cloud, as many clouds per launch as fit; a
+    // cloud whose blocks would hold fewer than kTargetPpt points per thread gets fewer blocks.
     const int64_t g_min = detail::ceil_div(N, T * FpsGridPolicy::kMaxPpt);
-    const int64_t clouds = std::min<int64_t>(B, sms / g_min);
-    const int g = static_cast<int>(sms / clouds);
+    const int64_t clouds = std::min<int64_t>(B, grid_sms / g_min);
+    const int64_t g_target = std::max(g_min, detail::ceil_div(N, T * FpsGridPolicy::kTargetPpt));
+    const int g = static_cast<int>(std::min(grid_sms / clouds, g_target));
     const int64_t per_thread = detail::ceil_div(detail::ceil_div(N, g), T);
     int ppt = 1;
     while (ppt < per_thread) ppt *= 2;
@@ -550,7 +655,7 @@ void furthest_point_sample(const CudaContext& ctx, PointsView points, LengthsVie
   // Streaming: any D, any size.
   const int64_t resident = sms * std::min(resident_blocks_per_sm<0>(), FpsGridPolicy::kStreamBlocksPerSm);
   const int64_t clouds = std::min<int64_t>(B, resident);
-  const int g = static_cast<int>(std::max<int64_t>(1, resident / clouds));
+  const int g = static_cast<int>(std::min<int64_t>(std::max<int64_t>(1, resident / clouds), FpsGridPolicy::kMaxBlocks));
   run_grid<0>(ctx, ws, a, B, N, clouds, g);
 }
 

@@ -1,7 +1,9 @@
 // CUDA furthest_point_sample: bitwise equal indices to the CPU backend on every kind of cloud, on
 // sizes that select each CUDA path and cross its boundaries (cluster path: N <= 32768 with
-// PPT = 1..32 and cluster sizes 1..8; grid path: 32768 < N <= #SMs * 8192; streaming path: any
-// D != 3 or larger clouds), and the same errors as the CPU backend.
+// PPT = 1..32 and cluster sizes 1..8, st.async exchange for clusters of 2..8; grid path:
+// 32768 < N <= #SMs * 8192, about 2048 points per block up to one block per SM; streaming path:
+// any D != 3 or larger clouds), long runs past the 16-bit exchange tags, and the same errors as
+// the CPU backend.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -95,12 +97,30 @@ TEST(CudaFurthestPointSample, GridPathSizesAroundBoundaries) {
     const Cloud c = pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f);
     expect_same(c, params_of(200, 7));
   }
+  // Block count = ceil(N / 2048) up to #SMs (kTargetPpt = 4): one more polling warp past 32 and 64
+  // blocks, and the point where the block count stops growing (PPT 4 -> 8).
+  const int64_t full = int64_t{num_sms()} * 512 * 4;
+  for (int64_t n : {int64_t{65536}, int64_t{131072}, int64_t{131073}, full, full + 1}) {
+    SCOPED_TRACE(n);
+    const Cloud c = pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f);
+    expect_same(c, params_of(120, n / 5));
+  }
   // The exact capacity (PPT 16, full blocks) and one point more (streaming path).
   for (int64_t n : {cap, cap + 1}) {
     SCOPED_TRACE(n);
     const Cloud c = pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f);
     expect_same(c, params_of(40, n - 1));
   }
+}
+
+TEST(CudaFurthestPointSample, ExchangeTagsWrapAfter65536Steps) {
+  // The grid exchange tags each word with the step mod 2^16 (register and streaming paths); the
+  // cluster exchange alternates mbarrier phases. All runs continue past M > N (index 0 repeats).
+  std::mt19937 rng(17);
+  const FpsParams p = params_of(65536 + 300, 11);
+  expect_same(pcops_test::uniform_cloud(rng, 1, 32769, 3), p);  // grid, 17 blocks
+  expect_same(pcops_test::uniform_cloud(rng, 1, 3000, 2), p);   // streaming
+  expect_same(pcops_test::uniform_cloud(rng, 2, 8192, 3), p);   // cluster of 8
 }
 
 TEST(CudaFurthestPointSample, MillionPointShell) {
