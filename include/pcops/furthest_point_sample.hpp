@@ -15,6 +15,7 @@
 #include <cstdint>
 
 #include "pcops/context.hpp"
+#include "pcops/ragged.hpp"
 #include "pcops/view.hpp"
 
 namespace pcops {
@@ -35,6 +36,20 @@ namespace cpu {
 // out: caller-owned int64 [B, num_samples], contiguous.
 void furthest_point_sample(const CpuContext& ctx, PointsView points, LengthsView lengths,
                            const FpsParams& params, int64_t* out);
+}  // namespace cpu
+
+// Ragged FPS (torch_cluster's fps on CSR offsets): cloud b contributes counts[b] samples chosen
+// by the rule above on its rows, starting at its local row starts[b]; out is the concatenation in
+// cloud order of global row indices (length sum(counts)). counts[b] > 0 needs a non-empty cloud
+// and 0 <= starts[b] < |cloud b|; counts and starts are host arrays of B entries.
+namespace core {
+void validate_furthest_point_sample_ragged(const RaggedPointsView& points, const OffsetsView& ptr,
+                                           const int64_t* counts, const int64_t* starts);
+}
+namespace cpu {
+// out: caller-owned int64 [sum(counts)].
+void furthest_point_sample_ragged(const CpuContext& ctx, RaggedPointsView points, OffsetsView ptr,
+                                  const int64_t* counts, const int64_t* starts, int64_t* out);
 }  // namespace cpu
 
 namespace cuda {

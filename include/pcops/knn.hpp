@@ -14,6 +14,7 @@
 #include <cstdint>
 
 #include "pcops/context.hpp"
+#include "pcops/ragged.hpp"
 #include "pcops/view.hpp"
 
 namespace pcops {
@@ -31,6 +32,28 @@ namespace cpu {
 // dist, idx: caller-owned [B, M, k], contiguous.
 void knn(const CpuContext& ctx, PointsView query, PointsView ref, LengthsView query_lengths,
          LengthsView ref_lengths, const KnnParams& params, float* dist, int64_t* idx);
+}  // namespace cpu
+
+// Ragged kNN (torch_cluster's knn on CSR offsets, docs/ops/knn.md "ragged"): for every row i
+// of y in cloud b, the min(k, |x_b|) rows of x in cloud b ordered by (s, index) ascending as
+// above; with `cosine`, by (1 - dot(x, y) / (|x| * |y|), index) instead, all in float32 without
+// FMA, norms sqrt of the coordinate-order sum of squares (a zero norm gives NaN, sorted last).
+// Edges [2, E]: row 0 = global y index, row 1 = global x index, grouped by query ascending,
+// E = sum_b |y_b| * min(k, |x_b|). Count-then-fill through `allocate`; returns E.
+struct KnnRaggedParams {
+  int64_t k = 1;
+  bool cosine = false;
+};
+
+namespace core {
+void validate_knn_ragged(const RaggedPointsView& x, const RaggedPointsView& y,
+                         const OffsetsView& ptr_x, const OffsetsView& ptr_y,
+                         const KnnRaggedParams& params);
+}
+
+namespace cpu {
+int64_t knn_ragged(const CpuContext& ctx, RaggedPointsView x, RaggedPointsView y, OffsetsView ptr_x,
+                   OffsetsView ptr_y, const KnnRaggedParams& params, const EdgeAllocator& allocate);
 }  // namespace cpu
 
 namespace cuda {

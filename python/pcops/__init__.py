@@ -9,7 +9,8 @@ _loader.load()
 from pcops.ops.ball_query import ball_query  # noqa: E402
 from pcops.ops.furthest_point_sample import furthest_point_sample  # noqa: E402
 from pcops.ops.knn import knn  # noqa: E402
+from pcops import flat  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["ball_query", "furthest_point_sample", "knn", "__version__"]
+__all__ = ["ball_query", "flat", "furthest_point_sample", "knn", "__version__"]

@@ -3,12 +3,16 @@
 #include <cstdint>
 
 #include "pcops/error.hpp"
+#include "pcops/ragged.hpp"
 #include "pcops/view.hpp"
 
 namespace pcops::core {
 
 void check_points(const PointsView& p, const char* name);
 void check_lengths(const LengthsView& lengths, int64_t batch, int64_t count, const char* name);
+// x and y of one ragged pair: same dimension, valid offsets of the same size (ptr_x, ptr_y).
+void check_ragged_pair(const RaggedPointsView& x, const RaggedPointsView& y,
+                       const OffsetsView& ptr_x, const OffsetsView& ptr_y);
 int64_t checked_mul(int64_t a, int64_t b, const char* what);
 
 }  // namespace pcops::core
