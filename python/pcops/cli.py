@@ -117,6 +117,13 @@ def cmd_bench(args) -> int:
             print(f"--ops: unknown operator {op!r} (expected {', '.join(C.OPS)})", file=sys.stderr)
             return 2
     sizes = [C.parse_size(s) for s in _csv(args.sizes)] if args.sizes else list(C.SIZES)
+    try:
+        batches = [int(b) for b in _csv(args.batches)] if args.batches else list(C.BATCHES)
+    except ValueError:
+        batches = [0]
+    if any(b < 1 for b in batches):
+        print(f"--batches: expected positive cloud counts, got {args.batches!r}", file=sys.stderr)
+        return 2
     cfg = Config(
         ops=ops,
         sizes=sizes,
@@ -124,6 +131,7 @@ def cmd_bench(args) -> int:
         else (list(C.GRAPH_SIZES) if not args.sizes else [s for s in sizes if s >= 100_000] or sizes[-1:]),
         orders=_csv(args.orders) if args.orders else list(C.ORDERS),
         clouds=_csv(args.clouds) if args.clouds else list(C.CLOUDS),
+        batches=batches,
         repeat=args.repeat,
         peers=_csv(args.peers) if args.peers else None,
         quick=args.quick,
@@ -194,14 +202,15 @@ def summary_table(doc: dict) -> str:
     groups: dict = {}
     for r in doc["results"]:
         if r.get("peer"):
-            groups.setdefault((r["op"], r["cloud"], r["n"], r["order"]), []).append(r)
+            groups.setdefault((r["op"], r["cloud"], r["n"], r["order"], r.get("batches", 1)), []).append(r)
     w = 44
     rows.append(f"{'case':{w}s} {'pcops':>18s} {'fastest peer':>40s} {'ratio':>8s}")
-    for (op, cloud, n, order), recs in groups.items():
+    for (op, cloud, n, order, batches), recs in groups.items():
         pc = next((r for r in recs if r.get("is_pcops")), None)
         best, rat = ratio(recs)
         bt = next((cell(r) for r in recs if r["peer"] == best and not r.get("is_pcops")), "")
-        rows.append(f"{f'{op} {cloud} {format_size(n)} {order}':{w}s} {cell(pc):>18s} "
+        name = f"{op} {cloud} {format_size(n)} {order}" + (f" x{batches}" if batches > 1 else "")
+        rows.append(f"{name:{w}s} {cell(pc):>18s} "
                     f"{(best + ' ' + bt) if best else '':>40s} {rat:>8s}")
     return "\n".join(rows)
 
@@ -230,9 +239,14 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_demo)
 
     p = sub.add_parser("bench", help="the comparison harness against peer libraries")
-    p.add_argument("--ops", default=None, help="comma list of fps,knn,ball_query,knn_graph (default all)")
+    p.add_argument("--ops", default=None,
+                   help="comma list of fps,knn,ball_query,knn_graph,flat_knn_graph,radius_graph (default all)")
     p.add_argument("--sizes", default=None, help="comma list of cloud sizes, e.g. 20k,100k,1M")
-    p.add_argument("--graph-sizes", default=None, help="sizes for knn_graph (default 100k,1M)")
+    p.add_argument("--graph-sizes", default=None,
+                   help="sizes for knn_graph, flat_knn_graph and radius_graph (default 100k,1M)")
+    p.add_argument("--batches", default=None,
+                   help="comma list of cloud counts for flat_knn_graph / radius_graph (default 1,16: a single "
+                        "cloud and the same points as 16 clouds)")
     p.add_argument("--orders", default=None, help="comma list of random,morton (default both)")
     p.add_argument("--clouds", default=None, help="comma list of sphere,scan,mesh (default all)")
     p.add_argument("--repeat", type=int, default=5, help="measured runs per method (median reported)")
@@ -251,7 +265,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="JSON for --report (default: newest in --out); repeat to merge runs, later ones win")
     p.add_argument("--no-report", action="store_true", help="do not regenerate the markdown after a run")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
-    p.add_argument("-k", dest="k", type=int, default=None, help="override k (knn, knn_graph)")
+    p.add_argument("-k", dest="k", type=int, default=None, help="override k (knn, knn_graph, flat_knn_graph)")
     p.add_argument("-K", dest="K", type=int, default=None, help="override K (ball_query)")
     p.add_argument("--radius", type=float, default=None, help="override the ball-query radius")
     p.add_argument("--num-samples", type=int, default=None, help="override the FPS sample count")

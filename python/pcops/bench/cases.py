@@ -17,7 +17,15 @@ SEED = 20240601
 SCAN_FILE = "building.ply"
 MESH_FILE = "refined_elephant.off"
 
-OPS = ("fps", "knn", "ball_query", "knn_graph")
+OPS = ("fps", "knn", "ball_query", "knn_graph", "flat_knn_graph", "radius_graph")
+# Operators whose every point is a query; their sizes follow --graph-sizes.
+GRAPH_OPS = ("knn_graph", "flat_knn_graph", "radius_graph")
+# The ragged operators of pcops.flat (torch_cluster semantics), run on one cloud and on a batch.
+FLAT_OPS = ("flat_knn_graph", "radius_graph")
+# Clouds in a flat case: 1 = a single cloud (batch=None), 16 = the same N split into 16 clouds.
+BATCHES = (1, 16)
+# Clouds of the flat operators (the mesh only where it is asked for alone).
+FLAT_CLOUDS = ("sphere", "scan")
 ORDERS = ("random", "morton")
 CLOUDS = ("sphere", "scan", "mesh")
 SIZES = (20_000, 100_000, 1_000_000)
@@ -29,6 +37,13 @@ PARAMS = {
     "knn": {"num_queries": 1024, "k": 128},
     "ball_query": {"num_queries": 1024, "K": 64, "radius": 0.1},
     "knn_graph": {"k": 16},
+    # pcops.flat.knn_graph(x, k, batch, loop=False); check_rows: centres checked against the
+    # float32 brute-force oracle (a random subset, all of them below that size).
+    "flat_knn_graph": {"k": 16, "loop": False, "check_rows": 1024},
+    # pcops.flat.radius_graph(x, r, batch, loop=False, max_num_neighbors); r is chosen per case
+    # (cloud, size, order, clouds in the batch) for about target_degree neighbours on average.
+    "radius_graph": {"r": None, "target_degree": 16, "max_num_neighbors": 32, "loop": False,
+                     "check_rows": 1024},
 }
 
 
@@ -144,22 +159,85 @@ class Case:
     params: dict
     description: str
     extra: dict = field(default_factory=dict)
+    batches: int = 1  # clouds in the stacked input (flat operators)
+    batch: np.ndarray | None = None  # sorted [N] int64 batch vector; None: a single cloud
 
     @property
     def key(self) -> str:
-        return f"{self.op}/{self.cloud}/{format_size(self.n)}/{self.order}"
+        key = f"{self.op}/{self.cloud}/{format_size(self.n)}/{self.order}"
+        return key + (f"/x{self.batches}" if self.batches > 1 else "")
+
+    @property
+    def ptr(self) -> np.ndarray:
+        """CSR offsets [B + 1] of the clouds (one cloud without a batch vector)."""
+        if self.batch is None:
+            return np.array([0, self.n], np.int64)
+        counts = np.bincount(self.batch, minlength=self.batches)
+        return np.concatenate([[0], np.cumsum(counts)]).astype(np.int64)
 
     @property
     def query(self) -> np.ndarray:
         return self.points if self.query_index is None else self.points[self.query_index]
 
 
-def make_case(op: str, cloud: str, n: int, order: str, data_dir=None, params=None) -> Case | None:
+def split_batch(points: np.ndarray, batches: int, seed: int = SEED) -> tuple[np.ndarray, np.ndarray]:
+    """The points as ``batches`` stacked clouds: each point is dealt to a cloud at random (equal
+    sizes within one), the clouds are stacked in cloud order and each keeps the input order (so a
+    Morton-sorted input gives Morton-sorted clouds). Returns (points, sorted int64 batch vector)."""
+    n = len(points)
+    cloud = np.random.default_rng(seed + 3).permutation(n) % batches
+    perm = np.argsort(cloud, kind="stable")
+    return np.ascontiguousarray(points[perm]), cloud[perm].astype(np.int64)
+
+
+def choose_radius(points: np.ndarray, ptr: np.ndarray, target: float, samples: int = 2048,
+                  seed: int = SEED) -> float:
+    """A radius with about ``target`` neighbours (self excluded, within the point's own cloud) on
+    average over a random sample of points, rounded to 3 significant digits."""
+    n = len(points)
+    m = min(samples, n)
+    rows = np.sort(np.random.default_rng(seed + 5).choice(n, m, replace=False))
+    cloud = np.searchsorted(ptr, rows, side="right") - 1
+    kq = int(4 * target) + 1
+    dists = []
+    used = 0
+    try:
+        from scipy.spatial import cKDTree
+    except ImportError:  # brute force on fewer rows
+        cKDTree = None
+    for b in np.unique(cloud):
+        lo, hi = int(ptr[b]), int(ptr[b + 1])
+        sel = rows[cloud == b]
+        if cKDTree is None:
+            sel = sel[: max(1, 256 * len(sel) // m)]
+        kk = min(kq, hi - lo)
+        if kk < 2:
+            continue
+        ref = points[lo:hi].astype(np.float64)
+        if cKDTree is not None:
+            d, _ = cKDTree(ref).query(points[sel].astype(np.float64), k=kk)
+        else:
+            diff = points[sel].astype(np.float64)[:, None, :] - ref[None]
+            d = np.sort(np.sqrt((diff * diff).sum(-1)), axis=1)[:, :kk]
+        dists.append(np.asarray(d).reshape(len(sel), kk)[:, 1:].ravel())  # column 0: the point itself
+        used += len(sel)
+    if not used:
+        return 0.0
+    pool = np.sort(np.concatenate(dists))
+    # The (target * rows)-th smallest distance: that many pairs lie strictly closer (no ties).
+    r = float(pool[min(len(pool) - 1, int(round(target * used)))])
+    return float(f"{r:.3g}")
+
+
+def make_case(op: str, cloud: str, n: int, order: str, data_dir=None, params=None,
+              batches: int = 1) -> Case | None:
     base = make_cloud(cloud, n, data_dir)
     if base is None:
         return None
     pts, desc = base
     pts = np.ascontiguousarray(reorder(pts, order))
+    if op in FLAT_OPS:
+        return _make_flat_case(op, cloud, n, order, pts, desc, params, batches)
     p = dict(PARAMS[op])
     if params:
         p.update({k: v for k, v in params.items() if k in p})
@@ -172,3 +250,21 @@ def make_case(op: str, cloud: str, n: int, order: str, data_dir=None, params=Non
     if "k" in p:
         p["k"] = min(p["k"], n)
     return Case(op, cloud, order, n, pts, qidx, p, desc)
+
+
+def _make_flat_case(op, cloud, n, order, pts, desc, params, batches) -> Case:
+    p = dict(PARAMS[op])
+    if params:
+        p.update({k: v for k, v in params.items() if k in p and k != "r"})
+    batches = max(1, int(batches))
+    batch = None
+    if batches > 1:
+        pts, batch = split_batch(pts, batches)
+        desc += f", split into {batches} clouds (sorted batch vector)"
+    case = Case(op, cloud, order, n, pts, None, p, desc, batches=batches, batch=batch)
+    p["batches"] = batches
+    p["check_rows"] = min(int(p["check_rows"]), n)
+    case.extra["check_rows"] = np.sort(np.random.default_rng(SEED + 4).choice(n, p["check_rows"], replace=False))
+    if op == "radius_graph":
+        p["r"] = choose_radius(pts, case.ptr, p["target_degree"])
+    return case

@@ -172,6 +172,97 @@ def ball_query(query: np.ndarray, ref: np.ndarray, radius: float, K: int) -> np.
 
 
 # ----------------------------------------------------------------------------------------------
+# Flat graph operators (pcops.flat.knn_graph / radius_graph): brute force on a subset of centres
+# ----------------------------------------------------------------------------------------------
+
+
+def _rows_by_cloud(rows: np.ndarray, ptr: np.ndarray):
+    """(cloud id, positions into rows) for the clouds that hold some of ``rows``."""
+    cloud = np.searchsorted(ptr, rows, side="right") - 1
+    for b in np.unique(cloud):
+        yield int(b), np.nonzero(cloud == b)[0]
+
+
+def knn_graph_rows(points: np.ndarray, ptr: np.ndarray, rows: np.ndarray, k: int,
+                   loop: bool = False) -> list[np.ndarray]:
+    """For each centre in ``rows``, its neighbours in ``pcops.flat.knn_graph(x, k, batch, loop)``
+    (global indices, in edge order): brute force in float32 against the centre's own cloud
+    (``ptr``: CSR offsets), the k (+1 without loop) (s, index)-smallest, then the self pair
+    dropped (a centre whose self is not among them keeps k + 1, as torch_cluster)."""
+    x = np.ascontiguousarray(points, np.float32)
+    rows = np.asarray(rows, np.int64)
+    out: list = [None] * len(rows)
+    for b, pos in _rows_by_cloud(rows, ptr):
+        lo, hi = int(ptr[b]), int(ptr[b + 1])
+        kk = min(k + (0 if loop else 1), hi - lo)
+        chunk = max(1, (1 << 24) // max(hi - lo, 1))
+        for i in range(0, len(pos), chunk):
+            part = pos[i : i + chunk]
+            nn = _first_k_sorted(sqdist(x[rows[part]], x[lo:hi]), None, kk) + lo
+            for j, r in enumerate(part):
+                out[r] = nn[j] if loop else nn[j][nn[j] != rows[r]]
+    return out
+
+
+def radius_graph_rows(points: np.ndarray, ptr: np.ndarray, rows: np.ndarray, r: float,
+                      max_num_neighbors: int, loop: bool = False) -> tuple[list[np.ndarray], np.ndarray]:
+    """For each centre in ``rows``, its neighbours in ``pcops.flat.radius_graph(x, r, batch,
+    loop, max_num_neighbors)``: the first ``max_num_neighbors`` points of its cloud (index order)
+    with ``s < fl32(r * r)`` (product in float64), the self pair skipped before counting unless
+    ``loop``. Also returns each centre's uncapped neighbour count."""
+    x = np.ascontiguousarray(points, np.float32)
+    rows = np.asarray(rows, np.int64)
+    r2 = np.float32(float(r) * float(r))
+    out: list = [None] * len(rows)
+    degree = np.zeros(len(rows), np.int64)
+    for b, pos in _rows_by_cloud(rows, ptr):
+        lo, hi = int(ptr[b]), int(ptr[b + 1])
+        chunk = max(1, (1 << 24) // max(hi - lo, 1))
+        for i in range(0, len(pos), chunk):
+            part = pos[i : i + chunk]
+            mask = sqdist(x[rows[part]], x[lo:hi]) < r2
+            if not loop:
+                mask[np.arange(len(part)), rows[part] - lo] = False
+            for j, q in enumerate(part):
+                hit = np.flatnonzero(mask[j])
+                degree[q] = len(hit)
+                out[q] = hit[:max_num_neighbors] + lo
+    return out, degree
+
+
+def graph_errors(edge_index: np.ndarray, rows: np.ndarray, want: list[np.ndarray]) -> dict[str, int]:
+    """Counts of a ``[2, E]`` edge list (row 0 = neighbour, row 1 = centre; torch_cluster's
+    source_to_target flow) against the oracle lists of the centres ``rows`` (edges of other
+    centres are not checked). ``missing``: oracle edges absent; ``extra``: returned edges not in
+    the oracle (a duplicate counts); ``misplaced``: positions of a centre's edge list (in returned
+    order) whose neighbour differs from the oracle's at that position, a length difference
+    counting as misplaced positions."""
+    ei = np.asarray(edge_index).reshape(2, -1).astype(np.int64, copy=False)
+    nbr, centre = ei[0], ei[1]
+    rows = np.asarray(rows, np.int64)
+    n = int(max(centre.max(initial=-1), rows.max(initial=-1))) + 1
+    slot = np.full(n, -1, np.int64)
+    slot[rows] = np.arange(len(rows))
+    ok = (centre >= 0)
+    s = np.full(len(centre), -1, np.int64)
+    s[ok] = slot[centre[ok]]
+    keep = np.nonzero(s >= 0)[0]
+    order = keep[np.argsort(s[keep], kind="stable")]  # edges of checked centres, grouped, in returned order
+    bounds = np.searchsorted(s[order], np.arange(len(rows) + 1))
+    got_nbr = nbr[order]
+    missing = extra = misplaced = 0
+    for i, w in enumerate(want):
+        g = got_nbr[bounds[i] : bounds[i + 1]]
+        w = np.asarray(w, np.int64)
+        common = len(np.intersect1d(g, w))
+        missing += len(w) - common
+        extra += len(g) - common
+        m = min(len(g), len(w))
+        misplaced += int(np.count_nonzero(g[:m] != w[:m])) + abs(len(g) - len(w))
+    return {"missing": int(missing), "extra": int(extra), "misplaced": int(misplaced)}
+
+
+# ----------------------------------------------------------------------------------------------
 # Correctness counts
 # ----------------------------------------------------------------------------------------------
 

@@ -27,6 +27,13 @@ class Inputs:
     params: dict = field(default_factory=dict)
     threads: int = 1
     sync: Callable[[], None] = lambda: None
+    # Flat graph operators: CSR offsets of the stacked clouds, the batch vector (None: a single
+    # cloud) and the centres to compute (None: every point, the measured case; a subset only in
+    # the budget probes).
+    ptr: np.ndarray | None = None
+    batch: np.ndarray | None = None
+    batch_t: object = None
+    rows: np.ndarray | None = None
 
 
 @dataclass
@@ -40,6 +47,23 @@ class Peer:
     is_pcops: bool = False
     slow: bool = False  # left out of --quick runs
     devices: tuple = ("cpu",)  # where it runs: CPU libraries only on "cpu"; pcops and torch anywhere
+    kernel: str | None = None  # torch op it needs a kernel of on the benchmark device (pcops.flat)
+
+    def missing_kernel(self, device: str) -> str | None:
+        """Why the peer cannot run on ``device`` (no kernel of its op there), or None."""
+        if self.kernel is None:
+            return None
+        import torch
+
+        key = "CUDA" if device.startswith("cuda") else "CPU"
+        try:
+            import pcops  # noqa: F401 (registers the ops)
+
+            if torch._C._dispatch_has_kernel_for_dispatch_key(self.kernel, key):
+                return None
+        except Exception as exc:  # noqa: BLE001
+            return f"{type(exc).__name__}: {exc}"
+        return f"{self.kernel} has no {key} kernel in this build (pcops.flat is CPU only for now)"
 
     def available(self) -> tuple[bool, str]:
         module = _MODULES.get(self.package, self.package)
@@ -280,6 +304,180 @@ def _torch_ball(x: Inputs):
     return out
 
 
+# ----------------------------------------------------------------------------------------------
+# Flat graph operators (torch_cluster semantics, source_to_target: row 0 = neighbour, row 1 =
+# centre). Peers compute each cloud on its own (a tree per cloud) and return the same edge list:
+# knn_graph asks for k + 1 and drops the self pair (a centre whose self is not among them keeps
+# k + 1); radius_graph skips the self pair and keeps the first max_num_neighbors by index.
+# ----------------------------------------------------------------------------------------------
+
+
+def _clouds(x: Inputs):
+    """(lo, hi, centres of that cloud) per cloud holding some of the centres to compute."""
+    ptr = x.ptr if x.ptr is not None else np.array([0, len(x.points)], np.int64)
+    if x.rows is None:
+        for b in range(len(ptr) - 1):
+            lo, hi = int(ptr[b]), int(ptr[b + 1])
+            if hi > lo:
+                yield lo, hi, None
+        return
+    cloud = np.searchsorted(ptr, x.rows, side="right") - 1
+    for b in np.unique(cloud):
+        yield int(ptr[b]), int(ptr[b + 1]), x.rows[cloud == b]
+
+
+def _drop_self(idx, centres, xp=np):
+    """[m, kk] neighbours of ``centres`` -> [2, E] edges without the self pairs."""
+    if xp is np:
+        mask = idx != centres[:, None]
+        return np.stack([idx[mask], np.repeat(centres, mask.sum(1))])
+    mask = idx != centres[:, None]
+    return xp.stack([idx[mask], centres.repeat_interleave(mask.sum(1))])
+
+
+def _cat_edges(parts, xp=np):
+    if not parts:
+        return np.zeros((2, 0), np.int64) if xp is np else xp.zeros((2, 0), dtype=xp.int64)
+    return np.concatenate(parts, axis=1) if xp is np else xp.cat(parts, dim=1)
+
+
+def _pcops_flat_knn_graph(x: Inputs):
+    import torch
+
+    import pcops.flat
+
+    k, pts = x.params["k"], x.points_t[0]
+    if x.rows is None:
+        out = pcops.flat.knn_graph(pts, k, x.batch_t, loop=False)
+    else:  # budget probe: the same search for a subset of the centres
+        rows = torch.from_numpy(x.rows).to(pts.device)
+        e = pcops.flat.knn(pts, pts[rows], k + 1, x.batch_t,
+                           None if x.batch_t is None else x.batch_t[rows])
+        out = _drop_self(e[1].view(len(x.rows), -1), rows, torch) if e.shape[1] == len(x.rows) * (k + 1) else e
+    x.sync()
+    return out
+
+
+def _pcops_flat_radius_graph(x: Inputs):
+    import torch
+
+    import pcops.flat
+
+    r, cap, pts = x.params["r"], x.params["max_num_neighbors"], x.points_t[0]
+    if x.rows is None:
+        out = pcops.flat.radius_graph(pts, r, x.batch_t, loop=False, max_num_neighbors=cap)
+    else:  # budget probe
+        rows = torch.from_numpy(x.rows).to(pts.device)
+        out = pcops.flat.radius(pts, pts[rows], r, x.batch_t, None if x.batch_t is None else x.batch_t[rows],
+                                cap + 1)
+    x.sync()
+    return out
+
+
+def _tree_knn_graph(make_query):
+    def run(x: Inputs):
+        k = x.params["k"]
+        parts = []
+        for lo, hi, centres in _clouds(x):
+            ref = x.points[lo:hi]
+            c = np.arange(lo, hi) if centres is None else centres
+            kk = min(k + 1, hi - lo)
+            idx = np.asarray(make_query(ref)(x.points[c], kk), np.int64).reshape(len(c), kk) + lo
+            parts.append(_drop_self(idx, c))
+        return _cat_edges(parts)
+
+    return run
+
+
+def _scipy_query(ref):
+    from scipy.spatial import cKDTree
+
+    tree = cKDTree(ref)
+    return lambda q, kk: tree.query(q, k=kk, workers=-1)[1]
+
+
+def _pykdtree_query(ref):
+    from pykdtree.kdtree import KDTree
+
+    tree = KDTree(ref)
+    return lambda q, kk: tree.query(q, k=kk)[1]
+
+
+def _scipy_radius_graph(x: Inputs):
+    """query_ball_point (distance <= r in float64) per cloud, sorted by index; the self pair
+    skipped, the first max_num_neighbors kept."""
+    from itertools import chain
+
+    from scipy.spatial import cKDTree
+
+    r, cap = x.params["r"], x.params["max_num_neighbors"]
+    parts = []
+    for lo, hi, centres in _clouds(x):
+        c = np.arange(lo, hi) if centres is None else centres
+        lists = cKDTree(x.points[lo:hi]).query_ball_point(x.points[c], r, workers=-1, return_sorted=True)
+        counts = np.fromiter(map(len, lists), np.int64, count=len(lists))
+        nbr = np.fromiter(chain.from_iterable(lists), np.int64, count=int(counts.sum())) + lo
+        centre = np.repeat(c, counts)
+        keep = nbr != centre
+        nbr, centre = nbr[keep], centre[keep]
+        # Edges are grouped by centre, centres ascending: the rank is the offset in the group.
+        rank = np.arange(len(centre)) - np.searchsorted(centre, centre, side="left")
+        keep = rank < cap
+        parts.append(np.stack([nbr[keep], centre[keep]]))
+    return _cat_edges(parts)
+
+
+def _torch_knn_graph(x: Inputs):
+    """Chunked torch.cdist + topk(k + 1) per cloud, self pair dropped."""
+    import torch
+
+    k, pts = x.params["k"], x.points_t[0]
+    parts = []
+    for lo, hi, centres in _clouds(x):
+        ref = pts[lo:hi]
+        c = torch.arange(lo, hi, device=pts.device) if centres is None else torch.from_numpy(centres).to(pts.device)
+        kk = min(k + 1, hi - lo)
+        chunk = max(1, (1 << 25) // max(hi - lo, 1))
+        for i in range(0, len(c), chunk):
+            cc = c[i : i + chunk]
+            idx = torch.cdist(pts[cc], ref).topk(kk, dim=1, largest=False, sorted=True).indices + lo
+            parts.append(_drop_self(idx, cc, torch))
+    out = _cat_edges(parts, torch)
+    x.sync()
+    return out
+
+
+def _torch_radius_graph(x: Inputs):
+    """Dense mask of the contract's squared distances per cloud and chunk, self skipped, the first
+    max_num_neighbors by index (cumulative count)."""
+    import torch
+
+    pts = x.points_t[0]
+    r2 = float(np.float32(float(x.params["r"]) * float(x.params["r"])))
+    cap = x.params["max_num_neighbors"]
+    parts = []
+    for lo, hi, centres in _clouds(x):
+        rt = pts[lo:hi].t().contiguous()
+        c = torch.arange(lo, hi, device=pts.device) if centres is None else torch.from_numpy(centres).to(pts.device)
+        chunk = max(1, (1 << 24) // max(hi - lo, 1))
+        for i in range(0, len(c), chunk):
+            cc = c[i : i + chunk]
+            q = pts[cc]
+            d = q[:, 0:1] - rt[0]
+            s = d * d
+            for dim in range(1, q.shape[1]):
+                d = q[:, dim : dim + 1] - rt[dim]
+                s += d * d
+            mask = s < r2
+            mask[torch.arange(len(cc), device=pts.device), cc - lo] = False
+            cs = mask.to(torch.int32).cumsum(1, dtype=torch.int32)
+            rows, cols = torch.nonzero(mask & (cs <= cap), as_tuple=True)
+            parts.append(torch.stack([cols + lo, cc[rows]]))
+    out = _cat_edges(parts, torch)
+    x.sync()
+    return out
+
+
 ANY = ("cpu", "cuda")
 
 
@@ -311,6 +509,22 @@ def all_peers() -> list[Peer]:
         Peer("open3d.KDTreeFlann", "open3d", "ball_query", _open3d_flann_ball, slow=True,
              notes="one Python call per query, first K by index"),
         Peer("torch mask", "torch", "ball_query", _torch_ball, slow=True, devices=ANY),
+        Peer("pcops", "pcops", "flat_knn_graph", _pcops_flat_knn_graph, is_pcops=True, devices=ANY,
+             kernel="pcops::knn_ragged", notes="pcops.flat.knn_graph(x, k, batch, loop=False)"),
+        Peer("scipy.cKDTree", "scipy", "flat_knn_graph", _tree_knn_graph(_scipy_query),
+             notes="a tree per cloud (build included), workers=-1, query k + 1 and drop self"),
+        Peer("pykdtree", "pykdtree", "flat_knn_graph", _tree_knn_graph(_pykdtree_query),
+             notes="a tree per cloud (build included), query k + 1 and drop self"),
+        Peer("torch cdist+topk", "torch", "flat_knn_graph", _torch_knn_graph, slow=True, devices=ANY,
+             notes="per cloud, chunked cdist + topk(k + 1), drop self"),
+        Peer("pcops", "pcops", "radius_graph", _pcops_flat_radius_graph, is_pcops=True, devices=ANY,
+             kernel="pcops::radius", notes="pcops.flat.radius_graph(x, r, batch, loop=False, max_num_neighbors)"),
+        Peer("scipy.query_ball_point", "scipy", "radius_graph", _scipy_radius_graph,
+             notes="a tree per cloud (build included), workers=-1, distance <= r in float64, "
+                   "self skipped, first max_num_neighbors by index"),
+        Peer("torch mask", "torch", "radius_graph", _torch_radius_graph, slow=True, devices=ANY,
+             notes="per cloud, chunked dense mask of the contract's squared distance, self skipped, "
+                   "first max_num_neighbors by index"),
     ]
 
 

@@ -13,7 +13,11 @@ OP_TITLES = {
     "knn": "k nearest neighbours",
     "ball_query": "Ball query",
     "knn_graph": "All-points kNN graph",
+    "flat_knn_graph": "Flat kNN graph, pcops.flat.knn_graph",
+    "radius_graph": "Flat radius graph, pcops.flat.radius_graph",
 }
+# Operators reported per batch layout (a "clouds" column: 1 = a single cloud, B = B stacked clouds).
+BATCHED_OPS = ("flat_knn_graph", "radius_graph")
 
 
 def latest_json(results_dir: str | Path, kind: str = "bench") -> Path | None:
@@ -65,6 +69,15 @@ def _params_text(op: str, params: dict) -> str:
         return f"{params.get('num_queries')} queries, K = {params.get('K')}, r = {params.get('radius')}"
     if op == "knn_graph":
         return f"every point queries the cloud, k = {params.get('k')}"
+    if op == "flat_knn_graph":
+        return (f"k = {params.get('k')}, loop = {params.get('loop')}, source_to_target; one cloud or the same "
+                f"points dealt into clouds (sorted batch vector); errors on {params.get('check_rows')} random "
+                "centres")
+    if op == "radius_graph":
+        return (f"r per case for about {params.get('target_degree')} neighbours on average (column r), "
+                f"max_num_neighbors = {params.get('max_num_neighbors')}, loop = {params.get('loop')}, "
+                f"source_to_target; one cloud or the same points dealt into clouds (sorted batch vector); "
+                f"errors on {params.get('check_rows')} random centres")
     return ""
 
 
@@ -99,7 +112,11 @@ def markdown(doc: dict, source: str = "", plot_name: str = "benchmarks.png") -> 
         "indexes are built inside the timed call) and, in parentheses, the error count against the exact "
         "oracle of CONTRACTS.md: FPS positions whose index differs, kNN positions whose index differs "
         "(`misplaced`; `missing` neighbours are in the JSON), ball-query slots that differ from the "
-        "first-K-by-index oracle. † marks an FPS method that did not start at the given start index; its "
+        "first-K-by-index oracle" + (
+            "; flat kNN graph: edge positions per centre that differ from a float32 brute-force oracle on a "
+            "random subset of centres (`missing` / `extra` edges are in the JSON), flat radius graph: missing + "
+            "extra edges of those centres" if any(r.get("op") in BATCHED_OPS for r in doc.get("results", []))
+            else "") + ". † marks an FPS method that did not start at the given start index; its "
         "count is against the oracle started at the method's own first index. ‡ marks a method that returns "
         "the selected points in index order, compared as a set (oracle points not returned). "
         "*ratio* = fastest peer time / pcops time (above 1: pcops is faster); *ratio (exact)* counts "
@@ -127,19 +144,28 @@ def markdown(doc: dict, source: str = "", plot_name: str = "benchmarks.png") -> 
         peers = list(OrderedDict.fromkeys(r["peer"] for r in recs if not r.get("is_pcops")))
         params = next((r.get("params") for r in recs if r.get("params")), {})
         lines += [f"## {OP_TITLES[op]} ({_params_text(op, params)})", ""]
-        header = ["cloud", "N", "order", "pcops"] + peers + ["fastest peer", "ratio", "fastest exact peer",
-                                                               "ratio (exact)"]
+        batched = op in BATCHED_OPS
+        case_cols = ["cloud", "N", "order"] + (["clouds"] if batched else [])
+        case_cols += ["r", "mean degree"] if op == "radius_graph" else []
+        header = case_cols + ["pcops"] + peers + ["fastest peer", "ratio", "fastest exact peer", "ratio (exact)"]
         lines.append("| " + " | ".join(header) + " |")
-        lines.append("|" + "|".join(["---"] * 3 + ["---:"] * (len(header) - 3)) + "|")
+        lines.append("|" + "|".join(["---"] * len(case_cols) + ["---:"] * (len(header) - len(case_cols))) + "|")
         groups = OrderedDict()
         for r in recs:
-            groups.setdefault((r["cloud"], r["n"], r["order"]), []).append(r)
-        for (cloud, n, order), rows in sorted(groups.items(), key=lambda kv: (kv[0][1], kv[0][0], kv[0][2])):
+            groups.setdefault((r["cloud"], r["n"], r["order"], r.get("batches", 1)), []).append(r)
+        for (cloud, n, order, batches), rows in sorted(groups.items(),
+                                                       key=lambda kv: (kv[0][1], kv[0][0], kv[0][2], kv[0][3])):
             by_peer = {r["peer"]: r for r in rows}
             pc = next((r for r in rows if r.get("is_pcops")), None)
             best, rat = ratio(rows)
             best_x, rat_x = ratio(rows, exact_only=True)
-            lines.append("| " + " | ".join([cloud, format_size(n), order, cell(pc)]
+            case = [cloud, format_size(n), order] + ([str(batches)] if batched else [])
+            if op == "radius_graph":
+                first = rows[0]
+                deg = (first.get("oracle") or {}).get("mean_degree")
+                case += [f"{(first.get('params') or {}).get('r'):g}" if (first.get("params") or {}).get("r")
+                         is not None else "", f"{deg:.1f}" if deg is not None else ""]
+            lines.append("| " + " | ".join(case + [cell(pc)]
                                            + [cell(by_peer.get(p)) for p in peers]
                                            + [best, rat, best_x, rat_x]) + " |")
         current = _current_notes(op)
@@ -150,7 +176,13 @@ def markdown(doc: dict, source: str = "", plot_name: str = "benchmarks.png") -> 
             lines += [f"- {p}: {n}" for p, n in notes.items()]
         errors = [r for r in recs if r.get("status") == "error"]
         for r in errors[:5]:
-            lines.append(f"- error: {r['peer']} on {r['cloud']} {format_size(r['n'])} {r['order']}: {r.get('reason')}")
+            where = f"{r['cloud']} {format_size(r['n'])} {r['order']}" + (
+                f" x{r['batches']}" if r.get("batches", 1) > 1 else "")
+            lines.append(f"- error: {r['peer']} on {where}: {r.get('reason')}")
+        if batched:
+            missing = OrderedDict((r["peer"], r.get("reason")) for r in recs
+                                  if r.get("status") == "unavailable" and r.get("is_pcops"))
+            lines += [f"- n/a: {p} on this device: {why}" for p, why in missing.items()]
         lines.append("")
     lines += [f"![benchmark plot]({plot_name})", ""]
     return "\n".join(lines)
@@ -179,7 +211,8 @@ def plot(doc: dict, path: str | Path) -> Path | None:
         return None
     fig, axes = plt.subplots(1, len(ops), figsize=(5 * len(ops), 4.2), squeeze=False)
     for ax, op in zip(axes[0], ops):
-        recs = [r for r in results if r["op"] == op]
+        recs = [r for r in results if r["op"] == op and r.get("batches", 1) == 1] or \
+            [r for r in results if r["op"] == op]
         combos = OrderedDict.fromkeys((r["cloud"], r["order"]) for r in recs)
         cloud, order = ("sphere", "random") if ("sphere", "random") in combos else next(iter(combos))
         recs = [r for r in recs if r["cloud"] == cloud and r["order"] == order]
@@ -211,7 +244,7 @@ def merge(docs: list[dict]) -> dict:
     table: OrderedDict = OrderedDict()
     for d in docs:
         for r in d.get("results", []):
-            table[(r.get("op"), r.get("cloud"), r.get("n"), r.get("order"), r.get("peer"))] = r
+            table[(r.get("op"), r.get("cloud"), r.get("n"), r.get("order"), r.get("batches", 1), r.get("peer"))] = r
     # A case measured later replaces a case's "unmeasured" placeholder.
     out["results"] = list(table.values())
     out["command"] = "`, then `".join(d.get("command", "pcops bench") for d in docs)

@@ -34,6 +34,7 @@ class Config:
     graph_sizes: list[int] = field(default_factory=lambda: list(C.GRAPH_SIZES))
     orders: list[str] = field(default_factory=lambda: list(C.ORDERS))
     clouds: list[str] = field(default_factory=lambda: list(C.CLOUDS))
+    batches: list[int] = field(default_factory=lambda: list(C.BATCHES))  # clouds per flat case
     repeat: int = 5
     warmup: int = 1
     peers: list[str] | None = None
@@ -177,17 +178,29 @@ def _device_sync(device: str):
 def make_inputs(case: C.Case, threads: int, device: str) -> Inputs:
     import torch
 
-    query = None if case.op in ("fps",) else case.query
+    query = None if case.op in ("fps",) + C.FLAT_OPS else case.query
     pts_t = torch.from_numpy(case.points).to(device)[None]
     q_t = None if query is None else torch.from_numpy(np.ascontiguousarray(query)).to(device)[None]
     params = dict(case.params)
-    return Inputs(case.points, None if query is None else np.ascontiguousarray(query), pts_t, q_t, params,
-                  threads, _device_sync(device))
+    inputs = Inputs(case.points, None if query is None else np.ascontiguousarray(query), pts_t, q_t, params,
+                    threads, _device_sync(device))
+    if case.op in C.FLAT_OPS:
+        inputs.ptr = case.ptr
+        inputs.batch = case.batch
+        inputs.batch_t = None if case.batch is None else torch.from_numpy(case.batch).to(device)
+    return inputs
 
 
 def scaled(inputs: Inputs, op: str, fraction: float) -> Inputs:
     """The same work on a fraction of the samples (FPS) or queries (kNN, ball query)."""
     params = dict(inputs.params)
+    if op in C.FLAT_OPS:
+        # A subset of the centres, spread over the whole cloud (and over every cloud of a batch).
+        n = len(inputs.points)
+        m = max(1, int(round(n * fraction)))
+        rows = np.unique(np.linspace(0, n - 1, m).round().astype(np.int64))
+        return Inputs(inputs.points, None, inputs.points_t, None, params, inputs.threads, inputs.sync,
+                      inputs.ptr, inputs.batch, inputs.batch_t, rows)
     if op == "fps":
         params["num_samples"] = max(2, int(round(params["num_samples"] * fraction)))
         return Inputs(inputs.points, None, inputs.points_t, None, params, inputs.threads, inputs.sync)
@@ -199,8 +212,18 @@ def scaled(inputs: Inputs, op: str, fraction: float) -> Inputs:
                   inputs.query_t[:, pick_t].contiguous(), params, inputs.threads, inputs.sync)
 
 
-def compute_oracle(case: C.Case) -> np.ndarray:
+def compute_oracle(case: C.Case):
+    """The exact answer: an array, or for the flat graph operators a dict with the checked
+    centres (``rows``) and their neighbour lists (``lists``)."""
     p = case.params
+    if case.op == "flat_knn_graph":
+        rows = case.extra["check_rows"]
+        return {"rows": rows, "lists": oracle.knn_graph_rows(case.points, case.ptr, rows, p["k"], p["loop"])}
+    if case.op == "radius_graph":
+        rows = case.extra["check_rows"]
+        lists, degree = oracle.radius_graph_rows(case.points, case.ptr, rows, p["r"], p["max_num_neighbors"],
+                                                 p["loop"])
+        return {"rows": rows, "lists": lists, "degree": degree}
     if case.op == "fps":
         return oracle.fps(case.points, p["num_samples"], p["start_index"])
     if case.op in ("knn", "knn_graph"):
@@ -215,6 +238,13 @@ def check(case: C.Case, peer: Peer, result, want: np.ndarray) -> dict:
     if hasattr(result, "detach"):
         result = result.detach().cpu().numpy()
     result = np.asarray(result)
+    if case.op in C.FLAT_OPS:
+        e = oracle.graph_errors(result, want["rows"], want["lists"])
+        # kNN graph: positions that differ (as knn); radius graph: the edge sets (both in index order).
+        errors = e["misplaced"] if case.op == "flat_knn_graph" else e["missing"] + e["extra"]
+        return {"errors": errors, **e, "checked_rows": int(len(want["rows"])),
+                "checked_edges": int(sum(len(w) for w in want["lists"])),
+                "edges": int(result.reshape(2, -1).shape[1])}
     if case.op == "fps":
         start = case.params["start_index"]
         if peer.returns == "points":
@@ -246,18 +276,30 @@ def run_case(case: C.Case, peers: list[Peer], cfg: Config, threads: int, progres
     records = []
     base = {"op": case.op, "cloud": case.cloud, "order": case.order, "n": case.n, "params": case.params,
             "cloud_description": case.description, "oracle_s": oracle_s}
+    if case.op in C.FLAT_OPS:
+        base["batches"] = case.batches
+        base["oracle"] = {"kind": "float32 brute force on a random subset of centres",
+                          "checked_rows": int(len(want["rows"])),
+                          "mean_edges_per_centre": float(np.mean([len(w) for w in want["lists"]]))
+                          if len(want["rows"]) else 0.0}
+        if "degree" in want:
+            deg = want["degree"]
+            base["oracle"]["mean_degree"] = float(deg.mean()) if len(deg) else 0.0
+            base["oracle"]["capped_rows"] = int(np.count_nonzero(deg > case.params["max_num_neighbors"]))
     for peer in peers:
         rec = dict(base, peer=peer.name, package=peer.package, is_pcops=peer.is_pcops, notes=peer.notes)
         if progress is not None:
             progress(f"{case.key} {peer.name}")
         ok, why = peer.available()
+        if ok and (missing := peer.missing_kernel(cfg.device)):
+            ok, why = False, missing
         if not ok:
             rec.update(status="unavailable", reason=why)
             records.append(rec)
             continue
         try:
             predicted = None
-            if cfg.budget_s and (case.n >= cfg.probe_min_n or case.op == "knn_graph"):
+            if cfg.budget_s and (case.n >= cfg.probe_min_n or case.op in C.GRAPH_OPS):
                 predicted = timing.predict(lambda f: peer.fn(scaled(inputs, case.op, f)), cfg.budget_s)
                 rec["predicted_s"] = predicted
                 if predicted > cfg.budget_s:
@@ -279,13 +321,21 @@ def run_case(case: C.Case, peers: list[Peer], cfg: Config, threads: int, progres
 
 
 def build_cases(cfg: Config):
-    """Yields (op, cloud, n, order) tuples in run order (cheap first)."""
+    """Yields (op, cloud, n, order, batches) tuples in run order (cheap first). The flat operators
+    run on the sphere and the scan (the mesh only when it is the only cloud asked for), each on a
+    single cloud and on the batches of ``cfg.batches``; the others on one cloud."""
     for op in cfg.ops:
-        sizes = cfg.graph_sizes if op == "knn_graph" else cfg.sizes
+        sizes = cfg.graph_sizes if op in C.GRAPH_OPS else cfg.sizes
+        clouds = cfg.clouds
+        batches = [1]
+        if op in C.FLAT_OPS:
+            clouds = [c for c in cfg.clouds if c in C.FLAT_CLOUDS] or cfg.clouds
+            batches = sorted(set(int(b) for b in cfg.batches)) or [1]
         for n in sorted(sizes):
-            for cloud in cfg.clouds:
+            for cloud in clouds:
                 for order in cfg.orders:
-                    yield op, cloud, n, order
+                    for b in batches:
+                        yield op, cloud, n, order, b
 
 
 def run(cfg: Config, progress_bar: bool = True, log=print, checkpoint=None,
@@ -321,13 +371,16 @@ def run(cfg: Config, progress_bar: bool = True, log=print, checkpoint=None,
             "results": records,
         }
 
-    for op, cloud, n, order in plan:
-        case = C.make_case(op, cloud, n, order, cfg.data_dir, cfg.params)
+    for op, cloud, n, order, batches in plan:
+        case = C.make_case(op, cloud, n, order, cfg.data_dir, cfg.params, batches=batches)
         if bar is not None:
-            bar.set_postfix_str(f"{op} {cloud} {C.format_size(n)} {order}")
+            bar.set_postfix_str(f"{op} {cloud} {C.format_size(n)} {order}" + (f" x{batches}" if batches > 1 else ""))
         if case is None:
-            records.append({"op": op, "cloud": cloud, "order": order, "n": n, "peer": None,
-                            "status": "unavailable", "reason": "cloud not available at this size"})
+            rec = {"op": op, "cloud": cloud, "order": order, "n": n, "peer": None,
+                   "status": "unavailable", "reason": "cloud not available at this size"}
+            if op in C.FLAT_OPS:
+                rec["batches"] = batches
+            records.append(rec)
         else:
             records.extend(run_case(case, peers_for(op, cfg.peers, cfg.quick, cfg.device), cfg, threads))
         if bar is not None:

@@ -19,9 +19,14 @@ Rules:
 Every stand-in is one entry of :data:`REGISTRY`: its upstream top-level name and the pcops module
 that implements it. That module provides ``build_modules() -> dict[str, ModuleType]`` (the
 package module under the upstream name first, then its submodules, each keyed by its full
-dotted name) and may provide ``register_ops() -> list[torch.library.Library]`` for upstream
-operators that third-party code calls through ``torch.ops`` directly. ``install()`` takes one
-keyword per entry (``torch_cluster=True``); adding a stand-in is adding an entry.
+dotted name) and may provide ``register_ops() -> list`` for upstream operators that third-party
+code calls through ``torch.ops`` directly (it returns the ``torch.library.Library`` objects, or
+other handles with a ``_destroy()`` method, that ``uninstall()`` destroys) and
+``present() -> bool`` for signs of a real package beyond an importable module (a loaded operator
+library, say). ``install()`` takes one keyword per entry (``torch_cluster=True``); an entry is
+selected by default unless its ``default`` is False (``pyg_lib``, which changes what
+torch_geometric does, is opt-in: ``install(pyg_lib=True)``, the same as ``pcops.pyg.register()``);
+adding a stand-in is adding an entry.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ class StandIn:
     name: str  # upstream top-level module name, e.g. "torch_cluster"
     impl: str  # pcops module with build_modules() (and optionally register_ops())
     summary: str = ""
+    default: bool = True  # selected by install() unless its keyword says otherwise
 
 
 REGISTRY: dict[str, StandIn] = {
@@ -52,6 +58,9 @@ REGISTRY: dict[str, StandIn] = {
     for s in (
         StandIn("torch_cluster", "pcops.compat.torch_cluster",
                 "torch_cluster 1.6.3 (rusty1s/pytorch_cluster)"),
+        StandIn("pyg_lib", "pcops.pyg",
+                "pyg-lib point operators torch.ops.pyg.{fps,knn,radius,nearest,grid_cluster} "
+                "(for torch_geometric 2.8)", default=False),
         # Planned: pointnet2_ops, knn_cuda, pytorch3d, pointops, torch_scatter.
     )
 }
@@ -61,7 +70,7 @@ REGISTRY: dict[str, StandIn] = {
 class _Installed:
     modules: dict[str, ModuleType]
     replaced: dict[str, ModuleType] = field(default_factory=dict)  # what force=True displaced
-    libraries: list = field(default_factory=list)  # torch.library.Library objects we own
+    libraries: list = field(default_factory=list)  # Library objects / handles with _destroy()
 
 
 _INSTALLED: dict[str, _Installed] = {}
@@ -96,7 +105,7 @@ def _select(selection: dict[str, bool]) -> list[StandIn]:
         raise TypeError(
             f"install(): unknown stand-in(s) {', '.join(unknown)}; known: {', '.join(sorted(REGISTRY))}"
         )
-    return [s for name, s in REGISTRY.items() if selection.get(name, True)]
+    return [s for name, s in REGISTRY.items() if selection.get(name, s.default)]
 
 
 def install(force: bool = False, torch_cluster: bool = True, **selection: bool) -> dict[str, ModuleType]:
@@ -107,7 +116,8 @@ def install(force: bool = False, torch_cluster: bool = True, **selection: bool) 
             (its modules are set aside and restored by :func:`uninstall`).
         torch_cluster: stand in for ``torch_cluster`` (and its submodules, and the
             ``torch.ops.torch_cluster`` operators that callers use directly).
-        **selection: one boolean per further :data:`REGISTRY` entry (default True).
+        **selection: one boolean per further :data:`REGISTRY` entry (default: the entry's
+            ``default``, True except for ``pyg_lib``).
 
     Returns:
         ``{upstream name: module}`` for every selected stand-in now in place, whether this call
@@ -126,10 +136,15 @@ def install(force: bool = False, torch_cluster: bool = True, **selection: bool) 
             continue
         if done is not None:  # someone replaced or removed our module: start again cleanly
             _remove(name)
-        if _real_package_present(name) and not force:
+        if not force and (_real_package_present(name) or _impl_reports_real(stand_in)):
             continue
         result[name] = _install_one(stand_in)
     return result
+
+
+def _impl_reports_real(stand_in: StandIn) -> bool:
+    present = getattr(importlib.import_module(stand_in.impl), "present", None)
+    return bool(present()) if present is not None else False
 
 
 def _install_one(stand_in: StandIn) -> ModuleType:
@@ -159,7 +174,7 @@ def _remove(name: str) -> None:
         if sys.modules.get(key) is module:
             del sys.modules[key]
     sys.modules.update(record.replaced)
-    for lib in record.libraries:
+    for lib in reversed(record.libraries):
         lib._destroy()  # removes the schema and kernels this Library registered
 
 
