@@ -33,6 +33,19 @@ inline at::Tensor as_points(const at::Tensor& t, const char* name, int64_t rank 
   return t.to(at::kFloat, /*non_blocking=*/false, /*copy=*/false, at::MemoryFormat::Contiguous);
 }
 
+// Per-point values (features, weights, gradients) in float32 (float16 / bfloat16 converted
+// exactly), contiguous, of the given rank.
+inline at::Tensor as_values(const at::Tensor& t, const char* name, int64_t rank, const char* shape) {
+  TORCH_CHECK_VALUE(t.dim() == rank, name, ": expected a ", rank, "-D tensor ", shape, ", got shape ", t.sizes());
+  const auto st = t.scalar_type();
+  TORCH_CHECK_TYPE(st == at::kFloat || st == at::kHalf || st == at::kBFloat16, name,
+                   ": expected float32, float16 or bfloat16 values, got ", st,
+                   " (float64 and integer tensors are not supported; convert with .float())");
+  // .contiguous() after .to(): to() keeps a same-dtype tensor as it is when its suggested memory
+  // format is already "contiguous", which includes expanded (stride 0) and transposed tensors.
+  return t.to(at::kFloat).contiguous();
+}
+
 // Indices produced by a forward pass: int64, contiguous, every value in [-1, count).
 inline at::Tensor as_indices(const at::Tensor& t, const char* name, int64_t count) {
   TORCH_CHECK_TYPE(t.scalar_type() == at::kLong, name, ": expected an int64 tensor, got ", t.scalar_type());
@@ -79,6 +92,16 @@ inline void check_output_size(const char* name, int64_t value, int64_t a, int64_
 inline PointsView view_of(const at::Tensor& t) {
   return PointsView{t.data_ptr<float>(), t.size(0), t.size(1), t.size(2),
                     t.stride(0),         t.stride(1), t.stride(2)};
+}
+
+// A [batch, channels, count] float32 tensor as a FeaturesView (a [B, C, M, S] tensor is passed
+// flattened to [B, C, M*S]; it must be contiguous then).
+inline FeaturesView features_view_of(const at::Tensor& t) {
+  if (t.dim() == 4) {
+    return FeaturesView::contiguous(t.data_ptr<float>(), t.size(0), t.size(1), t.size(2) * t.size(3));
+  }
+  return FeaturesView{t.data_ptr<float>(), t.size(0), t.size(1), t.size(2),
+                      t.stride(0),         t.stride(1), t.stride(2)};
 }
 
 // Optional per-cloud lengths: int64 (int32 accepted) 1-D tensor on the points' device.

@@ -23,6 +23,26 @@ struct PointsView {
   }
 };
 
+// A dense batch of per-point feature maps, channels first as in PointNet++:
+// [batch, channels, count] float32.
+struct FeaturesView {
+  const float* data = nullptr;
+  int64_t batch = 0;
+  int64_t channels = 0;
+  int64_t count = 0;
+  int64_t stride_batch = 0;
+  int64_t stride_channel = 0;
+  int64_t stride_point = 1;
+
+  const float& at(int64_t b, int64_t c, int64_t n) const {
+    return data[b * stride_batch + c * stride_channel + n * stride_point];
+  }
+  // A contiguous [batch, channels, count] view.
+  static FeaturesView contiguous(const float* data, int64_t batch, int64_t channels, int64_t count) {
+    return FeaturesView{data, batch, channels, count, channels * count, count, 1};
+  }
+};
+
 // Optional per-cloud lengths (int64, one per batch entry). nullptr means "all points".
 struct LengthsView {
   const int64_t* data = nullptr;

@@ -8,9 +8,23 @@ _loader.load()
 
 from pcops.ops.ball_query import ball_query  # noqa: E402
 from pcops.ops.furthest_point_sample import furthest_point_sample  # noqa: E402
+from pcops.ops.gather_points import gather_points  # noqa: E402
+from pcops.ops.group_points import group_points  # noqa: E402
 from pcops.ops.knn import knn  # noqa: E402
+from pcops.ops.three_interpolate import three_interpolate  # noqa: E402
+from pcops.ops.three_nn import three_nn  # noqa: E402
 from pcops import flat  # noqa: E402
 
 __version__ = "0.1.0"
 
-__all__ = ["ball_query", "flat", "furthest_point_sample", "knn", "__version__"]
+__all__ = [
+    "ball_query",
+    "flat",
+    "furthest_point_sample",
+    "gather_points",
+    "group_points",
+    "knn",
+    "three_interpolate",
+    "three_nn",
+    "__version__",
+]

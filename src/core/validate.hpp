@@ -14,5 +14,9 @@ void check_lengths(const LengthsView& lengths, int64_t batch, int64_t count, con
 void check_ragged_pair(const RaggedPointsView& x, const RaggedPointsView& y,
                        const OffsetsView& ptr_x, const OffsetsView& ptr_y);
 int64_t checked_mul(int64_t a, int64_t b, const char* what);
+void check_features(const FeaturesView& f, const char* name);
+// Host-memory indices: every one of the n values in [-1, count), else an Index error naming
+// `name` with the observed range.
+void check_indices(const int64_t* idx, int64_t n, int64_t count, const char* name);
 
 }  // namespace pcops::core

@@ -348,4 +348,20 @@ inline ::testing::AssertionResult same_result(const Result& got, const Result& w
                                        << os.str();
 }
 
+// Bitwise equality of two float buffers (NaN payloads included); reports the first mismatches.
+inline ::testing::AssertionResult same_bits(const std::vector<float>& got, const std::vector<float>& want) {
+  if (got.size() != want.size())
+    return ::testing::AssertionFailure() << "size " << got.size() << " != " << want.size();
+  int64_t bad = 0;
+  std::ostringstream os;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (bits(got[i]) != bits(want[i])) {
+      if (bad < 5) os << " [" << i << ": got " << got[i] << " want " << want[i] << "]";
+      ++bad;
+    }
+  }
+  if (bad == 0) return ::testing::AssertionSuccess();
+  return ::testing::AssertionFailure() << bad << " mismatching values of " << want.size() << os.str();
+}
+
 }  // namespace pcops_test

@@ -21,6 +21,14 @@ UPSTREAM_ALL = [
 ]
 
 
+# install() selects every default stand-in; these tests are about torch_cluster alone.
+ONLY_TC = {name: False for name, s in compat.REGISTRY.items() if name != "torch_cluster" and s.default}
+
+
+def _install(**kwargs):
+    return compat.install(**{**ONLY_TC, **kwargs})
+
+
 def _ours(key: str) -> bool:
     return key == "torch_cluster" or key.startswith("torch_cluster.")
 
@@ -46,7 +54,7 @@ def clean():
 @pytest.fixture
 def tc(clean):
     """The stand-in, installed into a clean sys.modules and imported by its upstream name."""
-    installed = compat.install()
+    installed = _install()
     assert "torch_cluster" in installed
     import torch_cluster
 
@@ -125,16 +133,16 @@ def test_testing_helpers(tc):
 
 
 def test_install_is_idempotent(clean):
-    first = compat.install()
+    first = _install()
     modules = {k: v for k, v in sys.modules.items() if k.startswith("torch_cluster")}
-    second = compat.install()
+    second = _install()
     assert first == second and first["torch_cluster"] is second["torch_cluster"]
     assert {k: v for k, v in sys.modules.items() if k.startswith("torch_cluster")} == modules
     assert compat.installed() == ["torch_cluster"]
 
 
 def test_uninstall_removes_everything(clean):
-    compat.install()
+    _install()
     assert hasattr(torch.ops.torch_cluster, "random_walk")
     assert compat.uninstall() == ["torch_cluster"]
     assert not any(k == "torch_cluster" or k.startswith("torch_cluster.") for k in sys.modules)
@@ -142,14 +150,14 @@ def test_uninstall_removes_everything(clean):
     assert compat.uninstall() == []
     assert compat.installed() == []
     # and it installs again after an uninstall
-    assert "torch_cluster" in compat.install()
+    assert "torch_cluster" in _install()
 
 
 def test_install_selection(clean):
-    assert compat.install(torch_cluster=False) == {}
+    assert _install(torch_cluster=False) == {}
     assert "torch_cluster" not in sys.modules
     with pytest.raises(TypeError, match="no_such_package"):
-        compat.install(no_such_package=True)
+        _install(no_such_package=True)
     assert set(compat.REGISTRY) >= {"torch_cluster"}
 
 
@@ -164,7 +172,7 @@ def _fake_real_package(tmp_path, monkeypatch):
 
 def test_real_package_is_left_alone(clean, tmp_path, monkeypatch):
     _fake_real_package(tmp_path, monkeypatch)
-    assert compat.install() == {}
+    assert _install() == {}
     assert compat.installed() == []
     import torch_cluster
 
@@ -175,7 +183,7 @@ def test_real_package_already_imported_is_left_alone(clean, tmp_path, monkeypatc
     _fake_real_package(tmp_path, monkeypatch)
     import torch_cluster
 
-    assert compat.install() == {}
+    assert _install() == {}
     assert sys.modules["torch_cluster"] is torch_cluster
 
 
@@ -183,7 +191,7 @@ def test_force_replaces_real_package_and_uninstall_restores(clean, tmp_path, mon
     _fake_real_package(tmp_path, monkeypatch)
     real = importlib.import_module("torch_cluster")
     real_knn = importlib.import_module("torch_cluster.knn")
-    ours = compat.install(force=True)["torch_cluster"]
+    ours = _install(force=True)["torch_cluster"]
     assert compat.is_stand_in(ours)
     import torch_cluster
 
@@ -195,7 +203,7 @@ def test_force_replaces_real_package_and_uninstall_restores(clean, tmp_path, mon
 
 def test_force_without_import_then_uninstall_finds_real_again(clean, tmp_path, monkeypatch):
     _fake_real_package(tmp_path, monkeypatch)
-    compat.install(force=True)
+    _install(force=True)
     assert compat.is_stand_in(importlib.import_module("torch_cluster"))
     compat.uninstall()
     assert importlib.import_module("torch_cluster").REAL

@@ -13,8 +13,13 @@ from pcops import _loader
 
 
 def test_public_api():
-    assert set(pcops.__all__) >= {"ball_query", "furthest_point_sample", "knn", "__version__"}
-    for name in ("furthest_point_sample", "knn", "ball_query", "_ball_query_backward"):
+    assert set(pcops.__all__) >= {
+        "ball_query", "furthest_point_sample", "knn", "three_nn", "three_interpolate", "gather_points",
+        "group_points", "__version__",
+    }
+    for name in ("furthest_point_sample", "knn", "ball_query", "_ball_query_backward", "three_nn",
+                 "three_interpolate", "_three_interpolate_backward", "gather_points", "_gather_points_backward",
+                 "group_points", "_group_points_backward"):
         assert hasattr(torch.ops.pcops, name)
     assert _loader.load().is_file()  # idempotent: a second call does not reload
 

@@ -61,7 +61,10 @@ REGISTRY: dict[str, StandIn] = {
         StandIn("pyg_lib", "pcops.pyg",
                 "pyg-lib point operators torch.ops.pyg.{fps,knn,radius,nearest,grid_cluster} "
                 "(for torch_geometric 2.8)", default=False),
-        # Planned: pointnet2_ops, knn_cuda, pytorch3d, pointops, torch_scatter.
+        StandIn("pointnet2_ops", "pcops.compat.pointnet2_ops",
+                "pointnet2_ops 3.0.0 (erikwijmans/Pointnet2_PyTorch): PointNet++ ops and modules"),
+        StandIn("knn_cuda", "pcops.compat.knn_cuda", "knn_cuda 0.2 (unlimblue/KNN_CUDA): KNN, knn"),
+        # Planned: pytorch3d, pointops, torch_scatter.
     )
 }
 
@@ -116,8 +119,9 @@ def install(force: bool = False, torch_cluster: bool = True, **selection: bool) 
             (its modules are set aside and restored by :func:`uninstall`).
         torch_cluster: stand in for ``torch_cluster`` (and its submodules, and the
             ``torch.ops.torch_cluster`` operators that callers use directly).
-        **selection: one boolean per further :data:`REGISTRY` entry (default: the entry's
-            ``default``, True except for ``pyg_lib``).
+        **selection: one boolean per further :data:`REGISTRY` entry (``pointnet2_ops``,
+            ``knn_cuda``, ``pyg_lib``; default: the entry's ``default``, True except for
+            ``pyg_lib``).
 
     Returns:
         ``{upstream name: module}`` for every selected stand-in now in place, whether this call

@@ -61,3 +61,23 @@ def integer(value, name: str):
         return operator.index(value)  # NumPy integers and other exact integer types
     except TypeError:
         raise TypeError(f"{name}: expected an int, got {type(value).__name__}") from None
+
+
+def values(t: torch.Tensor, name: str, rank: int, shape: str) -> None:
+    """Per-point values (features, weights, gradients): the binding's ``as_values`` checks."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a tensor, got {type(t).__name__}")
+    torch._check_value(
+        t.dim() == rank, lambda: f"{name}: expected a {rank}-D tensor {shape}, got shape {tuple(t.shape)}"
+    )
+    torch._check_type(
+        t.dtype in FLOAT_DTYPES,
+        lambda: f"{name}: expected float32, float16 or bfloat16 values, got {t.dtype} "
+        "(float64 and integer tensors are not supported; convert with .float())",
+    )
+
+
+def indices(t: torch.Tensor, name: str) -> None:
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a tensor, got {type(t).__name__}")
+    torch._check_type(t.dtype == torch.int64, lambda: f"{name}: expected an int64 tensor, got {t.dtype}")

@@ -25,6 +25,13 @@ __all__ = [
     "ball_query",
     "ball_query_threshold",
     "ball_query_dist2_torch",
+    "three_nn",
+    "three_interpolate",
+    "three_interpolate_backward",
+    "gather_points",
+    "gather_points_backward",
+    "group_points",
+    "group_points_backward",
 ]
 
 _CHUNK_ELEMENTS = 1 << 22
@@ -181,3 +188,107 @@ def ball_query_dist2_torch(query: torch.Tensor, ref: torch.Tensor, idx: torch.Te
     d = q.unsqueeze(2) - g
     s = (d[..., 0] * d[..., 0] + d[..., 1] * d[..., 1]) + d[..., 2] * d[..., 2]
     return torch.where(mask, s, torch.zeros_like(s))
+
+
+# ------------------------------------------------------------------ interpolation and gathers
+# Float32 NumPy references of the fixed evaluation orders of docs/ops/three_interpolate.md and
+# docs/ops/gather_points.md: every product and every sum is one correctly rounded float32
+# operation, accumulators start at +0, slots with index -1 are skipped.
+
+
+def _indices(idx) -> np.ndarray:
+    if isinstance(idx, torch.Tensor):
+        return idx.detach().cpu().to(torch.int64).numpy()
+    return np.asarray(idx, dtype=np.int64)
+
+
+def _values(x) -> np.ndarray:
+    if isinstance(x, torch.Tensor):
+        return x.detach().to("cpu", torch.float32).numpy()
+    return np.asarray(x, dtype=np.float32)
+
+
+def three_nn(unknown, known, unknown_lengths=None, known_lengths=None):
+    """(dist [B, N, 3], idx [B, N, 3]): knn with k = 3 (M >= 3 required)."""
+    if as_float32(known).shape[1] < 3:
+        raise ValueError("oracle three_nn: M < 3")
+    return knn(unknown, known, 3, unknown_lengths, known_lengths)
+
+
+def _take(f: np.ndarray, j: np.ndarray) -> np.ndarray:
+    """f[b, c, j[b, n]] as [B, C, N] (indices -1 read slot 0, or 0 when there is none)."""
+    valid = j >= 0
+    if f.shape[2] == 0:
+        return np.zeros((f.shape[0], f.shape[1], j.shape[1]), dtype=np.float32)
+    safe = np.where(valid, j, 0)
+    return np.take_along_axis(f, np.broadcast_to(safe[:, None, :], (f.shape[0], f.shape[1], j.shape[1])), axis=2)
+
+
+def three_interpolate(features, idx, weight) -> torch.Tensor:
+    """[B, C, N] float32: acc = +0; acc = fl(acc + fl(w_t * f_t)) for t = 0, 1, 2 (idx >= 0)."""
+    f, i, w = _values(features), _indices(idx), _values(weight)
+    B, C, _ = f.shape
+    N = i.shape[1]
+    out = np.zeros((B, C, N), dtype=np.float32)
+    with np.errstate(all="ignore"):
+        for t in range(3):
+            j = i[:, :, t]
+            p = w[:, None, :, t] * _take(f, j)
+            out = np.where((j >= 0)[:, None, :], out + p, out)
+    return torch.from_numpy(out)
+
+
+def three_interpolate_backward(grad_out, features, idx, weight) -> tuple[torch.Tensor, torch.Tensor]:
+    """(grad_features [B, C, M], grad_weight [B, N, 3]) in the contract's float32 order."""
+    g, f, i, w = _values(grad_out), _values(features), _indices(idx), _values(weight)
+    B, C, M = f.shape
+    N = i.shape[1]
+    gf = np.zeros((B, C, M), dtype=np.float32)
+    gw = np.zeros((B, N, 3), dtype=np.float32)
+    ci = np.arange(C)[None, :]
+    with np.errstate(all="ignore"):
+        for n in range(N):  # ascending (n, t); within one step every (b, c) target is distinct
+            for t in range(3):
+                bb = np.flatnonzero(i[:, n, t] >= 0)
+                if bb.size:
+                    gf[bb[:, None], ci, i[bb, n, t][:, None]] += g[bb, :, n] * w[bb, n, t][:, None]
+        for c in range(C):  # ascending channels
+            for t in range(3):
+                j = i[:, :, t]
+                fc = _take(f[:, c : c + 1, :], j)[:, 0, :]
+                gw[:, :, t] = np.where(j >= 0, gw[:, :, t] + g[:, c, :] * fc, gw[:, :, t])
+    return torch.from_numpy(gf), torch.from_numpy(gw)
+
+
+def gather_points(features, idx) -> torch.Tensor:
+    """[B, C, M]: features[b, c, idx[b, m]], 0 where idx = -1."""
+    f, i = _values(features), _indices(idx)
+    return torch.from_numpy(np.where((i >= 0)[:, None, :], _take(f, i), np.float32(0.0)).astype(np.float32))
+
+
+def gather_points_backward(grad_out, idx, count: int) -> torch.Tensor:
+    """[B, C, count]: scatter-add of grad_out in ascending m, float32 from +0, -1 skipped."""
+    g, i = _values(grad_out), _indices(idx)
+    B, C, M = g.shape
+    gf = np.zeros((B, C, count), dtype=np.float32)
+    ci = np.arange(C)[None, :]
+    for m in range(M):
+        bb = np.flatnonzero(i[:, m] >= 0)
+        if bb.size:
+            gf[bb[:, None], ci, i[bb, m][:, None]] += g[bb, :, m]
+    return torch.from_numpy(gf)
+
+
+def group_points(features, idx) -> torch.Tensor:
+    """[B, C, M, S]: gather_points over the flattened (m, s) index."""
+    i = _indices(idx)
+    B, M, S = i.shape
+    out = gather_points(features, i.reshape(B, M * S))
+    return out.reshape(out.shape[0], out.shape[1], M, S)
+
+
+def group_points_backward(grad_out, idx, count: int) -> torch.Tensor:
+    """[B, C, count]: scatter-add in ascending (m, s) order."""
+    g, i = _values(grad_out), _indices(idx)
+    B, C, M, S = g.shape
+    return gather_points_backward(g.reshape(B, C, M * S), i.reshape(B, M * S), count)

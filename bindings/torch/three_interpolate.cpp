@@ -1,0 +1,99 @@
+#include "pcops/three_interpolate.hpp"
+
+#include "common.hpp"
+
+namespace pcops::torch_binding {
+namespace {
+
+// features [B, C, M], idx int64 [B, N, 3], weight [B, N, 3]: framework checks, then float32
+// contiguous copies (where needed) and the range-checked indices.
+struct Inputs {
+  at::Tensor features, idx, weight;
+};
+
+Inputs three_interpolate_inputs(const at::Tensor& features_in, const at::Tensor& idx_in,
+                                const at::Tensor& weight_in) {
+  check_same_device(features_in, "features", idx_in, "idx");
+  check_same_device(features_in, "features", weight_in, "weight");
+  Inputs in;
+  in.features = as_values(features_in, "features", 3, "[B, C, M]");
+  TORCH_CHECK_TYPE(idx_in.scalar_type() == at::kLong, "idx: expected an int64 tensor, got ", idx_in.scalar_type());
+  TORCH_CHECK_VALUE(idx_in.dim() == 3 && idx_in.size(0) == in.features.size(0) && idx_in.size(2) == 3,
+                    "idx: expected shape [", in.features.size(0), ", N, 3], got ", idx_in.sizes());
+  in.weight = as_values(weight_in, "weight", 3, "[B, N, 3]");
+  TORCH_CHECK_VALUE(weight_in.sizes() == idx_in.sizes(), "weight: expected shape ", idx_in.sizes(),
+                    " (as idx), got ", weight_in.sizes());
+  in.idx = as_indices(idx_in, "idx", in.features.size(2));
+  return in;
+}
+
+template <class Run>
+at::Tensor three_interpolate_impl(const at::Tensor& features_in, const at::Tensor& idx_in,
+                                  const at::Tensor& weight_in, Run run) {
+  const Inputs in = three_interpolate_inputs(features_in, idx_in, weight_in);
+  at::Tensor out =
+      at::empty({in.features.size(0), in.features.size(1), in.idx.size(1)}, in.features.options());
+  translate_errors([&] {
+    run(in.features, features_view_of(in.features), in.idx.data_ptr<int64_t>(), view_of(in.weight),
+        out.data_ptr<float>());
+  });
+  return out.to(features_in.scalar_type());
+}
+
+template <class Run>
+std::tuple<at::Tensor, at::Tensor> three_interpolate_backward_impl(const at::Tensor& grad_out_in,
+                                                                   const at::Tensor& features_in,
+                                                                   const at::Tensor& idx_in,
+                                                                   const at::Tensor& weight_in, bool need_features,
+                                                                   bool need_weight, Run run) {
+  check_same_device(features_in, "features", grad_out_in, "grad_out");
+  const Inputs in = three_interpolate_inputs(features_in, idx_in, weight_in);
+  const at::Tensor grad_out = as_values(grad_out_in, "grad_out", 3, "[B, C, N]");
+  TORCH_CHECK_VALUE(grad_out.size(0) == in.features.size(0) && grad_out.size(1) == in.features.size(1) &&
+                        grad_out.size(2) == in.idx.size(1),
+                    "grad_out: expected shape [", in.features.size(0), ", ", in.features.size(1), ", ",
+                    in.idx.size(1), "], got ", grad_out_in.sizes());
+  // A gradient that is not requested is returned as zeros (not computed).
+  at::Tensor gf = need_features ? at::empty(in.features.sizes(), in.features.options())
+                                : at::zeros(in.features.sizes(), in.features.options());
+  at::Tensor gw = need_weight ? at::empty(in.weight.sizes(), in.weight.options())
+                              : at::zeros(in.weight.sizes(), in.weight.options());
+  translate_errors([&] {
+    run(in.features, features_view_of(grad_out), features_view_of(in.features), in.idx.data_ptr<int64_t>(),
+        view_of(in.weight), need_features ? gf.data_ptr<float>() : nullptr,
+        need_weight ? gw.data_ptr<float>() : nullptr);
+  });
+  return {gf.to(features_in.scalar_type()), gw.to(weight_in.scalar_type())};
+}
+
+at::Tensor three_interpolate_cpu(const at::Tensor& features, const at::Tensor& idx, const at::Tensor& weight) {
+  return three_interpolate_impl(features, idx, weight, [](const at::Tensor&, auto&&... a) {
+    cpu::three_interpolate(cpu_context(), a...);
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor> three_interpolate_backward_cpu(const at::Tensor& grad_out,
+                                                                  const at::Tensor& features, const at::Tensor& idx,
+                                                                  const at::Tensor& weight, bool need_features,
+                                                                  bool need_weight) {
+  return three_interpolate_backward_impl(grad_out, features, idx, weight, need_features, need_weight,
+                                         [](const at::Tensor&, auto&&... a) {
+                                           cpu::three_interpolate_backward(cpu_context(), a...);
+                                         });
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(pcops, m) {
+  m.def("three_interpolate(Tensor features, Tensor idx, Tensor weight) -> Tensor");
+  m.def(
+      "_three_interpolate_backward(Tensor grad_out, Tensor features, Tensor idx, Tensor weight, "
+      "bool need_features=True, bool need_weight=True) -> (Tensor grad_features, Tensor grad_weight)");
+}
+
+TORCH_LIBRARY_IMPL(pcops, CPU, m) {
+  m.impl("three_interpolate", &three_interpolate_cpu);
+  m.impl("_three_interpolate_backward", &three_interpolate_backward_cpu);
+}
+
+}  // namespace pcops::torch_binding

@@ -1,0 +1,93 @@
+"""Group per-point features by neighbourhood index (contract: docs/ops/group_points.md)."""
+
+from __future__ import annotations
+
+import torch
+
+from pcops.ops import _checks
+
+
+def group_points(features: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
+    """``out[b, c, m, s] = features[b, c, idx[b, m, s]]`` (pointnet2_ops' ``grouping_operation``).
+
+    Args:
+        features: ``[B, C, N]`` float32/float16/bfloat16 values (channels first).
+        idx: ``[B, M, S]`` int64 indices, each in ``[-1, N)`` (for example from
+            :func:`pcops.ball_query`); -1 (ball_query's padding) gives 0 and gets no gradient.
+
+    Returns:
+        ``[B, C, M, S]`` in the dtype of ``features`` (an exact copy). Differentiable with
+        respect to ``features``: the gradient is a scatter-add in ascending ``(m, s)`` order (no
+        atomics, deterministic), in the dtype of ``features``; second derivatives are supported.
+
+    Raises:
+        ValueError: bad ranks or shapes, mixed devices.
+        TypeError: unsupported dtypes (float64 or integer values, idx not int64).
+        IndexError: an index outside ``[-1, N)``.
+    """
+    return torch.ops.pcops.group_points(features, idx)
+
+
+@torch.library.register_fake("pcops::group_points")
+def _fake(features, idx):
+    _checks.same_device(features, "features", idx, "idx")
+    _checks.values(features, "features", 3, "[B, C, N]")
+    _checks.indices(idx, "idx")
+    torch._check_value(
+        idx.dim() == 3 and idx.shape[0] == features.shape[0],
+        lambda: f"idx: expected shape [{features.shape[0]}, M, S], got {tuple(idx.shape)}",
+    )
+    return features.new_empty((features.shape[0], features.shape[1], idx.shape[1], idx.shape[2]))
+
+
+@torch.library.register_fake("pcops::_group_points_backward")
+def _fake_backward(grad_out, idx, count):
+    _checks.same_device(grad_out, "grad_out", idx, "idx")
+    _checks.values(grad_out, "grad_out", 4, "[B, C, M, S]")
+    _checks.indices(idx, "idx")
+    torch._check_value(
+        idx.dim() == 3
+        and idx.shape[0] == grad_out.shape[0]
+        and idx.shape[1] == grad_out.shape[2]
+        and idx.shape[2] == grad_out.shape[3],
+        lambda: f"idx: expected shape [{grad_out.shape[0]}, {grad_out.shape[2]}, {grad_out.shape[3]}], "
+        f"got {tuple(idx.shape)}",
+    )
+    _checks.non_negative(count, "count")
+    return grad_out.new_empty((grad_out.shape[0], grad_out.shape[1], count))
+
+
+def _setup_context(ctx, inputs, output):
+    features, idx = inputs
+    ctx.save_for_backward(idx)
+    ctx.count = features.shape[2]
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, grad_out):
+    (idx,) = ctx.saved_tensors
+    if grad_out is None or not ctx.needs_input_grad[0]:
+        return None, None
+    return torch.ops.pcops._group_points_backward(grad_out, idx, ctx.count), None
+
+
+torch.library.register_autograd("pcops::group_points", _backward, setup_context=_setup_context)
+
+
+# The backward is linear in grad_out; its own gradient is the grouping.
+def _setup_context_backward(ctx, inputs, output):
+    _, idx, _ = inputs
+    ctx.save_for_backward(idx)
+    ctx.set_materialize_grads(False)
+
+
+def _backward_backward(ctx, grad_grad):
+    (idx,) = ctx.saved_tensors
+    if grad_grad is None or not ctx.needs_input_grad[0]:
+        return None, None, None
+    return group_points(grad_grad, idx), None, None
+
+
+torch.library.register_autograd(
+    "pcops::_group_points_backward", _backward_backward, setup_context=_setup_context_backward
+)
