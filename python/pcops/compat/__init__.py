@@ -64,7 +64,13 @@ REGISTRY: dict[str, StandIn] = {
         StandIn("pointnet2_ops", "pcops.compat.pointnet2_ops",
                 "pointnet2_ops 3.0.0 (erikwijmans/Pointnet2_PyTorch): PointNet++ ops and modules"),
         StandIn("knn_cuda", "pcops.compat.knn_cuda", "knn_cuda 0.2 (unlimblue/KNN_CUDA): KNN, knn"),
-        # Planned: pytorch3d, pointops, torch_scatter.
+        StandIn("pointops", "pcops.compat.pointops",
+                "Pointcept pointops 1.0 (libs/pointops): offset-batched knn / ball query / FPS / "
+                "grouping / interpolation"),
+        StandIn("pytorch3d", "pcops.pytorch3d",
+                "PyTorch3D 0.7.9 pytorch3d.ops: knn_points, knn_gather, ball_query, "
+                "sample_farthest_points", default=False),
+        # Planned: torch_scatter.
     )
 }
 
