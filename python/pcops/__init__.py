@@ -7,6 +7,7 @@ from pcops import _loader
 _loader.load()
 
 from pcops.ops.ball_query import ball_query  # noqa: E402
+from pcops.ops.chamfer_distance import chamfer_distance  # noqa: E402
 from pcops.ops.furthest_point_sample import furthest_point_sample  # noqa: E402
 from pcops.ops.gather_points import gather_points  # noqa: E402
 from pcops.ops.group_points import group_points  # noqa: E402
@@ -19,6 +20,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ball_query",
+    "chamfer_distance",
     "flat",
     "furthest_point_sample",
     "gather_points",

@@ -2,8 +2,9 @@
 ``sample_farthest_points`` (and ``masked_gather``), with PyTorch3D's signatures and semantics.
 
 ``pcops.compat.install(pytorch3d=True)`` registers a ``pytorch3d`` package built from this module
-(``pytorch3d.ops`` and the submodules ``pytorch3d.ops.{knn,ball_query,sample_farthest_points,utils}``)
-where no real PyTorch3D is importable; it is off by default.
+(``pytorch3d.ops`` and the submodules ``pytorch3d.ops.{knn,ball_query,sample_farthest_points,utils}``,
+``pytorch3d.loss`` and ``pytorch3d.loss.chamfer`` with ``chamfer_distance``) where no real
+PyTorch3D is importable; it is off by default.
 
 Semantics kept from upstream (PEERS.md section 5):
 
@@ -51,7 +52,12 @@ Differences from upstream:
   ``torch.manual_seed`` but the exact stream of draws is not promised to match upstream.
 - Errors: lengths outside ``[0, P]``, a negative or non-integer ``K`` and mismatched dtypes or
   devices raise ValueError / TypeError instead of undefined behaviour.
-- ``chamfer_distance`` (``pytorch3d.loss``) is not provided yet.
+- ``chamfer_distance`` (``pytorch3d.loss`` and ``pytorch3d.loss.chamfer``) is
+  :func:`pcops.chamfer_distance` (docs/ops/chamfer_distance.md): upstream's signature, checks,
+  reductions, weights (incl. the ``(N, N)`` zeros of all-zero weights), lengths and normals;
+  the nearest neighbour is the smallest (distance, index) from pcops' exact search, float32 and
+  float64 on the CPU (upstream's CPU path: float32 only); ``point_reduction="max"`` with
+  ``P == 0`` gives 0 where upstream raises.
 """
 
 from __future__ import annotations
@@ -68,6 +74,7 @@ from typing import List, Optional, Tuple, Union
 import torch
 
 __all__ = ["KNN", "ball_query", "knn_gather", "knn_points", "masked_gather", "sample_farthest_points"]
+_LOSS_ALL = ["chamfer_distance"]
 
 UPSTREAM_VERSION = "0.7.9"
 
@@ -81,6 +88,16 @@ def _pcops():
     import pcops  # on first use: the stand-in can be installed before pcops loads
 
     return pcops
+
+
+def chamfer_distance(x, y, x_lengths=None, y_lengths=None, x_normals=None, y_normals=None, weights=None,
+                     batch_reduction="mean", point_reduction="mean", norm=2, single_directional=False,
+                     abs_cosine=True):
+    """``pytorch3d.loss.chamfer_distance`` (PyTorch3D 0.7.9): :func:`pcops.chamfer_distance`."""
+    return _pcops().chamfer_distance(
+        x, y, x_lengths=x_lengths, y_lengths=y_lengths, x_normals=x_normals, y_normals=y_normals,
+        weights=weights, batch_reduction=batch_reduction, point_reduction=point_reduction, norm=norm,
+        single_directional=single_directional, abs_cosine=abs_cosine)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -488,7 +505,8 @@ def _module(name: str, doc: str, package: bool = False) -> ModuleType:
 def build_modules(name: str = "pytorch3d") -> dict:
     """``{dotted name: module}``: ``pytorch3d`` (``__version__``), ``pytorch3d.ops`` (the four
     operators, ``masked_gather`` and ``KNN``) and its submodules ``knn``, ``ball_query``,
-    ``sample_farthest_points`` and ``utils``. As upstream, ``pytorch3d.ops.ball_query`` and
+    ``sample_farthest_points`` and ``utils``; ``pytorch3d.loss`` and ``pytorch3d.loss.chamfer``
+    (``chamfer_distance``). As upstream, ``pytorch3d.ops.ball_query`` and
     ``pytorch3d.ops.sample_farthest_points`` are the functions, the submodules stay importable."""
     this = sys.modules[__name__]
     package = _module(name, f"{name} (pcops stand-in): PyTorch3D {UPSTREAM_VERSION} point operators.",
@@ -517,5 +535,15 @@ def build_modules(name: str = "pytorch3d") -> dict:
         setattr(ops, attr, getattr(this, attr))
     ops.__all__ = list(__all__)
     package.ops = ops
-    package.__all__ = ["ops"]
+    # pytorch3d.loss (chamfer_distance only) and its submodule pytorch3d.loss.chamfer
+    loss = _module(f"{name}.loss", f"{name}.loss (pcops stand-in): chamfer_distance.", package=True)
+    chamfer = _module(f"{name}.loss.chamfer", f"{name}.loss.chamfer (pcops stand-in)")
+    for module in (loss, chamfer):
+        module.chamfer_distance = chamfer_distance
+        module.__all__ = list(_LOSS_ALL)
+    loss.chamfer = chamfer
+    modules[loss.__name__] = loss
+    modules[chamfer.__name__] = chamfer
+    package.loss = loss
+    package.__all__ = ["loss", "ops"]
     return modules

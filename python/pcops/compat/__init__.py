@@ -69,7 +69,7 @@ REGISTRY: dict[str, StandIn] = {
                 "grouping / interpolation"),
         StandIn("pytorch3d", "pcops.pytorch3d",
                 "PyTorch3D 0.7.9 pytorch3d.ops: knn_points, knn_gather, ball_query, "
-                "sample_farthest_points", default=False),
+                "sample_farthest_points; pytorch3d.loss: chamfer_distance", default=False),
         # Planned: torch_scatter.
     )
 }
