@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from pcops.ops import _checks
+from pcops.ops import _checks, _gather_autograd
 
 
 def group_points(features: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
@@ -57,37 +57,4 @@ def _fake_backward(grad_out, idx, count):
     return grad_out.new_empty((grad_out.shape[0], grad_out.shape[1], count))
 
 
-def _setup_context(ctx, inputs, output):
-    features, idx = inputs
-    ctx.save_for_backward(idx)
-    ctx.count = features.shape[2]
-    ctx.set_materialize_grads(False)
-
-
-def _backward(ctx, grad_out):
-    (idx,) = ctx.saved_tensors
-    if grad_out is None or not ctx.needs_input_grad[0]:
-        return None, None
-    return torch.ops.pcops._group_points_backward(grad_out, idx, ctx.count), None
-
-
-torch.library.register_autograd("pcops::group_points", _backward, setup_context=_setup_context)
-
-
-# The backward is linear in grad_out; its own gradient is the grouping.
-def _setup_context_backward(ctx, inputs, output):
-    _, idx, _ = inputs
-    ctx.save_for_backward(idx)
-    ctx.set_materialize_grads(False)
-
-
-def _backward_backward(ctx, grad_grad):
-    (idx,) = ctx.saved_tensors
-    if grad_grad is None or not ctx.needs_input_grad[0]:
-        return None, None, None
-    return group_points(grad_grad, idx), None, None
-
-
-torch.library.register_autograd(
-    "pcops::_group_points_backward", _backward_backward, setup_context=_setup_context_backward
-)
+_gather_autograd.register("group_points", group_points)
