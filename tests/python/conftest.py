@@ -7,6 +7,7 @@ varying density, so the tests always run (never a silent skip).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import zlib
 from pathlib import Path
@@ -141,3 +142,31 @@ def cloud_factory():
 def real_cloud_factory():
     """load_real_cloud(name, max_points) -> float32 [N, 3] (synthetic fallback without data)."""
     return load_real_cloud
+
+
+@contextlib.contextmanager
+def isolated_modules(*packages: str):
+    """No stand-in installed and none of ``packages`` (and their submodules) in sys.modules while
+    the block runs; afterwards sys.modules holds exactly the entries of those packages it held
+    before (whatever the block added, a stand-in or a fake real package, is removed)."""
+    import importlib
+    import sys
+
+    import pcops.compat as compat
+
+    def ours(key: str) -> bool:
+        return key.split(".")[0] in packages
+
+    compat.uninstall()
+    saved = {k: m for k, m in sys.modules.items() if ours(k)}
+    for key in saved:
+        del sys.modules[key]
+    importlib.invalidate_caches()
+    try:
+        yield
+    finally:
+        compat.uninstall()
+        for key in [k for k in sys.modules if ours(k)]:
+            del sys.modules[key]
+        sys.modules.update(saved)
+        importlib.invalidate_caches()

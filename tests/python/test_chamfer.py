@@ -19,6 +19,7 @@ import torch
 import pcops
 import pcops.compat as compat
 from pcops import pytorch3d as p3d
+from conftest import isolated_modules
 
 
 def _rand(*shape, seed=0, dtype=torch.float64):
@@ -404,14 +405,8 @@ def test_pytorch3d_stand_in_function():
 
 @pytest.fixture
 def clean():
-    saved = {k: m for k, m in sys.modules.items() if k.split(".")[0] == "pytorch3d"}
-    for key in saved:
-        del sys.modules[key]
-    yield
-    compat.uninstall("pytorch3d")
-    for key in [k for k in sys.modules if k.split(".")[0] == "pytorch3d"]:
-        del sys.modules[key]
-    sys.modules.update(saved)
+    with isolated_modules("pytorch3d"):
+        yield
 
 
 def test_compat_pytorch3d_loss(clean):

@@ -7,28 +7,18 @@ index, the KNN module's per-item float32 cast and both transpose modes, no gradi
 
 from __future__ import annotations
 
-import importlib
-import sys
 
 import pytest
 import torch
 
 import pcops.compat as compat
+from conftest import isolated_modules
 
 
 @pytest.fixture
 def clean():
-    compat.uninstall()
-    saved = {k: m for k, m in sys.modules.items() if k.split(".")[0] == "knn_cuda"}
-    for key in saved:
-        del sys.modules[key]
-    importlib.invalidate_caches()
-    yield
-    compat.uninstall()
-    for key in [k for k in sys.modules if k.split(".")[0] == "knn_cuda"]:
-        del sys.modules[key]
-    sys.modules.update(saved)
-    importlib.invalidate_caches()
+    with isolated_modules("knn_cuda"):
+        yield
 
 
 @pytest.fixture

@@ -23,6 +23,7 @@ import torch.nn.functional as F
 import pcops
 import pcops.compat as compat
 import pcops.compat.pointnet2_ops as impl
+from conftest import isolated_modules
 
 INF = math.inf
 
@@ -33,17 +34,8 @@ def _ours(key: str) -> bool:
 
 @pytest.fixture
 def clean():
-    compat.uninstall()
-    saved = {k: m for k, m in sys.modules.items() if _ours(k)}
-    for key in saved:
-        del sys.modules[key]
-    importlib.invalidate_caches()
-    yield
-    compat.uninstall()
-    for key in [k for k in sys.modules if _ours(k)]:
-        del sys.modules[key]
-    sys.modules.update(saved)
-    importlib.invalidate_caches()
+    with isolated_modules("pointnet2_ops", "knn_cuda"):
+        yield
 
 
 @pytest.fixture

@@ -22,27 +22,19 @@ import torch
 
 import pcops.compat as compat
 import pcops.compat.pointops as impl
+from conftest import isolated_modules
 
 BACKENDS = ("ragged", "dense")
 
 
 def _ours(key: str) -> bool:
-    return key.split(".")[0] == "pointops"
+    return key.split(".")[0] in ("pointops",)
 
 
 @pytest.fixture
 def clean():
-    compat.uninstall()
-    saved = {k: m for k, m in sys.modules.items() if _ours(k)}
-    for key in saved:
-        del sys.modules[key]
-    importlib.invalidate_caches()
-    yield
-    compat.uninstall()
-    for key in [k for k in sys.modules if _ours(k)]:
-        del sys.modules[key]
-    sys.modules.update(saved)
-    importlib.invalidate_caches()
+    with isolated_modules("pointops"):
+        yield
 
 
 ONLY = {n: n == "pointops" for n, s in compat.REGISTRY.items() if s.default}

@@ -14,6 +14,7 @@ import pytest
 import torch
 
 import pcops.compat as compat
+from conftest import isolated_modules
 
 UPSTREAM_ALL = [
     "graclus_cluster", "grid_cluster", "fps", "nearest", "knn", "knn_graph", "radius",
@@ -29,26 +30,11 @@ def _install(**kwargs):
     return compat.install(**{**ONLY_TC, **kwargs})
 
 
-def _ours(key: str) -> bool:
-    return key == "torch_cluster" or key.startswith("torch_cluster.")
-
-
 @pytest.fixture
 def clean():
-    """No torch_cluster in sys.modules and no stand-in installed during the test; afterwards
-    sys.modules holds exactly the torch_cluster entries it held before (whatever the test added,
-    a stand-in or a fake real package, is removed)."""
-    compat.uninstall()
-    saved = {k: m for k, m in sys.modules.items() if _ours(k)}
-    for key in saved:
-        del sys.modules[key]
-    importlib.invalidate_caches()
-    yield
-    compat.uninstall()
-    for key in [k for k in sys.modules if _ours(k)]:
-        del sys.modules[key]
-    sys.modules.update(saved)
-    importlib.invalidate_caches()
+    """No torch_cluster stand-in or module during the test (conftest.isolated_modules)."""
+    with isolated_modules("torch_cluster"):
+        yield
 
 
 @pytest.fixture

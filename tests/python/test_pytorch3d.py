@@ -9,7 +9,6 @@ g sign(p1 - p2) with 0 counted as -1 for norm 1).
 
 from __future__ import annotations
 
-import importlib
 import sys
 from types import ModuleType
 
@@ -18,6 +17,7 @@ import torch
 
 import pcops.compat as compat
 from pcops import pytorch3d as p3d
+from conftest import isolated_modules
 
 
 def _rand(*shape, seed=0, dtype=torch.float32):
@@ -430,17 +430,8 @@ def test_masked_gather():
 
 @pytest.fixture
 def clean():
-    compat.uninstall()
-    saved = {k: m for k, m in sys.modules.items() if k.split(".")[0] == "pytorch3d"}
-    for key in saved:
-        del sys.modules[key]
-    importlib.invalidate_caches()
-    yield
-    compat.uninstall()
-    for key in [k for k in sys.modules if k.split(".")[0] == "pytorch3d"]:
-        del sys.modules[key]
-    sys.modules.update(saved)
-    importlib.invalidate_caches()
+    with isolated_modules("pytorch3d"):
+        yield
 
 
 def _only_pytorch3d(**extra):
