@@ -5,8 +5,9 @@
 namespace pcops::torch_binding {
 namespace {
 
-at::Tensor fps_ragged_cpu(const at::Tensor& src_in, const at::Tensor& ptr_in,
-                          const at::Tensor& counts_in, const at::Tensor& starts_in) {
+template <class Run>
+at::Tensor fps_ragged_impl(const at::Tensor& src_in, const at::Tensor& ptr_in, const at::Tensor& counts_in,
+                           const at::Tensor& starts_in, Run run) {
   const at::Tensor src = as_flat_points(src_in, "src");
   const at::Tensor ptr = as_offsets(ptr_in, src_in, "ptr");
   const at::Tensor counts = as_offsets(counts_in, src_in, "counts");
@@ -24,12 +25,28 @@ at::Tensor fps_ragged_cpu(const at::Tensor& src_in, const at::Tensor& ptr_in,
   }
   at::Tensor out = at::empty({total}, src.options().dtype(at::kLong));
   translate_errors([&] {
-    cpu::furthest_point_sample_ragged(cpu_context(), ragged_view_of(src), offsets_of(ptr),
-                                      counts.data_ptr<int64_t>(), starts.data_ptr<int64_t>(),
-                                      out.data_ptr<int64_t>());
+    run(src, ragged_view_of(src), offsets_of(ptr), counts.data_ptr<int64_t>(), starts.data_ptr<int64_t>(),
+        out.data_ptr<int64_t>());
   });
   return out;
 }
+
+at::Tensor fps_ragged_cpu(const at::Tensor& src, const at::Tensor& ptr, const at::Tensor& counts,
+                          const at::Tensor& starts) {
+  return fps_ragged_impl(src, ptr, counts, starts, [](const at::Tensor&, auto&&... a) {
+    cpu::furthest_point_sample_ragged(cpu_context(), a...);
+  });
+}
+
+#if PCOPS_TORCH_CUDA
+at::Tensor fps_ragged_cuda(const at::Tensor& src, const at::Tensor& ptr, const at::Tensor& counts,
+                           const at::Tensor& starts) {
+  const c10::cuda::CUDAGuard guard(src.device());
+  return fps_ragged_impl(src, ptr, counts, starts, [](const at::Tensor& t, auto&&... a) {
+    cuda::furthest_point_sample_ragged(cuda_context(t), a...);
+  });
+}
+#endif
 
 }  // namespace
 
@@ -38,5 +55,9 @@ TORCH_LIBRARY_FRAGMENT(pcops, m) {
 }
 
 TORCH_LIBRARY_IMPL(pcops, CPU, m) { m.impl("furthest_point_sample_ragged", &fps_ragged_cpu); }
+
+#if PCOPS_TORCH_CUDA
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) { m.impl("furthest_point_sample_ragged", &fps_ragged_cuda); }
+#endif
 
 }  // namespace pcops::torch_binding

@@ -57,6 +57,10 @@ namespace cuda {
 // lengths in host memory. Bitwise equal to the CPU backend.
 void furthest_point_sample(const CudaContext& ctx, PointsView points, LengthsView lengths,
                            const FpsParams& params, int64_t* out);
+// Same contract as cpu::furthest_point_sample_ragged; points and out in device memory, ptr,
+// counts and starts in host memory. Bitwise equal to the CPU backend.
+void furthest_point_sample_ragged(const CudaContext& ctx, RaggedPointsView points, OffsetsView ptr,
+                                  const int64_t* counts, const int64_t* starts, int64_t* out);
 }  // namespace cuda
 
 }  // namespace pcops

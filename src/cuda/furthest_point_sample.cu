@@ -12,6 +12,11 @@
 //   transaction bytes on that block's mbarrier; each block waits on its own mbarrier (no cluster
 //   barrier in the loop), after which each warp reduces the 32 warp winners itself. C grows with
 //   the cloud size and shrinks with the batch so that the clusters fill the GPU.
+// - Big-cluster path (D = 3, N <= 16 * 512 * 16, the batch's clusters resident at once): one
+//   non-portable cluster of 16 blocks per cloud, 256 or 512 threads per block, up to 16 points
+//   per thread in registers. Per step: block argmax (one __syncthreads), then warp 0 pushes the
+//   block winner into every block with st.async; each block waits on its own mbarrier and every
+//   warp reduces the 16 block winners itself.
 // - Grid path (D = 3, N up to #SMs * 512 * 16 points per cloud): a persistent cooperative kernel,
 //   g blocks per cloud (about 2048 points per block, at most one block per SM), PPT points per
 //   thread in registers. Per step: block argmax (one __syncthreads), then warp 0 publishes the
@@ -32,6 +37,10 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
 
 #include "common/distance.hpp"
 #include "cuda/common.cuh"
@@ -57,6 +66,18 @@ struct FpsClusterPolicy {
   static constexpr long long kWaitTrapCycles = 1ll << 35;  // ~17 s at 2 GHz
 };
 static_assert(FpsClusterPolicy::kClusterThreads == 32 * 32, "one warp winner per lane of a warp");
+
+// Big-cluster path: single clouds (or a few) too large for the cluster path and small enough for
+// the registers of 16 SMs. T threads per block: kThreadsSmall up to kSmallPoints points, else
+// kThreads (measured on an H200: 60k points 1.01 ms with 256 threads vs 1.06 ms with 512; 100k
+// 1.21 ms with 512 vs 1.56 ms with 1024; the grid path takes 1.41 ms and 1.64 ms).
+struct FpsBigClusterPolicy {
+  static constexpr int kCluster = 16;
+  static constexpr int kThreadsSmall = 256;
+  static constexpr int kThreads = 512;
+  static constexpr int kMaxPpt = 16;
+  static constexpr int64_t kSmallPoints = int64_t{kCluster} * kThreadsSmall * kMaxPpt;  // 65536
+};
 
 // Grid and streaming paths.
 struct FpsGridPolicy {
@@ -143,14 +164,6 @@ __device__ __forceinline__ void st_async(unsigned addr, int v, unsigned bar) {
                : "memory");
 }
 
-// PointsView::at is host-only.
-__device__ __forceinline__ const float* point_ptr(const PointsView& P, int64_t b, int64_t j) {
-  return P.data + b * P.stride_batch + j * P.stride_point;
-}
-__device__ __forceinline__ float coord(const PointsView& P, int64_t b, int64_t j, int64_t d) {
-  return point_ptr(P, b, j)[d * P.stride_dim];
-}
-
 struct alignas(16) WarpSlot {
   int key;
   unsigned idx;
@@ -158,14 +171,56 @@ struct alignas(16) WarpSlot {
   float z, pad0, pad1, pad2;
 };
 
-struct CloudInfo {
-  int64_t n;      // points of this cloud
-  int64_t steps;  // centres to produce (the rest of the row is -1)
+// The clouds of one launch: a dense batch (PointsView with its batch stride, optional lengths,
+// M output slots per cloud, padded with -1) or a ragged set (CSR rows of one flat array; per
+// cloud its first row, start, sample count and output offset; outputs are global row indices).
+struct FpsArgs {
+  PointsView P;            // dense: the batch; ragged: all rows, `count` = the longest cloud
+  const int64_t* lengths;  // device, points per cloud
+  bool has_lengths;
+  int64_t M;  // dense: output slots per cloud; ragged: 0
+  int64_t start;
+  bool skip;
+  int64_t* out;
+  const int64_t* ragged;  // ragged: device [4][stride] (first row, start, count, output offset); else null
+  int64_t ragged_stride;
 };
 
-__device__ __forceinline__ CloudInfo cloud_info(const int64_t* lengths, bool has_lengths, int64_t M, int b) {
-  const int64_t n = lengths[b];
-  return {n, has_lengths ? (M < n ? M : n) : M};
+struct CloudRef {
+  const float* base;  // point 0 of the cloud
+  int64_t n;          // points of this cloud
+  int64_t steps;      // centres to produce (dense: the rest of the row is -1)
+  int64_t start;
+  int64_t first;  // added to every written index (ragged: the cloud's first row)
+  int64_t* o;
+};
+
+__device__ __forceinline__ CloudRef cloud_ref(const FpsArgs& a, int b) {
+  CloudRef c;
+  c.n = a.lengths[b];
+  if (a.ragged != nullptr) {
+    const int64_t s = a.ragged_stride;
+    c.first = a.ragged[b];
+    c.start = a.ragged[s + b];
+    c.steps = a.ragged[2 * s + b];
+    c.o = a.out + a.ragged[3 * s + b];
+    c.base = a.P.data + c.first * a.P.stride_point;
+  } else {
+    c.first = 0;
+    c.start = a.start;
+    c.steps = a.has_lengths ? (a.M < c.n ? a.M : c.n) : a.M;
+    c.o = a.out + static_cast<int64_t>(b) * a.M;
+    c.base = a.P.data + static_cast<int64_t>(b) * a.P.stride_batch;
+  }
+  return c;
+}
+
+// PointsView::at is host-only.
+__device__ __forceinline__ const float* point_ptr(const FpsArgs& a, const CloudRef& c, int64_t j) {
+  return c.base + j * a.P.stride_point;
+}
+__device__ __forceinline__ float coord(const FpsArgs& a, const CloudRef& c, int64_t j, int64_t d) {
+  return point_ptr(a, c, j)[d * a.P.stride_dim];
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -174,8 +229,7 @@ __device__ __forceinline__ CloudInfo cloud_info(const int64_t* lengths, bool has
 
 template <int C, int PPT>
 __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024 / C, 1)
-    fps_cluster_kernel(PointsView P, const int64_t* lengths, bool has_lengths, int64_t M,
-                       int64_t start, bool skip, int64_t* out) {
+    fps_cluster_kernel(FpsArgs A) {
   constexpr int T = FpsClusterPolicy::kClusterThreads / C;
   constexpr int W = T / 32;
   constexpr int S = T * PPT;  // points per block
@@ -189,10 +243,12 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024 / C, 1)
   const int b = blockIdx.y;
   const int rank = blockIdx.x;  // == cluster rank: the cluster spans gridDim.x == C
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const CloudInfo info = cloud_info(lengths, has_lengths, M, b);
-  int64_t* o = out + static_cast<int64_t>(b) * M;
+  const CloudRef info = cloud_ref(A, b);
+  const bool skip = A.skip;
+  const int64_t start = info.start;
+  int64_t* o = info.o;
   if (rank == 0) {
-    for (int64_t t = (info.steps > 0 ? info.steps : 0) + tid; t < M; t += T) o[t] = -1;
+    for (int64_t t = (info.steps > 0 ? info.steps : 0) + tid; t < A.M; t += T) o[t] = -1;
   }
   if (info.steps <= 0) return;  // uniform over the cluster, before any remote access
 
@@ -203,16 +259,16 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024 / C, 1)
     const int64_t j = base + k * T + tid;
     float x = 0.0f, y = 0.0f, z = 0.0f, mk = -1.0f;
     if (j < info.n) {
-      x = coord(P, b, j, 0);
-      y = coord(P, b, j, 1);
-      z = coord(P, b, j, 2);
+      x = coord(A, info, j, 0);
+      y = coord(A, info, j, 1);
+      z = coord(A, info, j, 2);
       mk = (!skip || eligible(x, y, z)) ? INFINITY : -1.0f;
     }
     px[k] = x, py[k] = y, pz[k] = z, m[k] = mk;
     pts[k * T + tid] = make_float4(x, y, z, 0.0f);
   }
-  float cx = coord(P, b, start, 0), cy = coord(P, b, start, 1), cz = coord(P, b, start, 2);
-  if (rank == 0 && tid == 0) o[0] = start;
+  float cx = coord(A, info, start, 0), cy = coord(A, info, start, 1), cz = coord(A, info, start, 2);
+  if (rank == 0 && tid == 0) o[0] = info.first + start;
   if constexpr (kAsync) {
     // Phase k of bars[p] is step 2k + 1 (p = 1) or 2k + 2 (p = 0); each phase is armed once (one
     // arrival plus its bytes) by thread 0 after the previous phase of that barrier completed.
@@ -289,8 +345,158 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024 / C, 1)
     cx = __shfl_sync(kFull, __int_as_float(a.z), src);
     cy = __shfl_sync(kFull, __int_as_float(a.w), src);
     cz = __shfl_sync(kFull, __int_as_float(az), src);
-    if (rank == 0 && tid == 0) o[t] = static_cast<int64_t>(widx);
+    if (rank == 0 && tid == 0) o[t] = info.first + static_cast<int64_t>(widx);
   }
+  // No remote access follows the last exchange: every block received all records of the last
+  // step before leaving its loop, so blocks may exit independently.
+}
+
+// ---------------------------------------------------------------------------------------------
+// Big-cluster path (one cloud of up to C * T * kMaxPpt points on a cluster of C = 16 blocks, a
+// non-portable size). Decomposition: cluster = one cloud (blockIdx.y), block `rank` owns indices
+// [rank * span, (rank + 1) * span), thread tid owns rank * span + k * T + tid, k < PPT, in
+// registers. Per step: block argmax (one __syncthreads), then warp 0 pushes the block winner
+// into every block of the cluster with st.async (C records per block and step), and every warp
+// waits on its own block's mbarrier and reduces the C records itself. (Pushing every warp's
+// winner instead, as the cluster path does, measured slower here: C * W records to reduce.)
+//
+// When every coordinate of the cloud is finite and below 2^61 in magnitude, no s can be NaN or
+// overflow, so the fold is a plain fminf (the cluster learns this once, before the loop).
+
+template <bool kFinite>
+__device__ __forceinline__ float fold_as(float m, float s) {
+  if constexpr (kFinite) return fminf(m, s);
+  else return fold(m, s);
+}
+
+__device__ __forceinline__ bool safe_coord(float v) { return fabsf(v) < 0x1p61f; }  // false for NaN
+
+template <int C, int T, int PPT>
+__global__ void __launch_bounds__(T, 1)
+    fps_bigcluster_kernel(FpsArgs A, int64_t span) {
+  constexpr int W = T / 32;
+  constexpr unsigned kStepBytes = C * 20;
+  static_assert(W <= 32 && C <= 32, "one warp winner / block record per lane");
+  extern __shared__ float4 pts[];
+  __shared__ int red_key[2][W];
+  __shared__ unsigned red_idx[2][W];
+  __shared__ WarpSlot slots[2][C];
+  __shared__ unsigned long long bars[2];
+  __shared__ int cluster_unsafe;
+
+  const int b = blockIdx.y;
+  const int rank = blockIdx.x;  // == cluster rank: the cluster spans gridDim.x == C
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const CloudRef info = cloud_ref(A, b);
+  const bool skip = A.skip;
+  const int64_t start = info.start;
+  int64_t* o = info.o;
+  if (rank == 0) {
+    for (int64_t t = (info.steps > 0 ? info.steps : 0) + tid; t < A.M; t += T) o[t] = -1;
+  }
+  if (info.steps <= 0) return;  // uniform over the cluster, before any remote access
+
+  const int64_t lo = static_cast<int64_t>(rank) * span;
+  const int64_t hi = lo + span < info.n ? lo + span : info.n;
+  float px[PPT], py[PPT], pz[PPT], m[PPT];
+  bool safe = true;
+#pragma unroll
+  for (int k = 0; k < PPT; ++k) {
+    const int64_t j = lo + k * T + tid;
+    float x = 0.0f, y = 0.0f, z = 0.0f, mk = -1.0f;
+    if (j < hi) {
+      x = coord(A, info, j, 0);
+      y = coord(A, info, j, 1);
+      z = coord(A, info, j, 2);
+      mk = (!skip || eligible(x, y, z)) ? INFINITY : -1.0f;
+      safe = safe && safe_coord(x) && safe_coord(y) && safe_coord(z);
+    }
+    px[k] = x, py[k] = y, pz[k] = z, m[k] = mk;
+    pts[k * T + tid] = make_float4(x, y, z, 0.0f);
+  }
+  float cx = coord(A, info, start, 0), cy = coord(A, info, start, 1), cz = coord(A, info, start, 2);
+  if (rank == 0 && tid == 0) o[0] = info.first + start;
+  if (tid == 0) {
+    cluster_unsafe = 0;
+    mbar_init(smem_addr(&bars[0]), 1);
+    mbar_init(smem_addr(&bars[1]), 1);
+    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+    mbar_arm(smem_addr(&bars[1]), kStepBytes);  // step 1
+    mbar_arm(smem_addr(&bars[0]), kStepBytes);  // step 2
+  }
+  const bool block_unsafe = __syncthreads_or(!safe) != 0;
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block started, flags zeroed, mbarriers initialised, pts ready
+  if (block_unsafe && tid < C) atomicOr(cluster.map_shared_rank(&cluster_unsafe, tid), 1);
+  cluster.sync();
+  const bool finite = cluster_unsafe == 0;
+
+  const auto run = [&](auto finite_c) {
+    constexpr bool kFinite = decltype(finite_c)::value;
+    for (int64_t t = 1; t < info.steps; ++t) {
+      float bm = 0.0f;
+      int bk = 0;
+#pragma unroll
+      for (int k = 0; k < PPT; ++k) {
+        m[k] = fold_as<kFinite>(m[k], common::squared_distance3(cx, cy, cz, px[k], py[k], pz[k]));
+        if (k == 0 || m[k] > bm) {  // strict: the smallest k (smallest index) among equals
+          bm = m[k];
+          bk = k;
+        }
+      }
+      const int64_t jb = lo + bk * T + tid;
+      const unsigned idx = jb < hi ? static_cast<unsigned>(jb) : kNoIndex;
+      int wkey;
+      unsigned widx;
+      warp_argmax(key_of(bm), idx, wkey, widx);
+      const int par = static_cast<int>(t & 1);
+      if (lane == 0) {
+        red_key[par][warp] = wkey;
+        red_idx[par][warp] = widx;
+      }
+      // red_*[par] is rewritten at step t + 2, after the step t + 1 barrier, which warp 0 reaches
+      // only after reading it here.
+      __syncthreads();
+      if (warp == 0) {
+        warp_argmax(lane < W ? red_key[par][lane] : kNoKey, lane < W ? red_idx[par][lane] : kNoIndex, wkey, widx);
+        const unsigned local = widx - static_cast<unsigned>(lo);
+        const float4 p = local < static_cast<unsigned>(T * PPT) ? pts[local] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        // The slots of step t are rewritten at step t + 2 only: a sender gets there after
+        // receiving every block's step t + 1 record, which each block sends after all its warps
+        // passed the step t + 1 barrier, i.e. after their reads of step t (release by
+        // complete_tx, acquire by the wait).
+        if (lane < C) {
+          const unsigned dst = cluster_addr(smem_addr(&slots[par][rank]), static_cast<unsigned>(lane));
+          const unsigned bar = cluster_addr(smem_addr(&bars[par]), static_cast<unsigned>(lane));
+          st_async(dst, make_int4(wkey, static_cast<int>(widx), __float_as_int(p.x), __float_as_int(p.y)), bar);
+          st_async(dst + 16, __float_as_int(p.z), bar);
+        }
+      }
+      const unsigned mine = smem_addr(&bars[par]);
+      const unsigned parity = static_cast<unsigned>((t - 1) >> 1) & 1u;
+      const long long t0 = clock64();
+      while (!mbar_try_wait(mine, parity)) {
+        if (clock64() - t0 > FpsClusterPolicy::kWaitTrapCycles) __trap();
+      }
+      // Arming the next phase (step t + 2) now is safe: it cannot complete before this block's
+      // own step t + 1 record, which warp 0 sends after this point.
+      if (tid == 0) mbar_arm(mine, kStepBytes);
+      int4 a = make_int4(kNoKey, static_cast<int>(kNoIndex), 0, 0);
+      int az = 0;
+      if (lane < C) {
+        a = reinterpret_cast<const int4*>(&slots[par][lane])[0];
+        az = reinterpret_cast<const int*>(&slots[par][lane])[4];
+      }
+      warp_argmax(a.x, static_cast<unsigned>(a.y), wkey, widx);
+      const int src = __ffs(__ballot_sync(kFull, a.x == wkey && static_cast<unsigned>(a.y) == widx)) - 1;
+      cx = __shfl_sync(kFull, __int_as_float(a.z), src);
+      cy = __shfl_sync(kFull, __int_as_float(a.w), src);
+      cz = __shfl_sync(kFull, __int_as_float(az), src);
+      if (rank == 0 && tid == 0) o[t] = info.first + static_cast<int64_t>(widx);
+    }
+  };
+  if (finite) run(std::true_type{});
+  else run(std::false_type{});
   // No remote access follows the last exchange: every block received all records of the last
   // step before leaving its loop, so blocks may exit independently.
 }
@@ -303,9 +509,7 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024 / C, 1)
 
 template <int PPT>
 __global__ void __launch_bounds__(FpsGridPolicy::kThreads, 1)
-    fps_grid_kernel(PointsView P, const int64_t* lengths, bool has_lengths, int64_t M,
-                    int64_t start, bool skip, int64_t* out, int64_t span,
-                    unsigned long long* xch, float* mglob) {
+    fps_grid_kernel(FpsArgs A, int64_t span, unsigned long long* xch, float* mglob) {
   constexpr int T = FpsGridPolicy::kThreads;
   constexpr int W = T / 32;
   constexpr int NW = PPT > 0 ? 3 : 2;  // exchanged 64-bit words per block and step
@@ -319,10 +523,12 @@ __global__ void __launch_bounds__(FpsGridPolicy::kThreads, 1)
   const int g = gridDim.x, r = blockIdx.x, y = blockIdx.y;
   const int b = y;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const CloudInfo info = cloud_info(lengths, has_lengths, M, b);
-  int64_t* o = out + static_cast<int64_t>(b) * M;
+  const CloudRef info = cloud_ref(A, b);
+  const bool skip = A.skip;
+  const int64_t start = info.start;
+  int64_t* o = info.o;
   if (r == 0) {
-    for (int64_t t = (info.steps > 0 ? info.steps : 0) + tid; t < M; t += T) o[t] = -1;
+    for (int64_t t = (info.steps > 0 ? info.steps : 0) + tid; t < A.M; t += T) o[t] = -1;
   }
   if (info.steps <= 0) return;  // uniform over this cloud's blocks; no other cloud waits on them
 
@@ -335,21 +541,21 @@ __global__ void __launch_bounds__(FpsGridPolicy::kThreads, 1)
       const int64_t j = lo + k * T + tid;
       float x = 0.0f, yv = 0.0f, z = 0.0f, mk = -1.0f;
       if (j < hi) {
-        x = coord(P, b, j, 0);
-        yv = coord(P, b, j, 1);
-        z = coord(P, b, j, 2);
+        x = coord(A, info, j, 0);
+        yv = coord(A, info, j, 1);
+        z = coord(A, info, j, 2);
         mk = (!skip || eligible(x, yv, z)) ? INFINITY : -1.0f;
       }
       px[k] = x, py[k] = yv, pz[k] = z, m[k] = mk;
       pts[k * T + tid] = make_float4(x, yv, z, 0.0f);
     }
   }
-  float* mrow = mglob + static_cast<int64_t>(y) * P.count;
-  const int64_t sd = P.stride_dim;
+  float* mrow = mglob + static_cast<int64_t>(y) * A.P.count;
+  const int64_t sd = A.P.stride_dim;
   int64_t c = start;
   float cx = 0.0f, cy = 0.0f, cz = 0.0f;
-  if constexpr (PPT > 0) cx = coord(P, b, start, 0), cy = coord(P, b, start, 1), cz = coord(P, b, start, 2);
-  if (r == 0 && tid == 0) o[0] = start;
+  if constexpr (PPT > 0) cx = coord(A, info, start, 0), cy = coord(A, info, start, 1), cz = coord(A, info, start, 2);
+  if (r == 0 && tid == 0) o[0] = info.first + start;
   __syncthreads();  // pts complete
 
   for (int64_t t = 1; t < info.steps; ++t) {
@@ -370,10 +576,10 @@ __global__ void __launch_bounds__(FpsGridPolicy::kThreads, 1)
       bkey = key_of(bm);
       bidx = jb < hi ? static_cast<unsigned>(jb) : kNoIndex;
     } else {
-      const float* q = point_ptr(P, b, c);
+      const float* q = point_ptr(A, info, c);
       for (int64_t j = lo + tid; j < hi; j += T) {
-        const float* x = point_ptr(P, b, j);
-        const float s = common::squared_distance(q, sd, x, sd, P.dim);
+        const float* x = point_ptr(A, info, j);
+        const float s = common::squared_distance(q, sd, x, sd, A.P.dim);
         float mj = t == 1 ? ((!skip || eligible(x[0], x[sd], x[2 * sd])) ? INFINITY : -1.0f) : mrow[j];
         mj = fold(mj, s);
         mrow[j] = mj;
@@ -474,21 +680,26 @@ __global__ void __launch_bounds__(FpsGridPolicy::kThreads, 1)
     }
     c = static_cast<int64_t>(bi);
     if constexpr (PPT > 0) cx = win[par][bw].x, cy = win[par][bw].y, cz = win[par][bw].z;
-    if (r == 0 && tid == 0) o[t] = c;
+    if (r == 0 && tid == 0) o[t] = info.first + c;
   }
 }
 
 // ---------------------------------------------------------------------------------------------
 // Host side.
 
-struct Launch {
-  PointsView P;  // data already offset to the first cloud of the chunk
-  const int64_t* lengths;
-  bool has_lengths;
-  int64_t M, start;
-  bool skip;
-  int64_t* out;
-};
+using Launch = FpsArgs;
+
+// The clouds b0, b0 + 1, ... of a launch (gridDim.y counts from 0 in every launch).
+FpsArgs shifted(FpsArgs a, int64_t b0) {
+  a.lengths += b0;
+  if (a.ragged != nullptr) {
+    a.ragged += b0;  // the stride between the four arrays stays
+  } else {
+    a.P.data += b0 * a.P.stride_batch;
+    a.out += b0 * a.M;
+  }
+  return a;
+}
 
 // Calls f(std::integral_constant<int, C>, std::integral_constant<int, PPT>) for runtime (C, ppt).
 template <int C, class F>
@@ -539,7 +750,7 @@ int resident_clusters(int C, int ppt) {
   return clusters;
 }
 
-void cluster_path(const CudaContext& ctx, Launch a, int64_t B, int64_t N, int sms) {
+void cluster_path(const CudaContext& ctx, Launch a, int64_t B, int64_t N, int sms, int force_c = 0) {
   int ppt = 1;
   while (static_cast<int64_t>(ppt) * FpsClusterPolicy::kClusterThreads < N) ppt *= 2;
   // Spread a cloud over more SMs while the batch leaves SMs idle and each block keeps enough
@@ -552,6 +763,7 @@ void cluster_path(const CudaContext& ctx, Launch a, int64_t B, int64_t N, int sm
   // A second wave of clusters would double the time: use smaller clusters when the batch's
   // clusters cannot all be resident at this size.
   while (C > min_cluster_for(ppt) && C > 1 && B > resident_clusters(C, ppt)) C /= 2;
+  if (force_c > 0) C = std::max(force_c, min_cluster_for(ppt));
   constexpr int64_t kMaxGridY = 65535;
   for (int64_t b0 = 0; b0 < B; b0 += kMaxGridY) {
     const int64_t clouds = std::min(kMaxGridY, B - b0);
@@ -562,10 +774,7 @@ void cluster_path(const CudaContext& ctx, Launch a, int64_t B, int64_t N, int sm
       auto kernel = fps_cluster_kernel<kC, kPpt>;
       PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(smem)));
-      PointsView P = a.P;
-      P.data = a.P.data + b0 * a.P.stride_batch;
-      detail::launch(ctx, kernel, dim3(kC, static_cast<unsigned>(clouds)), dim3(T), smem, P,
-                     a.lengths + b0, a.has_lengths, a.M, a.start, a.skip, a.out + b0 * a.M);
+      detail::launch(ctx, kernel, dim3(kC, static_cast<unsigned>(clouds)), dim3(T), smem, shifted(a, b0));
     });
   }
 }
@@ -588,20 +797,91 @@ void run_grid(const CudaContext& ctx, detail::Workspace& ws, Launch a, int64_t B
     const int64_t clouds = std::min(clouds_per_launch, B - b0);
     // Tags of an earlier launch must not be mistaken for this one's.
     PCOPS_CUDA_CHECK(cudaMemsetAsync(xch, 0, static_cast<size_t>(xwords) * sizeof(unsigned long long), stream));
-    PointsView P = a.P;
-    P.data = a.P.data + b0 * a.P.stride_batch;
-    const int64_t* lengths = a.lengths + b0;
-    int64_t* out = a.out + b0 * a.M;
-    int64_t M = a.M, start = a.start;
-    bool has = a.has_lengths, skip = a.skip;
+    FpsArgs chunk = shifted(a, b0);
     int64_t sp = span;
-    void* args[] = {&P, &lengths, &has, &M, &start, &skip, &out, &sp, &xch, &mglob};
+    void* args[] = {&chunk, &sp, &xch, &mglob};
     // Not detail::launch: blocks wait on each other at every step, so all of them must be
     // resident, which only a cooperative launch guarantees (it fails instead of deadlocking).
     PCOPS_CUDA_CHECK(cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(kernel),
                                                  dim3(static_cast<unsigned>(g), static_cast<unsigned>(clouds)),
                                                  dim3(T), args, smem, stream));
   }
+}
+
+// Big-cluster path for B clouds of N points with T threads per block; returns false when the
+// cloud needs more than FpsBigClusterPolicy::kMaxPpt points per thread or the batch's clusters
+// cannot all be resident at once (the grid path takes the cloud then).
+template <int T>
+bool run_bigcluster(const CudaContext& ctx, Launch a, int64_t B, int64_t N) {
+  constexpr int C = FpsBigClusterPolicy::kCluster;
+  const int64_t span = detail::ceil_div(N, C);
+  const int64_t per_thread = detail::ceil_div(span, T);
+  if (per_thread > FpsBigClusterPolicy::kMaxPpt || B > 65535) return false;
+  bool ok = false;
+  const auto go = [&](auto ppt_c) {
+    constexpr int kPpt = decltype(ppt_c)::value;
+    auto kernel = fps_bigcluster_kernel<C, T, kPpt>;
+    const size_t smem = sizeof(float4) * T * kPpt;
+    PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = C;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cudaLaunchConfig_t config = {};
+    config.gridDim = dim3(C, 1);
+    config.blockDim = dim3(T);
+    config.dynamicSmemBytes = smem;
+    config.stream = detail::stream_of(ctx);
+    config.attrs = attr;
+    config.numAttrs = 1;
+    int clusters = 0;
+    if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+      (void)cudaGetLastError();  // e.g. a device without clusters of this size
+      return;
+    }
+    // Blocks wait on each other at every step: a second wave of clusters would only start after
+    // the first finished, which is correct but slower than the grid path.
+    if (clusters < B) return;
+    config.gridDim = dim3(C, static_cast<unsigned>(B));
+    PCOPS_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a, span));
+    ok = true;
+  };
+  using std::integral_constant;
+  // Exact counts above 8: one point more per thread is a whole extra pass over the registers.
+  switch (per_thread) {
+    case 1: case 2: go(integral_constant<int, 2>{}); break;
+    case 3: case 4: go(integral_constant<int, 4>{}); break;
+    case 5: case 6: go(integral_constant<int, 6>{}); break;
+    case 7: case 8: go(integral_constant<int, 8>{}); break;
+    case 9: case 10: go(integral_constant<int, 10>{}); break;
+    case 11: go(integral_constant<int, 11>{}); break;
+    case 12: go(integral_constant<int, 12>{}); break;
+    case 13: go(integral_constant<int, 13>{}); break;
+    case 14: go(integral_constant<int, 14>{}); break;
+    case 15: go(integral_constant<int, 15>{}); break;
+    default: go(integral_constant<int, 16>{}); break;
+  }
+  return ok;
+}
+
+// Tuning override for benchmarks (environment PCOPS_CUDA_FPS_CONFIG, read at every call):
+// "cluster:C" (cluster path with C blocks), "big:T" (big-cluster path, T threads per block),
+// "grid:G" (grid path, G blocks per cloud), "stream". Unset: the measured choice below.
+struct FpsOverride {
+  std::string path;
+  int value = 0;
+};
+FpsOverride fps_override() {
+  FpsOverride o;
+  const char* e = std::getenv("PCOPS_CUDA_FPS_CONFIG");
+  if (e == nullptr || *e == 0) return o;
+  const std::string s(e);
+  const size_t c = s.find(':');
+  o.path = s.substr(0, c);
+  if (c != std::string::npos) o.value = std::atoi(s.c_str() + c + 1);
+  return o;
 }
 
 template <int PPT>
@@ -617,6 +897,51 @@ int resident_blocks_per_sm() {
   return blocks;
 }
 
+// Chooses the path for B clouds of at most N points of dimension D and launches it.
+void dispatch(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, int64_t B, int64_t N, int64_t D) {
+  const int sms = detail::device_properties().multiProcessorCount;
+  constexpr int64_t T = FpsGridPolicy::kThreads;
+  const FpsOverride ov = fps_override();
+  if (D == 3 && N <= int64_t{FpsClusterPolicy::kClusterThreads} * FpsClusterPolicy::kMaxPpt &&
+      (ov.path.empty() || ov.path == "cluster")) {
+    cluster_path(ctx, a, B, N, sms, ov.path == "cluster" ? ov.value : 0);
+    return;
+  }
+  if (D == 3 && (ov.path.empty() || ov.path == "big")) {
+    const bool small = ov.path == "big" ? ov.value <= FpsBigClusterPolicy::kThreadsSmall : N <= FpsBigClusterPolicy::kSmallPoints;
+    if (small ? run_bigcluster<FpsBigClusterPolicy::kThreadsSmall>(ctx, a, B, N)
+              : run_bigcluster<FpsBigClusterPolicy::kThreads>(ctx, a, B, N)) {
+      return;
+    }
+  }
+  const int64_t grid_sms = std::min<int64_t>(sms, FpsGridPolicy::kMaxBlocks);
+  if (D == 3 && N <= grid_sms * T * FpsGridPolicy::kMaxPpt && ov.path != "stream") {
+    // One block per SM, at least g_min blocks per cloud, as many clouds per launch as fit; a
+    // cloud whose blocks would hold fewer than kTargetPpt points per thread gets fewer blocks.
+    const int64_t g_min = detail::ceil_div(N, T * FpsGridPolicy::kMaxPpt);
+    const int64_t clouds = std::min<int64_t>(B, grid_sms / g_min);
+    const int64_t g_target = std::max(g_min, detail::ceil_div(N, T * FpsGridPolicy::kTargetPpt));
+    int g = static_cast<int>(std::min(grid_sms / clouds, g_target));
+    if (ov.path == "grid" && ov.value > 0) g = static_cast<int>(std::clamp<int64_t>(ov.value, g_min, grid_sms / clouds));
+    const int64_t per_thread = detail::ceil_div(detail::ceil_div(N, g), T);
+    int ppt = 1;
+    while (ppt < per_thread) ppt *= 2;
+    switch (ppt) {
+      case 1: resident_blocks_per_sm<1>(); run_grid<1>(ctx, ws, a, B, N, clouds, g); break;
+      case 2: resident_blocks_per_sm<2>(); run_grid<2>(ctx, ws, a, B, N, clouds, g); break;
+      case 4: resident_blocks_per_sm<4>(); run_grid<4>(ctx, ws, a, B, N, clouds, g); break;
+      case 8: resident_blocks_per_sm<8>(); run_grid<8>(ctx, ws, a, B, N, clouds, g); break;
+      default: resident_blocks_per_sm<16>(); run_grid<16>(ctx, ws, a, B, N, clouds, g); break;
+    }
+    return;
+  }
+  // Streaming: any D, any size.
+  const int64_t resident = sms * std::min(resident_blocks_per_sm<0>(), FpsGridPolicy::kStreamBlocksPerSm);
+  const int64_t clouds = std::min<int64_t>(B, resident);
+  const int g = static_cast<int>(std::min<int64_t>(std::max<int64_t>(1, resident / clouds), FpsGridPolicy::kMaxBlocks));
+  run_grid<0>(ctx, ws, a, B, N, clouds, g);
+}
+
 }  // namespace
 
 void furthest_point_sample(const CudaContext& ctx, PointsView points, LengthsView lengths,
@@ -625,38 +950,42 @@ void furthest_point_sample(const CudaContext& ctx, PointsView points, LengthsVie
   const int64_t M = params.num_samples, B = points.batch, N = points.count;
   if (M == 0 || B == 0) return;
   detail::Workspace ws(ctx);
-  Launch a{points, detail::upload_lengths(ctx, ws, lengths, B, N), lengths.present(), M,
-           params.start_index, params.skip_near_origin, out};
-  const int sms = detail::device_properties().multiProcessorCount;
-  constexpr int64_t T = FpsGridPolicy::kThreads;
-  if (points.dim == 3 && N <= int64_t{FpsClusterPolicy::kClusterThreads} * FpsClusterPolicy::kMaxPpt) {
-    cluster_path(ctx, a, B, N, sms);
-    return;
-  }
-  const int64_t grid_sms = std::min<int64_t>(sms, FpsGridPolicy::kMaxBlocks);
-  if (points.dim == 3 && N <= grid_sms * T * FpsGridPolicy::kMaxPpt) {
-    // One block per SM, at least g_min blocks per cloud, as many clouds per launch as fit; a
-    // cloud whose blocks would hold fewer than kTargetPpt points per thread gets fewer blocks.
-    const int64_t g_min = detail::ceil_div(N, T * FpsGridPolicy::kMaxPpt);
-    const int64_t clouds = std::min<int64_t>(B, grid_sms / g_min);
-    const int64_t g_target = std::max(g_min, detail::ceil_div(N, T * FpsGridPolicy::kTargetPpt));
-    const int g = static_cast<int>(std::min(grid_sms / clouds, g_target));
-    const int64_t per_thread = detail::ceil_div(detail::ceil_div(N, g), T);
-    int ppt = 1;
-    while (ppt < per_thread) ppt *= 2;
-    switch (ppt) {
-      case 1: resident_blocks_per_sm<1>(); return run_grid<1>(ctx, ws, a, B, N, clouds, g);
-      case 2: resident_blocks_per_sm<2>(); return run_grid<2>(ctx, ws, a, B, N, clouds, g);
-      case 4: resident_blocks_per_sm<4>(); return run_grid<4>(ctx, ws, a, B, N, clouds, g);
-      case 8: resident_blocks_per_sm<8>(); return run_grid<8>(ctx, ws, a, B, N, clouds, g);
-      default: resident_blocks_per_sm<16>(); return run_grid<16>(ctx, ws, a, B, N, clouds, g);
+  const FpsArgs a{points, detail::upload_lengths(ctx, ws, lengths, B, N), lengths.present(), M,
+                  params.start_index, params.skip_near_origin, out, nullptr, 0};
+  dispatch(ctx, ws, a, B, N, points.dim);
+}
+
+void furthest_point_sample_ragged(const CudaContext& ctx, RaggedPointsView points, OffsetsView ptr,
+                                  const int64_t* counts, const int64_t* starts, int64_t* out) {
+  core::validate_furthest_point_sample_ragged(points, ptr, counts, starts);
+  // Only the clouds with samples take part: per cloud its length, first row, start, count and
+  // output offset, uploaded in one copy.
+  std::vector<int64_t> len, first, start, count, offset;
+  int64_t total = 0, longest = 0;
+  for (int64_t b = 0; b < ptr.batch(); ++b) {
+    if (counts[b] > 0) {
+      len.push_back(ptr.length(b));
+      first.push_back(ptr.begin(b));
+      start.push_back(starts[b]);
+      count.push_back(counts[b]);
+      offset.push_back(total);
+      longest = std::max(longest, ptr.length(b));
     }
+    total += counts[b];
   }
-  // Streaming: any D, any size.
-  const int64_t resident = sms * std::min(resident_blocks_per_sm<0>(), FpsGridPolicy::kStreamBlocksPerSm);
-  const int64_t clouds = std::min<int64_t>(B, resident);
-  const int g = static_cast<int>(std::min<int64_t>(std::max<int64_t>(1, resident / clouds), FpsGridPolicy::kMaxBlocks));
-  run_grid<0>(ctx, ws, a, B, N, clouds, g);
+  const int64_t B = static_cast<int64_t>(len.size());
+  if (B == 0) return;
+  std::vector<int64_t> host;
+  host.reserve(static_cast<size_t>(5 * B));
+  for (const auto* v : {&len, &first, &start, &count, &offset}) host.insert(host.end(), v->begin(), v->end());
+  detail::Workspace ws(ctx);
+  int64_t* dev = ws.alloc<int64_t>(5 * B);
+  // Pageable source: the call returns once `host` has been consumed.
+  PCOPS_CUDA_CHECK(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(int64_t), cudaMemcpyHostToDevice,
+                                   detail::stream_of(ctx)));
+  const PointsView view{points.data, B, longest, points.dim, 0, points.stride_point, points.stride_dim};
+  const FpsArgs a{view, dev, true, 0, 0, false, out, dev + B, B};
+  dispatch(ctx, ws, a, B, longest, points.dim);
 }
 
 }  // namespace pcops::cuda

@@ -55,7 +55,7 @@ if has sanitize; then
   done
   # racecheck is much slower: the tests that cover every shared-memory kernel (warp top-k and grid
   # search of kNN, both ball-query paths, FPS cluster (distributed shared memory) and grid paths).
-  RACE=${PCOPS_RACECHECK_FILTER:-CudaKnn.UniformBothPaths:CudaKnn.DuplicateHeavyTies:CudaKnn.KEqualsNAndPathBoundaries:CudaBallQuery.UniformScanAllK:CudaBallQuery.GridUniformAndCellBoundaries:CudaBallQuery.GridDuplicatesOverflowTheBuffer:CudaBallQuery.BackwardMatchesCpuBits:CudaFurthestPointSample.StartIndex:CudaFurthestPointSample.SkipNearOrigin:CudaFurthestPointSample.LengthsPadWithMinusOne}
+  RACE=${PCOPS_RACECHECK_FILTER:-CudaKnn.UniformBothPaths:CudaKnn.DuplicateHeavyTies:CudaKnn.KEqualsNAndPathBoundaries:CudaBallQuery.UniformScanAllK:CudaBallQuery.GridUniformAndCellBoundaries:CudaBallQuery.GridDuplicatesOverflowTheBuffer:CudaBallQuery.BackwardMatchesCpuBits:CudaFurthestPointSample.ShortRunsOfEveryPathForSanitizers}
   run_stage sanitize_racecheck timeout ${PCOPS_SANITIZE_TIMEOUT:-200} compute-sanitizer --tool racecheck \
     --racecheck-report all --error-exitcode 99 "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter="$RACE"
 fi

@@ -1,9 +1,11 @@
 // CUDA furthest_point_sample: bitwise equal indices to the CPU backend on every kind of cloud, on
 // sizes that select each CUDA path and cross its boundaries (cluster path: N <= 32768 with
-// PPT = 1..32 and cluster sizes 1..8, st.async exchange for clusters of 2..8; grid path:
-// 32768 < N <= #SMs * 8192, about 2048 points per block up to one block per SM; streaming path:
-// any D != 3 or larger clouds), long runs past the 16-bit exchange tags, and the same errors as
-// the CPU backend.
+// PPT = 1..32 and cluster sizes 1..8, st.async exchange for clusters of 2..8; big-cluster path:
+// 32768 < N <= 131072 on clusters of 16 blocks (256 threads up to 65536 points, then 512), with
+// and without the finite-coordinate fold; grid path: larger clouds, and batches whose clusters
+// cannot all be resident, up to #SMs * 8192 points, about 2048 points per block up to one block
+// per SM; streaming path: any D != 3 or larger clouds), long runs past the 16-bit exchange tags
+// and many mbarrier phases, and the same errors as the CPU backend.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -89,6 +91,41 @@ TEST(CudaFurthestPointSample, ClusterPathSizesAroundBoundaries) {
   }
 }
 
+TEST(CudaFurthestPointSample, BigClusterPathSizesAroundBoundaries) {
+  std::mt19937 rng(21);
+  // 256 threads: PPT 2..16 (exact counts above 8); 512 threads from 65537 points; grid past 131072.
+  for (int64_t n : {int64_t{32769}, int64_t{40000}, int64_t{49153}, int64_t{57344}, int64_t{65536},
+                    int64_t{65537}, int64_t{90001}, int64_t{106497}, int64_t{131071}, int64_t{131072}}) {
+    SCOPED_TRACE(n);
+    const Cloud c = pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f);
+    expect_same(c, params_of(150, n / 3));
+  }
+  // Coordinates at the edge of the finite fold (|v| < 2^61) and just past it.
+  for (float big : {0x1.fffffep60f, 0x1p61f, 3e38f}) {
+    SCOPED_TRACE(big);
+    Cloud c = pcops_test::uniform_cloud(rng, 1, 70000, 3, -1.0f, 1.0f);
+    c.at(0, 100, 0) = big;
+    c.at(0, 60000, 1) = -big;
+    expect_same(c, params_of(100, 5));
+    expect_same(c, params_of(100, 100));
+  }
+}
+
+TEST(CudaFurthestPointSample, ShortRunsOfEveryPathForSanitizers) {
+  // Few steps on every path (cluster path with st.async exchange, big-cluster path with both block
+  // sizes and both folds, grid path, streaming path): short enough for racecheck.
+  std::mt19937 rng(22);
+  expect_same(pcops_test::uniform_cloud(rng, 2, 8192, 3), params_of(12, 1));
+  expect_same(pcops_test::uniform_cloud(rng, 1, 131073, 3), params_of(12, 1));
+  expect_same(pcops_test::uniform_cloud(rng, 1, 3000, 4), params_of(12, 1));
+  for (int64_t n : {int64_t{32769}, int64_t{65537}}) {
+    Cloud c = pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f);
+    expect_same(c, params_of(12, 3));
+    c.at(0, 9, 1) = std::nanf("");
+    expect_same(c, params_of(12, 3));
+  }
+}
+
 TEST(CudaFurthestPointSample, GridPathSizesAroundBoundaries) {
   std::mt19937 rng(2);
   const int64_t cap = int64_t{num_sms()} * 512 * 16;  // last size of the register grid path
@@ -118,7 +155,8 @@ TEST(CudaFurthestPointSample, ExchangeTagsWrapAfter65536Steps) {
   // cluster exchange alternates mbarrier phases. All runs continue past M > N (index 0 repeats).
   std::mt19937 rng(17);
   const FpsParams p = params_of(65536 + 300, 11);
-  expect_same(pcops_test::uniform_cloud(rng, 1, 32769, 3), p);  // grid, 17 blocks
+  expect_same(pcops_test::uniform_cloud(rng, 1, 32769, 3), p);  // big cluster, 16 blocks
+  expect_same(pcops_test::uniform_cloud(rng, 1, 131073, 3), p);  // grid, 65 blocks
   expect_same(pcops_test::uniform_cloud(rng, 1, 3000, 2), p);   // streaming
   expect_same(pcops_test::uniform_cloud(rng, 2, 8192, 3), p);   // cluster of 8
 }
@@ -361,6 +399,94 @@ TEST(CudaFurthestPointSample, ErrorsAsCpu) {
   // Allowed: an empty cloud ignores start_index.
   const Cloud host = pcops_test::uniform_cloud(rng, 2, 10, 3);
   expect_same(host, params_of(2, 3), LengthsView{lens, 2});
+}
+
+// ---------------------------------------------------------------------------------------------
+// Ragged (CSR) batches: one launch over all clouds with samples, global indices, per-cloud
+// starts and counts (counts above the cloud size repeat its first row), every path.
+
+struct RaggedCase {
+  std::vector<float> rows;  // [count, dim]
+  std::vector<int64_t> ptr, counts, starts;
+  int64_t dim = 3;
+};
+
+RaggedCase ragged_case(std::mt19937& rng, const std::vector<int64_t>& sizes, int64_t dim, double ratio) {
+  RaggedCase c;
+  c.dim = dim;
+  c.ptr.push_back(0);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (int64_t n : sizes) {
+    for (int64_t i = 0; i < n * dim; ++i) c.rows.push_back(u(rng));
+    c.ptr.push_back(c.ptr.back() + n);
+    c.counts.push_back(n == 0 ? 0 : static_cast<int64_t>(std::ceil(static_cast<double>(n) * ratio)));
+    c.starts.push_back(n == 0 ? 0 : static_cast<int64_t>(rng() % static_cast<unsigned>(n)));
+  }
+  return c;
+}
+
+void expect_same_ragged(const RaggedCase& c, bool strided = false) {
+  const int64_t count = c.ptr.back();
+  const pcops::OffsetsView ptr{c.ptr.data(), static_cast<int64_t>(c.ptr.size())};
+  int64_t total = 0;
+  for (int64_t v : c.counts) total += v;
+  std::vector<int64_t> want(static_cast<size_t>(total), kSentinelIdx);
+  pcops::cpu::furthest_point_sample_ragged({}, pcops::RaggedPointsView::contiguous(c.rows.data(), count, c.dim),
+                                           ptr, c.counts.data(), c.starts.data(), want.data());
+  // Strided: every row padded to dim + 2 floats.
+  const int64_t row = strided ? c.dim + 2 : c.dim;
+  std::vector<float> host(static_cast<size_t>(std::max<int64_t>(count * row, 1)), 7.0f);
+  for (int64_t i = 0; i < count; ++i)
+    for (int64_t d = 0; d < c.dim; ++d) host[i * row + d] = c.rows[i * c.dim + d];
+  DeviceBuffer<float> dev(host);
+  StreamContext sc;
+  DeviceBuffer<int64_t> out(static_cast<size_t>(std::max<int64_t>(total, 1)));
+  out.fill(kSentinelIdx);
+  pcops::cuda::furthest_point_sample_ragged(sc.ctx, pcops::RaggedPointsView{dev.data(), count, c.dim, row, 1}, ptr,
+                                            c.counts.data(), c.starts.data(), out.data());
+  std::vector<int64_t> got = out.download();
+  got.resize(static_cast<size_t>(total));
+  EXPECT_TRUE(same_idx(got, want)) << "clouds=" << c.counts.size() << " strided=" << strided;
+}
+
+TEST(CudaFurthestPointSample, RaggedEveryPathAndEmptyClouds) {
+  std::mt19937 rng(31);
+  // Small clouds (cluster path) with empty ones between them, the ends included.
+  expect_same_ragged(ragged_case(rng, {0, 5, 1, 0, 300, 2048, 0, 7000, 0}, 3, 0.5), true);
+  // Many small clouds: one launch with gridDim.y = clouds.
+  std::vector<int64_t> many(300);
+  for (auto& n : many) n = 1 + static_cast<int64_t>(rng() % 600);
+  expect_same_ragged(ragged_case(rng, many, 3, 0.25));
+  // Big-cluster (up to 131072 points), grid (larger) and mixed sizes in one batch.
+  expect_same_ragged(ragged_case(rng, {40000, 100, 90000}, 3, 0.01), true);
+  expect_same_ragged(ragged_case(rng, {200000, 3000}, 3, 0.002));
+  // Other dimensions (streaming path) and ratios above 1 (the first row repeats).
+  expect_same_ragged(ragged_case(rng, {50, 0, 700}, 5, 1.0));
+  expect_same_ragged(ragged_case(rng, {9, 40, 3}, 3, 2.5), true);
+  expect_same_ragged(ragged_case(rng, {1, 1, 2}, 2, 3.0));
+}
+
+TEST(CudaFurthestPointSample, RaggedZeroCountsAndErrors) {
+  std::mt19937 rng(32);
+  RaggedCase c = ragged_case(rng, {10, 20}, 3, 0.5);
+  c.counts = {0, 0};
+  expect_same_ragged(c);  // nothing to do, nothing written
+  RaggedCase none;
+  none.ptr = {0};
+  expect_same_ragged(none);
+  // The CPU checks: a start outside its cloud, samples from an empty cloud, bad offsets.
+  StreamContext sc;
+  DeviceBuffer<float> dev(std::vector<float>(30, 0.0f));
+  DeviceBuffer<int64_t> out(16);
+  const std::vector<int64_t> ptr_ok{0, 4, 10}, ptr_bad{0, 12, 10}, ptr_empty{0, 0, 10};
+  const std::vector<int64_t> counts{2, 2}, bad_start{4, 0}, starts{0, 0};
+  const auto call = [&](const std::vector<int64_t>& p, const std::vector<int64_t>& s) {
+    pcops::cuda::furthest_point_sample_ragged(sc.ctx, pcops::RaggedPointsView::contiguous(dev.data(), 10, 3),
+                                              pcops::OffsetsView{p.data(), 3}, counts.data(), s.data(), out.data());
+  };
+  EXPECT_THROW(call(ptr_ok, bad_start), pcops::Error);
+  EXPECT_THROW(call(ptr_bad, starts), pcops::Error);
+  EXPECT_THROW(call(ptr_empty, starts), pcops::Error);
 }
 
 }  // namespace

@@ -80,6 +80,31 @@ def test_fps_nonfinite_and_strided(gen):
     assert_same(*both(pcops.furthest_point_sample, s, 300))
 
 
+def test_fps_ragged_equal(gen):
+    sizes = [0, 5, 1, 300, 0, 2048, 40000, 90000, 150000, 7]
+    x = torch.rand(sum(sizes), 3, generator=gen)
+    ptr = torch.tensor([0] + sizes).cumsum(0)
+    counts = torch.tensor([(n + 99) // 100 for n in sizes])
+    starts = torch.tensor([n // 3 for n in sizes])
+    out = both(torch.ops.pcops.furthest_point_sample_ragged, x, ptr, counts, starts)
+    assert_same(*out)
+    assert out[0].numel() == int(counts.sum())
+
+
+def test_flat_fps_cuda_equal(gen):
+    from pcops import flat
+
+    x = torch.rand(12000, 3, generator=gen)
+    batch = torch.repeat_interleave(torch.arange(4), torch.tensor([1000, 5000, 2000, 4000]))
+    for ratio in (0.5, 0.1, 1.5):
+        torch.manual_seed(3)
+        want = flat.fps(x, batch, ratio=ratio, random_start=True)
+        torch.manual_seed(3)
+        got = flat.fps(x.cuda(), batch.cuda(), ratio=ratio, random_start=True)
+        assert got.is_cuda and torch.equal(got.cpu(), want)
+    assert torch.equal(flat.fps(x.cuda(), None, 0.25, False).cpu(), flat.fps(x, None, 0.25, False))
+
+
 # ----------------------------------------------------------------------------------------------
 # kNN
 

@@ -1,0 +1,72 @@
+#!/usr/bin/env python3
+"""Tuning probe of the CUDA furthest point sampling paths: times every forced path configuration
+(PCOPS_CUDA_FPS_CONFIG) on the issue's shapes with CUDA events (median), checks each result
+bitwise against the CPU backend,.
+
+Usage: PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so python benchmarks/scripts/fps_tune.py
+"""
+
+from __future__ import annotations
+
+import os
+import statistics
+import sys
+
+import torch
+
+import pcops
+
+CASES = {
+    "100k": (1, 100_000, ["", "big:512", "grid"]),
+    "1M": (1, 1_000_000, [""]),
+    "B16x8192": (16, 8192, ["", "cluster:4"]),
+    "B4x100k": (4, 100_000, ["", "grid"]),
+    "60k": (1, 60_000, ["", "big:256", "big:512", "grid"]),
+}
+
+
+def shell(b, n, gen):
+    p = torch.randn(b, n, 3, generator=gen)
+    p = p / p.norm(dim=-1, keepdim=True)
+    return (p + 0.01 * torch.randn(b, n, 3, generator=gen)).contiguous()
+
+
+def timed(fn, reps=25):
+    for _ in range(3):
+        fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b))
+    return statistics.median(ts)
+
+
+def main():
+    gen = torch.Generator().manual_seed(7)
+    only = sys.argv[1:]
+    for name, (b, n, configs) in CASES.items():
+        if only and name not in only:
+            continue
+        p = shell(b, n, gen)
+        want = pcops.furthest_point_sample(p, 1024)
+        pg = p.cuda()
+        for cfg in configs:
+            os.environ["PCOPS_CUDA_FPS_CONFIG"] = cfg
+            try:
+                got = pcops.furthest_point_sample(pg, 1024)
+                ms = timed(lambda: pcops.furthest_point_sample(pg, 1024))
+            except Exception as e:  # a forced shape that cannot run
+                print(f"{name:10s} {cfg or 'default':14s} n/a ({str(e).splitlines()[0][:80]})", flush=True)
+                continue
+            ok = torch.equal(got.cpu(), want)
+            print(f"{name:10s} {cfg or 'default':18s} {ms:8.3f} ms  equal={ok}", flush=True)
+    os.environ.pop("PCOPS_CUDA_FPS_CONFIG", None)
+
+
+if __name__ == "__main__":
+    main()
