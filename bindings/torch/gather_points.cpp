@@ -50,6 +50,22 @@ at::Tensor gather_points_backward_cpu(const at::Tensor& grad_out, const at::Tens
   });
 }
 
+#if PCOPS_TORCH_CUDA
+at::Tensor gather_points_cuda(const at::Tensor& features, const at::Tensor& idx) {
+  const c10::cuda::CUDAGuard guard(features.device());
+  return gather_points_impl(features, idx, [](const at::Tensor& t, auto&&... a) {
+    cuda::gather_points(cuda_context(t), a...);
+  });
+}
+
+at::Tensor gather_points_backward_cuda(const at::Tensor& grad_out, const at::Tensor& idx, int64_t count) {
+  const c10::cuda::CUDAGuard guard(grad_out.device());
+  return gather_points_backward_impl(grad_out, idx, count, [](const at::Tensor& t, auto&&... a) {
+    cuda::gather_points_backward(cuda_context(t), a...);
+  });
+}
+#endif
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(pcops, m) {
@@ -61,5 +77,12 @@ TORCH_LIBRARY_IMPL(pcops, CPU, m) {
   m.impl("gather_points", &gather_points_cpu);
   m.impl("_gather_points_backward", &gather_points_backward_cpu);
 }
+
+#if PCOPS_TORCH_CUDA
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
+  m.impl("gather_points", &gather_points_cuda);
+  m.impl("_gather_points_backward", &gather_points_backward_cuda);
+}
+#endif
 
 }  // namespace pcops::torch_binding

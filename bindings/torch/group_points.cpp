@@ -55,6 +55,22 @@ at::Tensor group_points_backward_cpu(const at::Tensor& grad_out, const at::Tenso
   });
 }
 
+#if PCOPS_TORCH_CUDA
+at::Tensor group_points_cuda(const at::Tensor& features, const at::Tensor& idx) {
+  const c10::cuda::CUDAGuard guard(features.device());
+  return group_points_impl(features, idx, [](const at::Tensor& t, auto&&... a) {
+    cuda::group_points(cuda_context(t), a...);
+  });
+}
+
+at::Tensor group_points_backward_cuda(const at::Tensor& grad_out, const at::Tensor& idx, int64_t count) {
+  const c10::cuda::CUDAGuard guard(grad_out.device());
+  return group_points_backward_impl(grad_out, idx, count, [](const at::Tensor& t, auto&&... a) {
+    cuda::group_points_backward(cuda_context(t), a...);
+  });
+}
+#endif
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(pcops, m) {
@@ -66,5 +82,12 @@ TORCH_LIBRARY_IMPL(pcops, CPU, m) {
   m.impl("group_points", &group_points_cpu);
   m.impl("_group_points_backward", &group_points_backward_cpu);
 }
+
+#if PCOPS_TORCH_CUDA
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
+  m.impl("group_points", &group_points_cuda);
+  m.impl("_group_points_backward", &group_points_backward_cuda);
+}
+#endif
 
 }  // namespace pcops::torch_binding

@@ -82,6 +82,26 @@ std::tuple<at::Tensor, at::Tensor> three_interpolate_backward_cpu(const at::Tens
                                          });
 }
 
+#if PCOPS_TORCH_CUDA
+at::Tensor three_interpolate_cuda(const at::Tensor& features, const at::Tensor& idx, const at::Tensor& weight) {
+  const c10::cuda::CUDAGuard guard(features.device());
+  return three_interpolate_impl(features, idx, weight, [](const at::Tensor& t, auto&&... a) {
+    cuda::three_interpolate(cuda_context(t), a...);
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor> three_interpolate_backward_cuda(const at::Tensor& grad_out,
+                                                                   const at::Tensor& features, const at::Tensor& idx,
+                                                                   const at::Tensor& weight, bool need_features,
+                                                                   bool need_weight) {
+  const c10::cuda::CUDAGuard guard(features.device());
+  return three_interpolate_backward_impl(grad_out, features, idx, weight, need_features, need_weight,
+                                         [](const at::Tensor& t, auto&&... a) {
+                                           cuda::three_interpolate_backward(cuda_context(t), a...);
+                                         });
+}
+#endif
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(pcops, m) {
@@ -95,5 +115,12 @@ TORCH_LIBRARY_IMPL(pcops, CPU, m) {
   m.impl("three_interpolate", &three_interpolate_cpu);
   m.impl("_three_interpolate_backward", &three_interpolate_backward_cpu);
 }
+
+#if PCOPS_TORCH_CUDA
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
+  m.impl("three_interpolate", &three_interpolate_cuda);
+  m.impl("_three_interpolate_backward", &three_interpolate_backward_cuda);
+}
+#endif
 
 }  // namespace pcops::torch_binding

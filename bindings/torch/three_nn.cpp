@@ -31,6 +31,17 @@ std::tuple<at::Tensor, at::Tensor> three_nn_cpu(const at::Tensor& unknown, const
   });
 }
 
+#if PCOPS_TORCH_CUDA
+std::tuple<at::Tensor, at::Tensor> three_nn_cuda(const at::Tensor& unknown, const at::Tensor& known,
+                                                 const std::optional<at::Tensor>& unknown_lengths,
+                                                 const std::optional<at::Tensor>& known_lengths) {
+  const c10::cuda::CUDAGuard guard(unknown.device());
+  return three_nn_impl(unknown, known, unknown_lengths, known_lengths, [](const at::Tensor& t, auto&&... a) {
+    cuda::three_nn(cuda_context(t), a...);
+  });
+}
+#endif
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(pcops, m) {
@@ -40,5 +51,9 @@ TORCH_LIBRARY_FRAGMENT(pcops, m) {
 }
 
 TORCH_LIBRARY_IMPL(pcops, CPU, m) { m.impl("three_nn", &three_nn_cpu); }
+
+#if PCOPS_TORCH_CUDA
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) { m.impl("three_nn", &three_nn_cuda); }
+#endif
 
 }  // namespace pcops::torch_binding

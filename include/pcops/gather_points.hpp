@@ -28,4 +28,18 @@ void gather_points_backward(const CpuContext& ctx, FeaturesView grad_out, const 
                             int64_t count, float* grad_features);
 }  // namespace cpu
 
+namespace cuda {
+// Same contract as the cpu:: functions; every pointer is device memory (idx: contiguous int64
+// [B, M]). Bitwise equal to the CPU backend, deterministic (no float atomics).
+// idx must lie in [-1, N) (backward: [-1, count)): the range is NOT checked here (that would
+// need a device-to-host copy and a synchronisation; the torch binding checks it before calling).
+// An index outside the range is never dereferenced (it is treated like -1), so bad indices give
+// wrong values, never out-of-bounds accesses.
+void gather_points(const CudaContext& ctx, FeaturesView features, const int64_t* idx,
+                   int64_t num_indices, float* out);
+
+void gather_points_backward(const CudaContext& ctx, FeaturesView grad_out, const int64_t* idx,
+                            int64_t count, float* grad_features);
+}  // namespace cuda
+
 }  // namespace pcops

@@ -35,4 +35,16 @@ void group_points_backward(const CpuContext& ctx, FeaturesView grad_out, const i
                            const GroupPointsParams& params, int64_t count, float* grad_features);
 }  // namespace cpu
 
+namespace cuda {
+// Same contract as the cpu:: functions; every pointer is device memory (idx: contiguous int64
+// [B, M, S]). Bitwise equal to the CPU backend, deterministic (no float atomics). As for
+// cuda::gather_points, idx must lie in [-1, N) (backward: [-1, count)) and is not range-checked
+// here; an index outside the range is treated like -1 (never dereferenced).
+void group_points(const CudaContext& ctx, FeaturesView features, const int64_t* idx,
+                  const GroupPointsParams& params, float* out);
+
+void group_points_backward(const CudaContext& ctx, FeaturesView grad_out, const int64_t* idx,
+                           const GroupPointsParams& params, int64_t count, float* grad_features);
+}  // namespace cuda
+
 }  // namespace pcops

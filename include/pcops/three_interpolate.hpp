@@ -36,4 +36,19 @@ void three_interpolate_backward(const CpuContext& ctx, FeaturesView grad_out,
                                 float* grad_features, float* grad_weight);
 }  // namespace cpu
 
+namespace cuda {
+// Same contract as the cpu:: functions; every pointer is device memory (idx: contiguous int64
+// [B, N, 3]). Bitwise equal to the CPU backend, deterministic (no float atomics).
+// idx must lie in [-1, M): the range is NOT checked here (that would need a device-to-host
+// copy and a synchronisation; the torch binding checks it before calling). A slot outside the
+// range is never dereferenced (it is skipped like -1), so bad indices give wrong values, never
+// out-of-bounds accesses.
+void three_interpolate(const CudaContext& ctx, FeaturesView features, const int64_t* idx,
+                       PointsView weight, float* out);
+
+void three_interpolate_backward(const CudaContext& ctx, FeaturesView grad_out,
+                                FeaturesView features, const int64_t* idx, PointsView weight,
+                                float* grad_features, float* grad_weight);
+}  // namespace cuda
+
 }  // namespace pcops

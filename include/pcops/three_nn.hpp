@@ -29,4 +29,11 @@ void three_nn(const CpuContext& ctx, PointsView unknown, PointsView known,
               LengthsView unknown_lengths, LengthsView known_lengths, float* dist, int64_t* idx);
 }  // namespace cpu
 
+namespace cuda {
+// Same contract as cpu::three_nn; unknown, known, dist and idx in device memory, lengths in host
+// memory. Bitwise equal to the CPU backend.
+void three_nn(const CudaContext& ctx, PointsView unknown, PointsView known,
+              LengthsView unknown_lengths, LengthsView known_lengths, float* dist, int64_t* idx);
+}  // namespace cuda
+
 }  // namespace pcops

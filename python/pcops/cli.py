@@ -113,8 +113,8 @@ def cmd_bench(args) -> int:
 
     ops = _csv(args.ops) if args.ops else list(C.OPS)
     for op in ops:
-        if op not in C.OPS:
-            print(f"--ops: unknown operator {op!r} (expected {', '.join(C.OPS)})", file=sys.stderr)
+        if op not in C.ALL_OPS:
+            print(f"--ops: unknown operator {op!r} (expected {', '.join(C.ALL_OPS)})", file=sys.stderr)
             return 2
     sizes = [C.parse_size(s) for s in _csv(args.sizes)] if args.sizes else list(C.SIZES)
     try:

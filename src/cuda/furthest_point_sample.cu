@@ -64,6 +64,10 @@ struct FpsClusterPolicy {
   // (remote stores acknowledged, then an all-to-all arrive/wait). false = the cluster barrier.
   static constexpr bool kAsyncExchange = true;
   static constexpr long long kWaitTrapCycles = 1ll << 35;  // ~17 s at 2 GHz
+  // Clouds up to this size (C > 1): every block keeps a copy of the whole cloud in shared memory
+  // (SoA, 12 bytes a point), so a record is (key, index) in one 8-byte st.async and the winner's
+  // coordinates are read locally, instead of a 16 + 4-byte pair of st.async per record.
+  static constexpr int64_t kCopyMaxPoints = 16384;
 };
 static_assert(FpsClusterPolicy::kClusterThreads == 32 * 32, "one warp winner per lane of a warp");
 
@@ -105,6 +109,17 @@ __device__ __forceinline__ float fold(float m, float s) {
   s = s < INFINITY ? s : 0.0f;
   return fminf(m, s);
 }
+
+// When every coordinate of a cloud is finite and below 2^61 in magnitude, no s can be NaN or
+// overflow (|dx| < 2^62, so s < 3 * 2^124), and the fold is a plain fminf; the cluster and
+// big-cluster paths learn this once per cloud, before their loop.
+template <bool kFinite>
+__device__ __forceinline__ float fold_as(float m, float s) {
+  if constexpr (kFinite) return fminf(m, s);
+  else return fold(m, s);
+}
+
+__device__ __forceinline__ bool safe_coord(float v) { return fabsf(v) < 0x1p61f; }  // false for NaN
 
 __device__ __forceinline__ int key_of(float m) { return __float_as_int(m); }
 
@@ -157,6 +172,11 @@ __device__ __forceinline__ bool mbar_try_wait(unsigned bar, unsigned parity) {
 __device__ __forceinline__ void st_async(unsigned addr, int4 v, unsigned bar) {
   asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v4.b32 [%0], {%1, %2, %3, %4}, [%5];" ::"r"(addr),
                "r"(v.x), "r"(v.y), "r"(v.z), "r"(v.w), "r"(bar)
+               : "memory");
+}
+__device__ __forceinline__ void st_async(unsigned addr, int2 v, unsigned bar) {
+  asm volatile("st.async.shared::cluster.mbarrier::complete_tx::bytes.v2.b32 [%0], {%1, %2}, [%3];" ::"r"(addr),
+               "r"(v.x), "r"(v.y), "r"(bar)
                : "memory");
 }
 __device__ __forceinline__ void st_async(unsigned addr, int v, unsigned bar) {
@@ -227,18 +247,22 @@ __device__ __forceinline__ float coord(const FpsArgs& a, const CloudRef& c, int6
 // Cluster path. Decomposition: cluster = one cloud (blockIdx.y), C blocks x (1024 / C) threads,
 // thread (rank, tid) owns points rank * S + k * T + tid, k < PPT, in registers.
 
-template <int C, int PPT>
+template <int C, int PPT, bool kCopy>
 __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024 / C, 1)
     fps_cluster_kernel(FpsArgs A) {
   constexpr int T = FpsClusterPolicy::kClusterThreads / C;
   constexpr int W = T / 32;
   constexpr int S = T * PPT;  // points per block
   constexpr bool kAsync = C > 1 && FpsClusterPolicy::kAsyncExchange;
-  // st.async exchange: slot bytes of one step that land in each block (key, idx, x, y | z).
-  constexpr unsigned kStepBytes = C * W * 20;
-  extern __shared__ float4 pts[];  // this block's points, for the coordinates of a warp winner
+  static_assert(!kCopy || kAsync, "the cloud copy goes with the st.async exchange");
+  // st.async exchange: slot bytes of one step that land in each block (key, idx[, x, y | z]).
+  constexpr unsigned kStepBytes = C * W * (kCopy ? 8 : 20);
+  // kCopy: the whole cloud as SoA x[cap], y[cap], z[cap] (cap = the launch's longest cloud, a
+  // multiple of 4); otherwise this block's points, for the coordinates of a warp winner.
+  extern __shared__ float4 pts[];
   __shared__ WarpSlot slots[2][C * W];
   __shared__ unsigned long long bars[2];  // st.async exchange: bars[t & 1] completes step t
+  __shared__ int cluster_unsafe;
 
   const int b = blockIdx.y;
   const int rank = blockIdx.x;  // == cluster rank: the cluster spans gridDim.x == C
@@ -254,6 +278,7 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024 / C, 1)
 
   const int64_t base = static_cast<int64_t>(rank) * S;
   float px[PPT], py[PPT], pz[PPT], m[PPT];
+  bool safe = true;
 #pragma unroll
   for (int k = 0; k < PPT; ++k) {
     const int64_t j = base + k * T + tid;
@@ -263,12 +288,25 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024 / C, 1)
       y = coord(A, info, j, 1);
       z = coord(A, info, j, 2);
       mk = (!skip || eligible(x, y, z)) ? INFINITY : -1.0f;
+      safe = safe && safe_coord(x) && safe_coord(y) && safe_coord(z);
     }
     px[k] = x, py[k] = y, pz[k] = z, m[k] = mk;
-    pts[k * T + tid] = make_float4(x, y, z, 0.0f);
+    if constexpr (!kCopy) pts[k * T + tid] = make_float4(x, y, z, 0.0f);
+  }
+  const int64_t cap = (A.P.count + 3) & ~int64_t{3};
+  float* const xs = reinterpret_cast<float*>(pts);
+  float* const ys = xs + cap;
+  float* const zs = ys + cap;
+  if constexpr (kCopy) {
+    for (int64_t j = tid; j < info.n; j += T) {
+      xs[j] = coord(A, info, j, 0);
+      ys[j] = coord(A, info, j, 1);
+      zs[j] = coord(A, info, j, 2);
+    }
   }
   float cx = coord(A, info, start, 0), cy = coord(A, info, start, 1), cz = coord(A, info, start, 2);
   if (rank == 0 && tid == 0) o[0] = info.first + start;
+  if (tid == 0) cluster_unsafe = 0;
   if constexpr (kAsync) {
     // Phase k of bars[p] is step 2k + 1 (p = 1) or 2k + 2 (p = 0); each phase is armed once (one
     // arrival plus its bytes) by thread 0 after the previous phase of that barrier completed.
@@ -282,71 +320,96 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024 / C, 1)
   }
   // Every block of the cluster has started (its shared memory may be written), its mbarriers are
   // initialised, and pts is ready.
-  if constexpr (C > 1) cg::this_cluster().sync();
-  else __syncthreads();
-
-  for (int64_t t = 1; t < info.steps; ++t) {
-    float bm = 0.0f;
-    int bk = 0;
-#pragma unroll
-    for (int k = 0; k < PPT; ++k) {
-      m[k] = fold(m[k], common::squared_distance3(cx, cy, cz, px[k], py[k], pz[k]));
-      if (k == 0 || m[k] > bm) {  // strict: the smallest k (smallest index) among equals
-        bm = m[k];
-        bk = k;
-      }
-    }
-    const int64_t jb = base + bk * T + tid;
-    const unsigned idx = jb < info.n ? static_cast<unsigned>(jb) : kNoIndex;
-    int wkey;
-    unsigned widx;
-    warp_argmax(key_of(bm), idx, wkey, widx);
-    const unsigned local = widx - static_cast<unsigned>(base);
-    const float4 p = local < static_cast<unsigned>(S) ? pts[local] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-    const int par = static_cast<int>(t & 1);
-    if constexpr (kAsync) {
-      // Lane l pushes this warp's winner into block l. bars[par] of a block completes step t once
-      // all C * W records arrived (and thread 0 armed it). The slots of step t are rewritten at
-      // step t + 2 only: a sender gets there after receiving every warp's step t + 1 record, which
-      // each warp sends after its reads of step t (release by complete_tx, acquire by the wait).
-      if (lane < C) {
-        const unsigned dst = cluster_addr(smem_addr(&slots[par][rank * W + warp]), static_cast<unsigned>(lane));
-        const unsigned bar = cluster_addr(smem_addr(&bars[par]), static_cast<unsigned>(lane));
-        st_async(dst, make_int4(wkey, static_cast<int>(widx), __float_as_int(p.x), __float_as_int(p.y)), bar);
-        st_async(dst + 16, __float_as_int(p.z), bar);
-      }
-      const unsigned mine = smem_addr(&bars[par]);
-      const unsigned parity = static_cast<unsigned>((t - 1) >> 1) & 1u;
-      const long long t0 = clock64();
-      while (!mbar_try_wait(mine, parity)) {
-        // A record that never arrives would be a bug: fail the launch instead of hanging.
-        if (clock64() - t0 > FpsClusterPolicy::kWaitTrapCycles) __trap();
-      }
-      // The next phase of bars[par] (step t + 2) cannot complete before every warp of this block
-      // has sent its step t + 1 record, so arming it now is safe even while other warps still
-      // wait on this phase (their try_wait on `parity` stays true until then).
-      if (tid == 0) mbar_arm(mine, kStepBytes);
-    } else {
-      if (lane < C) {
-        WarpSlot* dst = &slots[par][rank * W + warp];
-        if constexpr (C > 1) dst = cg::this_cluster().map_shared_rank(dst, lane);
-        int4* d4 = reinterpret_cast<int4*>(dst);
-        d4[0] = make_int4(wkey, static_cast<int>(widx), __float_as_int(p.x), __float_as_int(p.y));
-        d4[1] = make_int4(__float_as_int(p.z), 0, 0, 0);
-      }
-      // Release of the remote stores / acquire of the ones into this block.
-      if constexpr (C > 1) cg::this_cluster().sync();
-      else __syncthreads();
-    }
-    const int4 a = reinterpret_cast<const int4*>(&slots[par][lane])[0];
-    const int az = reinterpret_cast<const int*>(&slots[par][lane])[4];  // z; the padding is never written
-    warp_argmax(a.x, static_cast<unsigned>(a.y), wkey, widx);
-    const int src = __ffs(__ballot_sync(kFull, a.x == wkey && static_cast<unsigned>(a.y) == widx)) - 1;
-    cx = __shfl_sync(kFull, __int_as_float(a.z), src);
-    cy = __shfl_sync(kFull, __int_as_float(a.w), src);
-    cz = __shfl_sync(kFull, __int_as_float(az), src);
-    if (rank == 0 && tid == 0) o[t] = info.first + static_cast<int64_t>(widx);
+  const bool block_unsafe = __syncthreads_or(!safe) != 0;
+  bool finite = !block_unsafe;
+  if constexpr (C > 1) {
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    if (block_unsafe && tid < C) atomicOr(cluster.map_shared_rank(&cluster_unsafe, tid), 1);
+    cluster.sync();
+    finite = cluster_unsafe == 0;
   }
+
+  const auto run = [&](auto finite_c) {
+    constexpr bool kFinite = decltype(finite_c)::value;
+    for (int64_t t = 1; t < info.steps; ++t) {
+      float bm = 0.0f;
+      int bk = 0;
+#pragma unroll
+      for (int k = 0; k < PPT; ++k) {
+        m[k] = fold_as<kFinite>(m[k], common::squared_distance3(cx, cy, cz, px[k], py[k], pz[k]));
+        if (k == 0 || m[k] > bm) {  // strict: the smallest k (smallest index) among equals
+          bm = m[k];
+          bk = k;
+        }
+      }
+      const int64_t jb = base + bk * T + tid;
+      const unsigned idx = jb < info.n ? static_cast<unsigned>(jb) : kNoIndex;
+      int wkey;
+      unsigned widx;
+      warp_argmax(key_of(bm), idx, wkey, widx);
+      const int par = static_cast<int>(t & 1);
+      float4 p = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if constexpr (!kCopy) {
+        const unsigned local = widx - static_cast<unsigned>(base);
+        if (local < static_cast<unsigned>(S)) p = pts[local];
+      }
+      if constexpr (kAsync) {
+        // Lane l pushes this warp's winner into block l. bars[par] of a block completes step t once
+        // all C * W records arrived (and thread 0 armed it). The slots of step t are rewritten at
+        // step t + 2 only: a sender gets there after receiving every warp's step t + 1 record, which
+        // each warp sends after its reads of step t (release by complete_tx, acquire by the wait).
+        if (lane < C) {
+          const unsigned dst = cluster_addr(smem_addr(&slots[par][rank * W + warp]), static_cast<unsigned>(lane));
+          const unsigned bar = cluster_addr(smem_addr(&bars[par]), static_cast<unsigned>(lane));
+          if constexpr (kCopy) {
+            st_async(dst, make_int2(wkey, static_cast<int>(widx)), bar);
+          } else {
+            st_async(dst, make_int4(wkey, static_cast<int>(widx), __float_as_int(p.x), __float_as_int(p.y)), bar);
+            st_async(dst + 16, __float_as_int(p.z), bar);
+          }
+        }
+        const unsigned mine = smem_addr(&bars[par]);
+        const unsigned parity = static_cast<unsigned>((t - 1) >> 1) & 1u;
+        const long long t0 = clock64();
+        while (!mbar_try_wait(mine, parity)) {
+          // A record that never arrives would be a bug: fail the launch instead of hanging.
+          if (clock64() - t0 > FpsClusterPolicy::kWaitTrapCycles) __trap();
+        }
+        // The next phase of bars[par] (step t + 2) cannot complete before every warp of this block
+        // has sent its step t + 1 record, so arming it now is safe even while other warps still
+        // wait on this phase (their try_wait on `parity` stays true until then).
+        if (tid == 0) mbar_arm(mine, kStepBytes);
+      } else {
+        if (lane < C) {
+          WarpSlot* dst = &slots[par][rank * W + warp];
+          if constexpr (C > 1) dst = cg::this_cluster().map_shared_rank(dst, lane);
+          int4* d4 = reinterpret_cast<int4*>(dst);
+          d4[0] = make_int4(wkey, static_cast<int>(widx), __float_as_int(p.x), __float_as_int(p.y));
+          d4[1] = make_int4(__float_as_int(p.z), 0, 0, 0);
+        }
+        // Release of the remote stores / acquire of the ones into this block.
+        if constexpr (C > 1) cg::this_cluster().sync();
+        else __syncthreads();
+      }
+      if constexpr (kCopy) {
+        const int2 a = reinterpret_cast<const int2*>(&slots[par][lane])[0];
+        warp_argmax(a.x, static_cast<unsigned>(a.y), wkey, widx);
+        cx = xs[widx], cy = ys[widx], cz = zs[widx];  // a real point: index 0 at least exists
+      } else {
+        const int4 a = reinterpret_cast<const int4*>(&slots[par][lane])[0];
+        const int az = reinterpret_cast<const int*>(&slots[par][lane])[4];  // z; the padding is never written
+        warp_argmax(a.x, static_cast<unsigned>(a.y), wkey, widx);
+        const int src = __ffs(__ballot_sync(kFull, a.x == wkey && static_cast<unsigned>(a.y) == widx)) - 1;
+        cx = __shfl_sync(kFull, __int_as_float(a.z), src);
+        cy = __shfl_sync(kFull, __int_as_float(a.w), src);
+        cz = __shfl_sync(kFull, __int_as_float(az), src);
+      }
+      if (rank == 0 && tid == 0) o[t] = info.first + static_cast<int64_t>(widx);
+    }
+  };
+  if (finite) run(std::true_type{});
+  else run(std::false_type{});
   // No remote access follows the last exchange: every block received all records of the last
   // step before leaving its loop, so blocks may exit independently.
 }
@@ -362,14 +425,6 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024 / C, 1)
 //
 // When every coordinate of the cloud is finite and below 2^61 in magnitude, no s can be NaN or
 // overflow, so the fold is a plain fminf (the cluster learns this once, before the loop).
-
-template <bool kFinite>
-__device__ __forceinline__ float fold_as(float m, float s) {
-  if constexpr (kFinite) return fminf(m, s);
-  else return fold(m, s);
-}
-
-__device__ __forceinline__ bool safe_coord(float v) { return fabsf(v) < 0x1p61f; }  // false for NaN
 
 template <int C, int T, int PPT>
 __global__ void __launch_bounds__(T, 1)
@@ -701,44 +756,59 @@ FpsArgs shifted(FpsArgs a, int64_t b0) {
   return a;
 }
 
-// Calls f(std::integral_constant<int, C>, std::integral_constant<int, PPT>) for runtime (C, ppt).
-template <int C, class F>
-void with_cluster_ppt(int ppt, F&& f) {
+// Calls f(integral_constant<int, C>, integral_constant<int, PPT>, bool_constant<copy>) for the
+// runtime (C, ppt, copy); the copy variant exists for C >= 2 and PPT <= 16 (N <= 16384).
+template <int C, int PPT, class F>
+void with_cluster_copy(bool copy, F&& f) {
   using std::integral_constant;
+  if constexpr (C >= 2 && PPT <= 16) {
+    if (copy) return f(integral_constant<int, C>{}, integral_constant<int, PPT>{}, std::true_type{});
+  }
+  return f(integral_constant<int, C>{}, integral_constant<int, PPT>{}, std::false_type{});
+}
+
+template <int C, class F>
+void with_cluster_ppt(int ppt, bool copy, F&& f) {
   switch (ppt) {
-    case 1: return f(integral_constant<int, C>{}, integral_constant<int, 1>{});
-    case 2: return f(integral_constant<int, C>{}, integral_constant<int, 2>{});
-    case 4: return f(integral_constant<int, C>{}, integral_constant<int, 4>{});
-    case 8: return f(integral_constant<int, C>{}, integral_constant<int, 8>{});
+    case 1: return with_cluster_copy<C, 1>(copy, f);
+    case 2: return with_cluster_copy<C, 2>(copy, f);
+    case 4: return with_cluster_copy<C, 4>(copy, f);
+    case 8: return with_cluster_copy<C, 8>(copy, f);
     case 16:
-      if constexpr (C >= 2) return f(integral_constant<int, C>{}, integral_constant<int, 16>{});
+      if constexpr (C >= 2) return with_cluster_copy<C, 16>(copy, f);
       break;
     case 32:
-      if constexpr (C >= 4) return f(integral_constant<int, C>{}, integral_constant<int, 32>{});
+      if constexpr (C >= 4) return with_cluster_copy<C, 32>(copy, f);
       break;
   }
   throw std::logic_error("pcops fps: no cluster kernel for this shape");
 }
 
 template <class F>
-void with_cluster_kernel(int C, int ppt, F&& f) {
+void with_cluster_kernel(int C, int ppt, bool copy, F&& f) {
   switch (C) {
-    case 1: return with_cluster_ppt<1>(ppt, f);
-    case 2: return with_cluster_ppt<2>(ppt, f);
-    case 4: return with_cluster_ppt<4>(ppt, f);
-    default: return with_cluster_ppt<8>(ppt, f);
+    case 1: return with_cluster_ppt<1>(ppt, copy, f);
+    case 2: return with_cluster_ppt<2>(ppt, copy, f);
+    case 4: return with_cluster_ppt<4>(ppt, copy, f);
+    default: return with_cluster_ppt<8>(ppt, copy, f);
   }
+}
+
+template <int C, int PPT, bool kCopy>
+size_t cluster_smem(int64_t N) {
+  constexpr int T = FpsClusterPolicy::kClusterThreads / C;
+  return kCopy ? sizeof(float) * 3 * static_cast<size_t>((N + 3) & ~int64_t{3}) : sizeof(float4) * T * PPT;
 }
 
 constexpr int min_cluster_for(int ppt) { return ppt >= 32 ? 4 : ppt >= 16 ? 2 : 1; }
 
 // Clusters of this shape that can be resident at once (the GPCs bound clusters of 8).
-int resident_clusters(int C, int ppt) {
+int resident_clusters(int C, int ppt, bool copy, int64_t N) {
   int clusters = 0;
-  with_cluster_kernel(C, ppt, [&](auto c, auto p) {
+  with_cluster_kernel(C, ppt, copy, [&](auto c, auto p, auto k) {
     constexpr int T = FpsClusterPolicy::kClusterThreads / decltype(c)::value;
-    const size_t smem = sizeof(float4) * T * decltype(p)::value;
-    auto kernel = fps_cluster_kernel<decltype(c)::value, decltype(p)::value>;
+    const size_t smem = cluster_smem<decltype(c)::value, decltype(p)::value, decltype(k)::value>(N);
+    auto kernel = fps_cluster_kernel<decltype(c)::value, decltype(p)::value, decltype(k)::value>;
     PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                           static_cast<int>(smem)));
     cudaLaunchConfig_t config = {};
@@ -750,7 +820,8 @@ int resident_clusters(int C, int ppt) {
   return clusters;
 }
 
-void cluster_path(const CudaContext& ctx, Launch a, int64_t B, int64_t N, int sms, int force_c = 0) {
+void cluster_path(const CudaContext& ctx, Launch a, int64_t B, int64_t N, int sms, int force_c = 0,
+                  bool allow_copy = true) {
   int ppt = 1;
   while (static_cast<int64_t>(ppt) * FpsClusterPolicy::kClusterThreads < N) ppt *= 2;
   // Spread a cloud over more SMs while the batch leaves SMs idle and each block keeps enough
@@ -762,16 +833,18 @@ void cluster_path(const CudaContext& ctx, Launch a, int64_t B, int64_t N, int sm
   C = std::max(C, min_cluster_for(ppt));
   // A second wave of clusters would double the time: use smaller clusters when the batch's
   // clusters cannot all be resident at this size.
-  while (C > min_cluster_for(ppt) && C > 1 && B > resident_clusters(C, ppt)) C /= 2;
+  const auto copy_for = [&](int c) { return allow_copy && c > 1 && N <= FpsClusterPolicy::kCopyMaxPoints; };
+  while (C > min_cluster_for(ppt) && C > 1 && B > resident_clusters(C, ppt, copy_for(C), N)) C /= 2;
   if (force_c > 0) C = std::max(force_c, min_cluster_for(ppt));
+  const bool copy = copy_for(C);
   constexpr int64_t kMaxGridY = 65535;
   for (int64_t b0 = 0; b0 < B; b0 += kMaxGridY) {
     const int64_t clouds = std::min(kMaxGridY, B - b0);
-    with_cluster_kernel(C, ppt, [&](auto c, auto p) {
+    with_cluster_kernel(C, ppt, copy, [&](auto c, auto p, auto k) {
       constexpr int kC = decltype(c)::value, kPpt = decltype(p)::value;
       constexpr int T = FpsClusterPolicy::kClusterThreads / kC;
-      const size_t smem = sizeof(float4) * T * kPpt;
-      auto kernel = fps_cluster_kernel<kC, kPpt>;
+      const size_t smem = cluster_smem<kC, kPpt, decltype(k)::value>(N);
+      auto kernel = fps_cluster_kernel<kC, kPpt, decltype(k)::value>;
       PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
                                             static_cast<int>(smem)));
       detail::launch(ctx, kernel, dim3(kC, static_cast<unsigned>(clouds)), dim3(T), smem, shifted(a, b0));
@@ -867,7 +940,7 @@ bool run_bigcluster(const CudaContext& ctx, Launch a, int64_t B, int64_t N) {
 }
 
 // Tuning override for benchmarks (environment PCOPS_CUDA_FPS_CONFIG, read at every call):
-// "cluster:C" (cluster path with C blocks), "big:T" (big-cluster path, T threads per block),
+// "cluster:C" (cluster path with C blocks), "cluster-nocopy:C" (the same without the cloud copy), "big:T" (big-cluster path, T threads per block),
 // "grid:G" (grid path, G blocks per cloud), "stream". Unset: the measured choice below.
 struct FpsOverride {
   std::string path;
@@ -903,8 +976,8 @@ void dispatch(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, i
   constexpr int64_t T = FpsGridPolicy::kThreads;
   const FpsOverride ov = fps_override();
   if (D == 3 && N <= int64_t{FpsClusterPolicy::kClusterThreads} * FpsClusterPolicy::kMaxPpt &&
-      (ov.path.empty() || ov.path == "cluster")) {
-    cluster_path(ctx, a, B, N, sms, ov.path == "cluster" ? ov.value : 0);
+      (ov.path.empty() || ov.path == "cluster" || ov.path == "cluster-nocopy")) {
+    cluster_path(ctx, a, B, N, sms, ov.path.empty() ? 0 : ov.value, ov.path != "cluster-nocopy");
     return;
   }
   if (D == 3 && (ov.path.empty() || ov.path == "big")) {

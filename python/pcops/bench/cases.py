@@ -30,6 +30,12 @@ ORDERS = ("random", "morton")
 CLOUDS = ("sphere", "scan", "mesh")
 SIZES = (20_000, 100_000, 1_000_000)
 GRAPH_SIZES = (100_000, 1_000_000)
+# PointNet++ feature propagation, opt-in (not part of the default OPS run): B clouds of N unknown
+# points, each interpolating from M = N / known_ratio known points (a random subset of its
+# cloud); three_interpolate is timed forward + features gradient.
+INTERP_OPS = ("three_nn", "three_interpolate")
+INTERP_LAYOUTS = ((16, 4096), (1, 100_000))  # (clouds B, unknown points N per cloud)
+ALL_OPS = OPS + INTERP_OPS
 
 # Operator parameters (DESIGN.md section 7).
 PARAMS = {
@@ -44,6 +50,10 @@ PARAMS = {
     # (cloud, size, order, clouds in the batch) for about target_degree neighbours on average.
     "radius_graph": {"r": None, "target_degree": 16, "max_num_neighbors": 32, "loop": False,
                      "check_rows": 1024},
+    # M = N // known_ratio known points per cloud; three_interpolate: C channels, weights from the
+    # exact three nearest known points (1 / (d + 1e-8), normalised, as PointNet++).
+    "three_nn": {"known_ratio": 4},
+    "three_interpolate": {"known_ratio": 4, "channels": 128},
 }
 
 
@@ -231,6 +241,8 @@ def choose_radius(points: np.ndarray, ptr: np.ndarray, target: float, samples: i
 
 def make_case(op: str, cloud: str, n: int, order: str, data_dir=None, params=None,
               batches: int = 1) -> Case | None:
+    if op in INTERP_OPS:
+        return _make_interp_case(op, cloud, n, order, data_dir, params, batches)
     base = make_cloud(cloud, n, data_dir)
     if base is None:
         return None
@@ -267,4 +279,53 @@ def _make_flat_case(op, cloud, n, order, pts, desc, params, batches) -> Case:
     case.extra["check_rows"] = np.sort(np.random.default_rng(SEED + 4).choice(n, p["check_rows"], replace=False))
     if op == "radius_graph":
         p["r"] = choose_radius(pts, case.ptr, p["target_degree"])
+    return case
+
+
+def three_nn_indices(unknown: np.ndarray, known: np.ndarray) -> np.ndarray:
+    """int64 [B, N, 3]: the exact three nearest known points of every unknown point (the
+    float32 oracle, per cloud)."""
+    from pcops.bench import oracle
+
+    out = []
+    for u, k in zip(unknown, known):
+        try:  # a k-d tree with exact float32 re-ranking (fast for large clouds)
+            out.append(oracle._knn_tree(u, k, 3) if np.isfinite(u).all() and np.isfinite(k).all()
+                       else oracle.knn(u, k, 3))
+        except ImportError:
+            out.append(oracle.knn(u, k, 3))
+    return np.stack(out).astype(np.int64)
+
+
+def _make_interp_case(op, cloud, n, order, data_dir, params, batches) -> Case | None:
+    p = dict(PARAMS[op])
+    if params:
+        p.update({k: v for k, v in params.items() if k in p})
+    batches = max(1, int(batches))
+    base = make_cloud(cloud, n * batches, data_dir)
+    if base is None:
+        return None
+    pts, desc = base
+    pts = np.ascontiguousarray(reorder(pts, order))
+    if batches > 1:
+        pts, _ = split_batch(pts, batches)
+    unknown = pts.reshape(batches, n, 3)
+    m = max(3, n // int(p["known_ratio"]))
+    rng = np.random.default_rng(SEED + 6)
+    known = np.stack([unknown[b, np.sort(rng.choice(n, m, replace=False))] for b in range(batches)])
+    p.update(batches=batches, unknown=n, known=m)
+    desc += f", {batches} cloud(s) of {n} unknown points, {m} known points each (a random subset)"
+    case = Case(op, cloud, order, n, pts, None, p, desc, batches=batches)
+    case.extra.update(unknown=unknown, known=np.ascontiguousarray(known))
+    if op == "three_interpolate":
+        c = int(p["channels"])
+        g = np.random.default_rng(SEED + 7)
+        idx = three_nn_indices(unknown, known)
+        b_ix = np.arange(batches)[:, None, None]
+        d = unknown[:, :, None, :] - known[b_ix, idx]  # [B, N, 3, 3] float32
+        dist = np.sqrt(d[..., 0] * d[..., 0] + d[..., 1] * d[..., 1] + d[..., 2] * d[..., 2])
+        w = np.float32(1.0) / (dist + np.float32(1e-8))
+        case.extra.update(idx=idx, weight=(w / w.sum(axis=2, keepdims=True)).astype(np.float32),
+                          features=g.standard_normal((batches, c, m), dtype=np.float32),
+                          grad=g.standard_normal((batches, c, n), dtype=np.float32))
     return case

@@ -34,6 +34,9 @@ class Inputs:
     batch: np.ndarray | None = None
     batch_t: object = None
     rows: np.ndarray | None = None
+    # Interpolation operators (three_nn, three_interpolate): batched tensors on the benchmark
+    # device, by name (unknown, known; features, idx, weight, grad).
+    tensors: dict = field(default_factory=dict)
 
 
 @dataclass
@@ -478,6 +481,61 @@ def _torch_radius_graph(x: Inputs):
     return out
 
 
+# ----------------------------------------------------------------------------------------------
+# PointNet++ feature propagation: three_nn (indices [B, N, 3]) and three_interpolate (forward and
+# features gradient, returned as (out, grad_features) and compared bit for bit with the contract).
+# ----------------------------------------------------------------------------------------------
+
+
+def _pcops_three_nn(x: Inputs):
+    import pcops
+
+    _, idx = pcops.three_nn(x.tensors["unknown"], x.tensors["known"])
+    x.sync()
+    return idx
+
+
+def _torch_three_nn(x: Inputs):
+    """Chunked batched torch.cdist + topk(3, largest=False) (cdist's matrix-product form may
+    misorder near ties: the mismatch count shows it)."""
+    import torch
+
+    u, k = x.tensors["unknown"], x.tensors["known"]
+    chunk = max(1, (1 << 25) // max(u.shape[0] * k.shape[1], 1))
+    parts = [torch.cdist(u[:, i : i + chunk], k).topk(3, dim=2, largest=False, sorted=True).indices
+             for i in range(0, u.shape[1], chunk)]
+    out = torch.cat(parts, dim=1) if parts else torch.empty((u.shape[0], 0, 3), dtype=torch.int64)
+    x.sync()
+    return out
+
+
+def _pcops_three_interpolate(x: Inputs):
+    import torch
+
+    import pcops
+
+    f = x.tensors["features"]
+    out = pcops.three_interpolate(f, x.tensors["idx"], x.tensors["weight"])
+    (grad,) = torch.autograd.grad(out, f, x.tensors["grad"])
+    x.sync()
+    return out.detach(), grad
+
+
+def _torch_three_interpolate(x: Inputs):
+    """The usual PyTorch form: gather the three neighbours' features, multiply by the weights,
+    sum over the slots; the gradient through autograd (a scatter-add)."""
+    import torch
+
+    f, idx, w = x.tensors["features"], x.tensors["idx"], x.tensors["weight"]
+    b, c, _ = f.shape
+    n = idx.shape[1]
+    nb = torch.gather(f, 2, idx.reshape(b, 1, n * 3).expand(b, c, n * 3)).reshape(b, c, n, 3)
+    out = (nb * w.unsqueeze(1)).sum(dim=3)
+    (grad,) = torch.autograd.grad(out, f, x.tensors["grad"])
+    x.sync()
+    return out.detach(), grad
+
+
 ANY = ("cpu", "cuda")
 
 
@@ -525,6 +583,13 @@ def all_peers() -> list[Peer]:
         Peer("torch mask", "torch", "radius_graph", _torch_radius_graph, slow=True, devices=ANY,
              notes="per cloud, chunked dense mask of the contract's squared distance, self skipped, "
                    "first max_num_neighbors by index"),
+        Peer("pcops", "pcops", "three_nn", _pcops_three_nn, is_pcops=True, devices=ANY),
+        Peer("torch cdist+topk", "torch", "three_nn", _torch_three_nn, devices=ANY,
+             notes="batched cdist, chunked over unknown points, topk(3, largest=False)"),
+        Peer("pcops", "pcops", "three_interpolate", _pcops_three_interpolate, is_pcops=True, devices=ANY,
+             notes="forward + features gradient (deterministic, no atomics)"),
+        Peer("torch gather+sum", "torch", "three_interpolate", _torch_three_interpolate, devices=ANY,
+             notes="gather [B, C, N, 3] * weight, sum over slots; gradient by autograd (scatter-add)"),
     ]
 
 

@@ -15,9 +15,11 @@ OP_TITLES = {
     "knn_graph": "All-points kNN graph",
     "flat_knn_graph": "Flat kNN graph, pcops.flat.knn_graph",
     "radius_graph": "Flat radius graph, pcops.flat.radius_graph",
+    "three_nn": "Three nearest known points (PointNet++ feature propagation)",
+    "three_interpolate": "three_interpolate, forward + features gradient",
 }
 # Operators reported per batch layout (a "clouds" column: 1 = a single cloud, B = B stacked clouds).
-BATCHED_OPS = ("flat_knn_graph", "radius_graph")
+BATCHED_OPS = ("flat_knn_graph", "radius_graph", "three_nn", "three_interpolate")
 
 
 def latest_json(results_dir: str | Path, kind: str = "bench") -> Path | None:
@@ -78,6 +80,11 @@ def _params_text(op: str, params: dict) -> str:
                 f"max_num_neighbors = {params.get('max_num_neighbors')}, loop = {params.get('loop')}, "
                 f"source_to_target; one cloud or the same points dealt into clouds (sorted batch vector); "
                 f"errors on {params.get('check_rows')} random centres")
+    if op in ("three_nn", "three_interpolate"):
+        text = f"M = N / {params.get('known_ratio')} known points per cloud (a random subset of the cloud)"
+        if op == "three_interpolate":
+            text += f", C = {params.get('channels')} channels, timed forward + backward of the features"
+        return text
     return ""
 
 

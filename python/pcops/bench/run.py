@@ -35,6 +35,8 @@ class Config:
     orders: list[str] = field(default_factory=lambda: list(C.ORDERS))
     clouds: list[str] = field(default_factory=lambda: list(C.CLOUDS))
     batches: list[int] = field(default_factory=lambda: list(C.BATCHES))  # clouds per flat case
+    # (clouds B, unknown points N) of the interpolation operators (C.INTERP_OPS, opt-in via ops)
+    interp_layouts: list = field(default_factory=lambda: [list(x) for x in C.INTERP_LAYOUTS])
     repeat: int = 5
     warmup: int = 1
     peers: list[str] | None = None
@@ -178,6 +180,14 @@ def _device_sync(device: str):
 def make_inputs(case: C.Case, threads: int, device: str) -> Inputs:
     import torch
 
+    if case.op in C.INTERP_OPS:
+        inputs = Inputs(case.points, None, None, None, dict(case.params), threads, _device_sync(device))
+        for name in ("unknown", "known", "features", "idx", "weight", "grad"):
+            if name in case.extra:
+                inputs.tensors[name] = torch.from_numpy(np.ascontiguousarray(case.extra[name])).to(device)
+        if "features" in inputs.tensors:
+            inputs.tensors["features"].requires_grad_()
+        return inputs
     query = None if case.op in ("fps",) + C.FLAT_OPS else case.query
     pts_t = torch.from_numpy(case.points).to(device)[None]
     q_t = None if query is None else torch.from_numpy(np.ascontiguousarray(query)).to(device)[None]
@@ -194,6 +204,13 @@ def make_inputs(case: C.Case, threads: int, device: str) -> Inputs:
 def scaled(inputs: Inputs, op: str, fraction: float) -> Inputs:
     """The same work on a fraction of the samples (FPS) or queries (kNN, ball query)."""
     params = dict(inputs.params)
+    if op in C.INTERP_OPS:
+        # The first fraction of every cloud's unknown points (all known points kept).
+        n = next(iter(t.shape[1] for k, t in inputs.tensors.items() if k in ("unknown", "idx")))
+        m = max(1, int(round(n * fraction)))
+        cut = {"unknown": 1, "idx": 1, "weight": 1, "grad": 2}
+        tensors = {k: (t.narrow(cut[k], 0, m).contiguous() if k in cut else t) for k, t in inputs.tensors.items()}
+        return Inputs(inputs.points, None, None, None, params, inputs.threads, inputs.sync, tensors=tensors)
     if op in C.FLAT_OPS:
         # A subset of the centres, spread over the whole cloud (and over every cloud of a batch).
         n = len(inputs.points)
@@ -216,6 +233,10 @@ def compute_oracle(case: C.Case):
     """The exact answer: an array, or for the flat graph operators a dict with the checked
     centres (``rows``) and their neighbour lists (``lists``)."""
     p = case.params
+    if case.op == "three_nn":
+        return C.three_nn_indices(case.extra["unknown"], case.extra["known"])
+    if case.op == "three_interpolate":
+        return interp_oracle(case.extra["features"], case.extra["idx"], case.extra["weight"], case.extra["grad"])
     if case.op == "flat_knn_graph":
         rows = case.extra["check_rows"]
         return {"rows": rows, "lists": oracle.knn_graph_rows(case.points, case.ptr, rows, p["k"], p["loop"])}
@@ -233,8 +254,43 @@ def compute_oracle(case: C.Case):
     raise ValueError(case.op)
 
 
+def interp_oracle(features: np.ndarray, idx: np.ndarray, weight: np.ndarray, grad: np.ndarray):
+    """three_interpolate's contract in float32 NumPy (each operation rounds once, no FMA): out =
+    ((+0 + w0 f0) + w1 f1) + w2 f2 over the slots with idx >= 0, and the features gradient summed
+    from +0 over the slots (n, t) in ascending order (np.add.at applies them in index order).
+    Returns (out [B, C, N], grad_features [B, C, M])."""
+    b_n, c, m = features.shape
+    n = idx.shape[1]
+    out = np.zeros((b_n, c, n), np.float32)
+    gf = np.zeros((b_n, c, m), np.float32)
+    for b in range(b_n):
+        acc = np.zeros((c, n), np.float32)
+        for t in range(3):
+            j = idx[b, :, t]
+            valid = j >= 0
+            term = features[b][:, np.where(valid, j, 0)] * weight[b, :, t][None, :]
+            acc = np.where(valid[None, :], acc + term, acc)
+        out[b] = acc
+        jf = idx[b].reshape(-1)
+        valid = jf >= 0
+        vals = grad[b][:, np.repeat(np.arange(n), 3)] * weight[b].reshape(-1)[None, :]
+        np.add.at(gf[b], (slice(None), jf[valid]), vals[:, valid])
+    return out, gf
+
+
+def _bit_mismatches(got, want: np.ndarray) -> int:
+    if hasattr(got, "detach"):
+        got = got.detach().cpu().numpy()
+    got = np.ascontiguousarray(np.asarray(got, np.float32)).reshape(want.shape)
+    return int(np.count_nonzero(got.view(np.uint32) != np.ascontiguousarray(want).view(np.uint32)))
+
+
 def check(case: C.Case, peer: Peer, result, want: np.ndarray) -> dict:
     """Correctness counts of one result against the oracle; ``errors`` is the headline count."""
+    if case.op == "three_interpolate":
+        fwd, grad = _bit_mismatches(result[0], want[0]), _bit_mismatches(result[1], want[1])
+        return {"errors": fwd + grad, "forward_mismatches": fwd, "grad_mismatches": grad,
+                "compared_bitwise": True}
     if hasattr(result, "detach"):
         result = result.detach().cpu().numpy()
     result = np.asarray(result)
@@ -261,6 +317,9 @@ def check(case: C.Case, peer: Peer, result, want: np.ndarray) -> dict:
             rec["mismatches_own_start"] = oracle.fps_mismatches(got, own)
             rec["errors"] = rec["mismatches_own_start"]
         return rec
+    if case.op == "three_nn":
+        e = oracle.knn_errors(result.reshape(-1, 3).astype(np.int64), want.reshape(-1, 3))
+        return {"errors": e["misplaced"], **e}
     if case.op in ("knn", "knn_graph"):
         e = oracle.knn_errors(result.reshape(want.shape).astype(np.int64), want)
         return {"errors": e["misplaced"], **e}
@@ -276,6 +335,8 @@ def run_case(case: C.Case, peers: list[Peer], cfg: Config, threads: int, progres
     records = []
     base = {"op": case.op, "cloud": case.cloud, "order": case.order, "n": case.n, "params": case.params,
             "cloud_description": case.description, "oracle_s": oracle_s}
+    if case.op in C.INTERP_OPS:
+        base["batches"] = case.batches
     if case.op in C.FLAT_OPS:
         base["batches"] = case.batches
         base["oracle"] = {"kind": "float32 brute force on a random subset of centres",
@@ -325,6 +386,12 @@ def build_cases(cfg: Config):
     run on the sphere and the scan (the mesh only when it is the only cloud asked for), each on a
     single cloud and on the batches of ``cfg.batches``; the others on one cloud."""
     for op in cfg.ops:
+        if op in C.INTERP_OPS:
+            for b, n in sorted((int(b), int(n)) for b, n in cfg.interp_layouts):
+                for cloud in cfg.clouds:
+                    for order in cfg.orders:
+                        yield op, cloud, n, order, b
+            continue
         sizes = cfg.graph_sizes if op in C.GRAPH_OPS else cfg.sizes
         clouds = cfg.clouds
         batches = [1]
