@@ -24,9 +24,10 @@ at::Tensor vec_of(const std::optional<at::Tensor>& t, const at::Tensor& pos, at:
   return t->reshape({D}).to(st).contiguous();
 }
 
-at::Tensor grid_cluster_cpu(const at::Tensor& pos_in, const at::Tensor& size_in,
-                            const std::optional<at::Tensor>& start_in,
-                            const std::optional<at::Tensor>& end_in) {
+template <class Run>
+at::Tensor grid_cluster_impl(const at::Tensor& pos_in, const at::Tensor& size_in,
+                             const std::optional<at::Tensor>& start_in,
+                             const std::optional<at::Tensor>& end_in, Run run) {
   TORCH_CHECK_VALUE(pos_in.dim() >= 1, "pos: expected at least 1-D, got a 0-D tensor");
   const at::ScalarType st = compute_type(pos_in.scalar_type());
   const at::Tensor pos = pos_in.reshape({pos_in.size(0), -1}).to(st).contiguous();
@@ -38,16 +39,33 @@ at::Tensor grid_cluster_cpu(const at::Tensor& pos_in, const at::Tensor& size_in,
   translate_errors([&] {
     if (st == at::kDouble) {
       auto p = [](const at::Tensor& t) { return t.defined() ? t.data_ptr<double>() : nullptr; };
-      cpu::grid_cluster(cpu_context(), pos.data_ptr<double>(), N, D, p(size), p(start), p(end),
-                        out.data_ptr<int64_t>());
+      run(pos, pos.data_ptr<double>(), N, D, p(size), p(start), p(end), out.data_ptr<int64_t>());
     } else {
       auto p = [](const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; };
-      cpu::grid_cluster(cpu_context(), pos.data_ptr<float>(), N, D, p(size), p(start), p(end),
-                        out.data_ptr<int64_t>());
+      run(pos, pos.data_ptr<float>(), N, D, p(size), p(start), p(end), out.data_ptr<int64_t>());
     }
   });
   return out;
 }
+
+at::Tensor grid_cluster_cpu(const at::Tensor& pos, const at::Tensor& size,
+                            const std::optional<at::Tensor>& start,
+                            const std::optional<at::Tensor>& end) {
+  return grid_cluster_impl(pos, size, start, end, [](const at::Tensor&, auto&&... a) {
+    cpu::grid_cluster(cpu_context(), a...);
+  });
+}
+
+#if PCOPS_TORCH_CUDA
+at::Tensor grid_cluster_cuda(const at::Tensor& pos, const at::Tensor& size,
+                             const std::optional<at::Tensor>& start,
+                             const std::optional<at::Tensor>& end) {
+  const c10::cuda::CUDAGuard guard(pos.device());
+  return grid_cluster_impl(pos, size, start, end, [](const at::Tensor& t, auto&&... a) {
+    cuda::grid_cluster(cuda_context(t), a...);
+  });
+}
+#endif
 
 }  // namespace
 
@@ -56,5 +74,9 @@ TORCH_LIBRARY_FRAGMENT(pcops, m) {
 }
 
 TORCH_LIBRARY_IMPL(pcops, CPU, m) { m.impl("grid_cluster", &grid_cluster_cpu); }
+
+#if PCOPS_TORCH_CUDA
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) { m.impl("grid_cluster", &grid_cluster_cuda); }
+#endif
 
 }  // namespace pcops::torch_binding

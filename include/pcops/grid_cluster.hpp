@@ -29,4 +29,13 @@ void grid_cluster(const CpuContext& ctx, const double* pos, int64_t count, int64
                   const double* size, const double* start, const double* end, int64_t* out);
 }  // namespace cpu
 
+namespace cuda {
+// Same contract as cpu::grid_cluster; pos, size, start, end (start / end may be nullptr) and out
+// in device memory. Bitwise equal to the CPU backend.
+void grid_cluster(const CudaContext& ctx, const float* pos, int64_t count, int64_t dim,
+                  const float* size, const float* start, const float* end, int64_t* out);
+void grid_cluster(const CudaContext& ctx, const double* pos, int64_t count, int64_t dim,
+                  const double* size, const double* start, const double* end, int64_t* out);
+}  // namespace cuda
+
 }  // namespace pcops

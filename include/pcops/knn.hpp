@@ -61,6 +61,12 @@ namespace cuda {
 // host memory. Bitwise equal to the CPU backend.
 void knn(const CudaContext& ctx, PointsView query, PointsView ref, LengthsView query_lengths,
          LengthsView ref_lengths, const KnnParams& params, float* dist, int64_t* idx);
+
+// Same contract and parameters as cpu::knn_ragged; x and y in device memory, ptr_x / ptr_y in
+// host memory, `allocate` returns device memory (see ragged.hpp). E is known from the offsets,
+// so no stream synchronisation is needed. Bitwise equal to the CPU backend.
+int64_t knn_ragged(const CudaContext& ctx, RaggedPointsView x, RaggedPointsView y, OffsetsView ptr_x,
+                   OffsetsView ptr_y, const KnnRaggedParams& params, const EdgeAllocator& allocate);
 }  // namespace cuda
 
 }  // namespace pcops

@@ -23,4 +23,11 @@ void nearest(const CpuContext& ctx, RaggedPointsView x, RaggedPointsView y, Offs
              OffsetsView ptr_y, int64_t* out);
 }  // namespace cpu
 
+namespace cuda {
+// Same contract as cpu::nearest; x, y and out in device memory, ptr_x / ptr_y in host memory.
+// Bitwise equal to the CPU backend.
+void nearest(const CudaContext& ctx, RaggedPointsView x, RaggedPointsView y, OffsetsView ptr_x,
+             OffsetsView ptr_y, int64_t* out);
+}  // namespace cuda
+
 }  // namespace pcops

@@ -41,4 +41,11 @@ int64_t radius(const CpuContext& ctx, RaggedPointsView x, RaggedPointsView y, Of
                OffsetsView ptr_y, const RadiusParams& params, const EdgeAllocator& allocate);
 }  // namespace cpu
 
+namespace cuda {
+// Same contract and parameters as cpu::radius; x and y in device memory, ptr_x / ptr_y in host
+// memory, `allocate` returns device memory (see ragged.hpp). Bitwise equal to the CPU backend.
+int64_t radius(const CudaContext& ctx, RaggedPointsView x, RaggedPointsView y, OffsetsView ptr_x,
+               OffsetsView ptr_y, const RadiusParams& params, const EdgeAllocator& allocate);
+}  // namespace cuda
+
 }  // namespace pcops

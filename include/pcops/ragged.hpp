@@ -38,6 +38,10 @@ struct OffsetsView {
 
 // Output of a data-dependent size (count-then-fill): called once with the number of edges E;
 // returns a caller-owned int64 buffer of 2 * E entries, row-major [2, E] (row 0, then row 1).
+// On the CUDA backend (cuda:: operators) the buffer it returns is DEVICE memory, written on the
+// context's stream; the call happens on the host after the operator has read E back from the
+// device (one stream synchronisation), and the edges are ready when the stream reaches the end
+// of the operator's work. Offsets (OffsetsView) stay host memory on both backends.
 using EdgeAllocator = std::function<int64_t*(int64_t num_edges)>;
 
 namespace core {

@@ -117,8 +117,9 @@ def fps(
         src: ``[N, F]`` points (any rank >= 1; flattened to ``[N, -1]``).
         batch: sorted ``[N]`` batch vector (ignored when ``ptr`` is given).
         ratio: sampling ratio (float, 0-d, 1-element or per-cloud ``[B]`` tensor; None = 0.5).
-            Cloud b gets ``ceil(float32(N_b) * ratio)`` samples, computed as torch_cluster's CPU
-            kernel does (a float ratio becomes a tensor of ``src.dtype`` first).
+            Cloud b gets ``ceil(N_b * ratio)`` samples, computed as torch_cluster does on the
+            device: in float32 on the CPU, in the ratio's dtype on CUDA (a float ratio becomes a
+            tensor of ``src.dtype`` first).
         random_start: start each cloud at a random point (drawn with ``torch.randint`` from
             torch's default generator) instead of its first point.
         batch_size: number of clouds B (default ``batch.max() + 1``).
@@ -159,7 +160,10 @@ def fps(
         ratio_t = ratio_t.reshape(())
     if bool((ratio_t < 0).any()) or not bool(torch.isfinite(ratio_t).all()):
         raise ValueError(f"ratio: expected finite ratios >= 0, got {ratio_t.tolist()}")
-    counts = torch.ceil(deg.to(torch.float32) * ratio_t).to(torch.int64)
+    # torch_cluster's count rule per device: its CPU kernel multiplies in float32, its CUDA kernel
+    # in the ratio's dtype (src.dtype for a float ratio, so float16 clouds round in half).
+    count_dtype = ratio_t.dtype if src.is_cuda else torch.float32
+    counts = torch.ceil(deg.to(count_dtype) * ratio_t).to(torch.int64)
     if random_start:
         draw = torch.randint(0, 2**62, (deg.numel(),), dtype=torch.int64)
         starts = draw.to(deg.device) % deg.clamp(min=1)

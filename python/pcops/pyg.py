@@ -7,7 +7,7 @@ and ``knn_interpolate`` call ``torch.ops.pyg.{fps, knn, radius, nearest, grid_cl
 WITH_RADIUS / WITH_NEAREST / WITH_GRID_CLUSTER``. :func:`register` makes those calls run on pcops:
 
 - it defines the five ``pyg::`` schemas exactly as pyg-lib (0.6.0 to 0.9.0 dev) does, with CPU
-  kernels that forward to ``torch.ops.pcops.{furthest_point_sample_ragged, knn_ragged, radius,
+  and CUDA kernels that forward to ``torch.ops.pcops.{furthest_point_sample_ragged, knn_ragged, radius,
   nearest, grid_cluster}``, fake (meta) kernels for torch.compile / FakeTensor tracing, and
   autograd formulas that mark the index outputs non-differentiable;
 - it puts a minimal ``pyg_lib`` package into ``sys.modules`` (``pyg_lib.ops`` with the five
@@ -19,10 +19,9 @@ WITH_RADIUS / WITH_NEAREST / WITH_GRID_CLUSTER``. :func:`register` makes those c
   ``dropout_path`` and ``HeteroLinear`` to pyg-lib kernels that the stand-in does not have) stays
   False, and so do ``WITH_GRACLUS``, ``WITH_SOFTMAX``, ``WITH_INDEX_SORT``, ``WITH_METIS`` etc.
 
-CUDA: the pcops ragged operators have CPU kernels only so far, so only CPU kernels are
-registered; a CUDA tensor gets PyTorch's "could not run 'pyg::knn' with arguments from the
-'CUDA' backend" error. (Register the CUDA dispatch key here once pcops' ragged ops get CUDA
-kernels.)
+CUDA: the same Python kernels are registered for the CUDA dispatch key; they keep every tensor
+on its device and forward to the CUDA kernels of ``torch.ops.pcops.*`` (only the CSR offsets are
+read on the host, by the binding), bitwise equal to the CPU results.
 
 Deliberate differences from pyg-lib's CPU kernels (pcops' contracts, docs/ops/flat.md):
 
@@ -88,7 +87,7 @@ def _pcops_version() -> str:
 
 
 # --------------------------------------------------------------------------------------------
-# CPU kernels (forwarding to torch.ops.pcops)
+# Kernels (forwarding to torch.ops.pcops; registered for CPU and CUDA)
 
 
 def _points(t: Tensor) -> Tensor:
@@ -113,7 +112,7 @@ def _segment_ptrs(x: Tensor, y: Tensor, ptr_x: Optional[Tensor], ptr_y: Optional
     return px, py
 
 
-def _fps_cpu(src: Tensor, ptr: Tensor, ratio: float = 0.5, random_start: bool = True) -> Tensor:
+def _fps_kernel(src: Tensor, ptr: Tensor, ratio: float = 0.5, random_start: bool = True) -> Tensor:
     if src.dim() == 0:
         raise ValueError("src: expected at least 1-D, got a 0-D tensor")
     pts = src.reshape(src.shape[0], -1).contiguous()
@@ -132,7 +131,7 @@ def _fps_cpu(src: Tensor, ptr: Tensor, ratio: float = 0.5, random_start: bool = 
     return torch.ops.pcops.furthest_point_sample_ragged(pts, ptr, counts, starts)
 
 
-def _knn_cpu(x, y, ptr_x=None, ptr_y=None, k: int = 1, cosine: bool = False, num_workers: int = 1):
+def _knn_kernel(x, y, ptr_x=None, ptr_y=None, k: int = 1, cosine: bool = False, num_workers: int = 1):
     x, y = _points(x), _points(y)
     if x.numel() == 0 or y.numel() == 0:
         return torch.empty(2, 0, dtype=torch.int64, device=x.device)
@@ -140,7 +139,7 @@ def _knn_cpu(x, y, ptr_x=None, ptr_y=None, k: int = 1, cosine: bool = False, num
     return torch.ops.pcops.knn_ragged(x, y, px, py, k, cosine)
 
 
-def _radius_cpu(x, y, ptr_x=None, ptr_y=None, r: float = 1.0, max_num_neighbors: int = 32,
+def _radius_kernel(x, y, ptr_x=None, ptr_y=None, r: float = 1.0, max_num_neighbors: int = 32,
                 num_workers: int = 1, ignore_same_index: bool = False):
     x, y = _points(x), _points(y)
     if x.numel() == 0 or y.numel() == 0:
@@ -149,22 +148,22 @@ def _radius_cpu(x, y, ptr_x=None, ptr_y=None, r: float = 1.0, max_num_neighbors:
     return torch.ops.pcops.radius(x, y, px, py, r, max_num_neighbors, ignore_same_index)
 
 
-def _nearest_cpu(x, y, ptr_x=None, ptr_y=None):
+def _nearest_kernel(x, y, ptr_x=None, ptr_y=None):
     x, y = _points(x), _points(y)
     px, py = _segment_ptrs(x, y, ptr_x, ptr_y)
     return torch.ops.pcops.nearest(x, y, px, py)
 
 
-def _grid_cluster_cpu(pos, size, start=None, end=None):
+def _grid_cluster_kernel(pos, size, start=None, end=None):
     return torch.ops.pcops.grid_cluster(pos, size, start, end)
 
 
 _KERNELS = {
-    "fps": _fps_cpu,
-    "knn": _knn_cpu,
-    "radius": _radius_cpu,
-    "nearest": _nearest_cpu,
-    "grid_cluster": _grid_cluster_cpu,
+    "fps": _fps_kernel,
+    "knn": _knn_kernel,
+    "radius": _radius_kernel,
+    "nearest": _nearest_kernel,
+    "grid_cluster": _grid_cluster_kernel,
 }
 
 
@@ -280,7 +279,7 @@ _TESTING_SOURCE = '''\
 import pytest
 import torch
 
-devices = [torch.device("cpu")]  # pcops' ragged operators have CPU kernels only so far
+devices = [torch.device("cpu")] + ([torch.device("cuda:0")] if torch.cuda.is_available() else [])
 
 
 def withCUDA(func):
@@ -427,9 +426,12 @@ class _PatchingLoader(importlib.abc.Loader):
         return getattr(self.loader, attr)
 
 
+_DISPATCH_KEYS = ("CPU", "CUDA")
+
+
 def register_ops() -> list:
     """Defines the five ``pyg::`` operators (or, where a schema already exists, i.e. under
-    ``force=True`` beside a loaded pyg-lib, overrides its CPU kernel) and sets the
+    ``force=True`` beside a loaded pyg-lib, overrides its CPU and CUDA kernels) and sets the
     torch_geometric.typing flags. Returns the handles whose ``_destroy()`` undoes it all."""
     fragment = torch.library.Library("pyg", "FRAGMENT")
     handles: list = [fragment]
@@ -439,10 +441,12 @@ def register_ops() -> list:
             if override is None:
                 override = torch.library.Library("pyg", "IMPL")
                 handles.append(override)
-            override.impl(name, _KERNELS[name], "CPU", allow_override=True)
+            for key in _DISPATCH_KEYS:
+                override.impl(name, _KERNELS[name], key, allow_override=True)
             continue
         fragment.define(schema)
-        fragment.impl(name, _KERNELS[name], "CPU")
+        for key in _DISPATCH_KEYS:
+            fragment.impl(name, _KERNELS[name], key)
         torch.library.register_fake(f"pyg::{name}", _FAKES[name], lib=fragment)
         n_args = len(inspect.signature(_KERNELS[name]).parameters)
         torch.library.register_autograd(
@@ -457,13 +461,13 @@ def register_ops() -> list:
 
 
 def register(force: bool = False) -> bool:
-    """Provides ``torch.ops.pyg.{fps, knn, radius, nearest, grid_cluster}`` (CPU) on pcops and
+    """Provides ``torch.ops.pyg.{fps, knn, radius, nearest, grid_cluster}`` (CPU and CUDA) on pcops and
     makes torch_geometric 2.8 detect them. Idempotent.
 
     Args:
         force: replace a real pyg-lib (an importable or imported ``pyg_lib`` package, or
             ``pyg::`` point operators already defined): our ``pyg_lib`` module shadows it and
-            the CPU kernels of existing ``pyg::`` operators are overridden (PyTorch warns).
+            the CPU and CUDA kernels of existing ``pyg::`` operators are overridden (PyTorch warns).
 
     Returns:
         True if the pcops stand-in is in place, False if a real pyg-lib was left alone.

@@ -28,6 +28,7 @@
 
 #include "common/distance.hpp"
 #include "cuda/common.cuh"
+#include "cuda/knn_grid.hpp"
 #include "cuda/primitives/warp_topk.cuh"
 #include "pcops/error.hpp"
 
@@ -151,12 +152,19 @@ __global__ void __launch_bounds__(256) brute_kernel(PointsView query, PointsView
 // ---------------------------------------------------------------------------------------------
 // Uniform grid over the 3-D clouds of one pass.
 
-// One cloud of a pass (host-computed). Cells [cell_base, cell_base + cap) are its grid cells (the
-// first dims product of them used), cell_base + cap collects its non-finite points.
+// One cloud of a pass (host-computed): element offsets of its first query and reference row in
+// the views' data (dense: b * stride_batch; ragged: the cloud's first row * stride_point), its
+// sizes, and the output slot of its first query (rows of k slots). Cells [cell_base,
+// cell_base + cap) are its grid cells (the first dims product of them used), cell_base + cap
+// collects its non-finite points.
 struct PassCloud {
-  int64_t b, n, mq;
+  int64_t qbase, rbase, n, mq, out;
   int32_t cell_base, cap;
 };
+
+__device__ __forceinline__ const float* row_ptr(const PointsView& v, int64_t base, int64_t n) {
+  return v.data + base + n * v.stride_point;
+}
 
 struct GridParams {
   double lo[3];
@@ -250,7 +258,7 @@ __global__ void bbox_kernel(PointsView ref, const PassCloud* clouds, CloudScratc
   int mx[3] = {static_cast<int>(0x80000000u), static_cast<int>(0x80000000u), static_cast<int>(0x80000000u)};
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < cl.n;
        j += int64_t{gridDim.x} * blockDim.x) {
-    const float* p = point_ptr(ref, cl.b, j);
+    const float* p = row_ptr(ref, cl.rbase, j);
     const float x = p[0], y = p[ref.stride_dim], z = p[2 * ref.stride_dim];
     if (!finite3(x, y, z)) continue;
     const int v[3] = {ordered(x), ordered(y), ordered(z)};
@@ -319,7 +327,7 @@ __global__ void hist_kernel(PointsView ref, const PassCloud* clouds, const int64
     const bool valid = j < cl.n;
     int cell = -1;
     if (valid) {
-      const float* p = point_ptr(ref, cl.b, j);
+      const float* p = row_ptr(ref, cl.rbase, j);
       const float x = p[0], y = p[ref.stride_dim], z = p[2 * ref.stride_dim];
       cell = cl.cell_base + cl.cap;
       if (finite3(x, y, z))
@@ -399,7 +407,7 @@ __global__ void scatter_kernel(PointsView ref, const PassCloud* clouds, const in
   const int64_t pb = point_base[blockIdx.y];
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < cl.n;
        j += int64_t{gridDim.x} * blockDim.x) {
-    const float* p = point_ptr(ref, cl.b, j);
+    const float* p = row_ptr(ref, cl.rbase, j);
     const int pos = start[cell_of[pb + j]] + rank_of[pb + j];
     sx[pos] = p[0];
     sy[pos] = p[ref.stride_dim];
@@ -435,7 +443,7 @@ __device__ __forceinline__ void scan_range(int p0, int p1, float qx, float qy, f
 // than the current k-th key.
 __global__ void __launch_bounds__(256, 3) grid_query_kernel(PointsView query, const PassCloud* clouds,
                                                          const GridParams* params, const int* start,
-                                                         GridPoints pts, int64_t M, int64_t k,
+                                                         GridPoints pts, int64_t k,
                                                          int half, float* dist, int64_t* idx) {
   extern __shared__ uint64_t smem[];
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, wpb = blockDim.x >> 5;
@@ -444,9 +452,9 @@ __global__ void __launch_bounds__(256, 3) grid_query_kernel(PointsView query, co
   const GridParams& g = params[blockIdx.y];
   const int* cs = start + cl.cell_base;
   for (int64_t m = int64_t{blockIdx.x} * wpb + warp; m < cl.mq; m += int64_t{gridDim.x} * wpb) {
-    const float* qp = point_ptr(query, cl.b, m);
+    const float* qp = row_ptr(query, cl.qbase, m);
     const float qx = qp[0], qy = qp[query.stride_dim], qz = qp[2 * query.stride_dim];
-    const int64_t out = (cl.b * M + m) * k;
+    const int64_t out = cl.out + m * k;
     if (!finite3(qx, qy, qz)) {
       // Every s is NaN or +inf: all keys are +inf, so the first k references by index.
       for (int64_t t = lane; t < k; t += 32) {
@@ -661,7 +669,7 @@ void grid_pass(const CudaContext& ctx, const PointsView& query, const PointsView
   const WarpLaunch wl = warp_launch(k);
   const dim3 qgrid(static_cast<unsigned>(blocks_for(max_m, wl.warps)), static_cast<unsigned>(C));
   detail::launch(ctx, grid_query_kernel, qgrid, dim3(32 * wl.warps), wl.smem, query, d_clouds,
-                 params, start, GridPoints{sx, sy, sz, sid}, query.count, k, wl.half, dist, idx);
+                 params, start, GridPoints{sx, sy, sz, sid}, k, wl.half, dist, idx);
 }
 
 void sort_path(const CudaContext& ctx, const PointsView& query, const PointsView& ref,
@@ -771,18 +779,37 @@ void knn(const CudaContext& ctx, PointsView query, PointsView ref, LengthsView q
                      d_rlen, d_brute, M, k, wl.half, dist, idx);
   }
 
+  std::vector<detail::KnnGridCloud> clouds;
+  clouds.reserve(grid_clouds.size());
+  for (const int64_t b : grid_clouds)
+    clouds.push_back(detail::KnnGridCloud{b * query.stride_batch, b * ref.stride_batch, rlen[b],
+                                          qlen[b], b * M * k});
+  detail::knn_grid(ctx, query, ref, clouds, k, dist, idx);
+}
+
+namespace detail {
+
+bool knn_grid_eligible(int64_t dim, int64_t n, int64_t k) {
+  return dim == 3 && k <= KnnPolicy::kMaxWarpK && n >= KnnPolicy::kGridMinPoints &&
+         n < KnnPolicy::kGridMaxPoints && 4 * k <= n;
+}
+
+void knn_grid(const CudaContext& ctx, const PointsView& query, const PointsView& ref,
+              const std::vector<KnnGridCloud>& grid_clouds, int64_t k, float* dist, int64_t* idx) {
   // Grid clouds in passes whose points and cells fit int32 positions.
   size_t i = 0;
   while (i < grid_clouds.size()) {
     std::vector<PassCloud> pass;
     int64_t points = 0, cells = 0;
     while (i < grid_clouds.size() && static_cast<int64_t>(pass.size()) < KnnPolicy::kMaxPassClouds) {
-      const int64_t b = grid_clouds[i], n = rlen[b];
+      const KnnGridCloud& c = grid_clouds[i];
+      const int64_t n = c.n;
       const int64_t cap = std::min<int64_t>(
           KnnPolicy::kMaxCellsPerCloud, static_cast<int64_t>(KnnPolicy::kCellsPerPoint * static_cast<double>(n)) + 64);
       if (!pass.empty() && (points + n > KnnPolicy::kMaxPassPoints || cells + cap + 1 > KnnPolicy::kMaxPassCells))
         break;
-      pass.push_back(PassCloud{b, n, qlen[b], static_cast<int32_t>(cells), static_cast<int32_t>(cap)});
+      pass.push_back(PassCloud{c.qbase, c.rbase, n, c.mq, c.out, static_cast<int32_t>(cells),
+                               static_cast<int32_t>(cap)});
       points += n;
       cells += cap + 1;
       ++i;
@@ -790,5 +817,7 @@ void knn(const CudaContext& ctx, PointsView query, PointsView ref, LengthsView q
     grid_pass(ctx, query, ref, pass, k, dist, idx);
   }
 }
+
+}  // namespace detail
 
 }  // namespace pcops::cuda

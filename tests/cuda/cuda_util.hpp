@@ -31,6 +31,7 @@ class DeviceBuffer {
   explicit DeviceBuffer(const std::vector<T>& host) {
     resize(host.size());
     if (!host.empty()) check(cudaMemcpy(ptr_, host.data(), host.size() * sizeof(T), cudaMemcpyHostToDevice), "upload");
+    check(cudaDeviceSynchronize(), "upload");  // see fill()
   }
   DeviceBuffer(const DeviceBuffer&) = delete;
   DeviceBuffer& operator=(const DeviceBuffer&) = delete;
@@ -58,6 +59,9 @@ class DeviceBuffer {
   void fill(const T& value) {
     std::vector<T> host(n_, value);
     if (n_) check(cudaMemcpy(ptr_, host.data(), n_ * sizeof(T), cudaMemcpyHostToDevice), "fill");
+    // A pageable copy may return before its DMA lands: wait, or a kernel on a non-blocking
+    // stream could write its results under the tail of the sentinels.
+    check(cudaDeviceSynchronize(), "fill");
   }
   std::vector<T> download() const {
     std::vector<T> host(n_);

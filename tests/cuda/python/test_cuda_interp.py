@@ -29,9 +29,12 @@ def assert_same(cpu, gpu):
     cpu = cpu if isinstance(cpu, (tuple, list)) else (cpu,)
     gpu = gpu if isinstance(gpu, (tuple, list)) else (gpu,)
     assert len(cpu) == len(gpu)
-    for c, g in zip(cpu, gpu):
+    for i, (c, g) in enumerate(zip(cpu, gpu)):
+        assert (c is None) == (g is None), f"output {i}: CPU {type(c).__name__}, CUDA {type(g).__name__}"
+        if c is None:
+            continue
         assert g.device.type == "cuda"
-        assert same_bits(c, g), f"CPU and CUDA differ in {(c.cpu() != g.cpu()).sum().item()} elements"
+        assert same_bits(c, g), f"output {i}: CPU and CUDA differ in {(c.cpu() != g.cpu()).sum().item()} elements"
 
 
 def grads_both(fn, inputs: dict, grad_seed: int = 0):
@@ -310,7 +313,7 @@ def test_pointnet2_ops_stand_in_cuda(pu, gen):
         dist, idx = pu.three_nn(u, k)
         w = torch.full(dist.shape, 1.0 / 3.0, device=dev)  # fixed weights: only pcops arithmetic below
         interp = pu.three_interpolate(f, idx, w)
-        fps = pu.furthest_point_sample(u, 128)
+        fps = pu.furthest_point_sample(k, 128)  # indices into the known points that f belongs to
         gathered = pu.gather_operation(f, fps)
         grouped = pu.grouping_operation(f, idx)  # [B, C, N, 3]
         # One gradient per output (no accumulation whose order could differ between devices).

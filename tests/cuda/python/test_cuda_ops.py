@@ -105,6 +105,18 @@ def test_flat_fps_cuda_equal(gen):
     assert torch.equal(flat.fps(x.cuda(), None, 0.25, False).cpu(), flat.fps(x, None, 0.25, False))
 
 
+def test_flat_fps_count_rule_per_device(gen):
+    # torch_cluster counts in float32 on the CPU and in the ratio's dtype (here half) on CUDA:
+    # 50 points at ratio 0.3 give 16 samples on the CPU and 15 on CUDA.
+    from pcops import flat
+
+    x = torch.rand(50, 3, generator=gen).half()
+    assert flat.fps(x, None, 0.3, False).numel() == 16
+    got = flat.fps(x.cuda(), None, 0.3, False)
+    assert got.numel() == 15
+    assert torch.equal(got.cpu(), flat.fps(x, None, 0.3, False)[:15])  # the same greedy prefix
+
+
 # ----------------------------------------------------------------------------------------------
 # kNN
 
