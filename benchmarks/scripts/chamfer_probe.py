@@ -1,46 +1,108 @@
-"""Timing probe: pcops.chamfer_distance (CPU, float32, squared L2, mean/mean) against plain
-PyTorch (cdist + min, one cloud at a time) and SciPy cKDTree (build + query, both directions).
+"""Timing probe: pcops.chamfer_distance (float32, squared L2, mean/mean) on the CPU and on CUDA,
+forward and forward + backward, against plain PyTorch (cdist + min) and SciPy cKDTree (CPU,
+build + query, both directions, forward only).
 
-Every time is the median of --repeat runs in this process (trees include their build time).
-Beside each peer the max abs difference of the loss from pcops' is printed. Two cases:
-B=4 clouds of N vs N points (pcops, PyTorch, SciPy) and B=1 of L vs L (pcops and SciPy only:
-a dense L x L matrix does not fit).
+Every time is the median of --repeat synchronized runs in this process, inputs resident on the
+device (CUDA: CUDA events). Beside each peer the loss difference from pcops' is reported. Cases:
+B=4 clouds of N vs N points, and B=1 of L vs L, where PyTorch's peer is chunked (rows of
+--chunk queries against all points: a dense L x L matrix does not fit) and its backward
+recomputes the distances of the selected pairs (cdist's own backward would need every chunk's
+matrix). PyTorch on the CPU is skipped for the large case (hours). --json writes every number
+with the environment and the git commit.
 
     PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \
-        python benchmarks/scripts/chamfer_probe.py                   # 4x16384, 1x1M
-    python benchmarks/scripts/chamfer_probe.py --batch-n 2048 --large-n 100000 --repeat 3
+        python benchmarks/scripts/chamfer_probe.py --device cuda --json out/chamfer.json
+    python benchmarks/scripts/chamfer_probe.py --device cpu --batch-n 2048 --large-n 100000 --repeat 3
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import platform
 import statistics
+import subprocess
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
 
-def median_time(fn, repeat):
+def _sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def median_time(fn, repeat, device):
     out = fn()  # warm-up (and the value compared)
     times = []
     for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
+        _sync(device)
+        if device.type == "cuda":
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            times.append(start.elapsed_time(end) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            fn()
+            times.append(time.perf_counter() - t0)
     return statistics.median(times), out
 
 
-def torch_chamfer(x, y):
-    """cdist + min per cloud (squared), mean over points, mean over the batch."""
-    total = 0.0
-    for b in range(x.shape[0]):
-        d = torch.cdist(x[b], y[b]) ** 2
-        total += float(d.min(1).values.mean() + d.min(0).values.mean())
-    return total / x.shape[0]
+# ---------------------------------------------------------------------------------------------
+# Implementations: each returns the loss (a float after .item() outside the timed region).
 
 
-def scipy_chamfer(x, y):
+def pcops_forward(x, y):
+    import pcops
+
+    return pcops.chamfer_distance(x, y)[0]
+
+
+def pcops_backward(x, y):
+    import pcops
+
+    a, b = x.detach().requires_grad_(True), y.detach().requires_grad_(True)
+    loss = pcops.chamfer_distance(a, b)[0]
+    loss.backward()
+    return loss.detach()
+
+
+def torch_forward(x, y):
+    """cdist + min (squared), mean over points, mean over the batch."""
+    d = torch.cdist(x, y) ** 2
+    return (d.min(2).values.mean(1) + d.min(1).values.mean(1)).mean()
+
+
+def torch_backward(x, y):
+    a, b = x.detach().requires_grad_(True), y.detach().requires_grad_(True)
+    loss = torch_forward(a, b)
+    loss.backward()
+    return loss.detach()
+
+
+def _chunked_argmin(q, r, chunk):
+    with torch.no_grad():
+        return torch.cat([torch.cdist(q[:, i:i + chunk], r).argmin(2) for i in range(0, q.shape[1], chunk)], 1)
+
+
+def torch_chunked(x, y, chunk, backward):
+    """cdist + argmin in row chunks; the loss from the selected pairs (differentiable)."""
+    a, b = x.detach().requires_grad_(backward), y.detach().requires_grad_(backward)
+    ix, iy = _chunked_argmin(a, b, chunk), _chunked_argmin(b, a, chunk)
+    nx = torch.gather(b, 1, ix[..., None].expand(-1, -1, 3))
+    ny = torch.gather(a, 1, iy[..., None].expand(-1, -1, 3))
+    loss = (((a - nx) ** 2).sum(2).mean(1) + ((b - ny) ** 2).sum(2).mean(1)).mean()
+    if backward:
+        loss.backward()
+    return loss.detach()
+
+
+def scipy_forward(x, y):
     from scipy.spatial import cKDTree
 
     total = 0.0
@@ -49,38 +111,83 @@ def scipy_chamfer(x, y):
         dx, _ = cKDTree(yb).query(xb, k=1, workers=-1)
         dy, _ = cKDTree(xb).query(yb, k=1, workers=-1)
         total += float((dx ** 2).mean() + (dy ** 2).mean())
-    return total / x.shape[0]
+    return torch.tensor(total / x.shape[0], dtype=torch.float64)
 
 
-def pcops_chamfer(x, y):
-    import pcops
-
-    return float(pcops.chamfer_distance(x, y)[0])
+# ---------------------------------------------------------------------------------------------
 
 
-def run_case(name, b, n, repeat, peers, seed):
+def run_case(name, b, n, device, repeat, seed, chunk, large):
     g = torch.Generator().manual_seed(seed)
-    x = torch.rand(b, n, 3, generator=g)
-    y = torch.rand(b, n, 3, generator=g)
-    t_p, v_p = median_time(lambda: pcops_chamfer(x, y), repeat)
-    print(f"{name}: B={b} N={n} vs {n} float32 (threads {torch.get_num_threads()})")
-    print(f"  pcops.chamfer_distance   median {t_p * 1e3:10.2f} ms   loss {v_p:.9g}")
-    for peer, fn in peers:
-        t, v = median_time(lambda: fn(x, y), repeat)
-        print(f"  {peer:<24} median {t * 1e3:10.2f} ms   loss {v:.9g}   "
-              f"max abs diff {abs(v - v_p):.3g}   pcops speed-up {t / t_p:.2f}x")
+    x = torch.rand(b, n, 3, generator=g).to(device)
+    y = torch.rand(b, n, 3, generator=g).to(device)
+    rows = []
+    impls = [("pcops", "forward", pcops_forward), ("pcops", "forward+backward", pcops_backward)]
+    if not large:
+        impls.append(("torch cdist+min", "forward", torch_forward))
+        if device.type == "cuda" or b * n * n <= 1 << 28:  # the CPU backward of 4 x 16k^2: minutes
+            impls.append(("torch cdist+min", "forward+backward", torch_backward))
+    elif device.type == "cuda":
+        impls += [("torch cdist+min (chunked)", "forward", lambda p, q: torch_chunked(p, q, chunk, False)),
+                  ("torch cdist+min (chunked)", "forward+backward", lambda p, q: torch_chunked(p, q, chunk, True))]
+    if device.type == "cpu":
+        impls.append(("scipy cKDTree", "forward", scipy_forward))
+    print(f"{name}: B={b} N={n} vs {n} float32 on {device} (CPU threads {torch.get_num_threads()})")
+    ref = {}
+    for impl, mode, fn in impls:
+        try:
+            t, v = median_time(lambda: fn(x, y), repeat, device)
+        except torch.OutOfMemoryError as e:  # the dense peer at sizes it cannot hold
+            print(f"  {impl:<28} {mode:<17} out of memory ({str(e).splitlines()[0][:60]})")
+            rows.append(dict(case=name, device=str(device), impl=impl, mode=mode, error="out of memory"))
+            continue
+        loss = float(v)
+        if impl == "pcops":
+            ref[mode] = (t, loss)
+        base_t, base_loss = ref.get(mode, ref.get("forward", (t, loss)))
+        row = dict(case=name, device=str(device), batch=b, points=n, impl=impl, mode=mode, median_s=t, loss=loss,
+                   loss_abs_diff_vs_pcops=abs(loss - base_loss), pcops_speedup=t / base_t)
+        rows.append(row)
+        print(f"  {impl:<28} {mode:<17} median {t * 1e3:10.3f} ms   loss {loss:.9g}   "
+              f"diff {row['loss_abs_diff_vs_pcops']:.3g}   pcops speed-up {row['pcops_speedup']:.2f}x")
+    return rows
+
+
+def environment():
+    try:
+        commit = subprocess.run(["git", "rev-parse", "HEAD"], capture_output=True, text=True,
+                                cwd=Path(__file__).resolve().parent, check=False).stdout.strip()
+    except OSError:
+        commit = ""
+    env = dict(python=platform.python_version(), torch=torch.__version__, machine=platform.machine(),
+               cpu_threads=torch.get_num_threads(), git_commit=commit)
+    if torch.cuda.is_available():
+        env.update(cuda=torch.version.cuda, gpu=torch.cuda.get_device_name())
+    return env
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--device", choices=["cpu", "cuda", "both"], default="both")
     ap.add_argument("--batch-n", type=int, default=16384, help="points per cloud, B=4 case")
     ap.add_argument("--large-n", type=int, default=1_000_000, help="points per cloud, B=1 case")
+    ap.add_argument("--chunk", type=int, default=8192, help="query rows per cdist chunk (large case)")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--json", type=Path, help="write the results here")
     args = ap.parse_args()
-    run_case("batched", 4, args.batch_n, args.repeat,
-             [("torch cdist+min", torch_chamfer), ("scipy cKDTree", scipy_chamfer)], args.seed)
-    run_case("large", 1, args.large_n, args.repeat, [("scipy cKDTree", scipy_chamfer)], args.seed + 1)
+    devices = ["cpu", "cuda"] if args.device == "both" else [args.device]
+    if "cuda" in devices and not torch.cuda.is_available():
+        raise SystemExit("--device cuda: no CUDA device")
+    rows = []
+    for dev in map(torch.device, devices):
+        rows += run_case("batched", 4, args.batch_n, dev, args.repeat, args.seed, args.chunk, large=False)
+        rows += run_case("large", 1, args.large_n, dev, args.repeat, args.seed + 1, args.chunk, large=True)
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(dict(environment=environment(), args=vars(args) | {"json": str(args.json)},
+                                             results=rows), indent=2))
+        print(f"wrote {args.json}")
 
 
 if __name__ == "__main__":

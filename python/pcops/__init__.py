@@ -14,6 +14,16 @@ from pcops.ops.group_points import group_points  # noqa: E402
 from pcops.ops.knn import knn  # noqa: E402
 from pcops.ops.three_interpolate import three_interpolate  # noqa: E402
 from pcops.ops.three_nn import three_nn  # noqa: E402
+from pcops.ops.scatter import (  # noqa: E402
+    gather_coo,
+    gather_csr,
+    scatter,
+    scatter_max,
+    scatter_min,
+    segment_coo,
+    segment_csr,
+)
+from pcops.ops.voxelize import voxel_downsample, voxelize  # noqa: E402
 from pcops import flat  # noqa: E402
 
 __version__ = "0.1.0"
@@ -28,5 +38,14 @@ __all__ = [
     "knn",
     "three_interpolate",
     "three_nn",
+    "gather_coo",
+    "gather_csr",
+    "scatter",
+    "scatter_max",
+    "scatter_min",
+    "segment_coo",
+    "segment_csr",
+    "voxel_downsample",
+    "voxelize",
     "__version__",
 ]

@@ -424,3 +424,155 @@ def test_compat_pytorch3d_loss(clean):
     assert torch.equal(chamfer_distance(x, y)[0], pcops.chamfer_distance(x, y)[0])
     compat.uninstall("pytorch3d")
     assert "pytorch3d.loss" not in sys.modules and "pytorch3d.loss.chamfer" not in sys.modules
+
+
+# ---------------------------------------------------------------------------------------------
+# The native nearest-neighbour operator and the device-independent helpers
+
+
+def _brute_nn(x, y, lx, ly, norm):
+    """The contract in torch ops: s in coordinate order in the input precision, NaN as +inf,
+    argmin = lowest index."""
+    n, p1, d = x.shape
+    out = torch.full((n, p1), -1, dtype=torch.int64)
+    for b in range(n):
+        rows, cols = int(lx[b]), int(ly[b])
+        if rows == 0 or cols == 0:
+            continue
+        acc = None
+        for i in range(d):
+            diff = x[b, :rows, i, None] - y[b, None, :cols, i]
+            term = diff.abs() if norm == 1 else diff * diff
+            acc = term if acc is None else acc + term
+        out[b, :rows] = torch.argmin(torch.nan_to_num(acc, nan=float("inf")), dim=1)
+    return out
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("d", [1, 2, 3, 4, 7])
+def test_nearest_neighbor_native(dtype, d):
+    g = torch.Generator().manual_seed(d)
+    for lattice in (False, True):
+        x = torch.rand(3, 300, d, generator=g, dtype=torch.float64)
+        y = torch.rand(3, 800, d, generator=g, dtype=torch.float64)
+        if lattice:  # exact ties
+            x, y = (x * 3).round(), (y * 3).round()
+        x, y = x.to(dtype), y.to(dtype)
+        x[0, 1, 0] = float("nan")
+        y[0, 3, d - 1] = float("nan")
+        y[1, 4, 0] = float("inf")
+        lx, ly = torch.tensor([300, 7, 0]), torch.tensor([800, 0, 5])
+        for norm in (1, 2):
+            want = _brute_nn(x, y, lx, ly, norm)
+            assert torch.equal(pcops.ops.nearest_neighbor.nearest_neighbor(x, y, lx, ly, norm), want)
+            full = _brute_nn(x, y, torch.full((3,), 300), torch.full((3,), 800), norm)
+            strided = y.transpose(1, 2).contiguous().transpose(1, 2)
+            assert torch.equal(torch.ops.pcops.nearest_neighbor(x, strided, None, None, norm), full)
+
+
+def test_nearest_neighbor_float64_not_rounded():
+    """float64 runs in float64: two references that round to the same float32 are told apart."""
+    x = torch.tensor([[[1.0]]], dtype=torch.float64)
+    y = torch.tensor([[[1.0 + 2e-9], [1.0 + 1e-9]]], dtype=torch.float64)
+    assert torch.ops.pcops.nearest_neighbor(x, y).tolist() == [[1]]
+    assert torch.ops.pcops.nearest_neighbor(x.float(), y.float()).tolist() == [[0]]  # equal in float32
+
+
+def test_nearest_neighbor_errors():
+    x, y = _rand(2, 4, 3), _rand(2, 5, 3)
+    with pytest.raises(ValueError, match="norm"):
+        torch.ops.pcops.nearest_neighbor(x, y, None, None, 3)
+    with pytest.raises(TypeError):
+        torch.ops.pcops.nearest_neighbor(x, y.float())
+    with pytest.raises(TypeError):
+        torch.ops.pcops.nearest_neighbor(x.long(), y.long())
+    with pytest.raises(ValueError, match="dimension"):
+        torch.ops.pcops.nearest_neighbor(x, _rand(2, 5, 2))
+    with pytest.raises(ValueError, match="batch"):
+        torch.ops.pcops.nearest_neighbor(x, _rand(3, 5, 3))
+    with pytest.raises(ValueError, match="x_lengths"):
+        torch.ops.pcops.nearest_neighbor(x, y, torch.tensor([5, 1]))
+    with pytest.raises(IndexError):
+        torch.ops.pcops._gather_rows_backward(_rand(2, 4, 3), torch.tensor([[0, 1, 2, 9], [0, 0, 0, 0]]), 5)
+
+
+def _written_order_sum(values):
+    v = list(values)
+    if not v:
+        return 0.0
+    while len(v) > 1:
+        nxt = []
+        for i in range(0, len(v), 32):
+            s = v[i]
+            for t in v[i + 1:i + 32]:
+                s = s + t
+            nxt.append(s)
+        v = nxt
+    return v[0]
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ordered_sum_written_order(dtype):
+    g = torch.Generator().manual_seed(5)
+    for length in (0, 1, 31, 32, 33, 1025, 40000):
+        v = torch.randn(2, length, generator=g, dtype=torch.float64).to(dtype)
+        got = torch.ops.pcops._ordered_sum(v)
+        for r in range(2):
+            want = _written_order_sum([t for t in v[r]])  # tensor arithmetic in dtype
+            assert torch.equal(got[r], torch.as_tensor(want, dtype=dtype)), length
+
+
+def test_reductions_use_the_written_order():
+    """Reduced losses are the ordered sums of the per-point values (the CPU and CUDA order)."""
+    x, y = _rand(2, 3000, 3, seed=81, dtype=torch.float32), _rand(2, 2000, 3, seed=82, dtype=torch.float32)
+    (cx, cy), _ = pcops.chamfer_distance(x, y, point_reduction=None, batch_reduction=None)
+    got, _ = pcops.chamfer_distance(x, y, point_reduction="sum", batch_reduction=None)
+    assert torch.equal(got, torch.ops.pcops._ordered_sum(cx) + torch.ops.pcops._ordered_sum(cy))
+
+
+def test_gather_rows_backward_ascending():
+    g = torch.Generator().manual_seed(6)
+    for dtype in (torch.float32, torch.float64):
+        grad = torch.randn(2, 500, 3, generator=g, dtype=dtype)
+        idx = torch.randint(-1, 20, (2, 500), generator=g)
+        want = torch.zeros(2, 20, 3, dtype=dtype)
+        for b in range(2):
+            for p in range(500):
+                if idx[b, p] >= 0:
+                    want[b, idx[b, p]] = want[b, idx[b, p]] + grad[b, p]
+        assert torch.equal(torch.ops.pcops._gather_rows_backward(grad, idx, 20), want)
+
+
+def test_opcheck_new_operators():
+    x, y = _rand(2, 30, 3, seed=91), _rand(2, 20, 3, seed=92)
+    for args in ((x, y, None, None, 2), (x.float(), y.float(), torch.tensor([30, 3]), torch.tensor([0, 20]), 1)):
+        torch.library.opcheck(torch.ops.pcops.nearest_neighbor.default, args)
+    torch.library.opcheck(torch.ops.pcops._ordered_sum.default, (_rand(3, 100, seed=93),))
+    torch.library.opcheck(torch.ops.pcops._gather_rows_backward.default,
+                          (_rand(2, 30, 3, seed=94), torch.randint(-1, 20, (2, 30)), 20))
+
+
+@pytest.mark.parametrize("norm", [1, 2])
+def test_gradgradcheck(norm):
+    x, y, lx, ly, xn, yn = _case(101, torch.float64, n=2, p1=5, p2=4, normals=True)
+    lx, ly = torch.tensor([5, 3]), torch.tensor([4, 2])
+    args = [t.clone().requires_grad_(True) for t in (x, y, xn, yn)]
+
+    def f(a, b, an, bn):
+        loss, ln = pcops.chamfer_distance(a, b, lx, ly, an, bn, norm=norm, abs_cosine=False)
+        return loss + ln
+
+    assert torch.autograd.gradgradcheck(f, args)
+
+
+def test_float64_large_native():
+    """float64 and L1 clouds beyond the old chunked brute force's comfort: exact nearest values."""
+    x = _rand(1, 4000, 3, seed=111)
+    y = _rand(1, 3000, 3, seed=112)
+    for norm in (1, 2):
+        (cx, _), _ = pcops.chamfer_distance(x, y, point_reduction=None, batch_reduction=None, norm=norm)
+        idx = _brute_nn(x, y, torch.tensor([4000]), torch.tensor([3000]), norm)
+        diff = x[0] - y[0, idx[0]]
+        want = diff.abs() if norm == 1 else diff * diff
+        want = (want[:, 0] + want[:, 1]) + want[:, 2]
+        assert torch.equal(cx[0], want)

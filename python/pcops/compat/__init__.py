@@ -70,7 +70,10 @@ REGISTRY: dict[str, StandIn] = {
         StandIn("pytorch3d", "pcops.pytorch3d",
                 "PyTorch3D 0.7.9 pytorch3d.ops: knn_points, knn_gather, ball_query, "
                 "sample_farthest_points; pytorch3d.loss: chamfer_distance", default=False),
-        # Planned: torch_scatter.
+        StandIn("torch_scatter", "pcops.compat.torch_scatter",
+                "torch_scatter 2.1.2 (rusty1s/pytorch_scatter): deterministic scatter / segment / "
+                "gather reductions and composites (changes torch_geometric's code paths: opt-in)",
+                default=False),
     )
 }
 

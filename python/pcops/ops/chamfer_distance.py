@@ -2,68 +2,41 @@
 docs/ops/chamfer_distance.md).
 
 The nearest neighbour of every point is found natively, never through an ``N x M`` distance
-matrix: float32 (and float16/bfloat16, converted exactly) squared-L2 searches run the exact
-:func:`pcops.knn` with ``k = 1`` (the uniform grid for large 3-D clouds); float64 clouds and the
-L1 norm use an exact brute force in row chunks (a ``[chunk, M]`` temporary per cloud, bounded by
-``_CHUNK_ELEMENTS``). Both select the smallest ``(s, index)``, ``s`` summed in coordinate order,
-NaN ranked as +inf.
+matrix, by ``torch.ops.pcops.nearest_neighbor`` (CPU and CUDA): float32 squared-L2 3-D clouds run
+the exact kNN grid, everything else (float64 in its own precision, L1, any D) an exact brute force
+(tiled through shared memory on the GPU). All select the smallest ``(s, index)``, ``s`` summed in
+coordinate order, NaN ranked as +inf.
 
 Distances are then recomputed from the selected pairs with autograd (a gather), so the
 gradients are PyTorch3D's: ``2 g (x - y_nn)`` for norm 2, ``g sign(x - y_nn)`` for norm 1 with a
-zero difference counted as -1 on the query side; normals through ``cosine_similarity``. The
-reverse pass only gathers and uses ``torch.gather``'s CPU backward (a serial accumulation per
-output row, no atomics), so gradients are bitwise run-to-run deterministic on the CPU.
+zero difference counted as -1 on the query side; normals through the cosine. Every operation is
+elementwise except three, which have one written order on every device so that CUDA gives the
+CPU's bits: the gather's gradient (``pcops::_gather_rows_backward``: ascending index from +0, no
+atomics), the sums of the reductions (``pcops::_ordered_sum``), and the normal term's norms and dot
+products (summed channel by channel). Divisions take a tensor divisor: torch's CUDA division by a
+CPU scalar multiplies by its reciprocal, which the CPU does not.
 """
 
 from __future__ import annotations
 
-import math
 from typing import Optional, Tuple, Union
 
 import torch
-import torch.nn.functional as F
 
-_CHUNK_ELEMENTS = 1 << 22  # brute force: bound on the [chunk, M] temporary
-_KNN_DTYPES = (torch.float32, torch.float16, torch.bfloat16)
+from pcops.ops.nearest_neighbor import GatherRows, OrderedSum
+
 _FLOAT_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+_COSINE_EPS = 1e-6
 
 
 # ---------------------------------------------------------------------------------------------
-# Nearest-neighbour search (no gradients)
-
-
-def _brute_nearest(x: torch.Tensor, y: torch.Tensor, x_lengths: torch.Tensor,
-                   y_lengths: torch.Tensor, norm: int) -> torch.Tensor:
-    """int64 ``(N, P1)``: index of the smallest (s, index) in ``y[n, :y_lengths[n]]``; -1 where
-    the row is padding or the cloud ``y[n]`` is empty. Exact in the input precision."""
-    n, p1, d = x.shape
-    out = torch.full((n, p1), -1, dtype=torch.int64, device=x.device)
-    lx, ly = x_lengths.tolist(), y_lengths.tolist()
-    for b in range(n):
-        rows, cols = lx[b], ly[b]
-        if rows == 0 or cols == 0:
-            continue
-        yb = y[b, :cols]
-        step = max(1, _CHUNK_ELEMENTS // cols)
-        for s in range(0, rows, step):
-            xb = x[b, s:min(s + step, rows)]
-            acc = None
-            for i in range(d):  # coordinate order, one rounding per operation
-                diff = xb[:, i, None] - yb[None, :, i]
-                term = diff.abs() if norm == 1 else diff * diff
-                acc = term if acc is None else acc + term
-            acc = torch.nan_to_num(acc, nan=math.inf, posinf=math.inf)
-            out[b, s:s + xb.shape[0]] = torch.argmin(acc, dim=1)  # first minimum: lowest index
-    return out
+# Nearest-neighbour search (no gradients) and device-independent building blocks
 
 
 def _nearest(x, y, x_lengths, y_lengths, norm: int) -> torch.Tensor:
-    if norm == 2 and x.dtype in _KNN_DTYPES and x.shape[1] > 0 and y.shape[1] > 0:
-        import pcops
-
-        _, idx = pcops.knn(x, y, 1, x_lengths, y_lengths)
-        return idx[..., 0]
-    return _brute_nearest(x, y, x_lengths, y_lengths, norm)
+    """int64 ``(N, P1)``: index of the smallest (s, index) in ``y[n, :y_lengths[n]]``; -1 where
+    the row is padding or the cloud ``y[n]`` is empty. Exact in the input precision."""
+    return torch.ops.pcops.nearest_neighbor(x, y, x_lengths, y_lengths, norm)
 
 
 def _pair_distance(x: torch.Tensor, y_nn: torch.Tensor, norm: int) -> torch.Tensor:
@@ -80,13 +53,63 @@ def _pair_distance(x: torch.Tensor, y_nn: torch.Tensor, norm: int) -> torch.Tens
     return acc
 
 
-def _gather_rows(values: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:
-    """values ``(N, M, U)``, idx ``(N, P)`` in ``[0, M)`` -> ``(N, P, U)``."""
-    n, p = idx.shape
-    u = values.shape[2]
-    if values.shape[1] == 0:  # an empty cloud: every slot is masked afterwards
-        return values.new_zeros((n, p, u))
-    return torch.gather(values, 1, idx[:, :, None].expand(n, p, u))
+def _sum(t: torch.Tensor) -> torch.Tensor:
+    """Sum over the last dimension in one written order on every device (differentiable)."""
+    return OrderedSum.apply(t)
+
+
+class _StraightClamp(torch.autograd.Function):
+    """``clamp_min(eps)`` whose gradient passes through unchanged (torch's cosine_similarity
+    clamps the norms under no_grad, so its gradient is that of the unclamped norm)."""
+
+    @staticmethod
+    def forward(ctx, t, eps):
+        return t.clamp_min(eps)
+
+    @staticmethod
+    def backward(ctx, grad):
+        return grad, None
+
+
+class _Norm(torch.autograd.Function):
+    """Euclidean norm over the last dimension, the squares summed channel by channel; gradient
+    ``g * c / norm`` (0 where the norm is 0, as torch's vector norm)."""
+
+    @staticmethod
+    def forward(ctx, t):
+        acc = None
+        for c in range(t.shape[-1]):
+            sq = t[..., c] * t[..., c]
+            acc = sq if acc is None else acc + sq
+        out = acc.sqrt()
+        ctx.save_for_backward(t, out)
+        return out
+
+    @staticmethod
+    def backward(ctx, grad):
+        t, out = ctx.saved_tensors
+        zero = out == 0
+        # Divide by a non-zero stand-in where the norm is 0, so that the second derivative holds no
+        # 0/0 either (masking after the division would still differentiate through it).
+        scale = (grad / out.masked_fill(zero, 1.0)).masked_fill(zero, 0.0)
+        return t * scale[..., None]
+
+
+def _cosine(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    """torch.nn.functional.cosine_similarity(a, b, dim=2, eps=1e-6)'s formula (each vector over
+    its clamped norm, then the dot product), every sum in channel order."""
+    na = _StraightClamp.apply(_Norm.apply(a), _COSINE_EPS)
+    nb = _StraightClamp.apply(_Norm.apply(b), _COSINE_EPS)
+    acc = None
+    for c in range(a.shape[2]):
+        term = (a[..., c] / na) * (b[..., c] / nb)
+        acc = term if acc is None else acc + term
+    return acc
+
+
+def _full(value, like: torch.Tensor, shape=()) -> torch.Tensor:
+    """A divisor on ``like``'s device (never a CPU scalar, see the module docstring)."""
+    return torch.full(shape, value, dtype=like.dtype, device=like.device)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -132,19 +155,18 @@ def _handle_input(points, lengths, normals, name: str):
     if X.shape[2] < 1:
         raise ValueError(f"{name}: expected at least one coordinate (D >= 1), got shape {tuple(X.shape)}")
     n, p = X.shape[0], X.shape[1]
-    if lengths is None:
-        lengths = torch.full((n,), p, dtype=torch.int64, device=X.device)
-    else:
+    if lengths is not None:  # None stays None: full clouds need no lengths (and no host sync)
         if lengths.dtype.is_floating_point or lengths.dtype.is_complex or lengths.dtype == torch.bool:
             raise TypeError(f"{name}_lengths: expected an integer tensor, got {lengths.dtype}")
         if lengths.device != X.device:
             raise ValueError(f"{name}_lengths: expected device {X.device}, got {lengths.device}")
         lengths = lengths.to(torch.int64)
-        if n and int(lengths.max()) > p:
-            raise ValueError(
-                f"{name}_lengths: a length value was too long (max {int(lengths.max())} > P = {p})")
-        if n and int(lengths.min()) < 0:
-            raise ValueError(f"{name}_lengths: expected values >= 0, got {lengths.tolist()}")
+        if n:
+            lo, hi = torch.stack([lengths.min(), lengths.max()]).tolist()  # one host sync
+            if hi > p:
+                raise ValueError(f"{name}_lengths: a length value was too long (max {hi} > P = {p})")
+            if lo < 0:
+                raise ValueError(f"{name}_lengths: expected values >= 0, got {lengths.tolist()}")
     if normals is not None:
         if not isinstance(normals, torch.Tensor):
             raise TypeError(f"{name}_normals: expected a tensor, got {type(normals).__name__}")
@@ -169,7 +191,6 @@ def _single_direction(x, y, x_lengths, y_lengths, x_normals, y_normals, weights,
         raise TypeError(f"y: expected dtype {x.dtype} (as x), got {y.dtype}")
     if y.device != x.device:
         raise ValueError(f"y: expected device {x.device} (as x), got {y.device}")
-    x_mask = torch.arange(p1, device=x.device)[None] >= x_lengths[:, None]  # (N, P1)
     if weights is not None:
         if weights.size(0) != n:
             raise ValueError("weights must be of shape (N,).")
@@ -179,38 +200,43 @@ def _single_direction(x, y, x_lengths, y_lengths, x_normals, y_normals, weights,
             # Upstream's early return: zeros derived from x (graph kept), shape (N, N) by the
             # broadcast against weights.view(N, 1) (PyTorch3D QUIRK, reproduced).
             weights = weights.view(n, 1)
-            return (x.sum((1, 2)) * weights) * 0.0, (x.sum((1, 2)) * weights) * 0.0
+            total = _sum(x.reshape(n, p1 * d))
+            return (total * weights) * 0.0, (total * weights) * 0.0
 
     with torch.no_grad():
         idx = _nearest(x.detach(), y.detach(), x_lengths, y_lengths, norm)  # (N, P1), -1 unmatched
-    filled = idx >= 0
-    safe = torch.where(filled, idx, torch.zeros_like(idx))
+    unfilled = idx < 0
     work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-    y_nn = _gather_rows(y.to(work), safe)
+    y_nn = GatherRows.apply(y.to(work), idx)
     cham_x = _pair_distance(x.to(work), y_nn, norm).to(x.dtype)
-    cham_x = cham_x.masked_fill(~filled, 0.0)  # padding rows and empty y clouds: 0 (upstream)
+    cham_x = cham_x.masked_fill(unfilled, 0.0)  # padding rows and empty y clouds: 0 (upstream)
     if weights is not None:
         cham_x = cham_x * weights.view(n, 1)
 
     cham_norm_x = x.new_zeros(())
     if return_normals:
         # A neighbour slot past y's length reads a zero normal (knn_gather's padding).
-        near = _gather_rows(y_normals, safe).masked_fill(~filled[..., None], 0.0)
-        cosine = F.cosine_similarity(x_normals, near, dim=2, eps=1e-6)
+        near = GatherRows.apply(y_normals, idx).masked_fill(unfilled[..., None], 0.0)
+        cosine = _cosine(x_normals, near)
         cham_norm_x = 1 - (torch.abs(cosine) if abs_cosine else cosine)
-        cham_norm_x = cham_norm_x.masked_fill(x_mask, 0.0)
+        if x_lengths is not None:
+            x_mask = torch.arange(p1, device=x.device)[None] >= x_lengths[:, None]  # (N, P1)
+            cham_norm_x = cham_norm_x.masked_fill(x_mask, 0.0)
         if weights is not None:
             cham_norm_x = cham_norm_x * weights.view(n, 1)
 
     if point_reduction == "max":
         # Hausdorff-style; P1 == 0 gives 0 (upstream's max over an empty dim raises).
-        cham_x = cham_x.max(1).values if p1 > 0 else cham_x.sum(1)
+        cham_x = cham_x.max(1).values if p1 > 0 else _sum(cham_x)
     elif point_reduction is not None:
-        cham_x = cham_x.sum(1)
+        cham_x = _sum(cham_x)
         if return_normals:
-            cham_norm_x = cham_norm_x.sum(1)
+            cham_norm_x = _sum(cham_norm_x)
         if point_reduction == "mean":
-            clamped = x_lengths.clamp(min=1)
+            if x_lengths is not None:
+                clamped = x_lengths.clamp(min=1)
+            else:
+                clamped = torch.full((n,), max(p1, 1), dtype=torch.int64, device=x.device)
             cham_x = cham_x / clamped
             if return_normals:
                 cham_norm_x = cham_norm_x / clamped
@@ -221,16 +247,16 @@ def _batch_reduction(cham_x, cham_norm_x, weights, batch_reduction):
     if batch_reduction is None:
         return cham_x, cham_norm_x
     n = cham_x.shape[0]
-    cham_x = cham_x.sum()
+    cham_x = _sum(cham_x.reshape(-1))
     if cham_norm_x is not None:
-        cham_norm_x = cham_norm_x.sum()
+        cham_norm_x = _sum(cham_norm_x.reshape(-1))
     if batch_reduction == "mean":
         if weights is None:
-            div = max(n, 1)
+            div = _full(max(n, 1), cham_x)
         elif weights.sum() == 0.0:
-            div = 1
+            div = _full(1, cham_x)
         else:
-            div = weights.sum()
+            div = _sum(weights)
         cham_x = cham_x / div
         if cham_norm_x is not None:
             cham_norm_x = cham_norm_x / div

@@ -1,0 +1,99 @@
+#pragma once
+// Scatter and segment reductions with torch_scatter 2.1.2 semantics (docs/ops/scatter.md,
+// PEERS.md 6), deterministic.
+//
+// Layout: a reduction runs along one dimension of a tensor viewed as [outer, rows, inner]
+// (outer = product of the sizes before the reduced dimension, inner = product after it), all
+// contiguous. src is [outer, E, inner], out is [outer, M, inner].
+//
+// Contract, for every output element out[o, m, k]:
+// - Its contributions are the src elements src[o, e, k] whose destination is m, reduced in
+//   ascending e from the reduction's start value: the identity (sum/mean 0, mul 1, max lowest(),
+//   min max() of the type) or, with `accumulate`, the value out holds on entry (torch_scatter's
+//   `out=`). Arithmetic is the type's own: float/double without contraction (IEEE, run to run and
+//   thread count independent, bitwise), integers wrap (two's complement) as torch's do.
+// - mean = sum / count (count = number of contributions, 1 when there are none); integer means
+//   round by `integer_mean` (scatter: floor, as torch_scatter's scatter_mean; segment: toward
+//   zero, as its segment kernels).
+// - max / min replace the running value only when a contribution compares strictly greater /
+//   smaller, so ties keep the smallest e and NaN never wins (torch_scatter's CPU rule). arg holds
+//   that e, or the sentinel E when no contribution replaced the start value; without
+//   `accumulate` such an element's value is 0 (an empty slot, or one whose contributions are all
+//   NaN / -inf / lowest(): torch_scatter's `out == init -> 0` rule).
+// - No float atomics and no dependence on the thread count: the work is split over output rows
+//   (and column blocks of heavy rows), each element is reduced by one task in order.
+// Destinations: scatter takes an index per (o, e) broadcast over k (index_inner == 1; an index
+// with index_outer == 1 is shared by every o), or one per (o, e, k) (index_inner == inner).
+// Every index must lie in [0, M) (Index error otherwise, checked before any output is written);
+// `sorted` additionally requires non-decreasing indices along e (segment_coo; Value error).
+// segment_csr takes CSR offsets indptr [indptr_outer, M + 1] with
+// 0 <= indptr[m] <= indptr[m + 1] <= E; out row m reduces src rows [indptr[m], indptr[m + 1]).
+// gather_csr / gather_coo are the inverse broadcasts (out row e = src row of e's segment).
+// Types: float, double, int64, int32, int16, int8, uint8. Thread-safe; no allocation beyond
+// O(outer * (E + M)) scratch for the grouping.
+#include <cstdint>
+
+#include "pcops/context.hpp"
+
+namespace pcops {
+
+enum class Reduce : int { Sum = 0, Mean = 1, Mul = 2, Min = 3, Max = 4 };
+enum class IntegerMean : int { Floor = 0, Trunc = 1 };
+
+struct ReduceShape {
+  int64_t outer = 1;     // product of the sizes before the reduced dimension
+  int64_t src_rows = 0;  // E: src.size(dim)
+  int64_t out_rows = 0;  // M: out.size(dim)
+  int64_t inner = 1;     // product of the sizes after the reduced dimension
+};
+
+struct ScatterParams {
+  Reduce reduce = Reduce::Sum;
+  bool accumulate = false;  // out holds start values (torch_scatter's out=); no empty-slot rule
+  IntegerMean integer_mean = IntegerMean::Floor;
+  bool sorted = false;  // indices must be non-decreasing along e (segment_coo)
+};
+
+namespace core {
+// Shape checks shared by the backends (Value errors); returns the number of output elements.
+int64_t validate_reduce_shape(const ReduceShape& shape, const char* what);
+// index [index_outer, E, index_inner] values in [0, M) (and sorted along E when asked); host memory.
+void validate_scatter_index(const ReduceShape& shape, const int64_t* index, int64_t index_outer,
+                            int64_t index_inner, bool sorted, const char* name);
+// indptr [indptr_outer, segments + 1]: 0 <= indptr[m] <= indptr[m + 1] <= rows.
+void validate_indptr(const int64_t* indptr, int64_t indptr_outer, int64_t segments, int64_t rows,
+                     const char* name);
+}  // namespace core
+
+#define PCOPS_SCATTER_DECLARE(T)                                                                  \
+  void scatter(const CpuContext& ctx, const ScatterParams& params, const ReduceShape& shape,      \
+               const T* src, const int64_t* index, int64_t index_outer, int64_t index_inner,     \
+               T* out, int64_t* arg);                                                             \
+  void segment_csr(const CpuContext& ctx, Reduce reduce, const ReduceShape& shape, const T* src,  \
+                   const int64_t* indptr, int64_t indptr_outer, T* out, int64_t* arg);           \
+  void gather_csr(const CpuContext& ctx, const ReduceShape& shape, const T* src,                 \
+                  const int64_t* indptr, int64_t indptr_outer, T* out);                          \
+  void gather_coo(const CpuContext& ctx, const ReduceShape& shape, const T* src,                 \
+                  const int64_t* index, int64_t index_outer, T* out);
+
+namespace cpu {
+// scatter: out [outer, M, inner] (start values on entry when params.accumulate); arg
+// [outer, M, inner] for Min / Max (else may be nullptr). index: [index_outer, E, index_inner].
+// segment_csr: out and arg as scatter (out's entry values are ignored: torch_scatter's
+// segment_csr overwrites); mean rounds integers toward zero; empty segment: 0 / arg E.
+// gather_csr: shape.src_rows = segments M, shape.out_rows = E; out row e = src row m for e in
+// [indptr[m], indptr[m + 1]); rows of out covered by no segment keep their entry values.
+// gather_coo: shape.src_rows = M, shape.out_rows = E; out row e = src row index[o, e]
+// (index [index_outer, E], values in [0, M)).
+PCOPS_SCATTER_DECLARE(float)
+PCOPS_SCATTER_DECLARE(double)
+PCOPS_SCATTER_DECLARE(int64_t)
+PCOPS_SCATTER_DECLARE(int32_t)
+PCOPS_SCATTER_DECLARE(int16_t)
+PCOPS_SCATTER_DECLARE(int8_t)
+PCOPS_SCATTER_DECLARE(uint8_t)
+}  // namespace cpu
+
+#undef PCOPS_SCATTER_DECLARE
+
+}  // namespace pcops

@@ -1,0 +1,245 @@
+// scatter / segment_csr / gather against a serial brute-force evaluation of the contract
+// (ascending source order from the identity), compared bitwise; ties, NaN, empty slots, integer
+// wrap-around, bad input, and independence from the thread decomposition.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "pcops/error.hpp"
+#include "pcops/scatter.hpp"
+
+namespace {
+
+using pcops::Reduce;
+using pcops::ReduceShape;
+
+template <class T>
+struct Ref {
+  std::vector<T> out;
+  std::vector<int64_t> arg;
+};
+
+// The contract, one element at a time. index: [io, E, ii].
+template <class T>
+Ref<T> brute(Reduce r, const ReduceShape& s, const std::vector<T>& src, const std::vector<int64_t>& index,
+             int64_t io, int64_t ii, bool floor_mean = true) {
+  const int64_t E = s.src_rows, M = s.out_rows, K = s.inner;
+  Ref<T> ref;
+  ref.out.assign(static_cast<size_t>(s.outer * M * K), T(0));
+  ref.arg.assign(ref.out.size(), E);
+  for (int64_t o = 0; o < s.outer; ++o)
+    for (int64_t m = 0; m < M; ++m)
+      for (int64_t k = 0; k < K; ++k) {
+        long double acc_i = 0;  // integer sums are exact here (small values)
+        T v = r == Reduce::Mul ? T(1)
+              : r == Reduce::Max ? std::numeric_limits<T>::lowest()
+              : r == Reduce::Min ? std::numeric_limits<T>::max()
+                                 : T(0);
+        int64_t arg = E, cnt = 0;
+        for (int64_t e = 0; e < E; ++e) {
+          const int64_t dst = index[((io == 1 ? 0 : o) * E + e) * ii + (ii == 1 ? 0 : k)];
+          if (dst != m) continue;
+          const T x = src[(o * E + e) * K + k];
+          ++cnt;
+          if (r == Reduce::Sum || r == Reduce::Mean) v = static_cast<T>(v + x), acc_i += x;
+          if (r == Reduce::Mul) v = static_cast<T>(v * x);
+          if (r == Reduce::Max && x > v) v = x, arg = e;
+          if (r == Reduce::Min && x < v) v = x, arg = e;
+        }
+        if (r == Reduce::Mean) {
+          if constexpr (std::is_floating_point_v<T>) {
+            v = v / static_cast<T>(cnt > 0 ? cnt : 1);
+          } else {
+            const long double q = acc_i / (cnt > 0 ? cnt : 1);
+            v = static_cast<T>(floor_mean ? std::floor(q) : std::trunc(q));
+          }
+        }
+        if ((r == Reduce::Max || r == Reduce::Min) && arg == E) v = T(0);
+        const size_t at = static_cast<size_t>((o * M + m) * K + k);
+        ref.out[at] = v;
+        ref.arg[at] = arg;
+      }
+  return ref;
+}
+
+template <class T>
+bool same_bits(const std::vector<T>& a, const std::vector<T>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(T)) == 0;
+}
+
+// A context whose parallel_for runs chunks of the given grain in reverse order.
+pcops::CpuContext reversed_ctx() {
+  pcops::CpuContext ctx;
+  ctx.num_threads = 7;
+  ctx.parallel_for = [](int64_t b, int64_t e, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+    const int64_t g = std::max<int64_t>(grain, 1);
+    for (int64_t hi = e; hi > b;) {
+      const int64_t lo = std::max(b, hi - g);
+      fn(lo, hi);
+      hi = lo;
+    }
+  };
+  return ctx;
+}
+
+template <class T>
+void run_case(Reduce r, const ReduceShape& s, int64_t io, int64_t ii, unsigned seed, bool concentrated) {
+  std::mt19937 rng(seed);
+  std::vector<T> src(static_cast<size_t>(s.outer * s.src_rows * s.inner));
+  std::uniform_int_distribution<int> small(-4, 4);  // many exact ties
+  for (auto& x : src) x = static_cast<T>(small(rng)) / T(2) + (std::is_floating_point_v<T> ? T(0.1) * small(rng) : T(0));
+  std::vector<int64_t> index(static_cast<size_t>(io * s.src_rows * ii));
+  std::uniform_int_distribution<int64_t> dst(0, s.out_rows - 1);
+  for (auto& v : index) v = (concentrated && rng() % 10 != 0) ? 1 : dst(rng);
+  const Ref<T> ref = brute<T>(r, s, src, index, io, ii);
+  for (int variant = 0; variant < 2; ++variant) {
+    std::vector<T> out(ref.out.size(), T(77));  // sentinel
+    std::vector<int64_t> arg(ref.out.size(), -9);
+    pcops::ScatterParams p;
+    p.reduce = r;
+    const pcops::CpuContext ctx = variant == 0 ? pcops::CpuContext{} : reversed_ctx();
+    pcops::cpu::scatter(ctx, p, s, src.data(), index.data(), io, ii, out.data(), arg.data());
+    EXPECT_TRUE(same_bits(out, ref.out)) << "reduce " << int(r) << " variant " << variant;
+    if (r == Reduce::Max || r == Reduce::Min) EXPECT_EQ(arg, ref.arg);
+  }
+}
+
+TEST(Scatter, AllReductionsMatchBruteForce) {
+  const Reduce all[] = {Reduce::Sum, Reduce::Mean, Reduce::Mul, Reduce::Min, Reduce::Max};
+  unsigned seed = 1;
+  for (Reduce r : all) {
+    for (bool conc : {false, true}) {
+      // 1-D index shared by all outer rows; per-outer index; per-element index.
+      run_case<float>(r, {3, 200, 17, 5}, 1, 1, seed++, conc);
+      run_case<double>(r, {2, 500, 9, 40}, 2, 1, seed++, conc);
+      run_case<float>(r, {2, 300, 11, 33}, 2, 33, seed++, conc);
+      run_case<int64_t>(r, {1, 400, 13, 3}, 1, 1, seed++, conc);
+      run_case<int32_t>(r, {2, 100, 7, 20}, 2, 20, seed++, conc);
+      run_case<float>(r, {1, 20000, 3, 64}, 1, 1, seed++, conc);  // heavy rows split by columns
+    }
+  }
+}
+
+TEST(Scatter, TiesTakeSmallestIndexAndNanNeverWins) {
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  const std::vector<float> src{1, nan, 3, 3, nan, -std::numeric_limits<float>::infinity()};
+  const std::vector<int64_t> idx{0, 0, 0, 0, 1, 2};
+  std::vector<float> out(4);
+  std::vector<int64_t> arg(4);
+  pcops::ScatterParams p;
+  p.reduce = Reduce::Max;
+  pcops::cpu::scatter({}, p, {1, 6, 4, 1}, src.data(), idx.data(), 1, 1, out.data(), arg.data());
+  EXPECT_EQ(out, (std::vector<float>{3, 0, 0, 0}));
+  EXPECT_EQ(arg, (std::vector<int64_t>{2, 6, 6, 6}));  // NaN-only, -inf-only and empty slots: sentinel
+}
+
+TEST(Scatter, AccumulateStartsFromOut) {
+  const std::vector<double> src{1, 2, 3};
+  const std::vector<int64_t> idx{0, 0, 1};
+  std::vector<double> out{10, 2.5, -1};
+  std::vector<int64_t> arg(3);
+  pcops::ScatterParams p;
+  p.reduce = Reduce::Max;
+  p.accumulate = true;
+  pcops::cpu::scatter({}, p, {1, 3, 3, 1}, src.data(), idx.data(), 1, 1, out.data(), arg.data());
+  EXPECT_EQ(out, (std::vector<double>{10, 3, -1}));  // no empty-slot rule with accumulate
+  EXPECT_EQ(arg, (std::vector<int64_t>{3, 2, 3}));
+}
+
+TEST(Scatter, IntegerWrapAndMeanRounding) {
+  const std::vector<int8_t> src{100, 100, -7, 2};
+  const std::vector<int64_t> idx{0, 0, 1, 1};
+  std::vector<int8_t> out(2);
+  pcops::ScatterParams p;
+  pcops::cpu::scatter({}, p, {1, 4, 2, 1}, src.data(), idx.data(), 1, 1, out.data(), nullptr);
+  EXPECT_EQ(out[0], static_cast<int8_t>(-56));  // 200 wraps
+  p.reduce = Reduce::Mean;
+  const std::vector<int64_t> s64{-7, 2, 5};
+  const std::vector<int64_t> i64{0, 0, 1};
+  std::vector<int64_t> o64(2);
+  pcops::cpu::scatter({}, p, {1, 3, 2, 1}, s64.data(), i64.data(), 1, 1, o64.data(), nullptr);
+  EXPECT_EQ(o64, (std::vector<int64_t>{-3, 5}));  // floor(-5 / 2)
+  p.integer_mean = pcops::IntegerMean::Trunc;
+  pcops::cpu::scatter({}, p, {1, 3, 2, 1}, s64.data(), i64.data(), 1, 1, o64.data(), nullptr);
+  EXPECT_EQ(o64, (std::vector<int64_t>{-2, 5}));
+  const std::vector<int64_t> big{std::numeric_limits<int64_t>::max(), 1};
+  p.reduce = Reduce::Sum;
+  std::vector<int64_t> ob(1);
+  pcops::cpu::scatter({}, p, {1, 2, 1, 1}, big.data(), std::vector<int64_t>{0, 0}.data(), 1, 1, ob.data(), nullptr);
+  EXPECT_EQ(ob[0], std::numeric_limits<int64_t>::min());
+}
+
+TEST(Scatter, BadInput) {
+  const std::vector<float> src{1, 2};
+  std::vector<float> out(2);
+  pcops::ScatterParams p;
+  const std::vector<int64_t> neg{0, -1}, big{0, 2}, unsorted{1, 0};
+  EXPECT_THROW(pcops::cpu::scatter({}, p, {1, 2, 2, 1}, src.data(), neg.data(), 1, 1, out.data(), nullptr),
+               pcops::Error);
+  EXPECT_THROW(pcops::cpu::scatter({}, p, {1, 2, 2, 1}, src.data(), big.data(), 1, 1, out.data(), nullptr),
+               pcops::Error);
+  p.sorted = true;
+  EXPECT_THROW(pcops::cpu::scatter({}, p, {1, 2, 2, 1}, src.data(), unsorted.data(), 1, 1, out.data(), nullptr),
+               pcops::Error);
+  try {
+    pcops::cpu::scatter({}, {}, {1, 2, 2, 1}, src.data(), big.data(), 1, 1, out.data(), nullptr);
+  } catch (const pcops::Error& e) {
+    EXPECT_EQ(e.kind(), pcops::ErrorKind::Index);
+  }
+  // Output sizes that overflow int64.
+  EXPECT_THROW(pcops::cpu::scatter({}, {}, {int64_t{1} << 40, 0, int64_t{1} << 40, 1}, src.data(), nullptr, 1, 1,
+                                   out.data(), nullptr),
+               pcops::Error);
+  const std::vector<int64_t> ptr_bad{0, 2, 1};
+  EXPECT_THROW(pcops::cpu::segment_csr({}, Reduce::Sum, {1, 2, 2, 1}, src.data(), ptr_bad.data(), 1, out.data(),
+                                       nullptr),
+               pcops::Error);
+}
+
+TEST(SegmentCsr, MatchesScatterOfTheSameGroups) {
+  std::mt19937 rng(5);
+  const int64_t E = 1000, M = 60, K = 7;
+  std::vector<int64_t> ptr(M + 1, 0);
+  for (int64_t m = 1; m <= M; ++m) ptr[m] = ptr[m - 1] + (m % 7 == 0 ? 0 : static_cast<int64_t>(rng() % 30));
+  ptr[M] = std::min<int64_t>(ptr[M], E);
+  for (int64_t m = 1; m <= M; ++m) ptr[m] = std::min(ptr[m], E);
+  std::vector<double> src(E * K);
+  std::normal_distribution<double> nd;
+  for (auto& x : src) x = nd(rng);
+  // Equivalent index for the covered rows (rows past ptr[M] contribute nowhere: give them their
+  // own trailing output row and drop it).
+  std::vector<int64_t> idx(E, M);
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t e = ptr[m]; e < ptr[m + 1]; ++e) idx[e] = m;
+  for (Reduce r : {Reduce::Sum, Reduce::Mean, Reduce::Min, Reduce::Max}) {
+    const Ref<double> ref = brute<double>(r, {1, E, M + 1, K}, src, idx, 1, 1);
+    std::vector<double> out(M * K, -5);
+    std::vector<int64_t> arg(M * K, -5);
+    pcops::cpu::segment_csr(reversed_ctx(), r, {1, E, M, K}, src.data(), ptr.data(), 1, out.data(), arg.data());
+    EXPECT_TRUE(same_bits(out, std::vector<double>(ref.out.begin(), ref.out.begin() + M * K)));
+    if (r == Reduce::Min || r == Reduce::Max)
+      EXPECT_EQ(arg, std::vector<int64_t>(ref.arg.begin(), ref.arg.begin() + M * K));
+  }
+  // gather_csr is the inverse broadcast.
+  std::vector<double> seg(M * K);
+  for (size_t i = 0; i < seg.size(); ++i) seg[i] = static_cast<double>(i);
+  std::vector<double> g(E * K, -1);
+  pcops::cpu::gather_csr({}, {1, M, E, K}, seg.data(), ptr.data(), 1, g.data());
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t e = ptr[m]; e < ptr[m + 1]; ++e)
+      for (int64_t k = 0; k < K; ++k) EXPECT_EQ(g[e * K + k], seg[m * K + k]);
+  for (int64_t e = ptr[M]; e < E; ++e) EXPECT_EQ(g[e * K], -1);  // uncovered rows untouched
+  std::vector<double> gc(E * K, -1);
+  pcops::cpu::gather_coo({}, {1, M + 1, E, K}, [&] {
+    std::vector<double> s2(seg);
+    s2.resize((M + 1) * K, 0);
+    return s2;
+  }().data(), idx.data(), 1, gc.data());
+  for (int64_t e = 0; e < ptr[M]; ++e) EXPECT_EQ(gc[e * K], g[e * K]);
+}
+
+}  // namespace

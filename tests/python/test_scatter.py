@@ -1,0 +1,201 @@
+"""pcops.scatter / segment_csr / segment_coo / gather_*: exact oracles, empty slots, ties, NaN,
+gradients (gradcheck in float64), determinism across thread counts, opcheck, errors."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import pcops
+from conftest import with_threads
+
+REDUCES = ("sum", "mean", "mul", "min", "max")
+
+
+def oracle(src: torch.Tensor, index: torch.Tensor, dim: int, size: int, reduce: str):
+    """The contract element by element: ascending source order from the identity (float64 for
+    floats is not used: the same dtype, so the comparison is bitwise)."""
+    src_m = src.movedim(dim, -1).contiguous()
+    idx_m = pcops.ops.scatter.broadcast(index, src, dim).movedim(dim, -1).contiguous()
+    lead = src_m.shape[:-1]
+    E = src_m.shape[-1]
+    s2, i2 = src_m.reshape(-1, E), idx_m.reshape(-1, E)
+    out = torch.zeros(s2.shape[0], size, dtype=src.dtype)
+    arg = torch.full((s2.shape[0], size), E, dtype=torch.int64)
+    for r in range(s2.shape[0]):
+        for m in range(size):
+            sel = (i2[r] == m).nonzero().flatten().tolist()
+            if reduce in ("sum", "mean"):
+                v = torch.zeros((), dtype=src.dtype)
+                for e in sel:
+                    v = v + s2[r, e]
+                if reduce == "mean":
+                    c = max(len(sel), 1)
+                    v = v / c if src.dtype.is_floating_point else torch.div(v, c, rounding_mode="floor")
+            elif reduce == "mul":
+                v = torch.ones((), dtype=src.dtype)
+                for e in sel:
+                    v = v * s2[r, e]
+            else:
+                info = torch.finfo(src.dtype) if src.dtype.is_floating_point else torch.iinfo(src.dtype)
+                v = torch.tensor(info.min if reduce == "max" else info.max, dtype=src.dtype)
+                for e in sel:
+                    x = s2[r, e]
+                    if (x > v) if reduce == "max" else (x < v):
+                        v, arg[r, m] = x, e
+                if arg[r, m] == E:
+                    v = torch.zeros((), dtype=src.dtype)
+            out[r, m] = v
+    out = out.reshape(*lead, size).movedim(-1, dim)
+    arg = arg.reshape(*lead, size).movedim(-1, dim)
+    return out, arg
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int64, torch.int32])
+def test_matches_oracle(reduce, dtype, gen):
+    src = (torch.randint(-4, 5, (3, 40, 4), generator=gen)).to(dtype)
+    if dtype.is_floating_point:
+        src = src / 4 + torch.rand(3, 40, 4, generator=gen).to(dtype) * (reduce != "mul")
+    index = torch.randint(0, 9, (40,), generator=gen)
+    out, arg = torch.ops.pcops.scatter(src, pcops.ops.scatter.broadcast(index, src, 1), 1, 11, reduce, None)
+    ref, ref_arg = oracle(src, index, 1, 11, reduce)
+    assert torch.equal(out, ref)
+    if reduce in ("min", "max"):
+        assert torch.equal(arg, ref_arg)
+        vals, arg2 = (pcops.scatter_max if reduce == "max" else pcops.scatter_min)(src, index, 1, dim_size=11)
+        assert torch.equal(vals, ref) and torch.equal(arg2, ref_arg)
+
+
+def test_elementwise_index_matches_oracle(gen):
+    src = torch.randn(2, 30, 5, generator=gen)
+    index = torch.randint(0, 6, (2, 30, 5), generator=gen)
+    for reduce in REDUCES:
+        out = pcops.scatter(src, index, 1, dim_size=7, reduce=reduce)
+        assert torch.equal(out, oracle(src, index, 1, 7, reduce)[0]), reduce
+
+
+def test_upstream_example_values():
+    src = torch.tensor([[2.0, 0, 1, 4, 3], [0, 2, 1, 3, 4]])
+    index = torch.tensor([[4, 5, 4, 2, 3], [0, 0, 5, 5, 3]])
+    assert pcops.scatter(src, index, -1, reduce="sum").tolist() == [[0, 0, 4, 3, 3, 0], [2, 0, 0, 4, 0, 4]]
+    vals, arg = pcops.scatter_max(src, index, -1)
+    assert vals.tolist() == [[0, 0, 4, 3, 2, 0], [2, 0, 0, 4, 0, 3]]
+    assert arg.tolist() == [[5, 5, 3, 4, 0, 1], [1, 5, 5, 4, 5, 3]]
+    assert pcops.scatter(src, index, -1, reduce="mul").tolist() == [[1, 1, 4, 3, 2, 0], [0, 1, 1, 4, 1, 3]]
+
+
+def test_ties_nan_and_empty_slots():
+    nan, inf = float("nan"), float("inf")
+    src = torch.tensor([1.0, nan, 3.0, 3.0, nan, -inf])
+    index = torch.tensor([0, 0, 0, 0, 1, 2])
+    vals, arg = pcops.scatter_max(src, index, dim_size=4)
+    assert vals.tolist() == [3.0, 0.0, 0.0, 0.0]
+    assert arg.tolist() == [2, 6, 6, 6]
+    vals, arg = pcops.scatter_min(torch.tensor([2.0, 1.0, 1.0]), torch.tensor([0, 0, 0]))
+    assert vals.tolist() == [1.0] and arg.tolist() == [1]
+    assert pcops.scatter(torch.empty(0), torch.empty(0, dtype=torch.long)).shape == (0,)
+    assert pcops.scatter(torch.empty(0), torch.empty(0, dtype=torch.long), dim_size=3, reduce="mul").tolist() == [1, 1, 1]
+
+
+def test_out_argument_accumulates_in_place():
+    src = torch.tensor([1.0, 2.0, 3.0])
+    out = torch.tensor([10.0, 2.5, -1.0])
+    res = pcops.scatter(src, torch.tensor([0, 0, 1]), out=out, reduce="max")
+    assert res is out and out.tolist() == [10.0, 3.0, -1.0]
+    out = torch.tensor([1.0, 1.0])
+    pcops.scatter(src, torch.tensor([0, 0, 1]), out=out, reduce="mean")
+    assert out.tolist() == [2.0, 4.0]  # (1 + 1 + 2) / 2, (1 + 3) / 1
+
+
+def test_segments_match_scatter(gen):
+    src = torch.randn(4, 50, 3, generator=gen)
+    sizes = torch.randint(0, 5, (12,), generator=gen)
+    sizes[-1] = 50 - sizes[:-1].sum().clamp(max=50)
+    sizes = sizes.clamp(min=0)
+    ptr = torch.cat([torch.zeros(1, dtype=torch.long), sizes.cumsum(0)]).clamp(max=50)
+    ptr[-1] = 50
+    index = torch.repeat_interleave(torch.arange(12), ptr.diff())
+    for reduce in ("sum", "mean", "min", "max"):
+        ref = pcops.scatter(src, index, 1, dim_size=12, reduce=reduce)
+        assert torch.equal(pcops.segment_csr(src, ptr.view(1, -1), reduce=reduce), ref), reduce
+        assert torch.equal(pcops.segment_coo(src, index.view(1, -1), dim_size=12, reduce=reduce), ref), reduce
+    seg = torch.randn(4, 12, 3, generator=gen)
+    assert torch.equal(pcops.gather_csr(seg, ptr.view(1, -1)), seg.index_select(1, index))
+    assert torch.equal(pcops.gather_coo(seg, index.view(1, -1)), seg.index_select(1, index))
+
+
+@pytest.mark.parametrize("reduce", REDUCES)
+def test_gradcheck(reduce, gen):
+    src = torch.randn(12, 3, dtype=torch.float64, generator=gen, requires_grad=True)
+    index = torch.tensor([0, 1, 0, 1, 2, 2, 3, 3, 3, 0, 5, 5])
+    assert torch.autograd.gradcheck(lambda s: pcops.scatter(s, index, 0, dim_size=7, reduce=reduce), (src,))
+    if reduce != "mul":
+        ptr = torch.tensor([0, 3, 3, 7, 12])
+        sorted_index = index.sort().values
+        assert torch.autograd.gradcheck(lambda s: pcops.segment_csr(s, ptr, reduce=reduce), (src,))
+        assert torch.autograd.gradcheck(lambda s: pcops.segment_coo(s, sorted_index, dim_size=7, reduce=reduce),
+                                        (src,))
+
+
+def test_gather_gradcheck(gen):
+    src = torch.randn(4, 2, dtype=torch.float64, generator=gen, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda s: pcops.gather_csr(s, torch.tensor([0, 2, 5, 5, 9])), (src,))
+    assert torch.autograd.gradcheck(lambda s: pcops.gather_coo(s, torch.tensor([0, 0, 1, 3, 3, 3])), (src,))
+    assert torch.autograd.gradgradcheck(lambda s: pcops.scatter(s, torch.tensor([0, 1, 1, 0]), 0), (src,))
+
+
+def test_deterministic_across_thread_counts(gen):
+    # Concentrated destinations: most contributions go to one row (split into column blocks).
+    src = torch.randn(200_000, 32, generator=gen)
+    index = torch.where(torch.rand(200_000, generator=gen) < 0.9, 3, torch.randint(0, 1000, (200_000,), generator=gen))
+    results = [with_threads(t, lambda: pcops.scatter(src, index, 0, dim_size=1000, reduce="mean")) for t in (1, 2, 3)]
+    assert all(torch.equal(results[0], r) for r in results[1:])
+    mx = [with_threads(t, lambda: pcops.scatter_max(src, index, 0, dim_size=1000)) for t in (1, 2)]
+    assert torch.equal(mx[0][0], mx[1][0]) and torch.equal(mx[0][1], mx[1][1])
+    # And close to torch's own (differently ordered) sum.
+    ref = torch.zeros(1000, 32).index_add_(0, index, src)
+    torch.testing.assert_close(pcops.scatter(src, index, 0, dim_size=1000), ref, rtol=1e-4, atol=1e-3)
+
+
+def test_half_and_bfloat16_reduce_in_float32():
+    src = torch.tensor([1.0, 2.0, 3.0]).half()
+    out = pcops.scatter(src, torch.tensor([0, 0, 1]), reduce="mean")
+    assert out.dtype == torch.float16 and out.tolist() == [1.5, 3.0]
+    assert pcops.scatter(src.bfloat16(), torch.tensor([0, 0, 1])).dtype == torch.bfloat16
+
+
+def test_errors():
+    src = torch.randn(4)
+    with pytest.raises(IndexError):
+        pcops.scatter(src, torch.tensor([0, 1, 2, 5]), dim_size=3)
+    with pytest.raises(IndexError):
+        pcops.scatter(src, torch.tensor([0, -1, 2, 1]))
+    with pytest.raises(TypeError):
+        pcops.scatter(src, torch.tensor([0, 1, 2, 1], dtype=torch.int32))
+    with pytest.raises(ValueError):
+        pcops.scatter(src, torch.tensor([0, 1, 2, 1]), reduce="median")
+    with pytest.raises(ValueError):
+        pcops.segment_coo(src, torch.tensor([1, 0, 2, 2]))
+    with pytest.raises(ValueError):
+        pcops.segment_csr(src, torch.tensor([0, 3, 2, 4]))
+    with pytest.raises(IndexError):
+        pcops.segment_csr(src, torch.tensor([0, 3, 5]))
+    with pytest.raises(ValueError):
+        pcops.scatter(torch.randn(2, 2), torch.zeros(2, 2, dtype=torch.long), 0, dim_size=2**62)
+    with pytest.raises(TypeError):
+        pcops.scatter(torch.tensor([True, False]), torch.tensor([0, 0]))
+
+
+def test_opcheck(gen):
+    src = torch.randn(6, 3, generator=gen, requires_grad=True)
+    index = pcops.ops.scatter.broadcast(torch.tensor([0, 2, 0, 1, 1, 2]), src, 0)
+    for reduce in REDUCES:
+        torch.library.opcheck(torch.ops.pcops.scatter.default, (src, index, 0, 3, reduce, None))
+    ptr = torch.tensor([0, 2, 2, 6])
+    for reduce in ("sum", "mean", "max"):
+        torch.library.opcheck(torch.ops.pcops.segment_csr.default, (src, ptr, reduce))
+        torch.library.opcheck(torch.ops.pcops.segment_coo.default,
+                              (src, torch.tensor([0, 0, 1, 1, 1, 2]), 3, reduce, None))
+    torch.library.opcheck(torch.ops.pcops.gather_csr.default, (src[:3], ptr, 6, None))
+    torch.library.opcheck(torch.ops.pcops.gather_coo.default, (src[:3], torch.tensor([0, 0, 2, 2])))
