@@ -155,8 +155,10 @@ def test_three_interpolate_nonfinite_strided_half_and_double_backward(gen):
     # Second order through the registered double backward (written with the operators).
     outs = []
     for dev in ("cpu", "cuda"):
+        # Fresh leaves on both devices: w.to("cpu") returns w itself, so requires_grad_() on it
+        # would make the later w.to("cuda") a non-leaf whose .grad stays None.
         ff = f.nan_to_num().to(dev).requires_grad_()
-        ww = w.to(dev).requires_grad_()
+        ww = w.detach().clone().to(dev).requires_grad_()
         out = pcops.three_interpolate(ff, idx.to(dev), ww)
         (gf, gw) = torch.autograd.grad((out * out).sum(), (ff, ww), create_graph=True)
         (gf.sum() + (gw * gw).sum()).backward()
@@ -309,7 +311,7 @@ def test_pointnet2_ops_stand_in_cuda(pu, gen):
     results = []
     for dev in ("cpu", "cuda"):
         u, k = unknown.to(dev), known.to(dev)
-        f = feats.to(dev).requires_grad_()
+        f = feats.detach().clone().to(dev).requires_grad_()
         dist, idx = pu.three_nn(u, k)
         w = torch.full(dist.shape, 1.0 / 3.0, device=dev)  # fixed weights: only pcops arithmetic below
         interp = pu.three_interpolate(f, idx, w)
