@@ -48,14 +48,14 @@ if has pytest; then
 fi
 if has sanitize; then
   # The sanitizers run the CUDA gtest on its small cases (large clouds take too long under them).
-  FILTER=${PCOPS_SANITIZE_FILTER:--*Large*:*Million*:*GridPath*:*AllPoints*:*Timing*:*Shell200k*:*Shell100k*:*RealClouds*}
+  FILTER=${PCOPS_SANITIZE_FILTER:--*Large*:*Million*:*GridPath*:*BigClusterPath*:*ExchangeTags*:*AllPoints*:*Timing*:*Shell200k*:*Shell100k*:*RealClouds*}
   for tool in memcheck initcheck; do
     run_stage "sanitize_$tool" timeout ${PCOPS_SANITIZE_TIMEOUT:-200} compute-sanitizer --tool $tool \
       --error-exitcode 99 "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter="$FILTER"
   done
   # racecheck is much slower: the tests that cover every shared-memory kernel (warp top-k and grid
   # search of kNN, both ball-query paths, FPS cluster (distributed shared memory) and grid paths).
-  RACE=${PCOPS_RACECHECK_FILTER:-CudaKnn.UniformBothPaths:CudaKnn.DuplicateHeavyTies:CudaKnn.KEqualsNAndPathBoundaries:CudaBallQuery.UniformScanAllK:CudaBallQuery.GridUniformAndCellBoundaries:CudaBallQuery.GridDuplicatesOverflowTheBuffer:CudaBallQuery.BackwardMatchesCpuBits:CudaFurthestPointSample.ShortRunsOfEveryPathForSanitizers}
+  RACE=${PCOPS_RACECHECK_FILTER:-CudaKnn.UniformBothPaths:CudaKnn.DuplicateHeavyTies:CudaKnn.KEqualsNAndPathBoundaries:CudaBallQuery.UniformScanAllK:CudaBallQuery.GridUniformAndCellBoundaries:CudaBallQuery.GridDuplicatesOverflowTheBuffer:CudaBallQuery.BackwardMatchesCpuBits:CudaFurthestPointSample.ShortRunsOfEveryPathForSanitizers:CudaRadius.ExactTiesAtTheBoundary:CudaNearest.PathsTiesEmptyAndNonFinite:CudaThreeInterpolate.ManySourcesPerTargetAndPadding:CudaGroupPoints.BallQueryLikeNeighbourhoods:CudaNearestNeighbor.ExactTiesAndDuplicates}
   run_stage sanitize_racecheck timeout ${PCOPS_SANITIZE_TIMEOUT:-200} compute-sanitizer --tool racecheck \
     --racecheck-report all --error-exitcode 99 "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter="$RACE"
 fi
@@ -64,6 +64,11 @@ if has bench; then
   run_stage cuda_bench timeout ${PCOPS_BENCH_TIMEOUT:-300} $PY -m pcops.cli bench --device cuda --no-progress \
     --out "$OUT" --docs "$OUT/benchmarks-cuda.md" --ops fps,knn,ball_query --clouds sphere,scan \
     --sizes ${PCOPS_BENCH_SIZES:-100k,1M}
+  run_stage graph_probe timeout 240 $PY benchmarks/scripts/graph_probe_cuda.py --json "$OUT/graph_probe_cuda.json"
+  run_stage chamfer_probe timeout 180 $PY benchmarks/scripts/chamfer_probe.py --device cuda --repeat 5 \
+    --json "$OUT/chamfer_probe_cuda.json"
+  run_stage interp_bench timeout 180 $PY -m pcops.cli bench --device cuda --no-progress --out "$OUT/interp" \
+    --docs "$OUT/interp/benchmarks-cuda.md" --ops three_nn,three_interpolate --clouds sphere,scan --orders random
 fi
 
 echo
