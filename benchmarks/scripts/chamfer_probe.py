@@ -2,13 +2,19 @@
 forward and forward + backward, against plain PyTorch (cdist + min) and SciPy cKDTree (CPU,
 build + query, both directions, forward only).
 
-Every time is the median of --repeat synchronized runs in this process, inputs resident on the
+Every time is the median (or with --stat min the minimum) of --repeat synchronized runs in this process, inputs resident on the
 device (CUDA: CUDA events). Beside each peer the loss difference from pcops' is reported. Cases:
 B=4 clouds of N vs N points, and B=1 of L vs L, where PyTorch's peer is chunked (rows of
 --chunk queries against all points: a dense L x L matrix does not fit) and its backward
 recomputes the distances of the selected pairs (cdist's own backward would need every chunk's
 matrix). PyTorch on the CPU is skipped for the large case (hours). --json writes every number
 with the environment and the git commit.
+
+"pcops (unfused)" is chamfer_distance with its fused operators (pair distance, reductions)
+swapped for the unfused formulas (a gather and one elementwise operation per coordinate, then
+torch reductions: the same bits, the implementation before the fused operators). With --count-ops, the torch operators dispatched per
+call (forward, and forward + backward) are counted for both, in total and without views and
+allocations (the operators that run a kernel).
 
     PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \
         python benchmarks/scripts/chamfer_probe.py --device cuda --json out/chamfer.json
@@ -18,6 +24,8 @@ with the environment and the git commit.
 from __future__ import annotations
 
 import argparse
+import collections
+import contextlib
 import json
 import platform
 import statistics
@@ -32,6 +40,9 @@ import torch
 def _sync(device):
     if device.type == "cuda":
         torch.cuda.synchronize(device)
+
+
+STAT = statistics.median  # --stat min: the least-disturbed run on a shared machine
 
 
 def median_time(fn, repeat, device):
@@ -50,7 +61,7 @@ def median_time(fn, repeat, device):
             t0 = time.perf_counter()
             fn()
             times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+    return STAT(times), out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -70,6 +81,66 @@ def pcops_backward(x, y):
     loss = pcops.chamfer_distance(a, b)[0]
     loss.backward()
     return loss.detach()
+
+
+@contextlib.contextmanager
+def unfused():
+    """chamfer_distance with the unfused pair-distance formula instead of the fused operator."""
+    from pcops.ops import chamfer_distance as mod
+
+    class Unfused:
+        @staticmethod
+        def apply(x, y, idx, norm):
+            return mod._masked_pair_distance(x, y, idx, norm)
+
+    class UnfusedReduce:
+        @staticmethod
+        def apply(*args):
+            return mod._reduce_formula(*args)
+
+    saved = mod._PairDistance, mod._Reduce
+    mod._PairDistance, mod._Reduce = Unfused, UnfusedReduce
+    try:
+        yield
+    finally:
+        mod._PairDistance, mod._Reduce = saved
+
+
+def unfused_forward(x, y):
+    with unfused():
+        return pcops_forward(x, y)
+
+
+def unfused_backward(x, y):
+    with unfused():
+        return pcops_backward(x, y)
+
+
+_NO_KERNEL = {"aten::empty", "aten::empty_like", "aten::new_empty", "aten::empty_strided",
+              "aten::new_empty_strided", "aten::detach", "aten::lift_fresh", "aten::_to_copy_noop"}
+
+
+def count_ops(fn, x, y):
+    """(total, kernels, names): torch operators dispatched by fn(x, y); kernels leaves out views
+    and allocations."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Counter(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = collections.Counter()
+            self.kernels = 0
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = func._schema.name
+            self.ops[name] += 1
+            if not func.is_view and name not in _NO_KERNEL:
+                self.kernels += 1
+            return func(*args, **(kwargs or {}))
+
+    with Counter() as c:
+        fn(x, y)
+    return sum(c.ops.values()), c.kernels, dict(c.ops)
 
 
 def torch_forward(x, y):
@@ -117,20 +188,24 @@ def scipy_forward(x, y):
 # ---------------------------------------------------------------------------------------------
 
 
-def run_case(name, b, n, device, repeat, seed, chunk, large):
+def run_case(name, b, n, device, repeat, seed, chunk, large, peers=True):
     g = torch.Generator().manual_seed(seed)
     x = torch.rand(b, n, 3, generator=g).to(device)
     y = torch.rand(b, n, 3, generator=g).to(device)
     rows = []
-    impls = [("pcops", "forward", pcops_forward), ("pcops", "forward+backward", pcops_backward)]
-    if not large:
+    impls = [("pcops", "forward", pcops_forward), ("pcops", "forward+backward", pcops_backward),
+             ("pcops (unfused)", "forward", unfused_forward),
+             ("pcops (unfused)", "forward+backward", unfused_backward)]
+    if not peers:
+        pass
+    elif not large:
         impls.append(("torch cdist+min", "forward", torch_forward))
         if device.type == "cuda" or b * n * n <= 1 << 28:  # the CPU backward of 4 x 16k^2: minutes
             impls.append(("torch cdist+min", "forward+backward", torch_backward))
     elif device.type == "cuda":
         impls += [("torch cdist+min (chunked)", "forward", lambda p, q: torch_chunked(p, q, chunk, False)),
                   ("torch cdist+min (chunked)", "forward+backward", lambda p, q: torch_chunked(p, q, chunk, True))]
-    if device.type == "cpu":
+    if device.type == "cpu" and peers:
         impls.append(("scipy cKDTree", "forward", scipy_forward))
     print(f"{name}: B={b} N={n} vs {n} float32 on {device} (CPU threads {torch.get_num_threads()})")
     ref = {}
@@ -148,8 +223,54 @@ def run_case(name, b, n, device, repeat, seed, chunk, large):
         row = dict(case=name, device=str(device), batch=b, points=n, impl=impl, mode=mode, median_s=t, loss=loss,
                    loss_abs_diff_vs_pcops=abs(loss - base_loss), pcops_speedup=t / base_t)
         rows.append(row)
-        print(f"  {impl:<28} {mode:<17} median {t * 1e3:10.3f} ms   loss {loss:.9g}   "
+        print(f"  {impl:<28} {mode:<17} {STAT.__name__:>6} {t * 1e3:10.3f} ms   loss {loss:.9g}   "
               f"diff {row['loss_abs_diff_vs_pcops']:.3g}   pcops speed-up {row['pcops_speedup']:.2f}x")
+    return rows
+
+
+def op_counts(device, seed):
+    """Torch operators per chamfer_distance call (float32, norm 2, mean/mean), fused and unfused."""
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(4, 1024, 3, generator=g).to(device)
+    y = torch.rand(4, 1024, 3, generator=g).to(device)
+    rows = []
+    for impl, mode, fn in [("pcops", "forward", pcops_forward), ("pcops", "forward+backward", pcops_backward),
+                           ("pcops (unfused)", "forward", unfused_forward),
+                           ("pcops (unfused)", "forward+backward", unfused_backward)]:
+        total, kernels, names = count_ops(fn, x, y)
+        rows.append(dict(case="op count", device=str(device), impl=impl, mode=mode, ops=total, kernel_ops=kernels,
+                         by_name=names))
+        print(f"  {impl:<28} {mode:<17} {total:4d} torch operators, {kernels:4d} running a kernel")
+    return rows
+
+
+def after_search(device, b, n, repeat, seed):
+    """Time of everything but the two searches (pair distances, reductions, their backwards), the
+    neighbour indices given: what the fused operators replace."""
+    from pcops.ops import chamfer_distance as mod
+
+    g = torch.Generator().manual_seed(seed)
+    x = torch.rand(b, n, 3, generator=g).to(device)
+    y = torch.rand(b, n, 3, generator=g).to(device)
+    ix = torch.ops.pcops.nearest_neighbor(x, y, None, None, 2)
+    iy = torch.ops.pcops.nearest_neighbor(y, x, None, None, 2)
+
+    def step():
+        a, c = x.detach().requires_grad_(True), y.detach().requires_grad_(True)
+        cx = mod._PairDistance.apply(a, c, ix, 2)
+        cy = mod._PairDistance.apply(c, a, iy, 2)
+        loss = mod._Reduce.apply(cx, cy, None, None, True, 2)
+        loss.backward()
+        return loss.detach()
+
+    rows = []
+    print(f"after the search: B={b} N={n} float32 on {device}, forward + backward")
+    for impl, ctx in (("pcops", contextlib.nullcontext), ("pcops (unfused)", unfused)):
+        with ctx():
+            t, v = median_time(step, repeat, device)
+        rows.append(dict(case="after search", device=str(device), batch=b, points=n, impl=impl,
+                         mode="forward+backward", median_s=t, loss=float(v)))
+        print(f"  {impl:<28} {STAT.__name__:>6} {t * 1e3:10.3f} ms   loss {float(v):.9g}")
     return rows
 
 
@@ -175,14 +296,27 @@ def main():
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--json", type=Path, help="write the results here")
+    ap.add_argument("--count-ops", action="store_true", help="also count the torch operators per call")
+    ap.add_argument("--skip-large", action="store_true", help="only the B=4 case")
+    ap.add_argument("--skip-peers", action="store_true", help="only pcops (fused and unfused)")
+    ap.add_argument("--stat", choices=["median", "min"], default="median", help="statistic of the repeats")
     args = ap.parse_args()
+    global STAT
+    STAT = min if args.stat == "min" else statistics.median
     devices = ["cpu", "cuda"] if args.device == "both" else [args.device]
     if "cuda" in devices and not torch.cuda.is_available():
         raise SystemExit("--device cuda: no CUDA device")
     rows = []
     for dev in map(torch.device, devices):
-        rows += run_case("batched", 4, args.batch_n, dev, args.repeat, args.seed, args.chunk, large=False)
-        rows += run_case("large", 1, args.large_n, dev, args.repeat, args.seed + 1, args.chunk, large=True)
+        rows += run_case("batched", 4, args.batch_n, dev, args.repeat, args.seed, args.chunk, large=False,
+                         peers=not args.skip_peers)
+        rows += after_search(dev, 4, args.batch_n, args.repeat, args.seed)
+        if args.count_ops:
+            print(f"operators per call on {dev}:")
+            rows += op_counts(dev, args.seed)
+        if not args.skip_large:
+            rows += run_case("large", 1, args.large_n, dev, args.repeat, args.seed + 1, args.chunk, large=True,
+                             peers=not args.skip_peers)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
         args.json.write_text(json.dumps(dict(environment=environment(), args=vars(args) | {"json": str(args.json)},

@@ -1,4 +1,5 @@
-"""Timing probe (CPU): pcops' deterministic scatter / segment reductions against torch's native
+"""Timing probe (CPU, or CUDA with --device cuda): pcops' deterministic scatter / segment
+reductions against torch's native
 ``index_add_`` / ``scatter_reduce`` / ``segment_reduce``, and voxel downsampling of a 1M-point
 real-scan-like cloud (a real mesh of the data set sampled on its faces) against a torch.unique +
 index_add_ pipeline.
@@ -6,10 +7,14 @@ index_add_ pipeline.
 Destinations: ``uniform`` (every source row to a random one of M rows) and ``concentrated``
 (90% of the rows to one destination, the rest uniform). Every time is the median of --repeat
 runs in this process after one warm-up; beside each peer the max abs difference from pcops'
-result is recorded. JSON goes to benchmarks/results/scatter-probe-<date>-<commit>.json.
+result is recorded. On CUDA (--device cuda) the inputs live on the GPU, peers are torch's CUDA
+kernels (atomics: not deterministic), each time is the median of CUDA-event intervals (one
+synchronisation per run), and the voxel case is left out (voxel_downsample runs on the CPU only).
+JSON goes to benchmarks/results/scatter-probe-<date>-<commit>.json (scatter-probe-cuda-... on CUDA).
 
     PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \
-        python benchmarks/scripts/scatter_probe.py [--rows 1000000] [--features 32] [--repeat 5]
+        python benchmarks/scripts/scatter_probe.py [--rows 1000000] [--features 32] [--repeat 5] \
+        [--device cuda]
 """
 
 from __future__ import annotations
@@ -32,9 +37,22 @@ from pcops import data as pdata
 REPO = Path(__file__).resolve().parents[2]
 
 
+DEVICE = torch.device("cpu")
+
+
 def median_time(fn, repeat):
     out = fn()
     times = []
+    if DEVICE.type == "cuda":
+        torch.cuda.synchronize()
+        for _ in range(repeat):
+            start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            stop.record()
+            stop.synchronize()
+            times.append(start.elapsed_time(stop) / 1e3)
+        return statistics.median(times), out
     for _ in range(repeat):
         t0 = time.perf_counter()
         fn()
@@ -56,21 +74,27 @@ def maxdiff(a: torch.Tensor, b: torch.Tensor) -> float:
 def scatter_cases(args, results):
     gen = torch.Generator().manual_seed(0)
     for kind in ("uniform", "concentrated"):
-        src = torch.randn(args.rows, args.features, generator=gen)
-        idx = destinations(kind, args.rows, args.segments, gen)
+        src = torch.randn(args.rows, args.features, generator=gen).to(DEVICE)
+        idx = destinations(kind, args.rows, args.segments, gen).to(DEVICE)
         full = idx.view(-1, 1).expand_as(src)
         M = args.segments
+
+        def zeros():
+            return torch.zeros(M, args.features, device=DEVICE)
+
+        def reduce_peer(how):
+            return lambda: zeros().scatter_reduce_(0, full, src, how, include_self=False)
+
         cases = {
             "sum": (lambda: pcops.scatter(src, idx, 0, dim_size=M, reduce="sum"),
-                    {"index_add_": lambda: torch.zeros(M, args.features).index_add_(0, idx, src),
-                     "scatter_reduce(sum)": lambda: torch.zeros(M, args.features).scatter_reduce_(
-                         0, full, src, "sum", include_self=False)}),
+                    {"index_add_": lambda: zeros().index_add_(0, idx, src),
+                     "scatter_reduce(sum)": reduce_peer("sum")}),
             "mean": (lambda: pcops.scatter(src, idx, 0, dim_size=M, reduce="mean"),
-                     {"scatter_reduce(mean)": lambda: torch.zeros(M, args.features).scatter_reduce_(
-                         0, full, src, "mean", include_self=False)}),
+                     {"scatter_reduce(mean)": reduce_peer("mean")}),
             "max": (lambda: pcops.scatter_max(src, idx, 0, dim_size=M)[0],
-                    {"scatter_reduce(amax)": lambda: torch.zeros(M, args.features).scatter_reduce_(
-                        0, full, src, "amax", include_self=False)}),
+                    {"scatter_reduce(amax)": reduce_peer("amax")}),
+            "min": (lambda: pcops.scatter_min(src, idx, 0, dim_size=M)[0],
+                    {"scatter_reduce(amin)": reduce_peer("amin")}),
         }
         for reduce, (ours, peers) in cases.items():
             t, ref = median_time(ours, args.repeat)
@@ -84,7 +108,7 @@ def scatter_cases(args, results):
         # Sorted destinations: segment_csr against torch.segment_reduce.
         order = torch.argsort(idx, stable=True)
         s_src, s_idx = src[order], idx[order]
-        ptr = torch.zeros(M + 1, dtype=torch.long)
+        ptr = torch.zeros(M + 1, dtype=torch.long, device=DEVICE)
         ptr[1:] = torch.bincount(s_idx, minlength=M).cumsum(0)
         lengths = ptr.diff()
         for reduce in ("sum", "max"):
@@ -142,20 +166,26 @@ def main(argv=None):
     ap.add_argument("--mesh", default="ChineseDragon-10kv.off")
     ap.add_argument("--voxel-sizes", type=float, nargs="+", default=[0.005, 0.02])
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     ap.add_argument("--out", default=None)
     args = ap.parse_args(argv)
+    global DEVICE
+    DEVICE = torch.device(args.device)
     results: list = []
     scatter_cases(args, results)
-    voxel_case(args, results)
+    if DEVICE.type == "cpu":
+        voxel_case(args, results)
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                                 text=True).stdout.strip()
     except OSError:
         commit = "unknown"
     env = {"torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.machine(),
-           "processor": platform.processor(), "python": platform.python_version(), "commit": commit}
+           "processor": platform.processor(), "python": platform.python_version(), "commit": commit,
+           "device": torch.cuda.get_device_name(DEVICE) if DEVICE.type == "cuda" else "cpu"}
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    path = Path(args.out) if args.out else REPO / "benchmarks" / "results" / f"scatter-probe-{stamp}-{commit}.json"
+    name = f"scatter-probe{'-cuda' if DEVICE.type == 'cuda' else ''}-{stamp}-{commit}.json"
+    path = Path(args.out) if args.out else REPO / "benchmarks" / "results" / name
     path.write_text(json.dumps({"env": env, "args": vars(args), "results": results}, indent=1))
     print("wrote", path)
 

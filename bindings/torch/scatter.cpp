@@ -1,7 +1,10 @@
-// torch.ops.pcops.{scatter, segment_csr, segment_coo, gather_csr, gather_coo}: CPU
+// torch.ops.pcops.{scatter, segment_csr, segment_coo, gather_csr, gather_coo}: CPU and CUDA
 // registrations (contract: include/pcops/scatter.hpp). The Python wrappers (pcops/ops/scatter.py)
 // broadcast the index and compute the output sizes, so every schema's output shape follows from
 // its arguments; `out` arguments here are start values (the ops never write their inputs).
+// One implementation per op, templated on the backend: CpuBackend (the CPU operators validate
+// index / indptr values themselves) or CudaBackend (values live on the device: checked here with
+// torch reductions and one synchronisation before any kernel runs, as the cuda:: header asks).
 #include "pcops/scatter.hpp"
 
 #include <string>
@@ -57,6 +60,72 @@ void check_index(const at::Tensor& index, const char* name, const at::Tensor& sr
   check_same_device(src, "src", index, name);
 }
 
+// The backend's operator for a context type (cpu:: for CpuContext, cuda:: for CudaContext).
+template <class... A>
+void scatter_on(const CpuContext& c, A... a) { cpu::scatter(c, a...); }
+template <class... A>
+void segment_csr_on(const CpuContext& c, A... a) { cpu::segment_csr(c, a...); }
+template <class... A>
+void gather_csr_on(const CpuContext& c, A... a) { cpu::gather_csr(c, a...); }
+template <class... A>
+void gather_coo_on(const CpuContext& c, A... a) { cpu::gather_coo(c, a...); }
+
+struct CpuBackend {
+  struct Guard {
+    explicit Guard(c10::Device) {}
+  };
+  static CpuContext context(const at::Tensor&) { return cpu_context(); }
+  // The CPU operators check index / indptr values themselves (pcops::Error).
+  static void check_index(const at::Tensor&, int64_t, bool) {}
+  static void check_indptr(const at::Tensor&, int64_t) {}
+};
+
+#if PCOPS_TORCH_CUDA
+template <class... A>
+void scatter_on(const CudaContext& c, A... a) { cuda::scatter(c, a...); }
+template <class... A>
+void segment_csr_on(const CudaContext& c, A... a) { cuda::segment_csr(c, a...); }
+template <class... A>
+void gather_csr_on(const CudaContext& c, A... a) { cuda::gather_csr(c, a...); }
+template <class... A>
+void gather_coo_on(const CudaContext& c, A... a) { cuda::gather_coo(c, a...); }
+
+struct CudaBackend {
+  using Guard = c10::cuda::CUDAGuard;  // src's device: allocations and the current stream
+  static CudaContext context(const at::Tensor& t) { return cuda_context(t); }
+  // index rows [rows, E] (or any shape): values in [0, size); with `sorted`, non-decreasing along
+  // the last dim. The same errors as the CPU operators' (IndexError / ValueError).
+  static void check_index(const at::Tensor& idx, int64_t size, bool sorted) {
+    if (idx.numel() == 0) return;
+    std::vector<at::Tensor> parts{idx.min(), idx.max()};
+    if (sorted && idx.size(-1) > 1) {
+      const at::Tensor d = idx.narrow(-1, 1, idx.size(-1) - 1) - idx.narrow(-1, 0, idx.size(-1) - 1);
+      parts.push_back((d < 0).any().to(at::kLong));
+    }
+    // SYNC: index values are checked on the host before any kernel reads through them.
+    const at::Tensor h = at::stack(parts).cpu();
+    const int64_t* v = h.data_ptr<int64_t>();
+    TORCH_CHECK_INDEX(v[0] >= 0 && v[1] < size, "index: expected indices in [0, ", size,
+                      ") (the output size along dim), got values in [", v[0], ", ", v[1], "]");
+    TORCH_CHECK_VALUE(h.numel() < 3 || v[2] == 0,
+                      "index: expected indices sorted (non-decreasing) along the reduced dimension");
+  }
+  // indptr rows [rows, M + 1]: 0 <= first, last <= count, non-decreasing.
+  static void check_indptr(const at::Tensor& ptr, int64_t count) {
+    if (ptr.numel() == 0) return;
+    const int64_t n = ptr.size(-1);
+    std::vector<at::Tensor> parts{ptr.select(-1, 0).min(), ptr.select(-1, n - 1).max()};
+    if (n > 1) parts.push_back((ptr.narrow(-1, 1, n - 1) < ptr.narrow(-1, 0, n - 1)).any().to(at::kLong));
+    // SYNC: offsets are checked on the host before any kernel reads through them.
+    const at::Tensor h = at::stack(parts).cpu();
+    const int64_t* v = h.data_ptr<int64_t>();
+    TORCH_CHECK_INDEX(v[0] >= 0 && v[1] <= count, "indptr: expected offsets in [0, ", count,
+                      "] (the source size along dim), got first ", v[0], " and last ", v[1]);
+    TORCH_CHECK_VALUE(h.numel() < 3 || v[2] == 0, "indptr: expected non-decreasing offsets");
+  }
+};
+#endif
+
 int64_t norm_dim(int64_t dim, int64_t ndim) {
   TORCH_CHECK_INDEX(dim >= -ndim && dim < ndim, "dim: expected a value in [", -ndim, ", ", ndim, "), got ", dim);
   return dim < 0 ? dim + ndim : dim;
@@ -110,9 +179,11 @@ at::Tensor start_values(const std::optional<at::Tensor>& out, const at::Tensor& 
   return out->to(ct).contiguous().clone();
 }
 
-std::tuple<at::Tensor, at::Tensor> scatter_cpu(const at::Tensor& src_in, const at::Tensor& index,
+template <class B>
+std::tuple<at::Tensor, at::Tensor> scatter_op(const at::Tensor& src_in, const at::Tensor& index,
                                                int64_t dim, int64_t dim_size, c10::string_view reduce_s,
                                                const std::optional<at::Tensor>& out_in) {
+  const typename B::Guard guard(src_in.device());
   const Reduce reduce = parse_reduce(std::string_view(reduce_s.data(), reduce_s.size()), true);
   TORCH_CHECK_VALUE(src_in.dim() >= 1, "src: expected at least 1-D, got a 0-D tensor");
   dim = norm_dim(dim, src_in.dim());
@@ -137,6 +208,7 @@ std::tuple<at::Tensor, at::Tensor> scatter_cpu(const at::Tensor& src_in, const a
       index_outer = s.outer;
       index_inner = s.inner;
     }
+    B::check_index(idx, dim_size, false);
     ScatterParams p;
     p.reduce = reduce;
     p.accumulate = out_in.has_value();
@@ -144,7 +216,7 @@ std::tuple<at::Tensor, at::Tensor> scatter_cpu(const at::Tensor& src_in, const a
     translate_errors([&] {
       with_type(ct, [&](auto tag) {
         using T = decltype(tag);
-        cpu::scatter(cpu_context(), p, s, src.data_ptr<T>(), idx.data_ptr<int64_t>(), index_outer, index_inner,
+        scatter_on(B::context(src), p, s, src.data_ptr<T>(), idx.data_ptr<int64_t>(), index_outer, index_inner,
                      out.data_ptr<T>(), is_minmax(reduce) ? arg.data_ptr<int64_t>() : nullptr);
       });
     });
@@ -185,8 +257,10 @@ std::pair<at::Tensor, int64_t> expand_rows(const at::Tensor& t, const at::Tensor
   return {e.reshape({rows, t.size(dim)}), rows};
 }
 
-std::tuple<at::Tensor, at::Tensor> segment_csr_cpu(const at::Tensor& src_in, const at::Tensor& indptr,
+template <class B>
+std::tuple<at::Tensor, at::Tensor> segment_csr_op(const at::Tensor& src_in, const at::Tensor& indptr,
                                                    c10::string_view reduce_s) {
+  const typename B::Guard guard(src_in.device());
   const Reduce reduce = parse_reduce(std::string_view(reduce_s.data(), reduce_s.size()), false);
   check_index(indptr, "indptr", src_in);
   const int64_t dim = leading_dim(src_in, indptr, "indptr");
@@ -200,10 +274,11 @@ std::tuple<at::Tensor, at::Tensor> segment_csr_cpu(const at::Tensor& src_in, con
   if (s.outer > 0 && s.inner > 0 && M > 0) {
     const at::Tensor src = src_in.to(ct).contiguous();
     auto [ptr, rows] = expand_rows(indptr, src_in);
+    B::check_indptr(ptr, s.src_rows);
     translate_errors([&] {
       with_type(ct, [&](auto tag) {
         using T = decltype(tag);
-        cpu::segment_csr(cpu_context(), reduce, s, src.data_ptr<T>(), ptr.data_ptr<int64_t>(), rows, out.data_ptr<T>(),
+        segment_csr_on(B::context(src), reduce, s, src.data_ptr<T>(), ptr.data_ptr<int64_t>(), rows, out.data_ptr<T>(),
                          is_minmax(reduce) ? arg.data_ptr<int64_t>() : nullptr);
       });
     });
@@ -211,9 +286,11 @@ std::tuple<at::Tensor, at::Tensor> segment_csr_cpu(const at::Tensor& src_in, con
   return {out.to(src_in.scalar_type()), arg};
 }
 
-std::tuple<at::Tensor, at::Tensor> segment_coo_cpu(const at::Tensor& src_in, const at::Tensor& index,
+template <class B>
+std::tuple<at::Tensor, at::Tensor> segment_coo_op(const at::Tensor& src_in, const at::Tensor& index,
                                                    int64_t dim_size, c10::string_view reduce_s,
                                                    const std::optional<at::Tensor>& out_in) {
+  const typename B::Guard guard(src_in.device());
   const Reduce reduce = parse_reduce(std::string_view(reduce_s.data(), reduce_s.size()), false);
   check_index(index, "index", src_in);
   const int64_t dim = leading_dim(src_in, index, "index");
@@ -229,6 +306,7 @@ std::tuple<at::Tensor, at::Tensor> segment_coo_cpu(const at::Tensor& src_in, con
   if (s.outer > 0 && s.inner > 0 && dim_size > 0) {
     const at::Tensor src = src_in.to(ct).contiguous();
     auto [idx, rows] = expand_rows(index, src_in);
+    B::check_index(idx, dim_size, true);
     ScatterParams p;
     p.reduce = reduce;
     p.accumulate = out_in.has_value();
@@ -237,7 +315,7 @@ std::tuple<at::Tensor, at::Tensor> segment_coo_cpu(const at::Tensor& src_in, con
     translate_errors([&] {
       with_type(ct, [&](auto tag) {
         using T = decltype(tag);
-        cpu::scatter(cpu_context(), p, s, src.data_ptr<T>(), idx.data_ptr<int64_t>(), rows, 1, out.data_ptr<T>(),
+        scatter_on(B::context(src), p, s, src.data_ptr<T>(), idx.data_ptr<int64_t>(), rows, 1, out.data_ptr<T>(),
                      is_minmax(reduce) ? arg.data_ptr<int64_t>() : nullptr);
       });
     });
@@ -248,8 +326,10 @@ std::tuple<at::Tensor, at::Tensor> segment_coo_cpu(const at::Tensor& src_in, con
   return {out.to(src_in.scalar_type()), arg};
 }
 
-at::Tensor gather_csr_cpu(const at::Tensor& src_in, const at::Tensor& indptr, int64_t size,
+template <class B>
+at::Tensor gather_csr_op(const at::Tensor& src_in, const at::Tensor& indptr, int64_t size,
                           const std::optional<at::Tensor>& out_in) {
+  const typename B::Guard guard(src_in.device());
   check_index(indptr, "indptr", src_in);
   const int64_t dim = leading_dim(src_in, indptr, "indptr");
   const int64_t M = std::max<int64_t>(indptr.size(dim) - 1, 0);
@@ -265,17 +345,20 @@ at::Tensor gather_csr_cpu(const at::Tensor& src_in, const at::Tensor& indptr, in
   if (s.outer > 0 && s.inner > 0 && M > 0) {
     const at::Tensor src = src_in.to(ct).contiguous();
     auto [ptr, rows] = expand_rows(indptr, src_in);
+    B::check_indptr(ptr, size);
     translate_errors([&] {
       with_type(ct, [&](auto tag) {
         using T = decltype(tag);
-        cpu::gather_csr(cpu_context(), s, src.data_ptr<T>(), ptr.data_ptr<int64_t>(), rows, out.data_ptr<T>());
+        gather_csr_on(B::context(src), s, src.data_ptr<T>(), ptr.data_ptr<int64_t>(), rows, out.data_ptr<T>());
       });
     });
   }
   return out.to(src_in.scalar_type());
 }
 
-at::Tensor gather_coo_cpu(const at::Tensor& src_in, const at::Tensor& index) {
+template <class B>
+at::Tensor gather_coo_op(const at::Tensor& src_in, const at::Tensor& index) {
+  const typename B::Guard guard(src_in.device());
   check_index(index, "index", src_in);
   const int64_t dim = leading_dim(src_in, index, "index");
   const at::ScalarType ct = compute_type(src_in);
@@ -289,10 +372,11 @@ at::Tensor gather_coo_cpu(const at::Tensor& src_in, const at::Tensor& index) {
   if (s.outer > 0 && s.inner > 0 && E > 0) {
     const at::Tensor src = src_in.to(ct).contiguous();
     auto [idx, rows] = expand_rows(index, src_in);
+    B::check_index(idx, s.src_rows, false);
     translate_errors([&] {
       with_type(ct, [&](auto tag) {
         using T = decltype(tag);
-        cpu::gather_coo(cpu_context(), s, src.data_ptr<T>(), idx.data_ptr<int64_t>(), rows, out.data_ptr<T>());
+        gather_coo_on(B::context(src), s, src.data_ptr<T>(), idx.data_ptr<int64_t>(), rows, out.data_ptr<T>());
       });
     });
   }
@@ -310,11 +394,21 @@ TORCH_LIBRARY_FRAGMENT(pcops, m) {
 }
 
 TORCH_LIBRARY_IMPL(pcops, CPU, m) {
-  m.impl("scatter", &scatter_cpu);
-  m.impl("segment_csr", &segment_csr_cpu);
-  m.impl("segment_coo", &segment_coo_cpu);
-  m.impl("gather_csr", &gather_csr_cpu);
-  m.impl("gather_coo", &gather_coo_cpu);
+  m.impl("scatter", &scatter_op<CpuBackend>);
+  m.impl("segment_csr", &segment_csr_op<CpuBackend>);
+  m.impl("segment_coo", &segment_coo_op<CpuBackend>);
+  m.impl("gather_csr", &gather_csr_op<CpuBackend>);
+  m.impl("gather_coo", &gather_coo_op<CpuBackend>);
 }
+
+#if PCOPS_TORCH_CUDA
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
+  m.impl("scatter", &scatter_op<CudaBackend>);
+  m.impl("segment_csr", &segment_csr_op<CudaBackend>);
+  m.impl("segment_coo", &segment_coo_op<CudaBackend>);
+  m.impl("gather_csr", &gather_csr_op<CudaBackend>);
+  m.impl("gather_coo", &gather_coo_op<CudaBackend>);
+}
+#endif
 
 }  // namespace pcops::torch_binding

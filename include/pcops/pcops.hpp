@@ -7,6 +7,7 @@
 #include "pcops/gather_points.hpp"
 #include "pcops/group_points.hpp"
 #include "pcops/knn.hpp"
+#include "pcops/point_conv.hpp"
 #include "pcops/three_interpolate.hpp"
 #include "pcops/three_nn.hpp"
 #include "pcops/version.hpp"

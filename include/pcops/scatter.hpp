@@ -94,6 +94,37 @@ PCOPS_SCATTER_DECLARE(int8_t)
 PCOPS_SCATTER_DECLARE(uint8_t)
 }  // namespace cpu
 
+#define PCOPS_SCATTER_DECLARE_CUDA(T)                                                             \
+  void scatter(const CudaContext& ctx, const ScatterParams& params, const ReduceShape& shape,     \
+               const T* src, const int64_t* index, int64_t index_outer, int64_t index_inner,     \
+               T* out, int64_t* arg);                                                             \
+  void segment_csr(const CudaContext& ctx, Reduce reduce, const ReduceShape& shape, const T* src, \
+                   const int64_t* indptr, int64_t indptr_outer, T* out, int64_t* arg);           \
+  void gather_csr(const CudaContext& ctx, const ReduceShape& shape, const T* src,                \
+                  const int64_t* indptr, int64_t indptr_outer, T* out);                          \
+  void gather_coo(const CudaContext& ctx, const ReduceShape& shape, const T* src,                \
+                  const int64_t* index, int64_t index_outer, T* out);
+
+namespace cuda {
+// Same contract and parameters as the cpu:: functions, bitwise equal to them (NaN payloads
+// aside); every pointer is device memory and the work is enqueued on ctx's stream. Deterministic:
+// the sources of every output element are grouped stably by destination (a radix sort of
+// (destination, source) keys; none for sorted indices and CSR offsets) and folded in ascending
+// order by one thread (a warp for long lists), without float atomics. Shapes are checked here (Value errors); the VALUES of
+// index / indptr are NOT (that would need a device-to-host copy and a synchronisation: the torch
+// binding checks them before calling). An index outside [0, M) is skipped and offsets are
+// clamped to [0, rows], so bad values give wrong results, never out-of-bounds accesses.
+PCOPS_SCATTER_DECLARE_CUDA(float)
+PCOPS_SCATTER_DECLARE_CUDA(double)
+PCOPS_SCATTER_DECLARE_CUDA(int64_t)
+PCOPS_SCATTER_DECLARE_CUDA(int32_t)
+PCOPS_SCATTER_DECLARE_CUDA(int16_t)
+PCOPS_SCATTER_DECLARE_CUDA(int8_t)
+PCOPS_SCATTER_DECLARE_CUDA(uint8_t)
+}  // namespace cuda
+
+#undef PCOPS_SCATTER_DECLARE_CUDA
+
 #undef PCOPS_SCATTER_DECLARE
 
 }  // namespace pcops

@@ -12,6 +12,7 @@ from pcops.ops.furthest_point_sample import furthest_point_sample  # noqa: E402
 from pcops.ops.gather_points import gather_points  # noqa: E402
 from pcops.ops.group_points import group_points  # noqa: E402
 from pcops.ops.knn import knn  # noqa: E402
+from pcops.ops.point_conv import point_conv, point_conv_triplets  # noqa: E402
 from pcops.ops.three_interpolate import three_interpolate  # noqa: E402
 from pcops.ops.three_nn import three_nn  # noqa: E402
 from pcops.ops.scatter import (  # noqa: E402
@@ -25,10 +26,13 @@ from pcops.ops.scatter import (  # noqa: E402
 )
 from pcops.ops.voxelize import voxel_downsample, voxelize  # noqa: E402
 from pcops import flat  # noqa: E402
+from pcops.ivfpq import IVFPQIndex  # noqa: E402
+from pcops import nn  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "IVFPQIndex",
     "ball_query",
     "chamfer_distance",
     "flat",
@@ -36,6 +40,9 @@ __all__ = [
     "gather_points",
     "group_points",
     "knn",
+    "nn",
+    "point_conv",
+    "point_conv_triplets",
     "three_interpolate",
     "three_nn",
     "gather_coo",

@@ -12,6 +12,10 @@
 #include <type_traits>
 #include <vector>
 
+#if defined(__SSE2__)
+#include <emmintrin.h>
+#endif
+
 #include "core/validate.hpp"
 
 namespace pcops::cpu {
@@ -112,18 +116,119 @@ void run_tasks(const CpuContext& ctx, const std::vector<Task>& tasks, Fn fn) {
   });
 }
 
+// Max / min of one output row over columns [k0, k1): blocks of kMinMaxBlock columns kept in local
+// arrays (no aliasing with src or out), the running value and its source index (in lanes of type
+// A) updated by branch-free selects with the contract's strict compare, so the column loop
+// vectorises; out and arg are written once per block (the empty-slot rule applied there).
+constexpr int64_t kMinMaxBlock = 64;
+
+template <class T, class A, Reduce R>
+void minmax_row(T* out, int64_t* arg, const T* src, int64_t inner, int64_t k0, int64_t k1,
+                const int64_t* perm, int64_t j0, int64_t j1, bool init, bool empty_rule, int64_t sentinel) {
+  alignas(64) T acc[kMinMaxBlock];
+  alignas(64) A at[kMinMaxBlock];
+  const T id = identity<T>(R);
+  const A none = static_cast<A>(sentinel);
+  for (int64_t b0 = k0; b0 < k1; b0 += kMinMaxBlock) {
+    const int64_t n = std::min(kMinMaxBlock, k1 - b0);
+    for (int64_t k = 0; k < n; ++k) {
+      acc[k] = init ? id : out[b0 + k];
+      at[k] = none;
+    }
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t e = perm ? perm[j] : j;
+      const T* __restrict s = src + e * inner + b0;
+      const A ea = static_cast<A>(e);
+      for (int64_t k = 0; k < n; ++k) {
+        const bool take = (R == Reduce::Max) ? (s[k] > acc[k]) : (s[k] < acc[k]);
+        // The index select as a mask (a ternary here leaves control flow GCC will not vectorise).
+        const A mask = static_cast<A>(-static_cast<A>(take));
+        acc[k] = take ? s[k] : acc[k];
+        at[k] = static_cast<A>((ea & mask) | (at[k] & ~mask));
+      }
+    }
+    for (int64_t k = 0; k < n; ++k) {
+      const bool empty = at[k] == none;
+      out[b0 + k] = (empty_rule && empty) ? T(0) : acc[k];
+      arg[b0 + k] = static_cast<int64_t>(at[k]);
+    }
+  }
+}
+
+#if defined(__SSE2__)
+// float with int32 arg lanes on SSE2 (baseline x86-64; GCC leaves the generic loop scalar for
+// float): 16 columns at a time with the running values and indices in registers across the whole
+// source list, the same strict compares (NaN compares false) and selects; the rest generic.
+template <Reduce R>
+void minmax_row_f32(float* out, int64_t* arg, const float* src, int64_t inner, int64_t k0, int64_t k1,
+                    const int64_t* perm, int64_t j0, int64_t j1, bool init, bool empty_rule, int64_t sentinel) {
+  constexpr int64_t W = 16;
+  const __m128 id = _mm_set1_ps(identity<float>(R));
+  const __m128i none = _mm_set1_epi32(static_cast<int32_t>(sentinel));
+  int64_t k = k0;
+  for (; k + W <= k1; k += W) {
+    __m128 a[4];
+    __m128i at[4];
+    for (int v = 0; v < 4; ++v) {
+      a[v] = init ? id : _mm_loadu_ps(out + k + 4 * v);
+      at[v] = none;
+    }
+    for (int64_t j = j0; j < j1; ++j) {
+      const int64_t e = perm ? perm[j] : j;
+      const float* s = src + e * inner + k;
+      const __m128i ev = _mm_set1_epi32(static_cast<int32_t>(e));
+      for (int v = 0; v < 4; ++v) {
+        const __m128 x = _mm_loadu_ps(s + 4 * v);
+        const __m128 m = (R == Reduce::Max) ? _mm_cmpgt_ps(x, a[v]) : _mm_cmplt_ps(x, a[v]);
+        a[v] = _mm_or_ps(_mm_and_ps(m, x), _mm_andnot_ps(m, a[v]));
+        const __m128i mi = _mm_castps_si128(m);
+        at[v] = _mm_or_si128(_mm_and_si128(mi, ev), _mm_andnot_si128(mi, at[v]));
+      }
+    }
+    alignas(16) float av[W];
+    alignas(16) int32_t iv[W];
+    for (int v = 0; v < 4; ++v) {
+      _mm_store_ps(av + 4 * v, a[v]);
+      _mm_store_si128(reinterpret_cast<__m128i*>(iv + 4 * v), at[v]);
+    }
+    for (int64_t c = 0; c < W; ++c) {
+      const bool empty = iv[c] == static_cast<int32_t>(sentinel);
+      out[k + c] = (empty_rule && empty) ? 0.0f : av[c];
+      arg[k + c] = iv[c];
+    }
+  }
+  if (k < k1) minmax_row<float, int32_t, R>(out, arg, src, inner, k, k1, perm, j0, j1, init, empty_rule, sentinel);
+}
+#endif
+
 // Reduces the sources of one output row into out[k0, k1) (and arg). Sources are perm[j] for j in
 // [j0, j1), or j itself when perm is null, each a row of `inner` values at src + e * inner.
 template <class T, Reduce R>
 void reduce_row(T* out, int64_t* arg, const T* src, int64_t inner, int64_t k0, int64_t k1,
                 const int64_t* perm, int64_t j0, int64_t j1, bool init, bool empty_rule,
                 IntegerMean rounding, int64_t sentinel) {
+  if constexpr (R == Reduce::Min || R == Reduce::Max) {
+    // Arg lanes as wide as the values where the source index fits, so the select vectorises.
+    if constexpr (sizeof(T) == 8) {
+      minmax_row<T, int64_t, R>(out, arg, src, inner, k0, k1, perm, j0, j1, init, empty_rule, sentinel);
+    } else {
+      if (sentinel <= std::numeric_limits<int32_t>::max()) {
+#if defined(__SSE2__)
+        if constexpr (std::is_same_v<T, float>) {
+          minmax_row_f32<R>(out, arg, src, inner, k0, k1, perm, j0, j1, init, empty_rule, sentinel);
+          return;
+        }
+#endif
+        minmax_row<T, int32_t, R>(out, arg, src, inner, k0, k1, perm, j0, j1, init, empty_rule, sentinel);
+      }
+      else
+        minmax_row<T, int64_t, R>(out, arg, src, inner, k0, k1, perm, j0, j1, init, empty_rule, sentinel);
+    }
+    return;
+  }
   if (init) {
     const T id = identity<T>(R);
     for (int64_t k = k0; k < k1; ++k) out[k] = id;
-  }
-  if constexpr (R == Reduce::Min || R == Reduce::Max) {
-    for (int64_t k = k0; k < k1; ++k) arg[k] = sentinel;
   }
   for (int64_t j = j0; j < j1; ++j) {
     const int64_t e = perm ? perm[j] : j;
@@ -132,23 +237,10 @@ void reduce_row(T* out, int64_t* arg, const T* src, int64_t inner, int64_t k0, i
       for (int64_t k = k0; k < k1; ++k) out[k] = add(out[k], s[k]);
     } else if constexpr (R == Reduce::Mul) {
       for (int64_t k = k0; k < k1; ++k) out[k] = mul(out[k], s[k]);
-    } else {
-      // Branch-free selects so the column loop vectorises; same rule (strict compare).
-      for (int64_t k = k0; k < k1; ++k) {
-        const bool take = (R == Reduce::Max) ? (s[k] > out[k]) : (s[k] < out[k]);
-        out[k] = take ? s[k] : out[k];
-        arg[k] = take ? e : arg[k];
-      }
     }
   }
   if constexpr (R == Reduce::Mean) {
     for (int64_t k = k0; k < k1; ++k) out[k] = mean_of(out[k], j1 - j0, rounding);
-  }
-  if constexpr (R == Reduce::Min || R == Reduce::Max) {
-    if (empty_rule) {
-      for (int64_t k = k0; k < k1; ++k)
-        if (arg[k] == sentinel) out[k] = T(0);
-    }
   }
 }
 

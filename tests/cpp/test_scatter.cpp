@@ -242,4 +242,55 @@ TEST(SegmentCsr, MatchesScatterOfTheSameGroups) {
   for (int64_t e = 0; e < ptr[M]; ++e) EXPECT_EQ(gc[e * K], g[e * K]);
 }
 
+// The vectorised max / min row (16-column register blocks plus a generic tail): every column count
+// around the block width, NaN / +-0 / +-inf / lowest() contributions and NaN / finite start values
+// against the contract's sequential rule written out here.
+TEST(Scatter, MaxMinColumnBlocksFollowTheSequentialRule) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  const float specials[] = {nan, 0.0f, -0.0f, inf, -inf, std::numeric_limits<float>::lowest(), 1.5f, -1.5f};
+  std::mt19937 rng(4242);
+  for (int64_t K : {1, 4, 15, 16, 17, 31, 32, 33, 48, 70}) {
+    for (Reduce r : {Reduce::Max, Reduce::Min}) {
+      for (bool acc : {false, true}) {
+        const int64_t E = 300, M = 7;
+        std::vector<float> src(static_cast<size_t>(E * K));
+        for (auto& x : src) x = rng() % 3 == 0 ? specials[rng() % 8] : static_cast<float>(static_cast<int>(rng() % 9) - 4);
+        std::vector<int64_t> idx(static_cast<size_t>(E));
+        for (auto& v : idx) v = static_cast<int64_t>(rng() % (M - 1));  // row M - 1 stays empty
+        std::vector<float> start(static_cast<size_t>(M * K));
+        for (auto& x : start) x = rng() % 4 == 0 ? nan : static_cast<float>(static_cast<int>(rng() % 5) - 2);
+        // The rule: ascending e, replace on a strict compare; no replacement: arg E, value 0
+        // (without a start) or the start value.
+        std::vector<float> want(start.size());
+        std::vector<int64_t> want_arg(start.size());
+        for (int64_t m = 0; m < M; ++m) {
+          for (int64_t k = 0; k < K; ++k) {
+            float v = acc ? start[m * K + k]
+                          : (r == Reduce::Max ? std::numeric_limits<float>::lowest() : std::numeric_limits<float>::max());
+            int64_t a = E;
+            for (int64_t e = 0; e < E; ++e) {
+              if (idx[e] != m) continue;
+              const float x = src[e * K + k];
+              if (r == Reduce::Max ? x > v : x < v) {
+                v = x;
+                a = e;
+              }
+            }
+            want[m * K + k] = (!acc && a == E) ? 0.0f : v;
+            want_arg[m * K + k] = a;
+          }
+        }
+        std::vector<float> out = acc ? start : std::vector<float>(start.size(), 77.0f);
+        std::vector<int64_t> arg(start.size(), -9);
+        pcops::ScatterParams p;
+        p.reduce = r;
+        p.accumulate = acc;
+        pcops::cpu::scatter({}, p, {1, E, M, K}, src.data(), idx.data(), 1, 1, out.data(), arg.data());
+        EXPECT_TRUE(same_bits(out, want)) << "K " << K << " reduce " << int(r) << " accumulate " << acc;
+        EXPECT_EQ(arg, want_arg) << "K " << K << " reduce " << int(r) << " accumulate " << acc;
+      }
+    }
+  }
+}
+
 }  // namespace

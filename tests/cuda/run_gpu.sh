@@ -67,6 +67,8 @@ if has bench; then
   run_stage graph_probe timeout 240 $PY benchmarks/scripts/graph_probe_cuda.py --json "$OUT/graph_probe_cuda.json"
   run_stage chamfer_probe timeout 180 $PY benchmarks/scripts/chamfer_probe.py --device cuda --repeat 5 \
     --json "$OUT/chamfer_probe_cuda.json"
+  run_stage scatter_probe timeout 180 $PY benchmarks/scripts/scatter_probe.py --device cuda --repeat 5 \
+    --out "$OUT/scatter_probe_cuda.json"
   run_stage interp_bench timeout 180 $PY -m pcops.cli bench --device cuda --no-progress --out "$OUT/interp" \
     --docs "$OUT/interp/benchmarks-cuda.md" --ops three_nn,three_interpolate --clouds sphere,scan --orders random
 fi

@@ -7,9 +7,13 @@ the exact kNN grid, everything else (float64 in its own precision, L1, any D) an
 (tiled through shared memory on the GPU). All select the smallest ``(s, index)``, ``s`` summed in
 coordinate order, NaN ranked as +inf.
 
-Distances are then recomputed from the selected pairs with autograd (a gather), so the
-gradients are PyTorch3D's: ``2 g (x - y_nn)`` for norm 2, ``g sign(x - y_nn)`` for norm 1 with a
-zero difference counted as -1 on the query side; normals through the cosine. Every operation is
+Distances are then recomputed from the selected pairs by one fused operator
+(``torch.ops.pcops._chamfer_pair_distance`` and its backward, CPU and CUDA) and, without weights
+or normals, reduced by another (``_chamfer_reduce``); both give the bits of the unfused formulas
+(``_masked_pair_distance``, ``_reduce_formula``: a gather and one elementwise operation per
+coordinate, torch reductions), kept for higher derivatives and as the reference of the tests.
+The gradients are PyTorch3D's: ``2 g (x - y_nn)`` for norm 2, ``g sign(x - y_nn)`` for norm 1 with
+a zero difference counted as -1 on the query side; normals through the cosine. Every operation is
 elementwise except three, which have one written order on every device so that CUDA gives the
 CPU's bits: the gather's gradient (``pcops::_gather_rows_backward``: ascending index from +0, no
 atomics), the sums of the reductions (``pcops::_ordered_sum``), and the normal term's norms and dot
@@ -51,6 +55,127 @@ def _pair_distance(x: torch.Tensor, y_nn: torch.Tensor, norm: int) -> torch.Tens
             term = diff * sign
         acc = term if acc is None else acc + term
     return acc
+
+
+def _masked_pair_distance(x: torch.Tensor, y: torch.Tensor, idx: torch.Tensor, norm: int) -> torch.Tensor:
+    """The unfused formula of ``_chamfer_pair_distance``: gather, per-coordinate distance, +0 where
+    ``idx`` is -1 (differentiable to any order)."""
+    return _pair_distance(x, GatherRows.apply(y, idx), norm).masked_fill(idx < 0, 0.0)
+
+
+class _PairDistance(torch.autograd.Function):
+    """``(N, P)`` distance of every point of ``x`` to ``y[idx]`` (+0 where idx is -1), fused: one
+    native operator forward and one backward (grad_y summed per target in ascending source order),
+    with the bits of ``_masked_pair_distance``. Under ``create_graph`` the backward runs the unfused
+    formula instead, so that higher derivatives exist (same first-order bits)."""
+
+    @staticmethod
+    def forward(ctx, x, y, idx, norm):
+        ctx.save_for_backward(x, y, idx)
+        ctx.norm = norm
+        return torch.ops.pcops._chamfer_pair_distance(x, y, idx, norm)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, y, idx = ctx.saved_tensors
+        need_x, need_y = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if torch.is_grad_enabled():  # create_graph=True
+            inputs = [t for t, need in ((x, need_x), (y, need_y)) if need]
+            with torch.enable_grad():
+                out = _masked_pair_distance(x, y, idx, ctx.norm)
+                grads = list(torch.autograd.grad(out, inputs, grad, create_graph=True))
+            gx = grads.pop(0) if need_x else None
+            gy = grads.pop(0) if need_y else None
+            return gx, gy, None, None
+        gx, gy = torch.ops.pcops._chamfer_pair_distance_backward(grad, x, y, idx, ctx.norm)
+        return (gx if need_x else None), (gy if need_y else None), None, None
+
+
+def _reduce_formula(cham_x, cham_y, x_lengths, y_lengths, point_mean: bool, batch_mode: int):
+    """The unfused formula of ``_chamfer_reduce`` (the point reduction of each direction, their
+    sum, the batch reduction; differentiable to any order)."""
+    def point(cham, lengths):
+        total = _sum(cham)
+        if not point_mean:
+            return total
+        if lengths is not None:
+            clamped = lengths.clamp(min=1)
+        else:
+            clamped = torch.full((cham.shape[0],), max(cham.shape[1], 1), dtype=torch.int64, device=cham.device)
+        return total / clamped
+
+    loss = point(cham_x, x_lengths)
+    if cham_y is not None:
+        loss = loss + point(cham_y, y_lengths)
+    if batch_mode == 0:
+        return loss
+    loss = _sum(loss.reshape(-1))
+    return loss / _full(max(cham_x.shape[0], 1), loss) if batch_mode == 2 else loss
+
+
+class _Reduce(torch.autograd.Function):
+    """chamfer_distance's point and batch reductions without weights or normals, fused: one
+    native operator forward and one backward (``pcops::_chamfer_reduce``), with the bits of
+    ``_reduce_formula``; the row gradients are returned broadcast (no copy). Under
+    ``create_graph`` the backward runs the unfused formula."""
+
+    @staticmethod
+    def forward(ctx, cham_x, cham_y, x_lengths, y_lengths, point_mean, batch_mode):
+        ctx.save_for_backward(cham_x, cham_y, x_lengths, y_lengths)
+        ctx.args = (point_mean, batch_mode)
+        return torch.ops.pcops._chamfer_reduce(cham_x, cham_y, x_lengths, y_lengths, point_mean, batch_mode)
+
+    @staticmethod
+    def backward(ctx, grad):
+        cham_x, cham_y, x_lengths, y_lengths = ctx.saved_tensors
+        need = ctx.needs_input_grad[:2]
+        if torch.is_grad_enabled():  # create_graph=True
+            inputs = [t for t, n in zip((cham_x, cham_y), need) if n]
+            with torch.enable_grad():
+                out = _reduce_formula(cham_x, cham_y, x_lengths, y_lengths, *ctx.args)
+                grads = list(torch.autograd.grad(out, inputs, grad, create_graph=True))
+            gx = grads.pop(0) if need[0] else None
+            gy = grads.pop(0) if need[1] else None
+            return gx, gy, None, None, None, None
+        gx, gy = torch.ops.pcops._chamfer_reduce_backward(grad, cham_x, cham_y, x_lengths, y_lengths, *ctx.args)
+        gx = gx[:, None].expand(cham_x.shape) if need[0] else None
+        gy = gy[:, None].expand(cham_y.shape) if need[1] else None
+        return gx, gy, None, None, None, None
+
+
+@torch.library.register_fake("pcops::_chamfer_reduce")
+def _fake_reduce(cham_x, cham_y, x_lengths, y_lengths, point_mean, batch_mode):
+    torch._check_value(cham_x.dim() == 2, lambda: f"cham_x: expected a 2-D tensor, got shape {tuple(cham_x.shape)}")
+    torch._check_value(batch_mode in (0, 1, 2), lambda: f"batch_mode: expected 0, 1 or 2, got {batch_mode}")
+    return cham_x.new_empty((cham_x.shape[0],) if batch_mode == 0 else ())
+
+
+@torch.library.register_fake("pcops::_chamfer_reduce_backward")
+def _fake_reduce_backward(grad, cham_x, cham_y, x_lengths, y_lengths, point_mean, batch_mode):
+    _fake_reduce(cham_x, cham_y, x_lengths, y_lengths, point_mean, batch_mode)
+    n = cham_x.shape[0]
+    return cham_x.new_empty((n,)), cham_x.new_empty((n if cham_y is not None else 0,))
+
+
+def _fake_coords(t, name):
+    torch._check_value(t.dim() == 3, lambda: f"{name}: expected a 3-D tensor, got shape {tuple(t.shape)}")
+    torch._check_type(t.dtype in (torch.float32, torch.float64),
+                      lambda: f"{name}: expected float32 or float64 values, got {t.dtype}")
+
+
+@torch.library.register_fake("pcops::_chamfer_pair_distance")
+def _fake_pair(x, y, idx, norm=2):
+    _fake_coords(x, "x")
+    _fake_coords(y, "y")
+    torch._check_type(x.dtype == y.dtype, lambda: f"y: expected dtype {x.dtype} (as x), got {y.dtype}")
+    torch._check_value(norm in (1, 2), lambda: f"norm: expected 1 or 2, got {norm}")
+    return x.new_empty((x.shape[0], x.shape[1]))
+
+
+@torch.library.register_fake("pcops::_chamfer_pair_distance_backward")
+def _fake_pair_backward(grad, x, y, idx, norm=2):
+    _fake_pair(x, y, idx, norm)
+    return x.new_empty(x.shape), y.new_empty(y.shape)
 
 
 def _sum(t: torch.Tensor) -> torch.Tensor:
@@ -205,16 +330,15 @@ def _single_direction(x, y, x_lengths, y_lengths, x_normals, y_normals, weights,
 
     with torch.no_grad():
         idx = _nearest(x.detach(), y.detach(), x_lengths, y_lengths, norm)  # (N, P1), -1 unmatched
-    unfilled = idx < 0
     work = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
-    y_nn = GatherRows.apply(y.to(work), idx)
-    cham_x = _pair_distance(x.to(work), y_nn, norm).to(x.dtype)
-    cham_x = cham_x.masked_fill(unfilled, 0.0)  # padding rows and empty y clouds: 0 (upstream)
+    # Padding rows and empty y clouds (idx -1) give 0 (upstream).
+    cham_x = _PairDistance.apply(x.to(work), y.to(work), idx, norm).to(x.dtype)
     if weights is not None:
         cham_x = cham_x * weights.view(n, 1)
 
-    cham_norm_x = x.new_zeros(())
+    cham_norm_x = None
     if return_normals:
+        unfilled = idx < 0
         # A neighbour slot past y's length reads a zero normal (knn_gather's padding).
         near = GatherRows.apply(y_normals, idx).masked_fill(unfilled[..., None], 0.0)
         cosine = _cosine(x_normals, near)
@@ -323,6 +447,16 @@ def chamfer_distance(
             raise TypeError(f"weights: expected a tensor, got {type(weights).__name__}")
         if weights.dim() != 1:
             raise ValueError(f"weights must be of shape (N,), got {tuple(weights.shape)}")
+
+    if (weights is None and point_reduction in ("mean", "sum") and (x_normals is None or y_normals is None)
+            and x.dtype in (torch.float32, torch.float64)):
+        # The common case: per-point distances, then one fused reduction (same bits).
+        cham_x, _ = _single_direction(x, y, x_lengths, y_lengths, None, None, None, None, norm, abs_cosine)
+        cham_y = None
+        if not single_directional:
+            cham_y, _ = _single_direction(y, x, y_lengths, x_lengths, None, None, None, None, norm, abs_cosine)
+        batch_mode = {None: 0, "sum": 1, "mean": 2}[batch_reduction]
+        return _Reduce.apply(cham_x, cham_y, x_lengths, y_lengths, point_reduction == "mean", batch_mode), None
 
     cham_x, cham_norm_x = _single_direction(x, y, x_lengths, y_lengths, x_normals, y_normals, weights,
                                             point_reduction, norm, abs_cosine)

@@ -1,0 +1,157 @@
+"""Timing probe (CPU, or CUDA with --device cuda): pcops.point_conv (MVMR, deterministic) against
+gather-GEMM-scatter in PyTorch (per kernel cell k: gather the input rows of k's triplets, one GEMM
+with W_k, index_add_ into the output), forward and forward + backward of features and weights.
+
+Triplets: a real mesh of the data set sampled on its faces (--points), k nearest neighbours
+(--k) and a 3 x 3 x 3 grid of kernel cells (27 matrices). Every time is the median of --repeat
+runs after one warm-up; beside the peer the max abs difference from pcops' output is recorded.
+On CUDA the peak allocated memory of each variant is recorded too (torch.cuda.max_memory_allocated
+above the inputs). JSON goes to benchmarks/results/point-conv-probe[-cuda]-<date>-<commit>.json.
+
+    PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \
+        python benchmarks/scripts/point_conv_probe.py [--points 20000] [--k 16] [--channels 32,64] \
+            [--device cuda]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import pcops
+from pcops import data as pdata
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def sync(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def median_time(fn, repeat, device):
+    fn()
+    sync(device)
+    times = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        sync(device)
+        times.append(time.perf_counter() - t0)
+    return statistics.median(times)
+
+
+def gather_gemm_scatter(features, weights, triplets, num_out, groups):
+    out = features.new_zeros(num_out, weights.shape[1])
+    for k, rows in groups:
+        i, j = triplets[rows, 0], triplets[rows, 1]
+        out = out.index_add(0, i, features[j] @ weights[k].t())
+    return out
+
+
+def peak_bytes(fn, device):
+    if device.type != "cuda":
+        return None
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    fn()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=int, default=20000)
+    ap.add_argument("--k", type=int, default=16)
+    ap.add_argument("--channels", default="32,64")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    device = torch.device(args.device)
+
+    cloud = None
+    for root in pdata._candidates():
+        if (root / "bunny00.off").is_file():
+            cloud = pdata.load(root / "bunny00.off")
+            break
+    if cloud is None:
+        raise SystemExit("bunny00.off not found; see docs/data.md")
+    pts = pdata.sample_mesh(cloud.points, cloud.faces, args.points, seed=0)
+    pts = torch.from_numpy(pts.astype(np.float32))
+    dist, idx = pcops.knn(pts[None], pts[None], args.k)
+    extent = float(torch.quantile(dist[0, :, -1], 0.9))
+    triplets = pcops.point_conv_triplets(pts, pts, idx[0], extent, 3).to(device)
+    K = 27
+    order = torch.argsort(triplets[:, 2], stable=True)
+    counts = torch.bincount(triplets[:, 2], minlength=K).tolist()
+    groups, start = [], 0
+    for k, c in enumerate(counts):
+        if c:
+            groups.append((k, order[start:start + c]))
+        start += c
+    n = pts.shape[0]
+    rows = []
+    gen = torch.Generator().manual_seed(0)
+    for c in [int(x) for x in args.channels.split(",")]:
+        f = (torch.rand(n, c, generator=gen) * 2 - 1).to(device)
+        w = ((torch.rand(K, c, c, generator=gen) * 2 - 1) / (c * args.k) ** 0.5).to(device)
+        g = torch.rand(n, c, generator=gen).to(device)
+
+        def ours_fwd():
+            return pcops.point_conv(f, w, triplets, n)
+
+        def peer_fwd():
+            return gather_gemm_scatter(f, w, triplets, n, groups)
+
+        def fwd_bwd(fn):
+            def run():
+                fr, wr = f.clone().requires_grad_(), w.clone().requires_grad_()
+                torch.autograd.grad(fn(fr, wr), (fr, wr), g)
+            return run
+
+        ours_fb = fwd_bwd(lambda a, b: pcops.point_conv(a, b, triplets, n))
+        peer_fb = fwd_bwd(lambda a, b: gather_gemm_scatter(a, b, triplets, n, groups))
+        diff = float((ours_fwd() - peer_fwd()).abs().max())
+        row = {
+            "channels": c, "points": n, "triplets": int(triplets.shape[0]),
+            "pcops_forward_s": median_time(ours_fwd, args.repeat, device),
+            "peer_forward_s": median_time(peer_fwd, args.repeat, device),
+            "pcops_forward_backward_s": median_time(ours_fb, args.repeat, device),
+            "peer_forward_backward_s": median_time(peer_fb, args.repeat, device),
+            "peer_max_abs_diff": diff,
+            "pcops_forward_peak_bytes": peak_bytes(ours_fwd, device),
+            "peer_forward_peak_bytes": peak_bytes(peer_fwd, device),
+        }
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                text=True, check=True).stdout.strip()
+    except (OSError, subprocess.CalledProcessError):
+        commit = "unknown"
+    env = {"torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.machine(),
+           "processor": platform.processor(), "python": platform.python_version(), "commit": commit,
+           "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+           "pcops": pcops.__version__}
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    name = f"point-conv-probe{'-cuda' if device.type == 'cuda' else ''}-{stamp}-{commit}.json"
+    path = Path(args.out) if args.out else REPO / "benchmarks" / "results" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"environment": env, "args": vars(args), "results": rows}, indent=1))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,147 @@
+#include "pcops/point_conv.hpp"
+
+#include "common.hpp"
+
+namespace pcops::torch_binding {
+namespace {
+
+// features [N_in, C_in], weights [K, C_out, C_in], triplets int64 [T, 3]: framework checks,
+// then float32 contiguous copies where needed. Triplet ranges are checked by the core (CPU).
+struct Inputs {
+  at::Tensor features, weights, triplets;
+  PointConvShape shape;
+};
+
+Inputs point_conv_inputs(const at::Tensor& features_in, const at::Tensor& weights_in,
+                         const at::Tensor& triplets_in, int64_t num_out) {
+  check_same_device(features_in, "features", weights_in, "weights");
+  check_same_device(features_in, "features", triplets_in, "triplets");
+  Inputs in;
+  in.features = as_values(features_in, "features", 2, "[N_in, C_in]");
+  in.weights = as_values(weights_in, "weights", 3, "[K, C_out, C_in]");
+  TORCH_CHECK_VALUE(in.weights.size(2) == in.features.size(1), "weights: expected shape [K, C_out, ",
+                    in.features.size(1), "] (C_in of features), got ", weights_in.sizes());
+  TORCH_CHECK_TYPE(triplets_in.scalar_type() == at::kLong, "triplets: expected an int64 tensor, got ",
+                   triplets_in.scalar_type());
+  TORCH_CHECK_VALUE(triplets_in.dim() == 2 && triplets_in.size(1) == 3,
+                    "triplets: expected shape [T, 3] (rows i, j, k), got ", triplets_in.sizes());
+  TORCH_CHECK_VALUE(num_out >= 0, "num_out: expected a non-negative output size, got ", num_out);
+  in.triplets = triplets_in.contiguous();
+  in.shape = PointConvShape{in.features.size(0), num_out,           in.features.size(1),
+                            in.weights.size(1),  in.weights.size(0), in.triplets.size(0)};
+  check_output_size("num_out", num_out, num_out, in.weights.size(1));
+  return in;
+}
+
+// CUDA triplets are range-checked here, on the host, before any kernel runs (the CPU core
+// checks its own).
+void check_triplet_ranges(const Inputs& in) {
+  if (in.triplets.is_cpu() || in.shape.triplets == 0) return;
+  // SYNC: the bounds are checked on the host before any kernel reads through the triplets.
+  const at::Tensor mm = at::stack({in.triplets.amin(0), in.triplets.amax(0)}).cpu();
+  const int64_t bound[3] = {in.shape.num_out, in.shape.num_in, in.shape.kernels};
+  const char* what[3] = {"output index i", "input index j", "kernel index k"};
+  for (int c = 0; c < 3; ++c) {
+    const int64_t lo = mm[0][c].item<int64_t>(), hi = mm[1][c].item<int64_t>();
+    TORCH_CHECK_INDEX(lo >= 0 && hi < bound[c], "triplets: expected the ", what[c], " (column ", c, ") in [0, ",
+                      bound[c], "), got values in [", lo, ", ", hi, "]");
+  }
+}
+
+template <class Run>
+at::Tensor point_conv_impl(const at::Tensor& features_in, const at::Tensor& weights_in,
+                           const at::Tensor& triplets_in, int64_t num_out, Run run) {
+  const Inputs in = point_conv_inputs(features_in, weights_in, triplets_in, num_out);
+  check_triplet_ranges(in);
+  at::Tensor out = at::empty({num_out, in.shape.channels_out}, in.features.options());
+  translate_errors([&] {
+    run(in.features, in.shape, in.features.data_ptr<float>(), in.weights.data_ptr<float>(),
+        in.triplets.data_ptr<int64_t>(), out.data_ptr<float>());
+  });
+  return out.to(features_in.scalar_type());
+}
+
+template <class Run>
+std::tuple<at::Tensor, at::Tensor> point_conv_backward_impl(const at::Tensor& grad_out_in,
+                                                            const at::Tensor& features_in,
+                                                            const at::Tensor& weights_in,
+                                                            const at::Tensor& triplets_in, int64_t num_out,
+                                                            bool need_features, bool need_weights, Run run) {
+  check_same_device(features_in, "features", grad_out_in, "grad_out");
+  const Inputs in = point_conv_inputs(features_in, weights_in, triplets_in, num_out);
+  const at::Tensor grad_out = as_values(grad_out_in, "grad_out", 2, "[N_out, C_out]");
+  TORCH_CHECK_VALUE(grad_out.size(0) == num_out && grad_out.size(1) == in.shape.channels_out,
+                    "grad_out: expected shape [", num_out, ", ", in.shape.channels_out, "], got ",
+                    grad_out_in.sizes());
+  check_triplet_ranges(in);
+  // A gradient that is not requested is returned as zeros (not computed).
+  at::Tensor gf = need_features ? at::empty(in.features.sizes(), in.features.options())
+                                : at::zeros(in.features.sizes(), in.features.options());
+  at::Tensor gw = need_weights ? at::empty(in.weights.sizes(), in.weights.options())
+                               : at::zeros(in.weights.sizes(), in.weights.options());
+  translate_errors([&] {
+    run(in.features, in.shape, grad_out.data_ptr<float>(), in.features.data_ptr<float>(),
+        in.weights.data_ptr<float>(), in.triplets.data_ptr<int64_t>(),
+        need_features ? gf.data_ptr<float>() : nullptr, need_weights ? gw.data_ptr<float>() : nullptr);
+  });
+  return {gf.to(features_in.scalar_type()), gw.to(weights_in.scalar_type())};
+}
+
+at::Tensor point_conv_cpu(const at::Tensor& features, const at::Tensor& weights, const at::Tensor& triplets,
+                          int64_t num_out) {
+  return point_conv_impl(features, weights, triplets, num_out, [](const at::Tensor&, auto&&... a) {
+    cpu::point_conv(cpu_context(), a...);
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor> point_conv_backward_cpu(const at::Tensor& grad_out, const at::Tensor& features,
+                                                           const at::Tensor& weights, const at::Tensor& triplets,
+                                                           int64_t num_out, bool need_features, bool need_weights) {
+  return point_conv_backward_impl(grad_out, features, weights, triplets, num_out, need_features, need_weights,
+                                  [](const at::Tensor&, auto&&... a) {
+                                    cpu::point_conv_backward(cpu_context(), a...);
+                                  });
+}
+
+#if PCOPS_TORCH_CUDA
+at::Tensor point_conv_cuda(const at::Tensor& features, const at::Tensor& weights, const at::Tensor& triplets,
+                           int64_t num_out) {
+  const c10::cuda::CUDAGuard guard(features.device());
+  return point_conv_impl(features, weights, triplets, num_out, [](const at::Tensor& t, auto&&... a) {
+    cuda::point_conv(cuda_context(t), a...);
+  });
+}
+
+std::tuple<at::Tensor, at::Tensor> point_conv_backward_cuda(const at::Tensor& grad_out, const at::Tensor& features,
+                                                            const at::Tensor& weights, const at::Tensor& triplets,
+                                                            int64_t num_out, bool need_features, bool need_weights) {
+  const c10::cuda::CUDAGuard guard(features.device());
+  return point_conv_backward_impl(grad_out, features, weights, triplets, num_out, need_features, need_weights,
+                                  [](const at::Tensor& t, auto&&... a) {
+                                    cuda::point_conv_backward(cuda_context(t), a...);
+                                  });
+}
+#endif
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(pcops, m) {
+  m.def("point_conv(Tensor features, Tensor weights, Tensor triplets, int num_out) -> Tensor");
+  m.def(
+      "_point_conv_backward(Tensor grad_out, Tensor features, Tensor weights, Tensor triplets, int num_out, "
+      "bool need_features=True, bool need_weights=True) -> (Tensor grad_features, Tensor grad_weights)");
+}
+
+TORCH_LIBRARY_IMPL(pcops, CPU, m) {
+  m.impl("point_conv", &point_conv_cpu);
+  m.impl("_point_conv_backward", &point_conv_backward_cpu);
+}
+
+#if PCOPS_TORCH_CUDA
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
+  m.impl("point_conv", &point_conv_cuda);
+  m.impl("_point_conv_backward", &point_conv_backward_cuda);
+}
+#endif
+
+}  // namespace pcops::torch_binding

@@ -1,0 +1,70 @@
+#pragma once
+// point_conv: convolution on native points as a matrix-vector multiplication and reduction
+// (MVMR, PointCNN++), and its backward (docs/ops/point_conv.md).
+//
+// Inputs: features [N_in, C_in] float32, weights [K, C_out, C_in] float32, triplets int64
+// [T, 3] rows (i, j, k) with i in [0, N_out), j in [0, N_in), k in [0, K); all contiguous.
+// A triplet says: output point i sees input point j through kernel matrix W_k.
+//
+// Contract, float32 throughout, no fused multiply-add, fl() = one rounding, acc starts at +0:
+// - Forward: out[i, o] = the triplets of output i taken in ascending (k, j) order; for each,
+//   c = 0 .. C_in-1 ascending: acc = fl(acc + fl(W[k, o, c] * F[j, c])). Rows with no triplet
+//   are +0. The result does not depend on the order of the triplet rows (duplicate triplets
+//   count twice).
+// - grad_features[j, c] = the triplets of input j in ascending (k, i) order; for each,
+//   o = 0 .. C_out-1 ascending: acc = fl(acc + fl(W[k, o, c] * G[i, o])) (the same MVMR with
+//   W_k transposed and the roles of i and j swapped).
+// - grad_weights[k, o, c] = the triplets of kernel k in ascending (i, j) order:
+//   acc = fl(acc + fl(G[i, o] * F[j, c])) (VVOR, an outer-product reduction).
+// - Indices outside their range are an Index error, checked before any output is written.
+// - Deterministic: bitwise equal run to run, across thread counts and (by the same arithmetic)
+//   between the CPU and CUDA backends. Thread-safe. Extra memory: O(T + N_in + N_out + K) for
+//   the triplet grouping, plus one transposed copy of the weights (K * C_in * C_out) forward.
+#include <cstdint>
+
+#include "pcops/context.hpp"
+
+namespace pcops {
+
+struct PointConvShape {
+  int64_t num_in = 0;        // N_in: rows of features
+  int64_t num_out = 0;       // N_out: rows of the output
+  int64_t channels_in = 0;   // C_in
+  int64_t channels_out = 0;  // C_out
+  int64_t kernels = 0;       // K
+  int64_t triplets = 0;      // T
+};
+
+namespace core {
+// Sizes non-negative and every buffer size representable (Value errors).
+void validate_point_conv(const PointConvShape& shape);
+// Host-memory triplets [T, 3]: i in [0, N_out), j in [0, N_in), k in [0, K) (Index errors).
+void validate_triplets(const PointConvShape& shape, const int64_t* triplets, const char* name);
+}  // namespace core
+
+namespace cpu {
+// out: caller-owned [N_out, C_out], overwritten.
+void point_conv(const CpuContext& ctx, const PointConvShape& shape, const float* features,
+                const float* weights, const int64_t* triplets, float* out);
+
+// grad_out: [N_out, C_out]. grad_features [N_in, C_in] and grad_weights [K, C_out, C_in] are
+// caller-owned and overwritten; either may be nullptr (not computed).
+void point_conv_backward(const CpuContext& ctx, const PointConvShape& shape, const float* grad_out,
+                         const float* features, const float* weights, const int64_t* triplets,
+                         float* grad_features, float* grad_weights);
+}  // namespace cpu
+
+namespace cuda {
+// Same contract and parameters as the cpu:: functions; every pointer is device memory.
+// Bitwise equal to the CPU backend. The triplet ranges are NOT checked here (that needs a
+// device-to-host copy; the torch binding checks them first); an out-of-range triplet is
+// skipped, never dereferenced.
+void point_conv(const CudaContext& ctx, const PointConvShape& shape, const float* features,
+                const float* weights, const int64_t* triplets, float* out);
+
+void point_conv_backward(const CudaContext& ctx, const PointConvShape& shape, const float* grad_out,
+                         const float* features, const float* weights, const int64_t* triplets,
+                         float* grad_features, float* grad_weights);
+}  // namespace cuda
+
+}  // namespace pcops

@@ -1,0 +1,207 @@
+"""Convolution on native points, MVMR (contract: docs/ops/point_conv.md)."""
+
+from __future__ import annotations
+
+import torch
+
+from pcops.ops import _checks
+
+
+def point_conv(
+    features: torch.Tensor, weights: torch.Tensor, triplets: torch.Tensor, num_out: int | None = None
+) -> torch.Tensor:
+    """``out[i] = sum over triplets (i, j, k) of weights[k] @ features[j]``.
+
+    Each triplet row ``(i, j, k)`` says that output point ``i`` sees input point ``j`` through
+    the kernel matrix ``weights[k]``. No neighbourhood buffer is materialised. The sums are
+    float32 without fused multiply-add in a fixed order (the triplets of row ``i`` in ascending
+    ``(k, j)``, channels ascending inside each), so the result is bitwise reproducible, does not
+    depend on the order of the triplet rows or on the thread count.
+
+    Args:
+        features: ``[N_in, C_in]`` float32/float16/bfloat16.
+        weights: ``[K, C_out, C_in]`` float32/float16/bfloat16.
+        triplets: ``[T, 3]`` int64 rows ``(i, j, k)`` with ``0 <= i < num_out``,
+            ``0 <= j < N_in``, ``0 <= k < K`` (see :func:`point_conv_triplets`).
+        num_out: number of output points ``N_out``; default ``N_in`` (same points in and out).
+
+    Returns:
+        ``[N_out, C_out]`` in the dtype of ``features``; rows without triplets are zero.
+        Differentiable with respect to ``features`` (the same MVMR with transposed weights) and
+        ``weights`` (an outer-product reduction), both deterministic; second derivatives are
+        supported.
+
+    Raises:
+        ValueError: bad ranks or shapes, mixed devices, negative ``num_out``.
+        TypeError: unsupported dtypes (float64 or integer values, triplets not int64).
+        IndexError: a triplet entry outside its range.
+    """
+    if num_out is None:
+        num_out = features.shape[0] if isinstance(features, torch.Tensor) and features.dim() >= 1 else 0
+    num_out = _checks.integer(num_out, "num_out")
+    return torch.ops.pcops.point_conv(features, weights, triplets, num_out)
+
+
+def point_conv_triplets(
+    centres: torch.Tensor, points: torch.Tensor, neighbours: torch.Tensor, extent: float, t: int = 3
+) -> torch.Tensor:
+    """Triplets ``(i, j, k)`` from neighbourhoods and a ``t x t x t`` grid of kernel cells.
+
+    Neighbour ``j = neighbours[i, s]`` of centre ``i`` (slots holding -1, the padding of
+    :func:`pcops.ball_query` and :func:`pcops.knn`, are dropped) gets the kernel cell of its
+    offset in the cube ``[-extent, extent]^3`` around the centre, in float32 with one rounding
+    per step: ``h = fl(fl(2 extent) / t)``, ``d = fl(points[j] - centres[i])``,
+    ``q = clamp(floor(fl(fl(d + extent) / h)), 0, t - 1)`` per axis (offsets outside the cube
+    go to the border cell), ``k = (q_x t + q_y) t + q_z``. Rows are ordered by ``(i, s)``.
+
+    Args:
+        centres: ``[M, 3]`` float32 output positions.
+        points: ``[N, 3]`` float32 input positions.
+        neighbours: ``[M, S]`` int64 indices into ``points`` in ``[-1, N)``, e.g. ``idx[0]`` of
+            ``pcops.ball_query(centres[None], points[None], extent, S)`` or of ``pcops.knn``.
+            For a batch, offset each cloud's indices into one flat array first.
+        extent: half the side of the kernel cube (the ball radius for ball-query neighbours);
+            finite and > 0.
+        t: kernel cells per axis (K = t^3 kernel matrices), >= 1.
+
+    Returns:
+        ``[T, 3]`` int64 triplets on the device of the inputs.
+    """
+    for t_, name in ((centres, "centres"), (points, "points")):
+        _checks.points(t_[None] if isinstance(t_, torch.Tensor) and t_.dim() == 2 else t_, name)
+    torch._check_value(centres.dim() == 2 and centres.shape[1] == 3,
+                       lambda: f"centres: expected shape [M, 3], got {tuple(centres.shape)}")
+    torch._check_value(points.dim() == 2 and points.shape[1] == 3,
+                       lambda: f"points: expected shape [N, 3], got {tuple(points.shape)}")
+    _checks.same_device(centres, "centres", points, "points")
+    _checks.same_device(centres, "centres", neighbours, "neighbours")
+    _checks.indices(neighbours, "neighbours")
+    torch._check_value(
+        neighbours.dim() == 2 and neighbours.shape[0] == centres.shape[0],
+        lambda: f"neighbours: expected shape [{centres.shape[0]}, S], got {tuple(neighbours.shape)}",
+    )
+    t = _checks.integer(t, "t")
+    if t < 1:
+        raise ValueError(f"t: expected at least 1 kernel cell per axis, got {t}")
+    extent = float(extent)
+    if not (extent > 0.0 and extent < float("inf")):
+        raise ValueError(f"extent: expected a finite value > 0, got {extent}")
+    if neighbours.numel() > 0:
+        lo, hi = int(neighbours.min()), int(neighbours.max())
+        if lo < -1 or hi >= points.shape[0]:
+            raise IndexError(
+                f"neighbours: expected indices in [-1, {points.shape[0]}), got values in [{lo}, {hi}]"
+            )
+    centres = centres.float()
+    points = points.float()
+    slot_valid = neighbours >= 0
+    i = torch.arange(centres.shape[0], device=centres.device).unsqueeze(1).expand_as(neighbours)[slot_valid]
+    j = neighbours[slot_valid]
+    ext = torch.tensor(extent, dtype=torch.float32, device=centres.device)
+    h = (ext * 2) / t
+    q = torch.floor(((points[j] - centres[i]) + ext) / h).clamp_(0, t - 1).to(torch.int64)
+    k = (q[:, 0] * t + q[:, 1]) * t + q[:, 2]
+    return torch.stack([i, j, k], dim=1)
+
+
+def _check_inputs(features, weights, triplets, num_out):
+    _checks.same_device(features, "features", weights, "weights")
+    _checks.same_device(features, "features", triplets, "triplets")
+    _checks.values(features, "features", 2, "[N_in, C_in]")
+    _checks.values(weights, "weights", 3, "[K, C_out, C_in]")
+    torch._check_value(
+        weights.shape[2] == features.shape[1],
+        lambda: f"weights: expected shape [K, C_out, {features.shape[1]}] (C_in of features), "
+        f"got {tuple(weights.shape)}",
+    )
+    _checks.indices(triplets, "triplets")
+    torch._check_value(
+        triplets.dim() == 2 and triplets.shape[1] == 3,
+        lambda: f"triplets: expected shape [T, 3] (rows i, j, k), got {tuple(triplets.shape)}",
+    )
+    torch._check_value(num_out >= 0, lambda: f"num_out: expected a non-negative output size, got {num_out}")
+
+
+@torch.library.register_fake("pcops::point_conv")
+def _fake(features, weights, triplets, num_out):
+    _check_inputs(features, weights, triplets, num_out)
+    return features.new_empty((num_out, weights.shape[1]))
+
+
+@torch.library.register_fake("pcops::_point_conv_backward")
+def _fake_backward(grad_out, features, weights, triplets, num_out, need_features=True, need_weights=True):
+    _checks.same_device(features, "features", grad_out, "grad_out")
+    _check_inputs(features, weights, triplets, num_out)
+    _checks.values(grad_out, "grad_out", 2, "[N_out, C_out]")
+    torch._check_value(
+        grad_out.shape[0] == num_out and grad_out.shape[1] == weights.shape[1],
+        lambda: f"grad_out: expected shape [{num_out}, {weights.shape[1]}], got {tuple(grad_out.shape)}",
+    )
+    return features.new_empty(features.shape), weights.new_empty(weights.shape)
+
+
+def _setup_context(ctx, inputs, output):
+    features, weights, triplets, num_out = inputs
+    ctx.save_for_backward(features, weights, triplets)
+    ctx.num_out = num_out
+    ctx.set_materialize_grads(False)
+
+
+def _backward(ctx, grad_out):
+    features, weights, triplets = ctx.saved_tensors
+    need_features, need_weights = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+    if grad_out is None or not (need_features or need_weights):
+        return None, None, None, None
+    gf, gw = torch.ops.pcops._point_conv_backward(
+        grad_out, features, weights, triplets, ctx.num_out, need_features, need_weights
+    )
+    return (gf if need_features else None), (gw if need_weights else None), None, None
+
+
+torch.library.register_autograd("pcops::point_conv", _backward, setup_context=_setup_context)
+
+
+# Double backward. With G = grad_out: gf[j] = sum over (i, j, k) of W_k^T G[i] (bilinear in G
+# and W) and gw[k] = sum over (i, j, k) of G[i] F[j]^T (bilinear in G and F). With upstream
+# gradients A (of gf) and B (of gw):
+#   dL/dG = point_conv(A, W) + point_conv(F, B),
+#   dL/dF = the features gradient of the backward with weights B,
+#   dL/dW = the weights gradient of the backward with features A.
+# Written with the operators themselves, so higher orders work too. An output that was not
+# requested (need_* false) is a constant zero tensor and gets no gradient.
+def _setup_context_backward(ctx, inputs, output):
+    grad_out, features, weights, triplets, num_out, need_features, need_weights = inputs
+    ctx.save_for_backward(grad_out, features, weights, triplets)
+    ctx.num_out = num_out
+    ctx.need = (need_features, need_weights)
+    ctx.set_materialize_grads(False)
+
+
+def _backward_backward(ctx, grad_gf, grad_gw):
+    grad_out, features, weights, triplets = ctx.saved_tensors
+    need_features, need_weights = ctx.need
+    a = grad_gf if need_features else None
+    b = grad_gw if need_weights else None
+    need = ctx.needs_input_grad
+    d_grad = d_features = d_weights = None
+    if need[0] and (a is not None or b is not None):
+        parts = []
+        if a is not None:
+            parts.append(point_conv(a, weights, triplets, ctx.num_out).float())
+        if b is not None:
+            parts.append(point_conv(features, b, triplets, ctx.num_out).float())
+        d_grad = (parts[0] if len(parts) == 1 else parts[0] + parts[1]).to(grad_out.dtype)
+    if need[1] and b is not None:
+        d_features = torch.ops.pcops._point_conv_backward(
+            grad_out, features, b, triplets, ctx.num_out, True, False
+        )[0].to(features.dtype)
+    if need[2] and a is not None:
+        d_weights = torch.ops.pcops._point_conv_backward(
+            grad_out, a, weights, triplets, ctx.num_out, False, True
+        )[1].to(weights.dtype)
+    return d_grad, d_features, d_weights, None, None, None, None
+
+
+torch.library.register_autograd(
+    "pcops::_point_conv_backward", _backward_backward, setup_context=_setup_context_backward
+)

@@ -1,0 +1,757 @@
+// IVF-PQ index, CPU backend (contract: include/pcops/ivfpq.hpp).
+//
+// Hot loops: distances from one vector to many columns (coarse centroids, codewords) run over a
+// transposed [dim, columns] layout, blocked by kBlock columns so every block's accumulators stay in
+// vector registers and each column keeps the contract's coordinate order (vectorised across
+// columns, never within a sum). AVX2 intrinsics (chosen at run time) or scalar code, never FMA:
+// both compute the same bits.
+// Search parallelises over queries, add/encode over vectors, k-means assignment over points.
+#include "pcops/ivfpq.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <bit>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <istream>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <utility>
+
+#include "cpu/ivfpq_isa.hpp"
+#include "pcops/error.hpp"
+
+#if defined(__GNUC__) && defined(__x86_64__)
+#include <immintrin.h>
+#define PCOPS_IVFPQ_X86 1
+#else
+#define PCOPS_IVFPQ_X86 0
+#endif
+
+namespace pcops {
+namespace {
+
+constexpr int64_t kBlock = 16;
+constexpr int64_t kK = IvfPqIndex::kCodewords;
+
+int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
+
+// out[j] = squared distance (contract order) between x [d] and column j of cT [d, stride],
+// for every j < stride (stride a multiple of kBlock). Scalar version.
+void l2_columns_generic(const float* x, int64_t d, const float* cT, int64_t stride, float* out) {
+  for (int64_t j0 = 0; j0 < stride; j0 += kBlock) {
+    float acc[kBlock];
+    const float* col = cT + j0;
+    const float x0 = x[0];
+    for (int64_t j = 0; j < kBlock; ++j) {
+      const float t = x0 - col[j];
+      acc[j] = t * t;
+    }
+    for (int64_t i = 1; i < d; ++i) {
+      const float xi = x[i];
+      const float* row = col + i * stride;
+      for (int64_t j = 0; j < kBlock; ++j) {
+        const float t = xi - row[j];
+        acc[j] = acc[j] + t * t;
+      }
+    }
+    for (int64_t j = 0; j < kBlock; ++j) out[j0 + j] = acc[j];
+  }
+}
+
+// out[j] = inner product (coordinate order) of x [d] with column j of cT [d, stride].
+void ip_columns_generic(const float* x, int64_t d, const float* cT, int64_t stride, float* out) {
+  for (int64_t j0 = 0; j0 < stride; j0 += kBlock) {
+    float acc[kBlock];
+    const float* col = cT + j0;
+    const float x0 = x[0];
+    for (int64_t j = 0; j < kBlock; ++j) acc[j] = x0 * col[j];
+    for (int64_t i = 1; i < d; ++i) {
+      const float xi = x[i];
+      const float* row = col + i * stride;
+      for (int64_t j = 0; j < kBlock; ++j) acc[j] = acc[j] + xi * row[j];
+    }
+    for (int64_t j = 0; j < kBlock; ++j) out[j0 + j] = acc[j];
+  }
+}
+
+#if PCOPS_IVFPQ_X86
+// The same arithmetic with AVX2 (separate multiply and add: no FMA), 16 columns per step.
+__attribute__((target("avx2"))) void l2_columns_avx2(const float* x, int64_t d, const float* cT, int64_t stride,
+                                                      float* out) {
+  for (int64_t j0 = 0; j0 < stride; j0 += kBlock) {
+    const float* col = cT + j0;
+    __m256 xi = _mm256_set1_ps(x[0]);
+    __m256 t0 = _mm256_sub_ps(xi, _mm256_loadu_ps(col));
+    __m256 t1 = _mm256_sub_ps(xi, _mm256_loadu_ps(col + 8));
+    __m256 a0 = _mm256_mul_ps(t0, t0), a1 = _mm256_mul_ps(t1, t1);
+    for (int64_t i = 1; i < d; ++i) {
+      const float* row = col + i * stride;
+      xi = _mm256_set1_ps(x[i]);
+      t0 = _mm256_sub_ps(xi, _mm256_loadu_ps(row));
+      t1 = _mm256_sub_ps(xi, _mm256_loadu_ps(row + 8));
+      a0 = _mm256_add_ps(a0, _mm256_mul_ps(t0, t0));
+      a1 = _mm256_add_ps(a1, _mm256_mul_ps(t1, t1));
+    }
+    _mm256_storeu_ps(out + j0, a0);
+    _mm256_storeu_ps(out + j0 + 8, a1);
+  }
+}
+
+__attribute__((target("avx2"))) void ip_columns_avx2(const float* x, int64_t d, const float* cT, int64_t stride,
+                                                      float* out) {
+  for (int64_t j0 = 0; j0 < stride; j0 += kBlock) {
+    const float* col = cT + j0;
+    __m256 xi = _mm256_set1_ps(x[0]);
+    __m256 a0 = _mm256_mul_ps(xi, _mm256_loadu_ps(col)), a1 = _mm256_mul_ps(xi, _mm256_loadu_ps(col + 8));
+    for (int64_t i = 1; i < d; ++i) {
+      const float* row = col + i * stride;
+      xi = _mm256_set1_ps(x[i]);
+      a0 = _mm256_add_ps(a0, _mm256_mul_ps(xi, _mm256_loadu_ps(row)));
+      a1 = _mm256_add_ps(a1, _mm256_mul_ps(xi, _mm256_loadu_ps(row + 8)));
+    }
+    _mm256_storeu_ps(out + j0, a0);
+    _mm256_storeu_ps(out + j0 + 8, a1);
+  }
+}
+
+// Four vectors x[0..3] (row stride xs) against the same columns: out[r * stride + j]. Each
+// (vector, column) sum is the single-vector one, so the bits are too; the column loads are shared.
+__attribute__((target("avx2"))) void columns4_avx2(const float* x, int64_t xs, int64_t d, const float* cT,
+                                                    int64_t stride, bool ip, float* out) {
+  for (int64_t j0 = 0; j0 < stride; j0 += kBlock) {
+    const float* col = cT + j0;
+    __m256 a[4][2];
+    {
+      const __m256 c0 = _mm256_loadu_ps(col), c1 = _mm256_loadu_ps(col + 8);
+      for (int r = 0; r < 4; ++r) {
+        const __m256 xi = _mm256_set1_ps(x[r * xs]);
+        if (ip) {
+          a[r][0] = _mm256_mul_ps(xi, c0);
+          a[r][1] = _mm256_mul_ps(xi, c1);
+        } else {
+          const __m256 t0 = _mm256_sub_ps(xi, c0), t1 = _mm256_sub_ps(xi, c1);
+          a[r][0] = _mm256_mul_ps(t0, t0);
+          a[r][1] = _mm256_mul_ps(t1, t1);
+        }
+      }
+    }
+    for (int64_t i = 1; i < d; ++i) {
+      const float* row = col + i * stride;
+      const __m256 c0 = _mm256_loadu_ps(row), c1 = _mm256_loadu_ps(row + 8);
+      for (int r = 0; r < 4; ++r) {
+        const __m256 xi = _mm256_set1_ps(x[r * xs + i]);
+        if (ip) {
+          a[r][0] = _mm256_add_ps(a[r][0], _mm256_mul_ps(xi, c0));
+          a[r][1] = _mm256_add_ps(a[r][1], _mm256_mul_ps(xi, c1));
+        } else {
+          const __m256 t0 = _mm256_sub_ps(xi, c0), t1 = _mm256_sub_ps(xi, c1);
+          a[r][0] = _mm256_add_ps(a[r][0], _mm256_mul_ps(t0, t0));
+          a[r][1] = _mm256_add_ps(a[r][1], _mm256_mul_ps(t1, t1));
+        }
+      }
+    }
+    for (int r = 0; r < 4; ++r) {
+      _mm256_storeu_ps(out + r * stride + j0, a[r][0]);
+      _mm256_storeu_ps(out + r * stride + j0 + 8, a[r][1]);
+    }
+  }
+}
+
+std::atomic<bool> g_force_scalar{false};
+
+bool has_avx2() {
+  static const bool yes = __builtin_cpu_supports("avx2");
+  return yes && !g_force_scalar.load(std::memory_order_relaxed);
+}
+#endif
+
+void l2_columns(const float* x, int64_t d, const float* cT, int64_t stride, float* out) {
+#if PCOPS_IVFPQ_X86
+  if (has_avx2()) return l2_columns_avx2(x, d, cT, stride, out);
+#endif
+  l2_columns_generic(x, d, cT, stride, out);
+}
+
+void ip_columns(const float* x, int64_t d, const float* cT, int64_t stride, float* out) {
+#if PCOPS_IVFPQ_X86
+  if (has_avx2()) return ip_columns_avx2(x, d, cT, stride, out);
+#endif
+  ip_columns_generic(x, d, cT, stride, out);
+}
+
+// Columns of a row-major [n, d] matrix as a transposed [d, stride] one (stride = n rounded up
+// to kBlock; padding columns are copies of column 0, never selected since ties go to the smaller
+// column and only the first n are read).
+struct Columns {
+  int64_t n = 0, d = 0, stride = 0;
+  std::vector<float> t;
+  Columns() = default;
+  Columns(const float* rows, int64_t n_, int64_t d_) : n(n_), d(d_), stride(round_up(n_, kBlock)) {
+    t.assign(static_cast<size_t>(d * stride), 0.0f);
+    for (int64_t j = 0; j < stride; ++j) {
+      const float* r = rows + (j < n ? j : 0) * d;
+      for (int64_t i = 0; i < d; ++i) t[static_cast<size_t>(i * stride + j)] = r[i];
+    }
+  }
+  void distances(const float* x, bool ip, float* out) const {
+    (ip ? ip_columns : l2_columns)(x, d, t.data(), stride, out);
+  }
+  int64_t best_of(const float* dist, bool ip) const {
+    int64_t best = 0;
+    float bv = dist[0];
+    for (int64_t j = 1; j < n; ++j) {
+      const float v = dist[j];
+      if (ip ? v > bv : v < bv) {
+        bv = v;
+        best = j;
+      }
+    }
+    return best;
+  }
+  // The best column: smallest distance (largest inner product), smallest column on ties.
+  int64_t nearest(const float* x, bool ip, float* scratch) const {
+    distances(x, ip, scratch);
+    return best_of(scratch, ip);
+  }
+  // nearest() of `count` vectors (rows of stride xs) into out; scratch holds 4 * stride floats.
+  void nearest_many(const float* x, int64_t xs, int64_t count, bool ip, float* scratch, int64_t* out) const {
+    int64_t i = 0;
+#if PCOPS_IVFPQ_X86
+    if (has_avx2())
+      for (; i + 4 <= count; i += 4) {
+        columns4_avx2(x + i * xs, xs, d, t.data(), stride, ip, scratch);
+        for (int r = 0; r < 4; ++r) out[i + r] = best_of(scratch + r * stride, ip);
+      }
+#endif
+    for (; i < count; ++i) out[i] = nearest(x + i * xs, ip, scratch);
+  }
+};
+
+// Deterministic bounded draw (std::mt19937_64 is specified bit for bit by the standard; the
+// distributions are not, so none is used).
+uint64_t draw(std::mt19937_64& rng, uint64_t bound) { return rng() % bound; }
+
+// k distinct indices out of [0, n) (partial Fisher-Yates).
+std::vector<int64_t> sample_indices(int64_t n, int64_t k, uint64_t seed) {
+  std::vector<int64_t> perm(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) perm[static_cast<size_t>(i)] = i;
+  std::mt19937_64 rng(seed);
+  for (int64_t i = 0; i < k; ++i) {
+    const int64_t j = i + static_cast<int64_t>(draw(rng, static_cast<uint64_t>(n - i)));
+    std::swap(perm[static_cast<size_t>(i)], perm[static_cast<size_t>(j)]);
+  }
+  perm.resize(static_cast<size_t>(k));
+  return perm;
+}
+
+uint64_t mix_seed(uint64_t seed, uint64_t salt) {
+  uint64_t z = seed + 0x9E3779B97F4A7C15ull * (salt + 1);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
+  return z ^ (z >> 31);
+}
+
+// Lloyd k-means on data [n, d] (n >= k), returns centroids [k, d]. Assignment in parallel;
+// the update is a serial float64 sum in point order, so the result does not depend on threads.
+std::vector<float> kmeans(const CpuContext& ctx, const float* data, int64_t n, int64_t d, int64_t k, bool ip,
+                          const IvfPqTrainParams& tp, uint64_t seed) {
+  std::vector<float> cent(static_cast<size_t>(k * d));
+  const std::vector<int64_t> init = sample_indices(n, k, mix_seed(seed, 1));
+  for (int64_t c = 0; c < k; ++c)
+    std::memcpy(&cent[static_cast<size_t>(c * d)], data + init[static_cast<size_t>(c)] * d,
+                sizeof(float) * static_cast<size_t>(d));
+  std::vector<int64_t> assign(static_cast<size_t>(n));
+  std::vector<double> sums(static_cast<size_t>(k * d));
+  std::vector<int64_t> counts(static_cast<size_t>(k));
+  for (int64_t it = 0; it < tp.niter; ++it) {
+    const Columns cols(cent.data(), k, d);
+    parallel_for(ctx, 0, n, 256, [&](int64_t b, int64_t e) {
+      std::vector<float> scratch(static_cast<size_t>(4 * cols.stride));
+      cols.nearest_many(data + b * d, d, e - b, ip, scratch.data(), assign.data() + b);
+    });
+    std::fill(sums.begin(), sums.end(), 0.0);
+    std::fill(counts.begin(), counts.end(), 0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t c = assign[static_cast<size_t>(i)];
+      ++counts[static_cast<size_t>(c)];
+      double* s = &sums[static_cast<size_t>(c * d)];
+      const float* x = data + i * d;
+      for (int64_t j = 0; j < d; ++j) s[j] += x[j];
+    }
+    for (int64_t c = 0; c < k; ++c) {
+      const int64_t cnt = counts[static_cast<size_t>(c)];
+      if (cnt == 0) continue;
+      for (int64_t j = 0; j < d; ++j)
+        cent[static_cast<size_t>(c * d + j)] = static_cast<float>(sums[static_cast<size_t>(c * d + j)] / double(cnt));
+    }
+    // Empty clusters: split the largest (first on ties) into two perturbed copies.
+    constexpr float kEps = 1.0f / 1024.0f;
+    for (int64_t c = 0; c < k; ++c) {
+      if (counts[static_cast<size_t>(c)] != 0) continue;
+      int64_t big = 0;
+      for (int64_t j = 1; j < k; ++j)
+        if (counts[static_cast<size_t>(j)] > counts[static_cast<size_t>(big)]) big = j;
+      for (int64_t j = 0; j < d; ++j) {
+        const float v = cent[static_cast<size_t>(big * d + j)];
+        const float delta = (j % 2 == 0 ? kEps : -kEps);
+        cent[static_cast<size_t>(c * d + j)] = v * (1.0f + delta);
+        cent[static_cast<size_t>(big * d + j)] = v * (1.0f - delta);
+      }
+      const int64_t half = counts[static_cast<size_t>(big)] / 2;
+      counts[static_cast<size_t>(c)] = half;
+      counts[static_cast<size_t>(big)] -= half;
+    }
+  }
+  return cent;
+}
+
+// Ranking key: smaller is better. IP negates (exact); NaN ranks last; zero is canonical (+0),
+// which the CUDA backend's radix sort needs and the comparisons here do not notice.
+inline float rank_key(float v, bool ip) {
+  const float k = ip ? -v : v;
+  if (k != k) return std::numeric_limits<float>::infinity();
+  return k == 0.0f ? 0.0f : k;
+}
+
+struct Candidate {
+  float key;
+  int64_t id;
+};
+inline bool worse_than(const Candidate& a, const Candidate& b) {  // heap order: worst on top
+  return a.key < b.key || (a.key == b.key && a.id < b.id);
+}
+
+// Scans one list's codes [size, M] into the (key, id) heap of the k best (worst on top).
+// kM > 0: M known at compile time; 0: runtime M.
+template <int64_t kM>
+void scan_list(const uint8_t* code, int64_t size, int64_t M_rt, const float* lut, float d0, bool ip,
+               const int64_t* ids, int64_t k, std::vector<Candidate>& heap) {
+  const int64_t M = kM > 0 ? kM : M_rt;
+  constexpr int64_t kChunk = 64;  // distances first (independent sums overlap), then the heap
+  float dist[kChunk];
+  for (int64_t i0 = 0; i0 < size; i0 += kChunk) {
+    const int64_t n = std::min(kChunk, size - i0);
+    for (int64_t i = 0; i < n; ++i) {
+      const uint8_t* c = code + (i0 + i) * M;
+      float sum = lut[c[0]];
+      for (int64_t m = 1; m < M; ++m) sum = sum + lut[m * kK + c[m]];
+      dist[i] = rank_key(d0 + sum, ip);
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const Candidate cand{dist[i], ids[i0 + i]};
+      if (static_cast<int64_t>(heap.size()) < k) {
+        heap.push_back(cand);
+        std::push_heap(heap.begin(), heap.end(), worse_than);
+      } else if (cand.key <= heap.front().key && worse_than(cand, heap.front())) {
+        std::pop_heap(heap.begin(), heap.end(), worse_than);
+        heap.back() = cand;
+        std::push_heap(heap.begin(), heap.end(), worse_than);
+      }
+    }
+  }
+}
+
+// Quantizer tables derived from the trained parameters (rebuilt on training / loading).
+struct Tables {
+  Columns coarse;
+  std::vector<Columns> sub;  // per sub-quantizer, [dsub, 256]
+};
+
+}  // namespace
+
+IvfPqIndex::IvfPqIndex(const IvfPqParams& params) : params_(params) {
+  core::validate_ivfpq_params(params_);
+  ids_.resize(static_cast<size_t>(params_.nlist));
+  codes_.resize(static_cast<size_t>(params_.nlist));
+}
+
+void IvfPqIndex::check_trained(const char* what) const {
+  PCOPS_CHECK(trained_, Value, what, ": the index is not trained (call train or set_quantizers first)");
+}
+
+void IvfPqIndex::prepare_tables() { trained_ = true; }
+
+namespace {
+
+Tables make_tables(const IvfPqParams& p, const std::vector<float>& centroids, const std::vector<float>& codebooks) {
+  Tables t;
+  const int64_t dsub = p.dim / p.M;
+  t.coarse = Columns(centroids.data(), p.nlist, p.dim);
+  t.sub.reserve(static_cast<size_t>(p.M));
+  for (int64_t m = 0; m < p.M; ++m) t.sub.emplace_back(codebooks.data() + m * kK * dsub, kK, dsub);
+  return t;
+}
+
+// Codes [count, M] of vectors x [count, dim] already assigned to lists; scratch holds
+// 4 * 256 floats, res count * dim floats.
+void encode_codes(const IvfPqParams& p, const Tables& t, const std::vector<float>& centroids, const float* x,
+                  int64_t count, const int64_t* lists, uint8_t* codes, float* scratch, float* res) {
+  for (int64_t r = 0; r < count; ++r) {
+    const float* xi = x + r * p.dim;
+    float* ri = res + r * p.dim;
+    if (p.by_residual) {
+      const float* c = centroids.data() + lists[r] * p.dim;
+      for (int64_t i = 0; i < p.dim; ++i) ri[i] = xi[i] - c[i];
+    } else {
+      std::memcpy(ri, xi, sizeof(float) * static_cast<size_t>(p.dim));
+    }
+  }
+  const int64_t dsub = p.dim / p.M;
+  int64_t best[4];
+  for (int64_t r0 = 0; r0 < count; r0 += 4) {
+    const int64_t nb = std::min<int64_t>(4, count - r0);
+    for (int64_t m = 0; m < p.M; ++m) {
+      t.sub[static_cast<size_t>(m)].nearest_many(res + r0 * p.dim + m * dsub, p.dim, nb, false, scratch, best);
+      for (int64_t r = 0; r < nb; ++r) codes[(r0 + r) * p.M + m] = static_cast<uint8_t>(best[r]);
+    }
+  }
+}
+
+}  // namespace
+
+void IvfPqIndex::train(const CpuContext& ctx, const float* x, int64_t n, const IvfPqTrainParams& tp) {
+  const IvfPqParams& p = params_;
+  PCOPS_CHECK(ntotal_ == 0, Value, "train: expected an empty index, it holds ", ntotal_, " vectors (call reset)");
+  const int64_t need = std::max<int64_t>(p.nlist, kK);
+  PCOPS_CHECK(n >= need, Value, "x: expected at least max(nlist, 256) = ", need, " training vectors, got ", n);
+  PCOPS_CHECK(tp.niter >= 0, Value, "niter: expected >= 0, got ", tp.niter);
+  PCOPS_CHECK(tp.max_points_per_centroid >= 1, Value, "max_points_per_centroid: expected >= 1, got ",
+              tp.max_points_per_centroid);
+  core::check_finite_vectors(x, n, p.dim, "x");
+  const bool ip = p.metric == IvfPqMetric::InnerProduct;
+  const uint64_t seed = ctx.seed;
+
+  // Coarse quantizer on a seeded subsample (in input order).
+  auto subsample = [&](int64_t cap, uint64_t salt) {
+    std::vector<float> s;
+    if (n <= cap) return s;
+    std::vector<int64_t> idx = sample_indices(n, cap, mix_seed(seed, salt));
+    std::sort(idx.begin(), idx.end());
+    s.resize(static_cast<size_t>(cap * p.dim));
+    for (int64_t i = 0; i < cap; ++i)
+      std::memcpy(&s[static_cast<size_t>(i * p.dim)], x + idx[static_cast<size_t>(i)] * p.dim,
+                  sizeof(float) * static_cast<size_t>(p.dim));
+    return s;
+  };
+  const int64_t cap1 = p.nlist * std::min<int64_t>(tp.max_points_per_centroid, (int64_t{1} << 40) / p.nlist);
+  std::vector<float> s1 = subsample(cap1, 2);
+  const float* x1 = s1.empty() ? x : s1.data();
+  const int64_t n1 = s1.empty() ? n : cap1;
+  std::vector<float> centroids = kmeans(ctx, x1, n1, p.dim, p.nlist, ip, tp, seed);
+
+  // Product quantizer on the residuals of its own subsample.
+  const int64_t cap2 = kK * tp.max_points_per_centroid;
+  std::vector<float> s2 = subsample(cap2, 3);
+  const float* x2 = s2.empty() ? x : s2.data();
+  const int64_t n2 = s2.empty() ? n : cap2;
+  std::vector<float> res(static_cast<size_t>(n2 * p.dim));
+  const Columns coarse(centroids.data(), p.nlist, p.dim);
+  parallel_for(ctx, 0, n2, 256, [&](int64_t b, int64_t e) {
+    std::vector<float> scratch(static_cast<size_t>(4 * coarse.stride));
+    std::vector<int64_t> assign(static_cast<size_t>(e - b));
+    if (p.by_residual) coarse.nearest_many(x2 + b * p.dim, p.dim, e - b, ip, scratch.data(), assign.data());
+    for (int64_t i = b; i < e; ++i) {
+      const float* xi = x2 + i * p.dim;
+      float* ri = &res[static_cast<size_t>(i * p.dim)];
+      if (p.by_residual) {
+        const float* c = centroids.data() + assign[static_cast<size_t>(i - b)] * p.dim;
+        for (int64_t j = 0; j < p.dim; ++j) ri[j] = xi[j] - c[j];
+      } else {
+        std::memcpy(ri, xi, sizeof(float) * static_cast<size_t>(p.dim));
+      }
+    }
+  });
+  const int64_t dsub = this->dsub();
+  std::vector<float> codebooks(static_cast<size_t>(p.M * kK * dsub));
+  std::vector<float> subv(static_cast<size_t>(n2 * dsub));
+  for (int64_t m = 0; m < p.M; ++m) {
+    for (int64_t i = 0; i < n2; ++i)
+      std::memcpy(&subv[static_cast<size_t>(i * dsub)], &res[static_cast<size_t>(i * p.dim + m * dsub)],
+                  sizeof(float) * static_cast<size_t>(dsub));
+    const std::vector<float> cb = kmeans(ctx, subv.data(), n2, dsub, kK, false, tp, mix_seed(seed, 100 + static_cast<uint64_t>(m)));
+    std::copy(cb.begin(), cb.end(), codebooks.begin() + m * kK * dsub);
+  }
+  centroids_ = std::move(centroids);
+  codebooks_ = std::move(codebooks);
+  prepare_tables();
+}
+
+void IvfPqIndex::set_quantizers(const float* centroids, const float* codebooks) {
+  PCOPS_CHECK(ntotal_ == 0, Value, "set_quantizers: expected an empty index, it holds ", ntotal_,
+              " vectors (call reset)");
+  core::check_finite_vectors(centroids, params_.nlist, params_.dim, "centroids");
+  core::check_finite_vectors(codebooks, params_.M * kK, dsub(), "codebooks");
+  centroids_.assign(centroids, centroids + params_.nlist * params_.dim);
+  codebooks_.assign(codebooks, codebooks + params_.M * kK * dsub());
+  prepare_tables();
+}
+
+void IvfPqIndex::encode(const CpuContext& ctx, const float* x, int64_t n, int64_t* lists, uint8_t* codes) const {
+  check_trained("encode");
+  PCOPS_CHECK(n >= 0, Value, "n: expected >= 0, got ", n);
+  core::check_finite_vectors(x, n, params_.dim, "x");
+  const Tables t = make_tables(params_, centroids_, codebooks_);
+  const bool ip = params_.metric == IvfPqMetric::InnerProduct;
+  const int64_t scratch_size = 4 * std::max<int64_t>(t.coarse.stride, kK);
+  constexpr int64_t kChunk = 64;
+  parallel_for(ctx, 0, n, kChunk, [&](int64_t b, int64_t e) {
+    std::vector<float> scratch(static_cast<size_t>(scratch_size));
+    std::vector<float> res(static_cast<size_t>(kChunk * params_.dim));
+    for (int64_t c0 = b; c0 < e; c0 += kChunk) {
+      const int64_t cn = std::min(kChunk, e - c0);
+      const float* xc = x + c0 * params_.dim;
+      t.coarse.nearest_many(xc, params_.dim, cn, ip, scratch.data(), lists + c0);
+      encode_codes(params_, t, centroids_, xc, cn, lists + c0, codes + c0 * params_.M, scratch.data(), res.data());
+    }
+  });
+}
+
+void IvfPqIndex::add(const CpuContext& ctx, const float* x, int64_t n, const int64_t* ids) {
+  check_trained("add");
+  PCOPS_CHECK(n >= 0, Value, "n: expected >= 0, got ", n);
+  std::vector<int64_t> lists(static_cast<size_t>(n));
+  std::vector<uint8_t> codes(static_cast<size_t>(n * params_.M));
+  encode(ctx, x, n, lists.data(), codes.data());
+  for (int64_t i = 0; i < n; ++i) {
+    const size_t l = static_cast<size_t>(lists[static_cast<size_t>(i)]);
+    ids_[l].push_back(ids ? ids[i] : ntotal_ + i);
+    codes_[l].insert(codes_[l].end(), codes.begin() + static_cast<std::ptrdiff_t>(i * params_.M),
+                     codes.begin() + static_cast<std::ptrdiff_t>((i + 1) * params_.M));
+  }
+  ntotal_ += n;
+}
+
+void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq, int64_t k, int64_t nprobe,
+                        float* distances, int64_t* labels) const {
+  const IvfPqParams& p = params_;
+  check_trained("search");
+  PCOPS_CHECK(nq >= 0, Value, "nq: expected >= 0, got ", nq);
+  PCOPS_CHECK(k >= 0, Value, "k: expected >= 0, got ", k);
+  PCOPS_CHECK(nprobe >= 1 && nprobe <= p.nlist, Value, "nprobe: expected a value in [1, nlist = ", p.nlist,
+              "], got ", nprobe);
+  core::check_finite_vectors(queries, nq, p.dim, "queries");
+  if (nq == 0 || k == 0) return;
+  const bool ip = p.metric == IvfPqMetric::InnerProduct;
+  const Tables t = make_tables(p, centroids_, codebooks_);
+  const int64_t M = p.M, dsub = this->dsub();
+  const float pad = ip ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
+  parallel_for(ctx, 0, nq, 1, [&](int64_t b, int64_t e) {
+    std::vector<float> coarse(static_cast<size_t>(t.coarse.stride));
+    std::vector<int64_t> order(static_cast<size_t>(p.nlist));
+    std::vector<float> residual(static_cast<size_t>(p.dim));
+    std::vector<float> lut(static_cast<size_t>(M * kK));
+    std::vector<Candidate> heap;
+    heap.reserve(static_cast<size_t>(std::min<int64_t>(k, ntotal_) + 1));
+    for (int64_t qi = b; qi < e; ++qi) {
+      const float* q = queries + qi * p.dim;
+      t.coarse.distances(q, ip, coarse.data());
+      for (int64_t l = 0; l < p.nlist; ++l) order[static_cast<size_t>(l)] = l;
+      auto list_before = [&](int64_t a, int64_t c) {
+        const float ka = rank_key(coarse[static_cast<size_t>(a)], ip), kc = rank_key(coarse[static_cast<size_t>(c)], ip);
+        return ka < kc || (ka == kc && a < c);
+      };
+      std::partial_sort(order.begin(), order.begin() + nprobe, order.end(), list_before);
+      heap.clear();
+      // The table depends on the list only for L2 with residuals.
+      const bool per_list_lut = !ip && p.by_residual;
+      if (!per_list_lut)
+        for (int64_t m = 0; m < M; ++m) t.sub[static_cast<size_t>(m)].distances(q + m * dsub, ip, lut.data() + m * kK);
+      for (int64_t r = 0; r < nprobe; ++r) {
+        const int64_t l = order[static_cast<size_t>(r)];
+        const std::vector<int64_t>& lid = ids_[static_cast<size_t>(l)];
+        const int64_t size = static_cast<int64_t>(lid.size());
+        if (size == 0) continue;
+        const float* c = centroids_.data() + l * p.dim;
+        const float d0 = ip && p.by_residual ? coarse[static_cast<size_t>(l)] : 0.0f;
+        if (per_list_lut) {
+          for (int64_t i = 0; i < p.dim; ++i) residual[static_cast<size_t>(i)] = q[i] - c[i];
+          for (int64_t m = 0; m < M; ++m)
+            t.sub[static_cast<size_t>(m)].distances(residual.data() + m * dsub, false, lut.data() + m * kK);
+        }
+        const uint8_t* code = codes_[static_cast<size_t>(l)].data();
+        switch (M) {  // compile-time M for the common sizes (same arithmetic, unrolled)
+          case 8: scan_list<8>(code, size, M, lut.data(), d0, ip, lid.data(), k, heap); break;
+          case 16: scan_list<16>(code, size, M, lut.data(), d0, ip, lid.data(), k, heap); break;
+          case 32: scan_list<32>(code, size, M, lut.data(), d0, ip, lid.data(), k, heap); break;
+          default: scan_list<0>(code, size, M, lut.data(), d0, ip, lid.data(), k, heap); break;
+        }
+      }
+      std::sort_heap(heap.begin(), heap.end(), worse_than);
+      float* dq = distances + qi * k;
+      int64_t* lq = labels + qi * k;
+      for (int64_t j = 0; j < k; ++j) {
+        if (j < static_cast<int64_t>(heap.size())) {
+          const float key = heap[static_cast<size_t>(j)].key;
+          dq[j] = (ip ? -key : key) + 0.0f;  // a zero distance is reported as +0
+          lq[j] = heap[static_cast<size_t>(j)].id;
+        } else {
+          dq[j] = pad;
+          lq[j] = -1;
+        }
+      }
+    }
+  });
+}
+
+int64_t IvfPqIndex::remove_ids(const int64_t* ids, int64_t n) {
+  PCOPS_CHECK(n >= 0, Value, "n: expected >= 0, got ", n);
+  std::vector<int64_t> sorted(ids, ids + n);
+  std::sort(sorted.begin(), sorted.end());
+  const size_t M = static_cast<size_t>(params_.M);
+  int64_t removed = 0;
+  for (size_t l = 0; l < ids_.size(); ++l) {
+    std::vector<int64_t>& lid = ids_[l];
+    std::vector<uint8_t>& lc = codes_[l];
+    size_t w = 0;
+    for (size_t i = 0; i < lid.size(); ++i) {
+      if (std::binary_search(sorted.begin(), sorted.end(), lid[i])) continue;
+      if (w != i) {
+        lid[w] = lid[i];
+        std::memmove(&lc[w * M], &lc[i * M], M);
+      }
+      ++w;
+    }
+    removed += static_cast<int64_t>(lid.size() - w);
+    lid.resize(w);
+    lc.resize(w * M);
+  }
+  ntotal_ -= removed;
+  return removed;
+}
+
+void IvfPqIndex::reset() {
+  for (auto& v : ids_) v.clear();
+  for (auto& v : codes_) v.clear();
+  ntotal_ = 0;
+}
+
+int64_t IvfPqIndex::list_size(int64_t list) const {
+  PCOPS_CHECK(list >= 0 && list < params_.nlist, Index, "list: expected a value in [0, ", params_.nlist, "), got ",
+              list);
+  return static_cast<int64_t>(ids_[static_cast<size_t>(list)].size());
+}
+const std::vector<int64_t>& IvfPqIndex::list_ids(int64_t list) const {
+  list_size(list);
+  return ids_[static_cast<size_t>(list)];
+}
+const std::vector<uint8_t>& IvfPqIndex::list_codes(int64_t list) const {
+  list_size(list);
+  return codes_[static_cast<size_t>(list)];
+}
+
+// ---- file format (little-endian; see the header) ----
+namespace {
+
+static_assert(std::endian::native == std::endian::little, "the IVF-PQ file writer assumes a little-endian host");
+constexpr char kMagic[8] = {'P', 'C', 'I', 'V', 'F', 'P', 'Q', '\0'};
+constexpr uint32_t kVersion = 1;
+
+template <class T>
+void put(std::ostream& out, const T* v, size_t n) {
+  out.write(reinterpret_cast<const char*>(v), static_cast<std::streamsize>(sizeof(T) * n));
+}
+template <class T>
+void put1(std::ostream& out, T v) {
+  put(out, &v, 1);
+}
+template <class T>
+void get(std::istream& in, T* v, size_t n) {
+  in.read(reinterpret_cast<char*>(v), static_cast<std::streamsize>(sizeof(T) * n));
+  PCOPS_CHECK(static_cast<bool>(in), Value, "load: truncated or unreadable IVF-PQ file");
+}
+template <class T>
+T get1(std::istream& in) {
+  T v{};
+  get(in, &v, 1);
+  return v;
+}
+
+}  // namespace
+
+void IvfPqIndex::save(std::ostream& out) const {
+  put(out, kMagic, 8);
+  put1<uint32_t>(out, kVersion);
+  put1<int64_t>(out, params_.dim);
+  put1<int64_t>(out, params_.nlist);
+  put1<int64_t>(out, params_.M);
+  put1<int64_t>(out, params_.nbits);
+  put1<uint32_t>(out, static_cast<uint32_t>(params_.metric));
+  put1<uint32_t>(out, params_.by_residual ? 1u : 0u);
+  put1<uint32_t>(out, trained_ ? 1u : 0u);
+  if (trained_) {
+    put(out, centroids_.data(), centroids_.size());
+    put(out, codebooks_.data(), codebooks_.size());
+  }
+  for (size_t l = 0; l < ids_.size(); ++l) {
+    put1<int64_t>(out, static_cast<int64_t>(ids_[l].size()));
+    put(out, ids_[l].data(), ids_[l].size());
+    put(out, codes_[l].data(), codes_[l].size());
+  }
+  PCOPS_CHECK(static_cast<bool>(out), Value, "save: writing the IVF-PQ file failed");
+}
+
+void IvfPqIndex::save(const std::string& path) const {
+  std::ofstream f(path, std::ios::binary | std::ios::trunc);
+  PCOPS_CHECK(static_cast<bool>(f), Value, "path: cannot open '", path, "' for writing");
+  save(f);
+}
+
+IvfPqIndex IvfPqIndex::load(std::istream& in) {
+  char magic[8];
+  get(in, magic, 8);
+  PCOPS_CHECK(std::memcmp(magic, kMagic, 8) == 0, Value, "load: not a pcops IVF-PQ file (bad magic)");
+  const uint32_t version = get1<uint32_t>(in);
+  PCOPS_CHECK(version == kVersion, Value, "load: expected format version ", kVersion, ", got ", version);
+  IvfPqParams p;
+  p.dim = get1<int64_t>(in);
+  p.nlist = get1<int64_t>(in);
+  p.M = get1<int64_t>(in);
+  p.nbits = get1<int64_t>(in);
+  const uint32_t metric = get1<uint32_t>(in);
+  PCOPS_CHECK(metric <= 1, Value, "load: bad metric code ", metric);
+  p.metric = static_cast<IvfPqMetric>(metric);
+  p.by_residual = get1<uint32_t>(in) != 0;
+  IvfPqIndex index(p);
+  const bool trained = get1<uint32_t>(in) != 0;
+  if (trained) {
+    std::vector<float> c(static_cast<size_t>(p.nlist * p.dim)), cb(static_cast<size_t>(p.M * kK * index.dsub()));
+    get(in, c.data(), c.size());
+    get(in, cb.data(), cb.size());
+    index.set_quantizers(c.data(), cb.data());
+  }
+  for (int64_t l = 0; l < p.nlist; ++l) {
+    const int64_t size = get1<int64_t>(in);
+    PCOPS_CHECK(size >= 0 && size <= (int64_t{1} << 40), Value, "load: bad list size ", size);
+    PCOPS_CHECK(trained || size == 0, Value, "load: an untrained index cannot hold vectors");
+    auto& lid = index.ids_[static_cast<size_t>(l)];
+    auto& lc = index.codes_[static_cast<size_t>(l)];
+    lid.resize(static_cast<size_t>(size));
+    lc.resize(static_cast<size_t>(size * p.M));
+    get(in, lid.data(), lid.size());
+    get(in, lc.data(), lc.size());
+    index.ntotal_ += size;
+  }
+  return index;
+}
+
+IvfPqIndex IvfPqIndex::load(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  PCOPS_CHECK(static_cast<bool>(f), Value, "path: cannot open '", path, "' for reading");
+  return load(f);
+}
+
+namespace cpu::ivfpq_detail {
+bool force_scalar(bool on) {
+#if PCOPS_IVFPQ_X86
+  return g_force_scalar.exchange(on);
+#else
+  (void)on;
+  return true;
+#endif
+}
+}  // namespace cpu::ivfpq_detail
+
+}  // namespace pcops

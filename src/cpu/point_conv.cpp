@@ -1,0 +1,149 @@
+// CPU point_conv (MVMR) and its backward, in the contract's fixed order (no atomics).
+// Parallel decomposition: the triplets are grouped by the reduced row (output i forward, input j
+// for grad_features, kernel k for grad_weights) with stable counting sorts; each task owns whole
+// rows and walks their triplets in the contract's order, vectorised over the contiguous channel
+// axis (the per-element order is unchanged by that).
+#include "pcops/point_conv.hpp"
+
+#include <algorithm>
+#include <vector>
+
+#include "core/validate.hpp"
+
+namespace pcops::cpu {
+namespace {
+
+// Triplets grouped by column `key` (values in [0, count)), ordered inside a group by the
+// columns `second` then `third`: offsets [count + 1] and the order of the triplet rows.
+struct Grouping {
+  std::vector<int64_t> offsets;
+  std::vector<int64_t> order;
+};
+
+// One stable counting-sort pass of `order` by column `col` (values in [0, count)).
+void counting_pass(const int64_t* t, int col, int64_t count, std::vector<int64_t>& order,
+                   std::vector<int64_t>& scratch, std::vector<int64_t>& offsets) {
+  offsets.assign(static_cast<size_t>(count) + 1, 0);
+  for (int64_t r : order) ++offsets[static_cast<size_t>(t[r * 3 + col]) + 1];
+  for (int64_t v = 0; v < count; ++v) offsets[v + 1] += offsets[v];
+  std::vector<int64_t> next(offsets.begin(), offsets.end() - 1);
+  scratch.resize(order.size());
+  for (int64_t r : order) scratch[static_cast<size_t>(next[static_cast<size_t>(t[r * 3 + col])]++)] = r;
+  order.swap(scratch);
+}
+
+// Least-significant column first, so the last (stable) pass by `key` keeps (second, third) order.
+Grouping group_triplets(const int64_t* t, int64_t T, int key, int second, int third,
+                        const int64_t counts[3]) {
+  Grouping g;
+  g.order.resize(static_cast<size_t>(T));
+  for (int64_t r = 0; r < T; ++r) g.order[static_cast<size_t>(r)] = r;
+  std::vector<int64_t> scratch;
+  counting_pass(t, third, counts[third], g.order, scratch, g.offsets);
+  counting_pass(t, second, counts[second], g.order, scratch, g.offsets);
+  counting_pass(t, key, counts[key], g.order, scratch, g.offsets);
+  return g;
+}
+
+int64_t grain_for(int64_t work_per_row) {
+  return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(work_per_row, 1));
+}
+
+// Rows [r0, r1) of the MVMR: dst[r, :] folds the triplets of group r (in grouping order), for
+// each one s = 0 .. C_src-1: dst[r, d] = fl(dst[r, d] + fl(mat[k, s, d] * src[m, s])) with
+// m = the triplet's `src_col` entry. mat is [K, C_src, C_dst]. Cloned per ISA: the compiler
+// vectorises over d; contraction stays off, so every clone computes the same bits.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void mvmr_rows(int64_t r0, int64_t r1, const int64_t* offsets, const int64_t* order, const int64_t* t,
+               int src_col, const float* src, int64_t c_src, const float* mat, int64_t c_dst, float* dst) {
+  for (int64_t r = r0; r < r1; ++r) {
+    float* __restrict acc = dst + r * c_dst;
+    for (int64_t d = 0; d < c_dst; ++d) acc[d] = 0.0f;
+    for (int64_t p = offsets[r]; p < offsets[r + 1]; ++p) {
+      const int64_t row = order[p];
+      const float* m = mat + t[row * 3 + 2] * c_src * c_dst;
+      const float* s = src + t[row * 3 + src_col] * c_src;
+      for (int64_t cs = 0; cs < c_src; ++cs) {
+        const float v = s[cs];
+        const float* __restrict w = m + cs * c_dst;
+        for (int64_t d = 0; d < c_dst; ++d) acc[d] = acc[d] + w[d] * v;
+      }
+    }
+  }
+}
+
+void mvmr(const CpuContext& ctx, const Grouping& g, const int64_t* t, int src_col, const float* src,
+          int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, float* dst) {
+  const int64_t T = static_cast<int64_t>(g.order.size());
+  const int64_t per_row = rows > 0 ? (T / rows + 1) * c_src * c_dst : 1;
+  parallel_for(ctx, 0, rows, grain_for(per_row), [&](int64_t r0, int64_t r1) {
+    mvmr_rows(r0, r1, g.offsets.data(), g.order.data(), t, src_col, src, c_src, mat, c_dst, dst);
+  });
+}
+
+// grad_weights rows [k, o0 .. o1): fold kernel k's triplets in grouping order,
+// dw[k, o, c] = fl(dw[k, o, c] + fl(G[i, o] * F[j, c])). Cloned per ISA like mvmr_rows.
+__attribute__((target_clones("avx512f", "avx2", "default")))
+void vvor_block(int64_t p0, int64_t p1, const int64_t* order, const int64_t* t, const float* grad_out,
+                const float* features, int64_t co, int64_t ci, int64_t o0, int64_t o1, float* dw) {
+  for (int64_t q = 0; q < (o1 - o0) * ci; ++q) dw[q] = 0.0f;
+  for (int64_t p = p0; p < p1; ++p) {
+    const int64_t row = order[p];
+    const float* go = grad_out + t[row * 3] * co;
+    const float* __restrict f = features + t[row * 3 + 1] * ci;
+    for (int64_t o = o0; o < o1; ++o) {
+      const float gv = go[o];
+      float* __restrict acc = dw + (o - o0) * ci;
+      for (int64_t c = 0; c < ci; ++c) acc[c] = acc[c] + gv * f[c];
+    }
+  }
+}
+
+}  // namespace
+
+void point_conv(const CpuContext& ctx, const PointConvShape& s, const float* features,
+                const float* weights, const int64_t* triplets, float* out) {
+  core::validate_point_conv(s);
+  core::validate_triplets(s, triplets, "triplets");
+  const int64_t Ci = s.channels_in, Co = s.channels_out, K = s.kernels;
+  if (s.num_out * Co == 0) return;
+  // W_k transposed to [C_in, C_out] so the inner loop runs over contiguous output channels.
+  std::vector<float> wt(static_cast<size_t>(K * Ci * Co));
+  for (int64_t k = 0; k < K; ++k)
+    for (int64_t o = 0; o < Co; ++o)
+      for (int64_t c = 0; c < Ci; ++c) wt[(k * Ci + c) * Co + o] = weights[(k * Co + o) * Ci + c];
+  const int64_t counts[3] = {s.num_out, s.num_in, s.kernels};
+  const Grouping g = group_triplets(triplets, s.triplets, /*key=*/0, /*second=*/2, /*third=*/1, counts);
+  mvmr(ctx, g, triplets, /*src_col=*/1, features, Ci, wt.data(), Co, s.num_out, out);
+}
+
+void point_conv_backward(const CpuContext& ctx, const PointConvShape& s, const float* grad_out,
+                         const float* features, const float* weights, const int64_t* triplets,
+                         float* grad_features, float* grad_weights) {
+  core::validate_point_conv(s);
+  core::validate_triplets(s, triplets, "triplets");
+  const int64_t Ci = s.channels_in, Co = s.channels_out, K = s.kernels;
+  const int64_t counts[3] = {s.num_out, s.num_in, s.kernels};
+  if (grad_features != nullptr && s.num_in * Ci > 0) {
+    const Grouping g = group_triplets(triplets, s.triplets, /*key=*/1, /*second=*/2, /*third=*/0, counts);
+    mvmr(ctx, g, triplets, /*src_col=*/0, grad_out, Co, weights, Ci, s.num_in, grad_features);
+  }
+  if (grad_weights != nullptr && K * Co * Ci > 0) {
+    const Grouping g = group_triplets(triplets, s.triplets, /*key=*/2, /*second=*/0, /*third=*/1, counts);
+    // Tasks own (k, block of output channels); each element sums its triplets in group order.
+    constexpr int64_t kBlock = 32;  // a 32 x C_in accumulator block stays in L1
+    const int64_t blocks = (Co + kBlock - 1) / kBlock;
+    const int64_t T = s.triplets;
+    parallel_for(ctx, 0, K * blocks, grain_for((T / std::max<int64_t>(K, 1) + 1) * kBlock * Ci),
+                 [&](int64_t q0, int64_t q1) {
+                   for (int64_t q = q0; q < q1; ++q) {
+                     const int64_t k = q / blocks, o0 = (q % blocks) * kBlock;
+                     const int64_t o1 = std::min(Co, o0 + kBlock);
+                     vvor_block(g.offsets[k], g.offsets[k + 1], g.order.data(), triplets, grad_out, features, Co,
+                                Ci, o0, o1, grad_weights + (k * Co + o0) * Ci);
+                   }
+                 });
+  }
+}
+
+}  // namespace pcops::cpu

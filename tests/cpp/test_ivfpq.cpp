@@ -1,0 +1,338 @@
+// IVF-PQ index against a serial brute-force evaluation of its contract (coarse assignment,
+// encoding, look-up-table distances, (distance, id) order), bitwise; training determinism,
+// save/load, remove/reset, padding, ties and bad input.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <random>
+#include <sstream>
+#include <tuple>
+#include <vector>
+
+#include "cpu/ivfpq_isa.hpp"
+#include "pcops/error.hpp"
+#include "pcops/ivfpq.hpp"
+
+namespace {
+
+using pcops::IvfPqIndex;
+using pcops::IvfPqMetric;
+using pcops::IvfPqParams;
+
+// Clustered data: `clusters` Gaussian blobs in [0, 10)^dim.
+std::vector<float> clustered(int64_t n, int64_t dim, int64_t clusters, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.0f, 10.0f);
+  std::normal_distribution<float> g(0.0f, 0.5f);
+  std::vector<float> centres(static_cast<size_t>(clusters * dim));
+  for (auto& c : centres) c = u(rng);
+  std::vector<float> x(static_cast<size_t>(n * dim));
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = static_cast<int64_t>(rng() % static_cast<uint32_t>(clusters));
+    for (int64_t d = 0; d < dim; ++d) x[static_cast<size_t>(i * dim + d)] = centres[static_cast<size_t>(c * dim + d)] + g(rng);
+  }
+  return x;
+}
+
+float l2(const float* a, const float* b, int64_t d) {
+  float t = a[0] - b[0];
+  float s = t * t;
+  for (int64_t i = 1; i < d; ++i) {
+    t = a[i] - b[i];
+    s = s + t * t;
+  }
+  return s;
+}
+float ip(const float* a, const float* b, int64_t d) {
+  float s = a[0] * b[0];
+  for (int64_t i = 1; i < d; ++i) s = s + a[i] * b[i];
+  return s;
+}
+
+pcops::CpuContext ctx(int threads = 0, uint64_t seed = 7) {
+  pcops::CpuContext c;
+  c.num_threads = threads;
+  c.seed = seed;
+  return c;
+}
+
+struct Brute {
+  const IvfPqIndex& index;
+  int64_t assign(const float* x) const {
+    const auto& p = index.params();
+    int64_t best = 0;
+    float bv = 0;
+    for (int64_t l = 0; l < p.nlist; ++l) {
+      const float* c = index.centroids().data() + l * p.dim;
+      const float v = p.metric == IvfPqMetric::L2 ? l2(x, c, p.dim) : ip(x, c, p.dim);
+      if (l == 0 || (p.metric == IvfPqMetric::L2 ? v < bv : v > bv)) {
+        bv = v;
+        best = l;
+      }
+    }
+    return best;
+  }
+  std::vector<uint8_t> encode(const float* x, int64_t list) const {
+    const auto& p = index.params();
+    const int64_t ds = index.dsub();
+    std::vector<float> r(x, x + p.dim);
+    if (p.by_residual)
+      for (int64_t i = 0; i < p.dim; ++i) r[static_cast<size_t>(i)] = x[i] - index.centroids()[static_cast<size_t>(list * p.dim + i)];
+    std::vector<uint8_t> code(static_cast<size_t>(p.M));
+    for (int64_t m = 0; m < p.M; ++m) {
+      int64_t best = 0;
+      float bv = 0;
+      for (int64_t j = 0; j < 256; ++j) {
+        const float v = l2(r.data() + m * ds, index.codebooks().data() + (m * 256 + j) * ds, ds);
+        if (j == 0 || v < bv) {
+          bv = v;
+          best = j;
+        }
+      }
+      code[static_cast<size_t>(m)] = static_cast<uint8_t>(best);
+    }
+    return code;
+  }
+  // Every candidate of the probed lists, sorted by the contract.
+  std::vector<std::pair<float, int64_t>> search(const float* q, int64_t nprobe) const {
+    const auto& p = index.params();
+    const bool isip = p.metric == IvfPqMetric::InnerProduct;
+    const int64_t ds = index.dsub();
+    std::vector<std::pair<float, int64_t>> lists;
+    for (int64_t l = 0; l < p.nlist; ++l) {
+      const float* c = index.centroids().data() + l * p.dim;
+      lists.push_back({isip ? -ip(q, c, p.dim) : l2(q, c, p.dim), l});
+    }
+    std::sort(lists.begin(), lists.end());
+    std::vector<std::pair<float, int64_t>> out;
+    for (int64_t r = 0; r < nprobe; ++r) {
+      const int64_t l = lists[static_cast<size_t>(r)].second;
+      const float* c = index.centroids().data() + l * p.dim;
+      const auto& ids = index.list_ids(l);
+      const auto& codes = index.list_codes(l);
+      for (size_t i = 0; i < ids.size(); ++i) {
+        const float d0 = isip && p.by_residual ? ip(q, c, p.dim) : 0.0f;
+        float d = 0.0f;
+        for (int64_t m = 0; m < p.M; ++m) {
+          const float* cw = index.codebooks().data() + (m * 256 + codes[i * static_cast<size_t>(p.M) + static_cast<size_t>(m)]) * ds;
+          float t;
+          if (isip) {
+            t = ip(q + m * ds, cw, ds);
+          } else {
+            std::vector<float> r(static_cast<size_t>(ds));
+            for (int64_t j = 0; j < ds; ++j) r[static_cast<size_t>(j)] = p.by_residual ? q[m * ds + j] - c[m * ds + j] : q[m * ds + j];
+            t = l2(r.data(), cw, ds);
+          }
+          d = m == 0 ? t : d + t;
+        }
+        d = d0 + d;
+        out.push_back({isip ? -d : d, ids[i]});
+      }
+    }
+    std::sort(out.begin(), out.end());
+    if (isip)
+      for (auto& e : out) e.first = -e.first;
+    return out;
+  }
+};
+
+void expect_search_matches_brute(const IvfPqIndex& index, const std::vector<float>& q, int64_t k, int64_t nprobe) {
+  const int64_t dim = index.params().dim, nq = static_cast<int64_t>(q.size()) / dim;
+  std::vector<float> dist(static_cast<size_t>(nq * k), 12345.0f);
+  std::vector<int64_t> lab(static_cast<size_t>(nq * k), -7);
+  index.search(ctx(), q.data(), nq, k, nprobe, dist.data(), lab.data());
+  const bool isip = index.params().metric == IvfPqMetric::InnerProduct;
+  Brute b{index};
+  for (int64_t i = 0; i < nq; ++i) {
+    const auto all = b.search(q.data() + i * dim, nprobe);
+    for (int64_t j = 0; j < k; ++j) {
+      const size_t s = static_cast<size_t>(i * k + j);
+      if (j < static_cast<int64_t>(all.size())) {
+        ASSERT_EQ(lab[s], all[static_cast<size_t>(j)].second) << "query " << i << " rank " << j;
+        ASSERT_EQ(dist[s], all[static_cast<size_t>(j)].first) << "query " << i << " rank " << j;
+      } else {
+        ASSERT_EQ(lab[s], -1);
+        ASSERT_EQ(dist[s], isip ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity());
+      }
+    }
+  }
+}
+
+IvfPqIndex trained(IvfPqParams p, const std::vector<float>& x, uint64_t seed = 7) {
+  IvfPqIndex index(p);
+  pcops::IvfPqTrainParams tp;
+  tp.niter = 8;
+  index.train(ctx(0, seed), x.data(), static_cast<int64_t>(x.size()) / p.dim, tp);
+  return index;
+}
+
+class IvfPqVariants : public ::testing::TestWithParam<std::tuple<IvfPqMetric, bool>> {};
+
+TEST_P(IvfPqVariants, EncodeAndSearchMatchBruteForce) {
+  const auto [metric, by_residual] = GetParam();
+  IvfPqParams p{16, 8, 8, 8, metric, by_residual};
+  const auto x = clustered(1500, 16, 12, 1);
+  IvfPqIndex index = trained(p, x);
+  ASSERT_TRUE(index.is_trained());
+  const int64_t n = 1500;
+  std::vector<int64_t> lists(n);
+  std::vector<uint8_t> codes(static_cast<size_t>(n * p.M));
+  index.encode(ctx(), x.data(), n, lists.data(), codes.data());
+  Brute b{index};
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(lists[static_cast<size_t>(i)], b.assign(x.data() + i * p.dim));
+    const auto c = b.encode(x.data() + i * p.dim, lists[static_cast<size_t>(i)]);
+    for (int64_t m = 0; m < p.M; ++m) ASSERT_EQ(codes[static_cast<size_t>(i * p.M + m)], c[static_cast<size_t>(m)]);
+  }
+  index.add(ctx(), x.data(), n);
+  EXPECT_EQ(index.ntotal(), n);
+  const auto q = clustered(40, 16, 12, 2);
+  for (int64_t nprobe : {1, 3, 8})
+    for (int64_t k : {1, 10, 257}) expect_search_matches_brute(index, q, k, nprobe);
+}
+
+TEST_P(IvfPqVariants, ScalarKernelsGiveTheSameBits) {
+  const auto [metric, by_residual] = GetParam();
+  IvfPqParams p{24, 6, 6, 8, metric, by_residual};
+  const auto x = clustered(800, 24, 8, 11);
+  const auto q = clustered(30, 24, 8, 12);
+  auto run = [&](bool scalar) {
+    const bool before = pcops::cpu::ivfpq_detail::force_scalar(scalar);
+    IvfPqIndex index = trained(p, x);
+    index.add(ctx(), x.data(), 800);
+    std::vector<float> d(30 * 15);
+    std::vector<int64_t> l(30 * 15);
+    index.search(ctx(), q.data(), 30, 15, 3, d.data(), l.data());
+    pcops::cpu::ivfpq_detail::force_scalar(before);
+    return std::make_tuple(index.centroids(), index.codebooks(), d, l);
+  };
+  EXPECT_EQ(run(true), run(false));
+}
+
+INSTANTIATE_TEST_SUITE_P(Metrics, IvfPqVariants,
+                         ::testing::Combine(::testing::Values(IvfPqMetric::L2, IvfPqMetric::InnerProduct),
+                                            ::testing::Bool()));
+
+TEST(IvfPq, TrainingIsDeterministicAcrossThreadCounts) {
+  const auto x = clustered(3000, 8, 10, 3);
+  IvfPqParams p{8, 16, 2};
+  pcops::IvfPqTrainParams tp;
+  tp.niter = 5;
+  tp.max_points_per_centroid = 100;  // exercises the subsample
+  IvfPqIndex a(p), b(p), c(p);
+  a.train(ctx(1, 42), x.data(), 3000, tp);
+  b.train(ctx(4, 42), x.data(), 3000, tp);
+  c.train(ctx(4, 43), x.data(), 3000, tp);
+  EXPECT_EQ(a.centroids(), b.centroids());
+  EXPECT_EQ(a.codebooks(), b.codebooks());
+  EXPECT_NE(a.centroids(), c.centroids());
+}
+
+TEST(IvfPq, RecallAgainstExactSearch) {
+  const int64_t dim = 32, n = 4000, nq = 50;
+  const auto x = clustered(n, dim, 20, 4);
+  const auto q = clustered(nq, dim, 20, 5);
+  IvfPqIndex index = trained(IvfPqParams{dim, 16, 16}, x);
+  index.add(ctx(), x.data(), n);
+  std::vector<float> dist(nq * 10);
+  std::vector<int64_t> lab(nq * 10);
+  index.search(ctx(), q.data(), nq, 10, 16, dist.data(), lab.data());
+  int hits = 0;
+  for (int64_t i = 0; i < nq; ++i) {
+    int64_t best = 0;
+    for (int64_t j = 1; j < n; ++j)
+      if (l2(q.data() + i * dim, x.data() + j * dim, dim) < l2(q.data() + i * dim, x.data() + best * dim, dim)) best = j;
+    hits += std::count(lab.begin() + i * 10, lab.begin() + (i + 1) * 10, best) > 0;
+  }
+  EXPECT_GE(hits, nq * 8 / 10);  // recall@10 of the true nearest neighbour
+}
+
+TEST(IvfPq, TiesOrderByIdAndPadding) {
+  IvfPqParams p{4, 2, 2};
+  const auto x = clustered(600, 4, 3, 6);
+  IvfPqIndex index = trained(p, x);
+  // The same vector under three ids, added in descending id order: equal distances, id order.
+  std::vector<float> v(x.begin(), x.begin() + 4), vs;
+  for (int i = 0; i < 3; ++i) vs.insert(vs.end(), v.begin(), v.end());
+  const std::vector<int64_t> ids{30, 20, 10};
+  index.add(ctx(), vs.data(), 3, ids.data());
+  std::vector<float> dist(5);
+  std::vector<int64_t> lab(5);
+  index.search(ctx(), v.data(), 1, 5, 2, dist.data(), lab.data());
+  EXPECT_EQ(lab, (std::vector<int64_t>{10, 20, 30, -1, -1}));
+  EXPECT_EQ(dist[0], dist[1]);
+  EXPECT_EQ(dist[1], dist[2]);
+  EXPECT_TRUE(std::isinf(dist[3]) && dist[3] > 0);
+}
+
+TEST(IvfPq, SaveLoadRoundTripRemoveReset) {
+  const auto x = clustered(1000, 8, 6, 8);
+  IvfPqIndex index = trained(IvfPqParams{8, 4, 4, 8, IvfPqMetric::InnerProduct, true}, x);
+  std::vector<int64_t> ids(1000);
+  for (int64_t i = 0; i < 1000; ++i) ids[static_cast<size_t>(i)] = 5000 + i;
+  index.add(ctx(), x.data(), 1000, ids.data());
+  std::stringstream ss;
+  index.save(ss);
+  IvfPqIndex back = IvfPqIndex::load(ss);
+  EXPECT_EQ(back.ntotal(), 1000);
+  EXPECT_EQ(back.centroids(), index.centroids());
+  EXPECT_EQ(back.codebooks(), index.codebooks());
+  for (int64_t l = 0; l < 4; ++l) {
+    EXPECT_EQ(back.list_ids(l), index.list_ids(l));
+    EXPECT_EQ(back.list_codes(l), index.list_codes(l));
+  }
+  const std::vector<int64_t> gone{5000, 5001, 5999, 77};
+  EXPECT_EQ(back.remove_ids(gone.data(), 4), 3);
+  EXPECT_EQ(back.ntotal(), 997);
+  std::vector<float> d(1000);
+  std::vector<int64_t> lab(1000);
+  back.search(ctx(), x.data(), 1, 1000, 4, d.data(), lab.data());
+  EXPECT_EQ(std::count(lab.begin(), lab.end(), -1), 3);
+  EXPECT_EQ(std::count(lab.begin(), lab.end(), 5000), 0);
+  expect_search_matches_brute(back, std::vector<float>(x.begin(), x.begin() + 80), 20, 2);
+  back.reset();
+  EXPECT_EQ(back.ntotal(), 0);
+  EXPECT_TRUE(back.is_trained());
+  // An untrained index round-trips too.
+  std::stringstream s2;
+  IvfPqIndex(IvfPqParams{8, 4, 4}).save(s2);
+  EXPECT_FALSE(IvfPqIndex::load(s2).is_trained());
+  std::stringstream bad("not an index");
+  EXPECT_THROW(IvfPqIndex::load(bad), pcops::Error);
+}
+
+TEST(IvfPq, BadInput) {
+  auto kind = [](auto fn) {
+    try {
+      fn();
+    } catch (const pcops::Error& e) {
+      return static_cast<int>(e.kind());
+    }
+    return -1;
+  };
+  const int value = static_cast<int>(pcops::ErrorKind::Value);
+  EXPECT_EQ(kind([] { IvfPqIndex(IvfPqParams{10, 4, 3}); }), value);  // M does not divide dim
+  EXPECT_EQ(kind([] { IvfPqIndex(IvfPqParams{8, 4, 2, 4}); }), value);  // nbits
+  EXPECT_EQ(kind([] { IvfPqIndex(IvfPqParams{0, 4, 1}); }), value);
+  EXPECT_EQ(kind([] { IvfPqIndex(IvfPqParams{8, 0, 1}); }), value);
+  IvfPqIndex index(IvfPqParams{8, 4, 2});
+  const auto x = clustered(300, 8, 3, 9);
+  std::vector<float> d(4);
+  std::vector<int64_t> l(4);
+  EXPECT_EQ(kind([&] { index.add(ctx(), x.data(), 1); }), value);  // untrained
+  EXPECT_EQ(kind([&] { index.train(ctx(), x.data(), 100); }), value);  // too few vectors
+  auto nan = x;
+  nan[5] = std::numeric_limits<float>::quiet_NaN();
+  EXPECT_EQ(kind([&] { index.train(ctx(), nan.data(), 300); }), value);
+  index.train(ctx(), x.data(), 300);
+  EXPECT_EQ(kind([&] { index.search(ctx(), x.data(), 1, 4, 0, d.data(), l.data()); }), value);
+  EXPECT_EQ(kind([&] { index.search(ctx(), x.data(), 1, 4, 5, d.data(), l.data()); }), value);
+  EXPECT_EQ(kind([&] { index.search(ctx(), x.data(), 1, -1, 1, d.data(), l.data()); }), value);
+  EXPECT_EQ(kind([&] { index.list_size(4); }), static_cast<int>(pcops::ErrorKind::Index));
+  index.add(ctx(), x.data(), 300);
+  EXPECT_EQ(kind([&] { index.train(ctx(), x.data(), 300); }), value);  // not empty
+}
+
+}  // namespace

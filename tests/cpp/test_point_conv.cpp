@@ -1,0 +1,270 @@
+// point_conv (MVMR) and its backward against loops written from the contract's evaluation order
+// (bitwise) and a float64 gather-GEMM-scatter reference; independence from the triplet order and
+// the thread count; empty sets; every validation error.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+#include <numeric>
+#include <random>
+#include <vector>
+
+#include "pcops/error.hpp"
+#include "pcops/point_conv.hpp"
+
+namespace {
+
+using Triplet = std::array<int64_t, 3>;
+
+struct Case {
+  pcops::PointConvShape s;
+  std::vector<float> f, w, g;  // features [N_in, C_in], weights [K, C_out, C_in], grad [N_out, C_out]
+  std::vector<int64_t> t;      // [T, 3]
+};
+
+Case random_case(std::mt19937& rng, int64_t n_in, int64_t n_out, int64_t ci, int64_t co, int64_t K,
+                 int64_t T) {
+  Case c;
+  c.s = pcops::PointConvShape{n_in, n_out, ci, co, K, T};
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  c.f.resize(n_in * ci);
+  c.w.resize(K * co * ci);
+  c.g.resize(n_out * co);
+  for (auto* v : {&c.f, &c.w, &c.g})
+    for (float& x : *v) x = u(rng);
+  std::uniform_int_distribution<int64_t> pi(0, n_out - 1), pj(0, n_in - 1), pk(0, K - 1);
+  for (int64_t r = 0; r < T; ++r) {
+    c.t.push_back(pi(rng));
+    c.t.push_back(pj(rng));
+    c.t.push_back(pk(rng));
+  }
+  // Some duplicated triplets: each counts.
+  for (int64_t r = 0; r + 1 < T; r += 7) std::copy_n(&c.t[r * 3], 3, &c.t[(r + 1) * 3]);
+  return c;
+}
+
+std::vector<Triplet> rows_of(const Case& c) {
+  std::vector<Triplet> v(c.s.triplets);
+  for (int64_t r = 0; r < c.s.triplets; ++r) v[r] = {c.t[r * 3], c.t[r * 3 + 1], c.t[r * 3 + 2]};
+  return v;
+}
+
+// The contract's orders, written directly.
+std::vector<float> oracle_forward(const Case& c) {
+  const auto& s = c.s;
+  auto rows = rows_of(c);
+  std::sort(rows.begin(), rows.end(), [](const Triplet& a, const Triplet& b) {
+    return std::tie(a[0], a[2], a[1]) < std::tie(b[0], b[2], b[1]);
+  });
+  std::vector<float> out(s.num_out * s.channels_out, 0.0f);
+  for (const auto& [i, j, k] : rows)
+    for (int64_t o = 0; o < s.channels_out; ++o) {
+      float acc = out[i * s.channels_out + o];
+      for (int64_t ci = 0; ci < s.channels_in; ++ci) {
+        const float p = c.w[(k * s.channels_out + o) * s.channels_in + ci] * c.f[j * s.channels_in + ci];
+        acc = acc + p;
+      }
+      out[i * s.channels_out + o] = acc;
+    }
+  return out;
+}
+
+std::vector<float> oracle_grad_features(const Case& c) {
+  const auto& s = c.s;
+  auto rows = rows_of(c);
+  std::sort(rows.begin(), rows.end(), [](const Triplet& a, const Triplet& b) {
+    return std::tie(a[1], a[2], a[0]) < std::tie(b[1], b[2], b[0]);
+  });
+  std::vector<float> out(s.num_in * s.channels_in, 0.0f);
+  for (const auto& [i, j, k] : rows)
+    for (int64_t ci = 0; ci < s.channels_in; ++ci) {
+      float acc = out[j * s.channels_in + ci];
+      for (int64_t o = 0; o < s.channels_out; ++o) {
+        const float p = c.w[(k * s.channels_out + o) * s.channels_in + ci] * c.g[i * s.channels_out + o];
+        acc = acc + p;
+      }
+      out[j * s.channels_in + ci] = acc;
+    }
+  return out;
+}
+
+std::vector<float> oracle_grad_weights(const Case& c) {
+  const auto& s = c.s;
+  auto rows = rows_of(c);
+  std::sort(rows.begin(), rows.end(), [](const Triplet& a, const Triplet& b) {
+    return std::tie(a[2], a[0], a[1]) < std::tie(b[2], b[0], b[1]);
+  });
+  std::vector<float> out(s.kernels * s.channels_out * s.channels_in, 0.0f);
+  for (const auto& [i, j, k] : rows)
+    for (int64_t o = 0; o < s.channels_out; ++o)
+      for (int64_t ci = 0; ci < s.channels_in; ++ci) {
+        float& acc = out[(k * s.channels_out + o) * s.channels_in + ci];
+        const float p = c.g[i * s.channels_out + o] * c.f[j * s.channels_in + ci];
+        acc = acc + p;
+      }
+  return out;
+}
+
+// float64 gather-GEMM-scatter: gather F rows per triplet, multiply by W_k, scatter-add.
+struct Reference {
+  std::vector<double> out, gf, gw;
+  std::vector<double> abs_out, abs_gf, abs_gw;  // the same sums of absolute terms (error bounds)
+};
+Reference reference64(const Case& c) {
+  const auto& s = c.s;
+  Reference r;
+  r.out.assign(s.num_out * s.channels_out, 0.0);
+  r.gf.assign(s.num_in * s.channels_in, 0.0);
+  r.gw.assign(s.kernels * s.channels_out * s.channels_in, 0.0);
+  r.abs_out = r.out;
+  r.abs_gf = r.gf;
+  r.abs_gw = r.gw;
+  for (const auto& [i, j, k] : rows_of(c))
+    for (int64_t o = 0; o < s.channels_out; ++o)
+      for (int64_t ci = 0; ci < s.channels_in; ++ci) {
+        const double w = c.w[(k * s.channels_out + o) * s.channels_in + ci];
+        const double f = c.f[j * s.channels_in + ci], g = c.g[i * s.channels_out + o];
+        r.out[i * s.channels_out + o] += w * f;
+        r.gf[j * s.channels_in + ci] += w * g;
+        r.gw[(k * s.channels_out + o) * s.channels_in + ci] += g * f;
+        r.abs_out[i * s.channels_out + o] += std::abs(w * f);
+        r.abs_gf[j * s.channels_in + ci] += std::abs(w * g);
+        r.abs_gw[(k * s.channels_out + o) * s.channels_in + ci] += std::abs(g * f);
+      }
+  return r;
+}
+
+void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  for (size_t n = 0; n < a.size(); ++n) {
+    uint32_t x, y;
+    std::memcpy(&x, &a[n], 4);
+    std::memcpy(&y, &b[n], 4);
+    ASSERT_EQ(x, y) << what << " differs at " << n << ": " << a[n] << " vs " << b[n];
+  }
+}
+
+// Recursive float32 summation of n terms: |error| <= n * 2^-24 * (sum of |terms|) (first order).
+void expect_close(const std::vector<float>& a, const std::vector<double>& b, const std::vector<double>& abs_sum,
+                  int64_t terms, const char* what) {
+  ASSERT_EQ(a.size(), b.size()) << what;
+  const double u = std::ldexp(1.0, -24) * static_cast<double>(terms + 1);
+  for (size_t n = 0; n < a.size(); ++n) ASSERT_LE(std::abs(a[n] - b[n]), u * abs_sum[n]) << what << " at " << n;
+}
+
+struct Result {
+  std::vector<float> out, gf, gw;
+};
+Result run(const Case& c, int threads) {
+  const auto& s = c.s;
+  pcops::CpuContext ctx;
+  ctx.num_threads = threads;
+  Result r;
+  r.out.assign(s.num_out * s.channels_out, std::nanf(""));  // sentinel: an unwritten slot fails
+  r.gf.assign(s.num_in * s.channels_in, std::nanf(""));
+  r.gw.assign(s.kernels * s.channels_out * s.channels_in, std::nanf(""));
+  pcops::cpu::point_conv(ctx, s, c.f.data(), c.w.data(), c.t.data(), r.out.data());
+  pcops::cpu::point_conv_backward(ctx, s, c.g.data(), c.f.data(), c.w.data(), c.t.data(), r.gf.data(),
+                                  r.gw.data());
+  return r;
+}
+
+TEST(PointConv, MatchesContractOrderAndFloat64Reference) {
+  std::mt19937 rng(7);
+  // Channel counts around the vectorisation widths and the grad-weights block of 32 output channels.
+  const std::array<std::array<int64_t, 6>, 6> shapes{{
+      {50, 40, 3, 5, 27, 600}, {64, 64, 16, 17, 8, 1000}, {30, 10, 1, 1, 1, 90},
+      {20, 25, 33, 9, 27, 300}, {5, 7, 8, 16, 2, 3}, {40, 30, 7, 70, 3, 500}}};
+  for (const auto& sh : shapes) {
+    const Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
+    const Result r = run(c, 4);
+    expect_bitwise(r.out, oracle_forward(c), "forward");
+    expect_bitwise(r.gf, oracle_grad_features(c), "grad_features");
+    expect_bitwise(r.gw, oracle_grad_weights(c), "grad_weights");
+    const Reference ref = reference64(c);
+    // Terms per element: at most T (triplets) times the channels folded per triplet.
+    const int64_t terms = sh[5] * std::max(sh[2], sh[3]);
+    expect_close(r.out, ref.out, ref.abs_out, terms, "forward vs float64");
+    expect_close(r.gf, ref.gf, ref.abs_gf, terms, "grad_features vs float64");
+    expect_close(r.gw, ref.gw, ref.abs_gw, terms, "grad_weights vs float64");
+  }
+}
+
+TEST(PointConv, IndependentOfTripletOrderAndThreads) {
+  std::mt19937 rng(11);
+  Case c = random_case(rng, 200, 150, 12, 20, 27, 4000);
+  const Result base = run(c, 1);
+  for (int threads : {2, 3, 8}) {
+    const Result r = run(c, threads);
+    expect_bitwise(r.out, base.out, "forward threads");
+    expect_bitwise(r.gf, base.gf, "grad_features threads");
+    expect_bitwise(r.gw, base.gw, "grad_weights threads");
+  }
+  std::vector<Triplet> rows = rows_of(c);
+  std::shuffle(rows.begin(), rows.end(), rng);
+  for (size_t r = 0; r < rows.size(); ++r) std::copy_n(rows[r].begin(), 3, &c.t[r * 3]);
+  const Result shuffled = run(c, 4);
+  expect_bitwise(shuffled.out, base.out, "forward shuffled");
+  expect_bitwise(shuffled.gf, base.gf, "grad_features shuffled");
+  expect_bitwise(shuffled.gw, base.gw, "grad_weights shuffled");
+}
+
+TEST(PointConv, EmptyTripletsGiveZeros) {
+  std::mt19937 rng(3);
+  Case c = random_case(rng, 6, 4, 3, 2, 27, 0);
+  const Result r = run(c, 2);
+  for (float v : r.out) EXPECT_EQ(v, 0.0f);
+  for (float v : r.gf) EXPECT_EQ(v, 0.0f);
+  for (float v : r.gw) EXPECT_EQ(v, 0.0f);
+  // Zero-sized everything.
+  Case z;
+  z.s = pcops::PointConvShape{0, 0, 0, 0, 0, 0};
+  const Result rz = run(z, 1);
+  EXPECT_TRUE(rz.out.empty());
+}
+
+TEST(PointConv, RejectsBadInput) {
+  std::mt19937 rng(5);
+  const Case good = random_case(rng, 6, 4, 3, 2, 5, 10);
+  pcops::CpuContext ctx;
+  std::vector<float> out(good.s.num_out * good.s.channels_out);
+  const std::array<std::pair<int, int64_t>, 6> bad{{{0, 4}, {0, -1}, {1, 6}, {1, -3}, {2, 5}, {2, -1}}};
+  for (const auto& [col, value] : bad) {
+    Case c = good;
+    c.t[9 * 3 + col] = value;
+    try {
+      pcops::cpu::point_conv(ctx, c.s, c.f.data(), c.w.data(), c.t.data(), out.data());
+      FAIL() << "expected an Index error for column " << col << " value " << value;
+    } catch (const pcops::Error& e) {
+      EXPECT_EQ(e.kind(), pcops::ErrorKind::Index);
+      EXPECT_NE(std::string(e.what()).find("row 9"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(pcops::cpu::point_conv_backward(ctx, c.s, c.g.data(), c.f.data(), c.w.data(), c.t.data(),
+                                                 nullptr, nullptr),
+                 pcops::Error);
+  }
+  Case neg = good;
+  neg.s.channels_in = -1;
+  try {
+    pcops::cpu::point_conv(ctx, neg.s, neg.f.data(), neg.w.data(), neg.t.data(), out.data());
+    FAIL() << "expected a Value error";
+  } catch (const pcops::Error& e) {
+    EXPECT_EQ(e.kind(), pcops::ErrorKind::Value);
+  }
+}
+
+TEST(PointConv, BackwardComputesOnlyWhatIsAsked) {
+  std::mt19937 rng(9);
+  const Case c = random_case(rng, 30, 20, 4, 6, 8, 200);
+  pcops::CpuContext ctx;
+  std::vector<float> gw(c.w.size(), std::nanf(""));
+  pcops::cpu::point_conv_backward(ctx, c.s, c.g.data(), c.f.data(), c.w.data(), c.t.data(), nullptr, gw.data());
+  expect_bitwise(gw, oracle_grad_weights(c), "grad_weights only");
+  std::vector<float> gf(c.f.size(), std::nanf(""));
+  pcops::cpu::point_conv_backward(ctx, c.s, c.g.data(), c.f.data(), c.w.data(), c.t.data(), gf.data(), nullptr);
+  expect_bitwise(gf, oracle_grad_features(c), "grad_features only");
+}
+
+}  // namespace

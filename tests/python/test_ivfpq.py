@@ -1,0 +1,191 @@
+"""pcops.IVFPQIndex: equality with faiss IndexIVFPQ given the same trained quantizers (codes, lists,
+distances, ids), recall against exact search, save/load, remove/reset, NumPy and torch inputs,
+errors."""
+
+from __future__ import annotations
+
+import faiss
+import numpy as np
+import pytest
+import torch
+
+import pcops
+from conftest import with_threads
+
+DIM, NLIST, M = 32, 16, 8
+
+
+def clustered(n: int, dim: int, clusters: int, seed: int) -> np.ndarray:
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(0, 10, size=(clusters, dim)).astype(np.float32)
+    lab = rng.integers(0, clusters, size=n)
+    return (centres[lab] + rng.normal(0, 0.6, size=(n, dim))).astype(np.float32)
+
+
+def faiss_index(metric: str, by_residual: bool, xt: np.ndarray, nlist=NLIST, m=M):
+    dim = xt.shape[1]
+    if metric == "l2":
+        q = faiss.IndexFlatL2(dim)
+        index = faiss.IndexIVFPQ(q, dim, nlist, m, 8)
+    else:
+        q = faiss.IndexFlatIP(dim)
+        index = faiss.IndexIVFPQ(q, dim, nlist, m, 8, faiss.METRIC_INNER_PRODUCT)
+    index.by_residual = by_residual
+    index.cp.seed = 3
+    index.pq.cp.seed = 4
+    index.cp.niter = index.pq.cp.niter = 6  # fast; any trained parameters do
+    index.train(xt)
+    index.use_precomputed_table = -1  # the residual look-up tables of the pcops contract
+    return index
+
+
+def faiss_quantizers(index):
+    nlist, dim = index.nlist, index.d
+    centroids = index.quantizer.reconstruct_n(0, nlist)
+    codebooks = faiss.vector_to_array(index.pq.centroids).reshape(index.pq.M, index.pq.ksub, index.pq.dsub)
+    return centroids, codebooks
+
+
+def faiss_lists(index):
+    out = []
+    inv = index.invlists
+    for lst in range(index.nlist):
+        n = inv.list_size(lst)
+        ids = faiss.rev_swig_ptr(inv.get_ids(lst), n).copy() if n else np.zeros(0, np.int64)
+        codes = (
+            faiss.rev_swig_ptr(inv.get_codes(lst), n * index.code_size).copy().reshape(n, index.code_size)
+            if n
+            else np.zeros((0, index.code_size), np.uint8)
+        )
+        out.append((ids, codes))
+    return out
+
+
+@pytest.fixture(scope="module")
+def data():
+    x = clustered(3000, DIM, 24, 1)
+    q = clustered(60, DIM, 24, 2)
+    return x, q
+
+
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+@pytest.mark.parametrize("by_residual", [True, False])
+def test_equals_faiss_given_same_quantizers(data, metric, by_residual):
+    x, q = data
+    fi = faiss_index(metric, by_residual, x)
+    centroids, codebooks = faiss_quantizers(fi)
+    ids = np.arange(3000, dtype=np.int64) * 3 + 11
+    fi.add_with_ids(x, ids)
+
+    ours = pcops.IVFPQIndex(DIM, NLIST, M, metric=metric, by_residual=by_residual)
+    ours.set_quantizers(centroids, codebooks)
+    ours.add(x, ids)
+    assert ours.ntotal == fi.ntotal == 3000
+
+    # Lists and codes, exactly (both keep input order inside a list).
+    for lst, (fids, fcodes) in enumerate(faiss_lists(fi)):
+        np.testing.assert_array_equal(ours.list_ids(lst).numpy(), fids)
+        np.testing.assert_array_equal(ours.list_codes(lst).numpy(), fcodes)
+
+    for nprobe, k in ((1, 10), (4, 10), (NLIST, 50)):
+        fi.nprobe = nprobe
+        fd, fl = fi.search(q, k)
+        d, lab = ours.search(q, k, nprobe)
+        assert isinstance(d, np.ndarray) and d.dtype == np.float32 and lab.dtype == np.int64
+        # Distances agree to rounding (faiss sums look-up-table entries in SIMD order).
+        scale = np.abs(fd).max()
+        np.testing.assert_allclose(d, fd, rtol=1e-5, atol=1e-6 * scale)
+        # Ids agree except where two candidates' distances tie within that rounding.
+        diff = lab != fl
+        if diff.any():
+            gap = np.minimum(
+                np.abs(np.diff(d, axis=1, prepend=-np.inf)), np.abs(np.diff(d, axis=1, append=np.inf))
+            )
+            assert (gap[diff] <= 1e-5 * scale).all()
+        assert diff.mean() < 0.01
+
+
+def test_recall_against_exact_search(data):
+    x, q = data
+    index = pcops.IVFPQIndex(DIM, NLIST, M)
+    index.train(x, seed=5, niter=10)
+    index.add(x)
+    d, lab = index.search(torch.from_numpy(q), 10, nprobe=4)
+    assert isinstance(d, torch.Tensor)
+    exact = ((q[:, None, :].astype(np.float64) - x[None].astype(np.float64)) ** 2).sum(-1).argmin(1)
+    recall = np.mean([exact[i] in lab[i].numpy() for i in range(len(q))])
+    assert recall >= 0.9
+    # Rows sorted by (distance, id).
+    dn, ln = d.numpy(), lab.numpy()
+    assert (np.diff(dn, axis=1) >= 0).all()
+
+
+def test_training_deterministic_across_threads(data):
+    x, _ = data
+    a = pcops.IVFPQIndex(DIM, NLIST, M)
+    b = pcops.IVFPQIndex(DIM, NLIST, M)
+    with_threads(1, lambda: a.train(x, seed=9, niter=4))
+    with_threads(2, lambda: b.train(x, seed=9, niter=4))
+    assert torch.equal(a.centroids, b.centroids) and torch.equal(a.codebooks, b.codebooks)
+    assert a.codebooks.shape == (M, 256, DIM // M)
+
+
+def test_save_load_remove_reset(data, tmp_path):
+    x, q = data
+    index = pcops.IVFPQIndex(DIM, NLIST, M, metric="ip")
+    index.train(x[:1000], seed=1, niter=4)
+    index.add(x[:1000])
+    path = tmp_path / "index.ivfpq"
+    index.save(path)
+    back = pcops.IVFPQIndex.load(path)
+    assert (back.dim, back.nlist, back.M, back.metric, back.by_residual, back.ntotal) == (DIM, NLIST, M, "ip", True, 1000)
+    d1, l1 = index.search(q, 5, 3)
+    d2, l2 = back.search(q, 5, 3)
+    np.testing.assert_array_equal(d1, d2)
+    np.testing.assert_array_equal(l1, l2)
+    # Header of the documented format.
+    raw = path.read_bytes()
+    assert raw[:8] == b"PCIVFPQ\0" and int.from_bytes(raw[8:12], "little") == 1
+    assert back.remove_ids(np.array([l1[0, 0], 123456])) == 1
+    assert back.ntotal == 999
+    _, l3 = back.search(q[:1], 5, 3)
+    assert l1[0, 0] not in l3
+    back.reset()
+    assert back.ntotal == 0 and back.is_trained
+    d, lab = back.search(q[:2], 3, 2)
+    assert (lab == -1).all() and np.isneginf(d).all()
+
+
+def test_errors(data):
+    x, q = data
+    with pytest.raises(ValueError, match="M"):
+        pcops.IVFPQIndex(30, 4, 4)
+    with pytest.raises(ValueError, match="nbits"):
+        pcops.IVFPQIndex(32, 4, 4, nbits=4)
+    with pytest.raises(ValueError, match="metric"):
+        pcops.IVFPQIndex(32, 4, 4, metric="cosine")
+    index = pcops.IVFPQIndex(DIM, NLIST, M)
+    with pytest.raises(ValueError, match="not trained"):
+        index.add(x)
+    with pytest.raises(ValueError, match="at least"):
+        index.train(x[:100])
+    with pytest.raises(ValueError, match="shape"):
+        index.train(x[:, :16])
+    with pytest.raises(TypeError):
+        index.train(x.astype(np.float64))
+    bad = x.copy()
+    bad[3, 3] = np.nan
+    with pytest.raises(ValueError, match="finite"):
+        index.train(bad)
+    index.train(x[:500], niter=2)
+    index.add(x[:500])
+    with pytest.raises(ValueError, match="nprobe"):
+        index.search(q, 5, nprobe=NLIST + 1)
+    with pytest.raises(ValueError, match="k"):
+        index.search(q, -1, 1)
+    with pytest.raises(ValueError, match="ids"):
+        index.add(x[:5], np.arange(4))
+    with pytest.raises(IndexError):
+        index.list_ids(NLIST)
+    with pytest.raises(ValueError, match="empty"):
+        index.train(x)

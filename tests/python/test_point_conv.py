@@ -1,0 +1,263 @@
+"""pcops.point_conv and pcops.nn.PointConv: forward and both gradients against a float64
+gather-GEMM-scatter reference, the contract's order bitwise, gradcheck, empty and bad triplets,
+determinism across thread counts, triplet construction (contract: docs/ops/point_conv.md)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+import pcops
+from conftest import with_threads
+
+
+def _inputs(gen, n_in=40, n_out=30, c_in=6, c_out=5, K=27, T=400, dtype=torch.float32):
+    features = (torch.rand(n_in, c_in, generator=gen) * 2 - 1).to(dtype)
+    weights = (torch.rand(K, c_out, c_in, generator=gen) * 2 - 1).to(dtype)
+    triplets = torch.stack(
+        [
+            torch.randint(0, n_out, (T,), generator=gen),
+            torch.randint(0, n_in, (T,), generator=gen),
+            torch.randint(0, K, (T,), generator=gen),
+        ],
+        dim=1,
+    )
+    return features, weights, triplets
+
+
+def _reference64(features, weights, triplets, num_out):
+    """float64 gather-GEMM-scatter: materialise the gathered rows, batched matrix-vector, scatter-add."""
+    i, j, k = triplets.unbind(1)
+    gathered = features.double()[j]  # [T, C_in]
+    msgs = torch.bmm(weights.double()[k], gathered.unsqueeze(2)).squeeze(2)  # [T, C_out]
+    out = torch.zeros(num_out, weights.shape[1], dtype=torch.float64)
+    return out.index_add(0, i, msgs)
+
+
+def _contract_order(features, weights, triplets, num_out):
+    """The contract's float32 order, one output element at a time (small sizes only)."""
+    rows = sorted(map(tuple, triplets.tolist()), key=lambda r: (r[0], r[2], r[1]))
+    out = torch.zeros(num_out, weights.shape[1], dtype=torch.float32)
+    for i, j, k in rows:
+        for c in range(features.shape[1]):
+            # One rounding for the product and one for the sum, as the contract states.
+            out[i] = out[i] + weights[k, :, c] * features[j, c]
+    return out
+
+
+def test_forward_matches_contract_order_bitwise(gen):
+    features, weights, triplets = _inputs(gen, n_in=12, n_out=9, c_in=4, c_out=3, K=8, T=60)
+    out = pcops.point_conv(features, weights, triplets, 9)
+    assert torch.equal(out, _contract_order(features, weights, triplets, 9))
+
+
+@pytest.mark.parametrize("shape", [(40, 30, 6, 5, 27, 400), (100, 100, 32, 16, 27, 2000), (5, 3, 1, 1, 1, 7)])
+def test_forward_and_gradients_match_float64_reference(shape, gen):
+    n_in, n_out, c_in, c_out, K, T = shape
+    features, weights, triplets = _inputs(gen, n_in, n_out, c_in, c_out, K, T)
+    features.requires_grad_()
+    weights.requires_grad_()
+    out = pcops.point_conv(features, weights, triplets, n_out)
+    grad = torch.rand(n_out, c_out, generator=gen) * 2 - 1
+    gf, gw = torch.autograd.grad(out, (features, weights), grad)
+
+    f64 = features.detach().double().requires_grad_()
+    w64 = weights.detach().double().requires_grad_()
+    ref = _reference64(f64, w64, triplets, n_out)
+    rf, rw = torch.autograd.grad(ref, (f64, w64), grad.double())
+    # float32 summation error bound: (terms per element) * 2^-24 * (sum of |terms|), the sums of
+    # absolute terms being the same maps applied to |F|, |W| and |G|.
+    abs_out = _reference64(features.detach().abs(), weights.detach().abs(), triplets, n_out)
+    fa = features.detach().abs().double().requires_grad_()
+    wa = weights.detach().abs().double().requires_grad_()
+    abs_f, abs_w = torch.autograd.grad(_reference64(fa, wa, triplets, n_out), (fa, wa), grad.abs().double())
+    per_row = max(int(torch.bincount(triplets[:, c]).max()) for c in range(3)) if T else 0
+    u = 2.0**-24 * (per_row * max(c_in, c_out) + 1)
+    assert bool(((out.double() - ref).abs() <= u * abs_out).all())
+    assert bool(((gf.double() - rf).abs() <= u * abs_f).all())
+    assert bool(((gw.double() - rw).abs() <= u * abs_w).all())
+
+
+@pytest.mark.filterwarnings("ignore:Input #")
+def test_gradcheck(gen):
+    # float32 op: finite differences at eps 1e-2 are exact up to rounding for a bilinear map.
+    features, weights, triplets = _inputs(gen, n_in=6, n_out=5, c_in=3, c_out=2, K=4, T=20)
+    features.requires_grad_()
+    weights.requires_grad_()
+    assert torch.autograd.gradcheck(
+        lambda f, w: pcops.point_conv(f, w, triplets, 5), (features, weights), eps=1e-2, atol=2e-3, rtol=1e-3
+    )
+
+
+@pytest.mark.filterwarnings("ignore:Input #")
+def test_gradgradcheck(gen):
+    features, weights, triplets = _inputs(gen, n_in=5, n_out=4, c_in=2, c_out=3, K=3, T=14)
+    features.requires_grad_()
+    weights.requires_grad_()
+    assert torch.autograd.gradgradcheck(
+        lambda f, w: pcops.point_conv(f, w, triplets, 4), (features, weights), eps=1e-2, atol=2e-3, rtol=1e-3
+    )
+
+
+def test_independent_of_triplet_order_and_threads(gen):
+    features, weights, triplets = _inputs(gen, n_in=300, n_out=250, c_in=16, c_out=24, K=27, T=6000)
+    grad = torch.rand(250, 24, generator=gen)
+
+    def run(t):
+        out = pcops.point_conv(features, weights, t, 250)
+        gf, gw = torch.ops.pcops._point_conv_backward(grad, features, weights, t, 250)
+        return out, gf, gw
+
+    base = with_threads(1, lambda: run(triplets))
+    for threads in (2, 4):
+        for a, b in zip(base, with_threads(threads, lambda: run(triplets))):
+            assert torch.equal(a, b)
+    perm = torch.randperm(triplets.shape[0], generator=gen)
+    for a, b in zip(base, run(triplets[perm])):
+        assert torch.equal(a, b)
+
+
+def test_empty_triplets(gen):
+    features, weights, _ = _inputs(gen)
+    features.requires_grad_()
+    weights.requires_grad_()
+    empty = torch.zeros(0, 3, dtype=torch.int64)
+    out = pcops.point_conv(features, weights, empty, 7)
+    assert out.shape == (7, 5) and torch.equal(out, torch.zeros(7, 5))
+    out.sum().backward()
+    assert torch.equal(features.grad, torch.zeros_like(features))
+    assert torch.equal(weights.grad, torch.zeros_like(weights))
+    assert pcops.point_conv(features, weights, empty, 0).shape == (0, 5)
+
+
+def test_default_num_out_is_num_in(gen):
+    features, weights, triplets = _inputs(gen, n_in=30, n_out=30)
+    expect = pcops.point_conv(features, weights, triplets, 30)
+    assert torch.equal(pcops.point_conv(features, weights, triplets), expect)
+
+
+@pytest.mark.parametrize("col,value", [(0, 30), (0, -1), (1, 40), (1, -2), (2, 27), (2, -1)])
+def test_out_of_range_triplets_raise_index_error(col, value, gen):
+    features, weights, triplets = _inputs(gen)
+    triplets[17, col] = value
+    with pytest.raises(IndexError, match="triplets"):
+        pcops.point_conv(features, weights, triplets, 30)
+    with pytest.raises(IndexError, match="triplets"):
+        torch.ops.pcops._point_conv_backward(torch.zeros(30, 5), features, weights, triplets, 30)
+
+
+def test_bad_arguments(gen):
+    features, weights, triplets = _inputs(gen)
+    with pytest.raises(ValueError, match="weights"):
+        pcops.point_conv(features, weights[:, :, :3], triplets, 30)
+    with pytest.raises(ValueError, match="triplets"):
+        pcops.point_conv(features, weights, triplets[:, :2], 30)
+    with pytest.raises(TypeError, match="triplets"):
+        pcops.point_conv(features, weights, triplets.int(), 30)
+    with pytest.raises(TypeError, match="features"):
+        pcops.point_conv(features.double(), weights, triplets, 30)
+    with pytest.raises(ValueError, match="num_out"):
+        pcops.point_conv(features, weights, triplets, -1)
+    with pytest.raises(ValueError, match="features"):
+        pcops.point_conv(features[None], weights, triplets, 30)
+
+
+def test_half_inputs_round_once(gen):
+    features, weights, triplets = _inputs(gen, dtype=torch.float16)
+    out = pcops.point_conv(features, weights, triplets, 30)
+    assert out.dtype == torch.float16
+    assert torch.equal(out, pcops.point_conv(features.float(), weights.float(), triplets, 30).half())
+
+
+def test_opcheck(gen):
+    features, weights, triplets = _inputs(gen, n_in=10, n_out=8, c_in=3, c_out=4, K=8, T=50)
+    features.requires_grad_()
+    weights.requires_grad_()
+    torch.library.opcheck(torch.ops.pcops.point_conv.default, (features, weights, triplets, 8))
+    grad = torch.rand(8, 4, generator=gen)
+    for need in [(True, True), (True, False), (False, True)]:
+        torch.library.opcheck(
+            torch.ops.pcops._point_conv_backward.default,
+            (grad.requires_grad_(), features, weights, triplets, 8, *need),
+        )
+
+
+def test_triplets_from_ball_query(gen):
+    pts = torch.rand(200, 3, generator=gen)
+    radius, t = 0.2, 3
+    _, idx = pcops.ball_query(pts[None], pts[None], radius, 16)
+    trip = pcops.point_conv_triplets(pts, pts, idx[0], radius, t)
+    # Brute force from the contract, in float64 except for the float32 steps it names.
+    rows = []
+    h = torch.tensor(2 * radius, dtype=torch.float32) / t
+    for i in range(200):
+        for s in range(16):
+            j = int(idx[0, i, s])
+            if j < 0:
+                continue
+            r32 = torch.tensor(radius, dtype=torch.float32)
+            q = torch.floor(((pts[j] - pts[i]) + r32) / h).clamp(0, t - 1)
+            q = q.long().tolist()
+            rows.append([i, j, (q[0] * t + q[1]) * t + q[2]])
+    assert torch.equal(trip, torch.tensor(rows, dtype=torch.int64))
+    assert int(trip[:, 2].max()) < t**3
+    # A centre is its own neighbour, in the middle cell.
+    self_rows = trip[trip[:, 0] == trip[:, 1]]
+    assert self_rows.shape[0] == 200 and bool((self_rows[:, 2] == 13).all())
+
+
+def test_triplets_from_knn_clamp_to_border_cells(gen):
+    pts = torch.rand(100, 3, generator=gen) * 10
+    _, idx = pcops.knn(pts[None], pts[None], 8)
+    trip = pcops.point_conv_triplets(pts, pts, idx[0], 0.01, 2)
+    assert trip.shape == (800, 3)
+    assert int(trip[:, 2].min()) >= 0 and int(trip[:, 2].max()) < 8
+
+
+def test_triplet_construction_errors(gen):
+    pts = torch.rand(10, 3, generator=gen)
+    idx = torch.zeros(10, 4, dtype=torch.int64)
+    with pytest.raises(ValueError, match="extent"):
+        pcops.point_conv_triplets(pts, pts, idx, 0.0)
+    with pytest.raises(ValueError, match="t"):
+        pcops.point_conv_triplets(pts, pts, idx, 0.1, 0)
+    with pytest.raises(IndexError, match="neighbours"):
+        pcops.point_conv_triplets(pts, pts, idx + 10, 0.1)
+    with pytest.raises(ValueError, match="neighbours"):
+        pcops.point_conv_triplets(pts, pts, idx[:5], 0.1)
+
+
+def test_point_conv_module_trains(gen):
+    torch.manual_seed(0)
+    pts = torch.rand(300, 3, generator=gen)
+    _, idx = pcops.knn(pts[None], pts[None], 8)
+    trip = pcops.point_conv_triplets(pts, pts, idx[0], 0.15, 3)
+    layer = pcops.nn.PointConv(3, 4, kernel_size=3)
+    assert layer.weight.shape == (27, 4, 3) and "kernel_size=3" in repr(layer)
+    target = torch.sin(pts @ torch.rand(3, 4, generator=gen) * 3)
+    opt = torch.optim.Adam(layer.parameters(), lr=0.02)
+    first = None
+    for _ in range(60):
+        loss = torch.nn.functional.mse_loss(layer(pts, trip), target)
+        first = first if first is not None else loss.item()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    assert loss.item() < 0.5 * first
+    with pytest.raises(ValueError):
+        pcops.nn.PointConv(0, 4)
+
+
+def test_compile_fullgraph_aot_eager_matches_eager(gen):
+    torch._dynamo.reset()
+    features, weights, triplets = _inputs(gen, n_in=20, n_out=20, c_in=4, c_out=6, K=8, T=90)
+    layer = pcops.nn.PointConv(4, 6, kernel_size=2)
+
+    def step(f):
+        return torch.relu(layer(f, triplets)).sum()
+
+    f1 = features.clone().requires_grad_()
+    step(f1).backward()
+    f2 = features.clone().requires_grad_()
+    torch.compile(step, fullgraph=True, backend="aot_eager")(f2).backward()
+    assert torch.equal(f1.grad, f2.grad)
