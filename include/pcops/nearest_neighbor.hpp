@@ -22,24 +22,6 @@
 
 namespace pcops {
 
-// A dense batch of float64 point sets, [batch, count, dim]; PointsView's layout and strides.
-struct PointsView64 {
-  const double* data = nullptr;
-  int64_t batch = 0;
-  int64_t count = 0;
-  int64_t dim = 0;
-  int64_t stride_batch = 0;
-  int64_t stride_point = 0;
-  int64_t stride_dim = 1;
-
-  const double& at(int64_t b, int64_t n, int64_t d) const {
-    return data[b * stride_batch + n * stride_point + d * stride_dim];
-  }
-  static PointsView64 contiguous(const double* data, int64_t batch, int64_t count, int64_t dim) {
-    return PointsView64{data, batch, count, dim, count * dim, dim, 1};
-  }
-};
-
 struct NearestNeighborParams {
   int64_t norm = 2;  // 1 (L1 sum) or 2 (squared L2)
 };

@@ -4,9 +4,11 @@
 
 namespace pcops {
 
-// A dense batch of point sets: [batch, count, dim] float32.
-struct PointsView {
-  const float* data = nullptr;
+// A dense batch of point sets: [batch, count, dim] of T (float32 coordinates everywhere; float64
+// where an operator supports it, e.g. nearest_neighbor).
+template <class T>
+struct BasicPointsView {
+  const T* data = nullptr;
   int64_t batch = 0;
   int64_t count = 0;
   int64_t dim = 0;
@@ -14,14 +16,16 @@ struct PointsView {
   int64_t stride_point = 0;
   int64_t stride_dim = 1;
 
-  const float& at(int64_t b, int64_t n, int64_t d) const {
+  const T& at(int64_t b, int64_t n, int64_t d) const {
     return data[b * stride_batch + n * stride_point + d * stride_dim];
   }
   // A contiguous [batch, count, dim] view.
-  static PointsView contiguous(const float* data, int64_t batch, int64_t count, int64_t dim) {
-    return PointsView{data, batch, count, dim, count * dim, dim, 1};
+  static BasicPointsView contiguous(const T* data, int64_t batch, int64_t count, int64_t dim) {
+    return BasicPointsView{data, batch, count, dim, count * dim, dim, 1};
   }
 };
+using PointsView = BasicPointsView<float>;
+using PointsView64 = BasicPointsView<double>;
 
 // A dense batch of per-point feature maps, channels first as in PointNet++:
 // [batch, channels, count] float32.
