@@ -16,6 +16,7 @@
 #include <utility>
 #include <vector>
 
+#include "pcops/error.hpp"
 #include "pcops/view.hpp"
 
 namespace pcops_test {
@@ -364,6 +365,17 @@ inline ::testing::AssertionResult same_bits(const std::vector<float>& got, const
   }
   if (bad == 0) return ::testing::AssertionSuccess();
   return ::testing::AssertionFailure() << bad << " mismatching values of " << want.size() << os.str();
+}
+
+// Expects fn() to throw pcops::Error of the given kind; `what` labels the failure.
+template <class Fn>
+void expect_error(pcops::ErrorKind kind, Fn fn, const char* what = "") {
+  try {
+    fn();
+    ADD_FAILURE() << what << ": expected pcops::Error";
+  } catch (const pcops::Error& e) {
+    EXPECT_EQ(e.kind(), kind) << what << ": " << e.what();
+  }
 }
 
 }  // namespace pcops_test

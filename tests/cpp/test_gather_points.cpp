@@ -121,15 +121,7 @@ TEST(GatherPoints, StridedThreadsAndEmpty) {
   for (const auto& s : shapes) expect_matches(random_case(rng, s[0], s[1], s[2], s[3]));
 }
 
-template <class Fn>
-void expect_error(pcops::ErrorKind kind, Fn fn) {
-  try {
-    fn();
-    ADD_FAILURE() << "expected pcops::Error";
-  } catch (const pcops::Error& e) {
-    EXPECT_EQ(e.kind(), kind) << e.what();
-  }
-}
+using pcops_test::expect_error;
 
 TEST(GatherPoints, RejectsBadInput) {
   std::mt19937 rng(5);

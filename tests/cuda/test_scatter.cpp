@@ -384,15 +384,7 @@ TEST(CudaScatter, GatherCsrAndCoo) {
   });
 }
 
-template <class Fn>
-void expect_error(pcops::ErrorKind kind, Fn fn, const char* what) {
-  try {
-    fn();
-    ADD_FAILURE() << what << ": expected pcops::Error";
-  } catch (const pcops::Error& e) {
-    EXPECT_EQ(e.kind(), kind) << what << ": " << e.what();
-  }
-}
+using pcops_test::expect_error;
 
 TEST(CudaScatter, ShapeErrorsBeforeAnyKernel) {
   StreamContext sc;
