@@ -3,7 +3,7 @@
 #include "common.hpp"
 
 // torch.ops.pcops.nearest_neighbor and the two deterministic helpers of chamfer_distance's
-// autograd (_ordered_sum, _gather_rows_backward). float32 and float64 run in their own precision;
+// autograd (_ordered_sum, _ordered_norm, _gather_rows_backward). float32 and float64 run in their own precision;
 // float16 / bfloat16 are converted exactly to float32.
 namespace pcops::torch_binding {
 namespace {
@@ -107,6 +107,10 @@ at::Tensor ordered_sum_cpu(const at::Tensor& values) {
   return ordered_sum_impl(values, [](const at::Tensor&, auto&&... a) { cpu::ordered_sum(cpu_context(), a...); });
 }
 
+at::Tensor ordered_norm_cpu(const at::Tensor& values) {
+  return ordered_sum_impl(values, [](const at::Tensor&, auto&&... a) { cpu::ordered_norm(cpu_context(), a...); });
+}
+
 at::Tensor gather_rows_backward_cpu(const at::Tensor& grad, const at::Tensor& idx, int64_t count) {
   return gather_rows_backward_impl(grad, idx, count, [](const at::Tensor&, auto&&... a) {
     cpu::gather_rows_backward(cpu_context(), a...);
@@ -127,6 +131,11 @@ at::Tensor ordered_sum_cuda(const at::Tensor& values) {
   return ordered_sum_impl(values, [](const at::Tensor& t, auto&&... a) { cuda::ordered_sum(cuda_context(t), a...); });
 }
 
+at::Tensor ordered_norm_cuda(const at::Tensor& values) {
+  const c10::cuda::CUDAGuard guard(values.device());
+  return ordered_sum_impl(values, [](const at::Tensor& t, auto&&... a) { cuda::ordered_norm(cuda_context(t), a...); });
+}
+
 at::Tensor gather_rows_backward_cuda(const at::Tensor& grad, const at::Tensor& idx, int64_t count) {
   const c10::cuda::CUDAGuard guard(grad.device());
   return gather_rows_backward_impl(grad, idx, count, [](const at::Tensor& t, auto&&... a) {
@@ -140,12 +149,14 @@ at::Tensor gather_rows_backward_cuda(const at::Tensor& grad, const at::Tensor& i
 TORCH_LIBRARY_FRAGMENT(pcops, m) {
   m.def("nearest_neighbor(Tensor x, Tensor y, Tensor? x_lengths=None, Tensor? y_lengths=None, int norm=2) -> Tensor");
   m.def("_ordered_sum(Tensor values) -> Tensor");
+  m.def("_ordered_norm(Tensor values) -> Tensor");
   m.def("_gather_rows_backward(Tensor grad, Tensor idx, SymInt count) -> Tensor");
 }
 
 TORCH_LIBRARY_IMPL(pcops, CPU, m) {
   m.impl("nearest_neighbor", &nearest_neighbor_cpu);
   m.impl("_ordered_sum", &ordered_sum_cpu);
+  m.impl("_ordered_norm", &ordered_norm_cpu);
   m.impl("_gather_rows_backward", &gather_rows_backward_cpu);
 }
 
@@ -153,6 +164,7 @@ TORCH_LIBRARY_IMPL(pcops, CPU, m) {
 TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
   m.impl("nearest_neighbor", &nearest_neighbor_cuda);
   m.impl("_ordered_sum", &ordered_sum_cuda);
+  m.impl("_ordered_norm", &ordered_norm_cuda);
   m.impl("_gather_rows_backward", &gather_rows_backward_cuda);
 }
 #endif

@@ -54,6 +54,14 @@ void nearest_neighbor(const CpuContext& ctx, PointsView64 x, PointsView64 y, Len
 void ordered_sum(const CpuContext& ctx, const float* values, int64_t rows, int64_t length, float* out);
 void ordered_sum(const CpuContext& ctx, const double* values, int64_t rows, int64_t length, double* out);
 
+// out[r] = sqrt(((v0 * v0 + v1 * v1) + v2 * v2) + ...) over values[r * length + 0 .. length): the
+// squares added left to right (no contraction), then the correctly rounded square root; an empty
+// row gives +0. The Euclidean norm of chamfer_distance's normal term (torch's own float64 sqrt on
+// the CPU is not correctly rounded, so it would differ from the GPU's). values: contiguous
+// [rows, length]; out: [rows].
+void ordered_norm(const CpuContext& ctx, const float* values, int64_t rows, int64_t length, float* out);
+void ordered_norm(const CpuContext& ctx, const double* values, int64_t rows, int64_t length, double* out);
+
 // The gradient of gathering rows: out[b, j, u] = +0 + the sum, over p ascending with
 // idx[b, p] == j, of grad[b, p, u]; idx = -1 contributes nothing. grad contiguous
 // [batch, num_idx, width], idx contiguous [batch, num_idx] with values in [-1, count) (checked
@@ -75,6 +83,8 @@ void nearest_neighbor(const CudaContext& ctx, PointsView64 x, PointsView64 y, Le
                       LengthsView y_lengths, const NearestNeighborParams& params, int64_t* idx);
 void ordered_sum(const CudaContext& ctx, const float* values, int64_t rows, int64_t length, float* out);
 void ordered_sum(const CudaContext& ctx, const double* values, int64_t rows, int64_t length, double* out);
+void ordered_norm(const CudaContext& ctx, const float* values, int64_t rows, int64_t length, float* out);
+void ordered_norm(const CudaContext& ctx, const double* values, int64_t rows, int64_t length, double* out);
 void gather_rows_backward(const CudaContext& ctx, const float* grad, const int64_t* idx, int64_t batch,
                           int64_t num_idx, int64_t width, int64_t count, float* out);
 void gather_rows_backward(const CudaContext& ctx, const double* grad, const int64_t* idx, int64_t batch,

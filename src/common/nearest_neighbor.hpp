@@ -26,6 +26,15 @@ PCOPS_HD double add(double a, double b) { return a + b; }
 #endif
 PCOPS_HD double abs(double a) { return fabs(a); }
 
+// Correctly rounded square roots (IEEE; the device intrinsics name the rounding).
+#if defined(__CUDA_ARCH__)
+PCOPS_HD float sqrt_rn(float a) { return __fsqrt_rn(a); }
+PCOPS_HD double sqrt_rn(double a) { return __dsqrt_rn(a); }
+#else
+PCOPS_HD float sqrt_rn(float a) { return std::sqrt(a); }
+PCOPS_HD double sqrt_rn(double a) { return std::sqrt(a); }
+#endif
+
 // One coordinate's term of s: d*d (norm 2) or |d| (norm 1).
 template <int Norm, class T>
 PCOPS_HD T term(T d) {
@@ -37,6 +46,15 @@ PCOPS_HD T term(T d) {
 template <class T>
 PCOPS_HD T key(T s) {
   return s != s ? static_cast<T>(INFINITY) : s;
+}
+
+// ordered_norm: the squares of v[0 .. n) added left to right, then the rounded square root.
+template <class T>
+PCOPS_HD T ordered_norm(const T* v, int64_t n) {
+  if (n == 0) return T(0);
+  T acc = mul(v[0], v[0]);
+  for (int64_t c = 1; c < n; ++c) acc = add(acc, mul(v[c], v[c]));
+  return sqrt_rn(acc);
 }
 
 // ordered_sum: groups of this many consecutive values are summed left to right, level by level.

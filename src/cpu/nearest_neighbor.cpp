@@ -216,11 +216,26 @@ void nearest_neighbor(const CpuContext& ctx, PointsView64 x, PointsView64 y, Len
   search(ctx, x, y, x_lengths, y_lengths, params.norm, idx);
 }
 
+template <class T>
+void norm_rows(const CpuContext& ctx, const T* values, int64_t rows, int64_t length, T* out) {
+  core::validate_ordered_sum(values, rows, length);
+  parallel_for(ctx, 0, rows, 4096, [&](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) out[r] = common::nn::ordered_norm(values + r * length, length);
+  });
+}
+
 void ordered_sum(const CpuContext& ctx, const float* values, int64_t rows, int64_t length, float* out) {
   sum_rows(ctx, values, rows, length, out);
 }
 void ordered_sum(const CpuContext& ctx, const double* values, int64_t rows, int64_t length, double* out) {
   sum_rows(ctx, values, rows, length, out);
+}
+
+void ordered_norm(const CpuContext& ctx, const float* values, int64_t rows, int64_t length, float* out) {
+  norm_rows(ctx, values, rows, length, out);
+}
+void ordered_norm(const CpuContext& ctx, const double* values, int64_t rows, int64_t length, double* out) {
+  norm_rows(ctx, values, rows, length, out);
 }
 
 void gather_rows_backward(const CpuContext& ctx, const float* grad, const int64_t* idx, int64_t batch,

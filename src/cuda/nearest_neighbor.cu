@@ -400,11 +400,34 @@ void nearest_neighbor(const CudaContext& ctx, PointsView64 x, PointsView64 y, Le
   search(ctx, x, y, x_lengths, y_lengths, params.norm, idx);
 }
 
+// ordered_norm: one thread per row (rows are short: the channels of a normal).
+template <class T>
+__global__ void __launch_bounds__(256) ordered_norm_kernel(const T* values, int64_t rows, int64_t length, T* out) {
+  for (int64_t r = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; r < rows; r += int64_t{gridDim.x} * blockDim.x)
+    out[r] = nn::ordered_norm(values + r * length, length);
+}
+
+template <class T>
+void norm_rows(const CudaContext& ctx, const T* values, int64_t rows, int64_t length, T* out) {
+  core::validate_ordered_sum(values, rows, length);
+  if (rows == 0) return;
+  const int64_t blocks = std::min<int64_t>(detail::ceil_div(rows, 256), int64_t{1} << 20);
+  detail::launch(ctx, ordered_norm_kernel<T>, dim3(static_cast<unsigned>(blocks)), dim3(256), 0, values, rows,
+                 length, out);
+}
+
 void ordered_sum(const CudaContext& ctx, const float* values, int64_t rows, int64_t length, float* out) {
   sum_rows(ctx, values, rows, length, out);
 }
 void ordered_sum(const CudaContext& ctx, const double* values, int64_t rows, int64_t length, double* out) {
   sum_rows(ctx, values, rows, length, out);
+}
+
+void ordered_norm(const CudaContext& ctx, const float* values, int64_t rows, int64_t length, float* out) {
+  norm_rows(ctx, values, rows, length, out);
+}
+void ordered_norm(const CudaContext& ctx, const double* values, int64_t rows, int64_t length, double* out) {
+  norm_rows(ctx, values, rows, length, out);
 }
 
 void gather_rows_backward(const CudaContext& ctx, const float* grad, const int64_t* idx, int64_t batch,

@@ -286,6 +286,46 @@ TEST(NearestNeighbor, OrderedSumFollowsTheWrittenOrder) {
   ordered_sum_lengths<double>();
 }
 
+// ordered_norm: squares added left to right, then a correctly rounded square root (IEEE sqrt of
+// the type).
+template <class T>
+void ordered_norm_rows() {
+  std::mt19937 rng(17);
+  std::uniform_int_distribution<int> q(-8, 8);
+  std::normal_distribution<double> g(0.0, 1.0);
+  for (int64_t len : {0, 1, 2, 3, 4, 7}) {
+    const int64_t rows = 4000;
+    std::vector<T> v(static_cast<size_t>(rows * len));
+    // Half the rows on a quarter lattice (exact squares, square roots of small rationals: the
+    // case where a faithful but not correctly rounded sqrt shows), half Gaussian.
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = (i / std::max<int64_t>(len, 1)) % 2 ? static_cast<T>(q(rng) / 4.0) : static_cast<T>(g(rng));
+    std::vector<T> out(static_cast<size_t>(rows), T(-7));
+    pcops::cpu::ordered_norm({}, v.data(), rows, len, out.data());
+    for (int64_t r = 0; r < rows; ++r) {
+      T acc = len ? v[r * len] * v[r * len] : T(0);
+      for (int64_t c = 1; c < len; ++c) acc = acc + v[r * len + c] * v[r * len + c];
+      const T want = std::sqrt(acc);
+      ASSERT_EQ(std::memcmp(&out[r], &want, sizeof(T)), 0) << "len=" << len << " row " << r << ": " << out[r]
+                                                            << " vs " << want;
+    }
+  }
+  T got = 0;
+  EXPECT_THROW(pcops::cpu::ordered_norm({}, static_cast<const T*>(nullptr), 2, 3, &got), pcops::Error);
+}
+
+TEST(NearestNeighbor, OrderedNormIsCorrectlyRounded) {
+  ordered_norm_rows<float>();
+  ordered_norm_rows<double>();
+  // sqrt(0.25^2 + 0.25^2) = sqrt(0.125) = 0.35355339059327376... rounds to 0.3535533905932738 in
+  // float64 (torch's CPU sqrt gives the neighbour below).
+  const std::vector<double> row{0.25, 0.25, 0.0};
+  double got = 0;
+  pcops::cpu::ordered_norm({}, row.data(), 1, 3, &got);
+  EXPECT_EQ(got, 0.3535533905932738);
+  EXPECT_NE(got, 0.35355339059327373);
+}
+
 template <class T>
 void gather_backward() {
   std::mt19937 rng(8);

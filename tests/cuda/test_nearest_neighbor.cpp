@@ -1,4 +1,4 @@
-// CUDA nearest_neighbor, ordered_sum and gather_rows_backward against the CPU backend: bitwise
+// CUDA nearest_neighbor, ordered_sum, ordered_norm and gather_rows_backward against the CPU backend: bitwise
 // equal (sentinel-prefilled outputs, so unwritten slots show), on inputs that take every path
 // (the kNN route for float32 squared-L2 3-D, the shared-memory tiles for D <= 4, the L1 path for
 // larger D, y split into ranges when queries are few) and cross their boundaries (256-query tiles,
@@ -265,6 +265,33 @@ void ordered_sums() {
 TEST(CudaNearestNeighbor, OrderedSumBitwiseEqual) {
   ordered_sums<float>();
   ordered_sums<double>();
+}
+
+template <class T>
+void ordered_norms() {
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int> q(-8, 8);
+  std::normal_distribution<double> g(0.0, 1.0);
+  StreamContext sc;
+  for (int64_t len : {0, 1, 3, 6}) {
+    const int64_t rows = 70000;  // several blocks
+    std::vector<T> v(static_cast<size_t>(rows * len));
+    for (size_t i = 0; i < v.size(); ++i)
+      v[i] = (i / std::max<int64_t>(len, 1)) % 2 ? static_cast<T>(q(rng) / 4.0) : static_cast<T>(g(rng));
+    if (len) v[3 * len] = std::numeric_limits<T>::infinity();
+    std::vector<T> want(static_cast<size_t>(rows), T(-7));
+    pcops::cpu::ordered_norm({}, v.data(), rows, len, want.data());
+    DeviceBuffer<T> dv(v), dout(static_cast<size_t>(rows));
+    dout.fill(T(-7));
+    pcops::cuda::ordered_norm(sc.ctx, dv.data(), rows, len, dout.data());
+    const std::vector<T> got = dout.download();
+    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * sizeof(T)), 0) << "len=" << len;
+  }
+}
+
+TEST(CudaNearestNeighbor, OrderedNormBitwiseEqual) {
+  ordered_norms<float>();
+  ordered_norms<double>();
 }
 
 template <class T>

@@ -522,6 +522,27 @@ def test_ordered_sum_written_order(dtype):
             assert torch.equal(got[r], torch.as_tensor(want, dtype=dtype)), length
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_ordered_norm_correctly_rounded(dtype):
+    import math
+    g = torch.Generator().manual_seed(7)
+    lattice = (torch.randint(-8, 9, (500, 3), generator=g) / 4).to(dtype)
+    gauss = torch.randn(500, 3, generator=g, dtype=torch.float64).to(dtype)
+    for v in (lattice, gauss, gauss[:, :1], torch.empty(4, 0, dtype=dtype)):
+        got = torch.ops.pcops._ordered_norm(v)
+        assert got.shape == v.shape[:-1] and got.dtype == dtype
+        for r in range(v.shape[0]):
+            acc = torch.zeros((), dtype=dtype) if v.shape[1] == 0 else v[r, 0] * v[r, 0]
+            for c in range(1, v.shape[1]):
+                acc = acc + v[r, c] * v[r, c]
+            # math.sqrt (float64) is correctly rounded; float32: the float64 root of a float32
+            # value rounds once more to the correctly rounded float32 root.
+            assert got[r].item() == torch.tensor(math.sqrt(acc.item()), dtype=dtype).item(), (r, v[r])
+    assert torch.ops.pcops._ordered_norm(torch.tensor([[0.25, 0.25, 0.0]], dtype=torch.float64)).item() == math.sqrt(0.125)
+    with pytest.raises(ValueError):
+        torch.ops.pcops._ordered_norm(torch.tensor(1.0))
+
+
 def test_reductions_use_the_written_order():
     """Reduced losses are the ordered sums of the per-point values (the CPU and CUDA order)."""
     x, y = _rand(2, 3000, 3, seed=81, dtype=torch.float32), _rand(2, 2000, 3, seed=82, dtype=torch.float32)

@@ -16,8 +16,9 @@ The gradients are PyTorch3D's: ``2 g (x - y_nn)`` for norm 2, ``g sign(x - y_nn)
 a zero difference counted as -1 on the query side; normals through the cosine. Every operation is
 elementwise except three, which have one written order on every device so that CUDA gives the
 CPU's bits: the gather's gradient (``pcops::_gather_rows_backward``: ascending index from +0, no
-atomics), the sums of the reductions (``pcops::_ordered_sum``), and the normal term's norms and dot
-products (summed channel by channel). Divisions take a tensor divisor: torch's CUDA division by a
+atomics), the sums of the reductions (``pcops::_ordered_sum``), and the normal term's norms
+(``pcops::_ordered_norm``, with a correctly rounded square root) and dot products (summed channel
+by channel). Divisions take a tensor divisor: torch's CUDA division by a
 CPU scalar multiplies by its reciprocal, which the CPU does not.
 """
 
@@ -197,16 +198,14 @@ class _StraightClamp(torch.autograd.Function):
 
 
 class _Norm(torch.autograd.Function):
-    """Euclidean norm over the last dimension, the squares summed channel by channel; gradient
-    ``g * c / norm`` (0 where the norm is 0, as torch's vector norm)."""
+    """Euclidean norm over the last dimension, the squares summed channel by channel and the
+    square root correctly rounded (``pcops::_ordered_norm``: torch's float64 sqrt on the CPU is
+    not, so it would differ from the GPU's); gradient ``g * c / norm`` (0 where the norm is 0, as
+    torch's vector norm)."""
 
     @staticmethod
     def forward(ctx, t):
-        acc = None
-        for c in range(t.shape[-1]):
-            sq = t[..., c] * t[..., c]
-            acc = sq if acc is None else acc + sq
-        out = acc.sqrt()
+        out = torch.ops.pcops._ordered_norm(t)
         ctx.save_for_backward(t, out)
         return out
 

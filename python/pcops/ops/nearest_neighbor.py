@@ -2,7 +2,7 @@
 (contract: docs/ops/chamfer_distance.md, "Nearest-neighbour search").
 
 ``torch.ops.pcops.nearest_neighbor`` runs in the input precision (float32 or float64; float16 and
-bfloat16 are converted exactly to float32). ``_ordered_sum`` and ``_gather_rows_backward`` give
+bfloat16 are converted exactly to float32). ``_ordered_sum``, ``_ordered_norm`` and ``_gather_rows_backward`` give
 every device the same summation order, so chamfer_distance's values and gradients do not depend on
 the device (no order-dependent reduction, no atomics).
 """
@@ -71,6 +71,11 @@ def _fake_sum(values):
     torch._check_value(values.dim() >= 1, lambda: "values: expected at least one dimension, got a scalar")
     torch._check_type(values.dtype in _DTYPES, lambda: f"values: unsupported dtype {values.dtype}")
     return values.new_empty(values.shape[:-1])
+
+
+@torch.library.register_fake("pcops::_ordered_norm")
+def _fake_norm(values):
+    return _fake_sum(values)
 
 
 @torch.library.register_fake("pcops::_gather_rows_backward")
