@@ -48,7 +48,7 @@ if has pytest; then
 fi
 if has sanitize; then
   # The sanitizers run the CUDA gtest on its small cases (large clouds take too long under them).
-  FILTER=${PCOPS_SANITIZE_FILTER:--*Large*:*Million*:*GridPath*:*BigClusterPath*:*ExchangeTags*:*AllPoints*:*Timing*:*Shell200k*:*Shell100k*:*RealClouds*}
+  FILTER=${PCOPS_SANITIZE_FILTER:--*Large*:*Million*:*GridPath*:*BigClusterPath*:*ExchangeTags*:*AllPoints*:*Timing*:*Shell200k*:*Shell100k*:*RealClouds*:*SortedPath*}
   for tool in memcheck initcheck; do
     run_stage "sanitize_$tool" timeout ${PCOPS_SANITIZE_TIMEOUT:-200} compute-sanitizer --tool $tool \
       --error-exitcode 99 "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter="$FILTER"

@@ -4,14 +4,18 @@
 // 32768 < N <= 131072 on clusters of 16 blocks (256 threads up to 65536 points, then 512), with
 // and without the finite-coordinate fold; grid path: larger clouds, and batches whose clusters
 // cannot all be resident, up to #SMs * 8192 points, about 2048 points per block up to one block
-// per SM; streaming path: any D != 3 or larger clouds), long runs past the 16-bit exchange tags
-// and many mbarrier phases, and the same errors as the CPU backend.
+// per SM; sorted path: single clouds past 700000 points, Morton-sorted chunks folded only when
+// the newest centre can reach them, forced down to a few points; streaming path: any D != 3 or
+// larger clouds), long runs past the 16-bit exchange tags and many mbarrier phases, and the same
+// errors as the CPU backend.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
+#include <string>
 #include <random>
 #include <vector>
 
@@ -30,6 +34,15 @@ using pcops_cuda_test::DeviceCloud;
 using pcops_cuda_test::StreamContext;
 using pcops_test::Cloud;
 using pcops_test::kSentinelIdx;
+
+// Forces a CUDA path (PCOPS_CUDA_FPS_CONFIG, read at every call) for the scope's lifetime.
+class ForcePath {
+ public:
+  explicit ForcePath(const char* config) { setenv("PCOPS_CUDA_FPS_CONFIG", config, 1); }
+  ~ForcePath() { unsetenv("PCOPS_CUDA_FPS_CONFIG"); }
+  ForcePath(const ForcePath&) = delete;
+  ForcePath& operator=(const ForcePath&) = delete;
+};
 
 FpsParams params_of(int64_t m, int64_t start = 0, bool skip = false) {
   FpsParams p;
@@ -116,7 +129,14 @@ TEST(CudaFurthestPointSample, ShortRunsOfEveryPathForSanitizers) {
   // sizes and both folds, grid path, streaming path): short enough for racecheck.
   std::mt19937 rng(22);
   expect_same(pcops_test::uniform_cloud(rng, 2, 8192, 3), params_of(12, 1));
-  expect_same(pcops_test::uniform_cloud(rng, 1, 131073, 3), params_of(12, 1));
+  expect_same(pcops_test::uniform_cloud(rng, 1, 131073, 3), params_of(12, 1));  // grid
+  {
+    const ForcePath sorted("sorted");
+    Cloud c = pcops_test::uniform_cloud(rng, 1, 20000, 3, -1.0f, 1.0f);
+    expect_same(c, params_of(12, 3));
+    c.at(0, 9, 1) = std::nanf("");  // the generic fold, every chunk at every step
+    expect_same(c, params_of(12, 3));
+  }
   expect_same(pcops_test::uniform_cloud(rng, 1, 3000, 4), params_of(12, 1));
   for (int64_t n : {int64_t{32769}, int64_t{65537}}) {
     Cloud c = pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f);
@@ -127,6 +147,7 @@ TEST(CudaFurthestPointSample, ShortRunsOfEveryPathForSanitizers) {
 }
 
 TEST(CudaFurthestPointSample, GridPathSizesAroundBoundaries) {
+  const ForcePath grid("grid");  // single clouds past 700000 points take the sorted path by default
   std::mt19937 rng(2);
   const int64_t cap = int64_t{num_sms()} * 512 * 16;  // last size of the register grid path
   for (int64_t n : {int64_t{32769}, int64_t{65537}, int64_t{100000}, cap / 2 + 1}) {
@@ -157,6 +178,10 @@ TEST(CudaFurthestPointSample, ExchangeTagsWrapAfter65536Steps) {
   const FpsParams p = params_of(65536 + 300, 11);
   expect_same(pcops_test::uniform_cloud(rng, 1, 32769, 3), p);  // big cluster, 16 blocks
   expect_same(pcops_test::uniform_cloud(rng, 1, 131073, 3), p);  // grid, 65 blocks
+  {
+    const ForcePath sorted("sorted");
+    expect_same(pcops_test::uniform_cloud(rng, 1, 131073, 3), p);  // 2049 chunks of 64
+  }
   expect_same(pcops_test::uniform_cloud(rng, 1, 3000, 2), p);   // streaming
   expect_same(pcops_test::uniform_cloud(rng, 2, 8192, 3), p);   // cluster of 8
 }
@@ -165,6 +190,81 @@ TEST(CudaFurthestPointSample, MillionPointShell) {
   std::mt19937 rng(3);
   const Cloud c = pcops_test::shell_cloud(rng, 1000000);
   expect_same(c, params_of(1024));
+}
+
+TEST(CudaFurthestPointSample, SortedPathShortRunForSanitizers) {
+  std::mt19937 rng(32);
+  const ForcePath sorted("sorted");
+  Cloud c = pcops_test::uniform_cloud(rng, 1, 5000, 3, -1.0f, 1.0f);
+  expect_same(c, params_of(10, 3));
+  c.at(0, 9, 1) = std::nanf("");
+  expect_same(c, params_of(10, 3));
+}
+
+TEST(CudaFurthestPointSample, SortedPathSizesTiesAndRules) {
+  std::mt19937 rng(31);
+  {
+    const ForcePath sorted("sorted");
+    // Fewer chunks than blocks (chunks of 64), partial last chunks, fewer and more chunks than
+    // warps per block, more than one batch of 32 slots per warp.
+    for (int64_t n : {1, 2, 63, 64, 65, 1023, 1024, 1025, 20000, 70000}) {
+      SCOPED_TRACE(n);
+      const Cloud c = pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f);
+      expect_same(c, params_of(std::min<int64_t>(n + 5, 700), n / 2));
+    }
+    // Exact ties: duplicates (then all m = 0 and index 0 repeats), lattices with rounding ties,
+    // a flat cloud (one axis of zero extent), a spatially sorted cloud.
+    const auto dup = expect_same(pcops_test::duplicate_cloud(rng, 30000, 37), params_of(60));
+    EXPECT_EQ(dup.back(), 0);
+    for (int64_t side : {20, 40}) {
+      Cloud c = pcops_test::lattice_cloud(rng, side);
+      expect_same(c, params_of(600, 5));
+      for (float& v : c.data) v = v * 0.1f + 0.3f;
+      expect_same(c, params_of(600, 5));
+    }
+    Cloud flat = pcops_test::uniform_cloud(rng, 1, 9000, 3);
+    for (int64_t j = 0; j < 9000; ++j) flat.at(0, j, 2) = 0.5f;
+    expect_same(flat, params_of(300, 1));
+    Cloud s = pcops_test::uniform_cloud(rng, 1, 12000, 3);
+    pcops_test::spatial_sort(s);
+    expect_same(s, params_of(400));
+    // skip_near_origin, with an ineligible start; nothing eligible at all.
+    Cloud e = pcops_test::uniform_cloud(rng, 1, 6000, 3, -1.0f, 1.0f);
+    for (int64_t j = 0; j < 6000; j += 3) e.at(0, j, 0) = e.at(0, j, 1) = e.at(0, j, 2) = (j % 2) ? 0.0182574f : 0.0f;
+    expect_same(e, params_of(300, 0, true));
+    Cloud z(1, 3000, 3);
+    EXPECT_TRUE(same_idx(expect_same(z, params_of(6, 17, true)), std::vector<int64_t>{17, 0, 0, 0, 0, 0}));
+    // Lengths (one cloud shorter than its slots), start at the last point, M > n.
+    const Cloud c = pcops_test::uniform_cloud(rng, 1, 10000, 3);
+    const int64_t len[1] = {7001};
+    expect_same(c, params_of(7100, 7000), LengthsView{len, 1}, true);
+    const int64_t zero[1] = {0};
+    expect_same(c, params_of(5, 0), LengthsView{zero, 1});
+    // Non-finite and huge coordinates: the generic fold on every chunk (and the finite fold at the
+    // edge of 2^61).
+    for (float v : {std::nanf(""), INFINITY, 3e38f, 0x1p61f, 0x1.fffffep60f}) {
+      SCOPED_TRACE(v);
+      Cloud u = pcops_test::uniform_cloud(rng, 1, 8000, 3, -1.0f, 1.0f);
+      u.at(0, 77, 1) = v;
+      u.at(0, 5000, 0) = -v;
+      expect_same(u, params_of(200, 3));
+    }
+    // Real scans (a building facade, an outdoor scan).
+    for (const char* name : {"building.ply", "b9_training.ply"}) {
+      SCOPED_TRACE(name);
+      const Cloud& r = pcops_test::cached_cloud(name, rng);
+      expect_same(r, params_of(1024, r.count / 3));
+    }
+  }
+  // The default path of single clouds past 700000 points: a cloud beyond the grid path's
+  // register capacity (it took the streaming path before), skip_near_origin.
+  const int64_t big = int64_t{num_sms()} * 512 * 16 + 12345;
+  expect_same(pcops_test::shell_cloud(rng, big), params_of(300, 11));
+  // Past 16 * 4266 chunks of 64 points the chunks grow to 128 points (summaries in 200 KB).
+  expect_same(pcops_test::uniform_cloud(rng, 1, 4500000, 3, -1.0f, 1.0f), params_of(64, 2));
+  Cloud sk = pcops_test::uniform_cloud(rng, 1, 750000, 3, -1.0f, 1.0f);
+  for (int64_t j = 0; j < 750000; j += 7) sk.at(0, j, 0) = sk.at(0, j, 1) = sk.at(0, j, 2) = 0.0f;
+  expect_same(sk, params_of(200, 0, true));
 }
 
 TEST(CudaFurthestPointSample, BatchesPickClusterSizes) {
