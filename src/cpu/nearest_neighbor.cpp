@@ -53,7 +53,9 @@ void brute(const CpuContext& ctx, const View& x, const View& y, const LengthsVie
   const int64_t B = x.batch, P1 = x.count, P2 = y.count, D = x.dim;
   // Coordinate-major copy of each cloud's valid points: yt[b][d][j].
   std::vector<T> yt(static_cast<size_t>(B * P2 * D));
-  parallel_for(ctx, 0, B, 1, [&](int64_t b0, int64_t b1) {
+  // Grains of about kMinTaskWork operations, so that small inputs run on the calling thread.
+  constexpr int64_t kMinTaskWork = int64_t{1} << 16;
+  parallel_for(ctx, 0, B, std::max<int64_t>(1, kMinTaskWork / std::max<int64_t>(1, P2 * D)), [&](int64_t b0, int64_t b1) {
     for (int64_t b = b0; b < b1; ++b) {
       const int64_t n = yl.get(b, P2);
       T* dst = yt.data() + b * P2 * D;
@@ -62,7 +64,8 @@ void brute(const CpuContext& ctx, const View& x, const View& y, const LengthsVie
     }
   });
   const int64_t tiles_per_cloud = (P1 + kTileQueries - 1) / kTileQueries;
-  parallel_for(ctx, 0, B * tiles_per_cloud, 1, [&](int64_t t0, int64_t t1) {
+  const int64_t tile_work = std::max<int64_t>(1, kTileQueries * P2 * D);
+  parallel_for(ctx, 0, B * tiles_per_cloud, std::max<int64_t>(1, kMinTaskWork / tile_work), [&](int64_t t0, int64_t t1) {
     std::vector<T> q(static_cast<size_t>(kTileQueries * D));
     std::vector<T> s(static_cast<size_t>(kBlock));
     T best[kTileQueries];
