@@ -5,7 +5,8 @@ neighbour (float64 brute force on the queries) and queries per second.
 Both indexes use the same trained quantizers (faiss's, installed into pcops with
 set_quantizers), so the comparison isolates the search; faiss runs its default search (with
 precomputed tables for L2) and, for reference, the residual-table scan that pcops' contract
-fixes (use_precomputed_table = -1). Both run on all of torch's / faiss's threads. Times are
+fixes by default (use_precomputed_table = -1); pcops runs both its default (residual tables)
+and precomputed_table=True (faiss's default tables). Both run on all of torch's / faiss's threads. Times are
 medians of --repeat runs after one warm-up. JSON goes to
 benchmarks/results/ivfpq-probe-<date>-<commit>.json.
 
@@ -127,16 +128,22 @@ def main() -> None:
         fi.use_precomputed_table = -1
         tfr, (_, flr) = median_time(lambda: fi.search(q, 10), args.repeat)
         tp, (_, pl) = median_time(lambda: ours.search(q, 10, nprobe), args.repeat)
+        tpp, (_, ppl) = median_time(lambda: ours.search(q, 10, nprobe, precomputed_table=True), args.repeat)
         row.update(
             faiss_qps=args.nq / tf,
             faiss_residual_tables_qps=args.nq / tfr,
             pcops_qps=args.nq / tp,
             speedup_vs_faiss=tf / tp,
+            pcops_precomputed_qps=args.nq / tpp,
+            precomputed_speedup_vs_faiss=tf / tpp,
             faiss_recall1=recall(fl, truth, 1),
             faiss_recall10=recall(fl, truth, 10),
             pcops_recall1=recall(pl, truth, 1),
             pcops_recall10=recall(pl, truth, 10),
+            pcops_precomputed_recall1=recall(ppl, truth, 1),
+            pcops_precomputed_recall10=recall(ppl, truth, 10),
             ids_equal_to_faiss_residual_scan=float(np.mean(pl == flr)),
+            precomputed_ids_equal_to_faiss_default=float(np.mean(ppl == fl)),
         )
         results.append(row)
         print(json.dumps(row), flush=True)

@@ -97,7 +97,8 @@ struct IVFPQIndexHolder : torch::CustomClassHolder {
     });
   }
 
-  std::tuple<at::Tensor, at::Tensor> search(const at::Tensor& q_in, int64_t k, int64_t nprobe) const {
+  std::tuple<at::Tensor, at::Tensor> search(const at::Tensor& q_in, int64_t k, int64_t nprobe,
+                                            bool precomputed_table) const {
     const at::Tensor q = as_vectors(q_in, "queries", p().dim);
     TORCH_CHECK_VALUE(k >= 0, "k: expected >= 0, got ", k);
     check_output_size("k", k, q.size(0), k);
@@ -105,7 +106,7 @@ struct IVFPQIndexHolder : torch::CustomClassHolder {
     at::Tensor labels = at::empty({q.size(0), k}, at::kLong);
     translate_errors([&] {
       index->search(cpu_context(), q.data_ptr<float>(), q.size(0), k, nprobe, dist.data_ptr<float>(),
-                    labels.data_ptr<int64_t>());
+                    labels.data_ptr<int64_t>(), precomputed_table);
     });
     return {dist, labels};
   }

@@ -334,7 +334,24 @@ void scan_list(const uint8_t* code, int64_t size, int64_t M_rt, const float* lut
   float dist[kChunk];
   for (int64_t i0 = 0; i0 < size; i0 += kChunk) {
     const int64_t n = std::min(kChunk, size - i0);
-    for (int64_t i = 0; i < n; ++i) {
+    int64_t i = 0;
+    // Four codes at a time: four independent chains of M dependent adds (each still in m order).
+    for (; i + 4 <= n; i += 4) {
+      const uint8_t* c = code + (i0 + i) * M;
+      float s0 = lut[c[0]], s1 = lut[c[M]], s2 = lut[c[2 * M]], s3 = lut[c[3 * M]];
+      for (int64_t m = 1; m < M; ++m) {
+        const float* row = lut + m * kK;
+        s0 = s0 + row[c[m]];
+        s1 = s1 + row[c[M + m]];
+        s2 = s2 + row[c[2 * M + m]];
+        s3 = s3 + row[c[3 * M + m]];
+      }
+      dist[i] = rank_key(d0 + s0, ip);
+      dist[i + 1] = rank_key(d0 + s1, ip);
+      dist[i + 2] = rank_key(d0 + s2, ip);
+      dist[i + 3] = rank_key(d0 + s3, ip);
+    }
+    for (; i < n; ++i) {
       const uint8_t* c = code + (i0 + i) * M;
       float sum = lut[c[0]];
       for (int64_t m = 1; m < M; ++m) sum = sum + lut[m * kK + c[m]];
@@ -372,7 +389,34 @@ void IvfPqIndex::check_trained(const char* what) const {
   PCOPS_CHECK(trained_, Value, what, ": the index is not trained (call train or set_quantizers first)");
 }
 
-void IvfPqIndex::prepare_tables() { trained_ = true; }
+void IvfPqIndex::prepare_tables() {
+  trained_ = true;
+  term1_.clear();
+  const IvfPqParams& p = params_;
+  if (p.metric != IvfPqMetric::L2 || !p.by_residual || p.nlist * p.M * kK > kMaxPrecomputed) return;
+  // term1[l, m, j] = |r_mj|^2 + 2 <c_l,m, r_mj>, each sum in coordinate order.
+  const int64_t dsub = this->dsub();
+  std::vector<float> norms(static_cast<size_t>(p.M * kK));
+  for (int64_t m = 0; m < p.M; ++m)
+    for (int64_t j = 0; j < kK; ++j) {
+      const float* r = codebooks_.data() + (m * kK + j) * dsub;
+      float s = 0.0f;
+      for (int64_t i = 0; i < dsub; ++i) s = s + r[i] * r[i];
+      norms[static_cast<size_t>(m * kK + j)] = s;
+    }
+  term1_.resize(static_cast<size_t>(p.nlist * p.M * kK));
+  for (int64_t l = 0; l < p.nlist; ++l)
+    for (int64_t m = 0; m < p.M; ++m) {
+      const float* c = centroids_.data() + l * p.dim + m * dsub;
+      float* out = term1_.data() + (l * p.M + m) * kK;
+      for (int64_t j = 0; j < kK; ++j) {
+        const float* r = codebooks_.data() + (m * kK + j) * dsub;
+        float dot = 0.0f;
+        for (int64_t i = 0; i < dsub; ++i) dot = dot + c[i] * r[i];
+        out[j] = norms[static_cast<size_t>(m * kK + j)] + 2.0f * dot;
+      }
+    }
+}
 
 namespace {
 
@@ -525,7 +569,7 @@ void IvfPqIndex::add(const CpuContext& ctx, const float* x, int64_t n, const int
 }
 
 void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq, int64_t k, int64_t nprobe,
-                        float* distances, int64_t* labels) const {
+                        float* distances, int64_t* labels, bool precomputed_table) const {
   const IvfPqParams& p = params_;
   check_trained("search");
   PCOPS_CHECK(nq >= 0, Value, "nq: expected >= 0, got ", nq);
@@ -533,8 +577,13 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
   PCOPS_CHECK(nprobe >= 1 && nprobe <= p.nlist, Value, "nprobe: expected a value in [1, nlist = ", p.nlist,
               "], got ", nprobe);
   core::check_finite_vectors(queries, nq, p.dim, "queries");
-  if (nq == 0 || k == 0) return;
   const bool ip = p.metric == IvfPqMetric::InnerProduct;
+  // The table depends on the list only for L2 with residuals.
+  const bool per_list_lut = !ip && p.by_residual;
+  const bool use_term1 = precomputed_table && per_list_lut;
+  PCOPS_CHECK(!use_term1 || !term1_.empty(), Value, "precomputed_table: nlist * M * 256 = ", p.nlist * p.M * kK,
+              " floats exceed the limit of ", kMaxPrecomputed, " (search without it)");
+  if (nq == 0 || k == 0) return;
   const Tables t = make_tables(p, centroids_, codebooks_);
   const int64_t M = p.M, dsub = this->dsub();
   const float pad = ip ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
@@ -543,6 +592,7 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
     std::vector<int64_t> order(static_cast<size_t>(p.nlist));
     std::vector<float> residual(static_cast<size_t>(p.dim));
     std::vector<float> lut(static_cast<size_t>(M * kK));
+    std::vector<float> term2(static_cast<size_t>(use_term1 ? M * kK : 0));
     std::vector<Candidate> heap;
     heap.reserve(static_cast<size_t>(std::min<int64_t>(k, ntotal_) + 1));
     for (int64_t qi = b; qi < e; ++qi) {
@@ -555,18 +605,25 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
       };
       std::partial_sort(order.begin(), order.begin() + nprobe, order.end(), list_before);
       heap.clear();
-      // The table depends on the list only for L2 with residuals.
-      const bool per_list_lut = !ip && p.by_residual;
       if (!per_list_lut)
         for (int64_t m = 0; m < M; ++m) t.sub[static_cast<size_t>(m)].distances(q + m * dsub, ip, lut.data() + m * kK);
+      if (use_term1) {  // term2 = -2 <q_m, r_mj>
+        for (int64_t m = 0; m < M; ++m)
+          t.sub[static_cast<size_t>(m)].distances(q + m * dsub, true, term2.data() + m * kK);
+        for (float& v : term2) v = -2.0f * v;
+      }
       for (int64_t r = 0; r < nprobe; ++r) {
         const int64_t l = order[static_cast<size_t>(r)];
         const std::vector<int64_t>& lid = ids_[static_cast<size_t>(l)];
         const int64_t size = static_cast<int64_t>(lid.size());
         if (size == 0) continue;
         const float* c = centroids_.data() + l * p.dim;
-        const float d0 = ip && p.by_residual ? coarse[static_cast<size_t>(l)] : 0.0f;
-        if (per_list_lut) {
+        float d0 = ip && p.by_residual ? coarse[static_cast<size_t>(l)] : 0.0f;
+        if (use_term1) {
+          d0 = coarse[static_cast<size_t>(l)];  // |q - c_l|^2
+          const float* t1 = term1_.data() + l * M * kK;
+          for (int64_t i = 0; i < M * kK; ++i) lut[static_cast<size_t>(i)] = t1[i] + term2[static_cast<size_t>(i)];
+        } else if (per_list_lut) {
           for (int64_t i = 0; i < p.dim; ++i) residual[static_cast<size_t>(i)] = q[i] - c[i];
           for (int64_t m = 0; m < M; ++m)
             t.sub[static_cast<size_t>(m)].distances(residual.data() + m * dsub, false, lut.data() + m * kK);

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "cpu/ivfpq_isa.hpp"
+#include "oracle.hpp"
 #include "pcops/error.hpp"
 #include "pcops/ivfpq.hpp"
 
@@ -247,6 +248,38 @@ TEST(IvfPq, RecallAgainstExactSearch) {
     hits += std::count(lab.begin() + i * 10, lab.begin() + (i + 1) * 10, best) > 0;
   }
   EXPECT_GE(hits, nq * 8 / 10);  // recall@10 of the true nearest neighbour
+}
+
+TEST(IvfPq, PrecomputedTableAgreesWithResidualTables) {
+  const int64_t dim = 32, n = 4000, nq = 40, k = 10;
+  const auto x = clustered(n, dim, 20, 6);
+  const auto q = clustered(nq, dim, 20, 7);
+  IvfPqIndex index = trained(IvfPqParams{dim, 16, 8}, x);
+  index.add(ctx(), x.data(), n);
+  std::vector<float> d0(nq * k), d1(nq * k);
+  std::vector<int64_t> l0(nq * k), l1(nq * k);
+  index.search(ctx(), q.data(), nq, k, 5, d0.data(), l0.data());
+  index.search(ctx(), q.data(), nq, k, 5, d1.data(), l1.data(), true);
+  int64_t same = 0;
+  for (int64_t i = 0; i < nq * k; ++i) {
+    EXPECT_NEAR(d1[i], d0[i], 1e-4 * std::max(1.0f, std::abs(d0[i])));
+    same += l0[i] == l1[i];
+  }
+  EXPECT_GE(same, nq * k * 98 / 100);
+  // Over the size limit of the precomputed term: a Value error, nothing written.
+  const int64_t nlist = IvfPqIndex::kMaxPrecomputed / (16 * 256) + 1;
+  IvfPqIndex big(IvfPqParams{16, nlist, 16});
+  std::vector<float> cent(static_cast<size_t>(nlist * 16), 0.0f), books(16 * 256, 0.0f);
+  for (int64_t l = 0; l < nlist; ++l) cent[static_cast<size_t>(l * 16)] = static_cast<float>(l);
+  big.set_quantizers(cent.data(), books.data());
+  std::vector<float> qd(16, 0.5f), out(3, -7.0f);
+  std::vector<int64_t> lab(3, -7);
+  pcops_test::expect_error(pcops::ErrorKind::Value, [&] {
+    big.search(ctx(), qd.data(), 1, 3, 2, out.data(), lab.data(), true);
+  }, "precomputed_table");
+  EXPECT_EQ(out[0], -7.0f);
+  big.search(ctx(), qd.data(), 1, 3, 2, out.data(), lab.data());  // the residual tables still work
+  EXPECT_EQ(lab[0], -1);  // an empty index pads
 }
 
 TEST(IvfPq, TiesOrderByIdAndPadding) {
