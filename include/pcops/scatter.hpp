@@ -7,21 +7,32 @@
 // contiguous. src is [outer, E, inner], out is [outer, M, inner].
 //
 // Contract, for every output element out[o, m, k]:
-// - Its contributions are the src elements src[o, e, k] whose destination is m, reduced in
-//   ascending e from the reduction's start value: the identity (sum/mean 0, mul 1, max lowest(),
+// - Its contributions are the src elements src[o, e, k] whose destination is m, taken in
+//   ascending e; the reduction's start value is the identity (sum/mean 0, mul 1, max lowest(),
 //   min max() of the type) or, with `accumulate`, the value out holds on entry (torch_scatter's
 //   `out=`). Arithmetic is the type's own: float/double without contraction (IEEE, run to run and
 //   thread count independent, bitwise), integers wrap (two's complement) as torch's do.
+// - Chunk rule (sum, mean, mul). A list of n <= C contributions (C = 2048,
+//   common::kScatterChunk, the same for both backends) is folded serially from the start value.
+//   A longer list is split into consecutive chunks of C contributions in ascending e (the last
+//   one shorter): chunk 0 is folded from the start value, every later chunk from its own first
+//   contribution; the chunk partials p_0, p_1, ... are then combined left to right
+//   (((p_0 + p_1) + p_2) + ...; mul: products). mean = that sum / n. The chunks of one element
+//   can thus run in parallel with fixed bits. Integer sums / products wrap, so their bits are
+//   those of any order.
 // - mean = sum / count (count = number of contributions, 1 when there are none); integer means
 //   round by `integer_mean` (scatter: floor, as torch_scatter's scatter_mean; segment: toward
 //   zero, as its segment kernels).
 // - max / min replace the running value only when a contribution compares strictly greater /
-//   smaller, so ties keep the smallest e and NaN never wins (torch_scatter's CPU rule). arg holds
+//   smaller, so ties keep the smallest e and NaN never wins (torch_scatter's CPU rule); this fold
+//   is associative (a later chunk folded from the identity, combined with the same strict compare,
+//   gives the same value and arg), so long lists run in chunks without any change. arg holds
 //   that e, or the sentinel E when no contribution replaced the start value; without
 //   `accumulate` such an element's value is 0 (an empty slot, or one whose contributions are all
 //   NaN / -inf / lowest(): torch_scatter's `out == init -> 0` rule).
 // - No float atomics and no dependence on the thread count: the work is split over output rows
-//   (and column blocks of heavy rows), each element is reduced by one task in order.
+//   (and column blocks of heavy rows, and the chunks of long lists), each element's result is one
+//   fixed sequence of operations.
 // Destinations: scatter takes an index per (o, e) broadcast over k (index_inner == 1; an index
 // with index_outer == 1 is shared by every o), or one per (o, e, k) (index_inner == inner).
 // Every index must lie in [0, M) (Index error otherwise, checked before any output is written);
@@ -30,7 +41,7 @@
 // 0 <= indptr[m] <= indptr[m + 1] <= E; out row m reduces src rows [indptr[m], indptr[m + 1]).
 // gather_csr / gather_coo are the inverse broadcasts (out row e = src row of e's segment).
 // Types: float, double, int64, int32, int16, int8, uint8. Thread-safe; no allocation beyond
-// O(outer * (E + M)) scratch for the grouping.
+// O(outer * (E + M)) scratch for the grouping and O(outer * inner * E / C) chunk partials.
 #include <cstdint>
 
 #include "pcops/context.hpp"
@@ -110,7 +121,8 @@ namespace cuda {
 // aside); every pointer is device memory and the work is enqueued on ctx's stream. Deterministic:
 // the sources of every output element are grouped stably by destination (a radix sort of
 // (destination, source) keys; none for sorted indices and CSR offsets) and folded in ascending
-// order by one thread (a warp for long lists), without float atomics. Shapes are checked here (Value errors); the VALUES of
+// order by one thread (a warp for lists of 257 to C sources; one thread per chunk, then a combine,
+// beyond C), without float atomics. Shapes are checked here (Value errors); the VALUES of
 // index / indptr are NOT (that would need a device-to-host copy and a synchronisation: the torch
 // binding checks them before calling). An index outside [0, M) is skipped and offsets are
 // clamped to [0, rows], so bad values give wrong results, never out-of-bounds accesses.

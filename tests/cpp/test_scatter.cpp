@@ -1,12 +1,15 @@
 // scatter / segment_csr / gather against a serial brute-force evaluation of the contract
-// (ascending source order from the identity), compared bitwise; ties, NaN, empty slots, integer
-// wrap-around, bad input, and independence from the thread decomposition.
+// (ascending source order from the identity, long lists by the chunk rule), compared bitwise;
+// ties, NaN, empty slots, integer wrap-around, bad input, and independence from the thread
+// decomposition.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include "pcops/error.hpp"
@@ -23,43 +26,87 @@ struct Ref {
   std::vector<int64_t> arg;
 };
 
-// The contract, one element at a time. index: [io, E, ii].
+// The contract's chunk length (include/pcops/scatter.hpp), written out here so that the oracle
+// does not depend on the library's code.
+constexpr int64_t kChunk = 2048;
+
+template <class T>
+T plain_op(Reduce r, T a, T b) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return r == Reduce::Mul ? a * b : a + b;
+  } else {  // wrap
+    using U = std::make_unsigned_t<std::conditional_t<(sizeof(T) < 4), int32_t, T>>;
+    return static_cast<T>(r == Reduce::Mul ? static_cast<U>(static_cast<U>(a) * static_cast<U>(b))
+                                           : static_cast<U>(static_cast<U>(a) + static_cast<U>(b)));
+  }
+}
+
+// One element's fold of contributions xs (from sources es, ascending) from `start`: sum / mean (the
+// sum; the division is the caller's) / mul by the chunk rule (chunks of kChunk: chunk 0 from start,
+// each later chunk from its first value, partials combined left to right); max / min the strict
+// sequential rule (arg E when nothing replaced the start).
+template <class T>
+std::pair<T, int64_t> fold_list(Reduce r, T start, const std::vector<T>& xs, const std::vector<int64_t>& es, int64_t E) {
+  const size_t n = xs.size();
+  if (r == Reduce::Max || r == Reduce::Min) {
+    T v = start;
+    int64_t arg = E;
+    for (size_t i = 0; i < n; ++i)
+      if (r == Reduce::Max ? xs[i] > v : xs[i] < v) v = xs[i], arg = es[i];
+    return {v, arg};
+  }
+  T acc = start;
+  for (size_t i = 0; i < n && i < static_cast<size_t>(kChunk); ++i) acc = plain_op(r, acc, xs[i]);
+  for (size_t c0 = kChunk; c0 < n; c0 += kChunk) {
+    T part = xs[c0];
+    for (size_t i = c0 + 1; i < n && i < c0 + kChunk; ++i) part = plain_op(r, part, xs[i]);
+    acc = plain_op(r, acc, part);
+  }
+  return {acc, E};
+}
+
+template <class T>
+T identity_of(Reduce r) {
+  return r == Reduce::Mul   ? T(1)
+         : r == Reduce::Max ? std::numeric_limits<T>::lowest()
+         : r == Reduce::Min ? std::numeric_limits<T>::max()
+                            : T(0);
+}
+
+// The contract, one element at a time. index: [io, E, ii]; start: out's entry values with
+// accumulate (nullptr: the identity, and the empty-slot rule).
 template <class T>
 Ref<T> brute(Reduce r, const ReduceShape& s, const std::vector<T>& src, const std::vector<int64_t>& index,
-             int64_t io, int64_t ii, bool floor_mean = true) {
+             int64_t io, int64_t ii, bool floor_mean = true, const std::vector<T>* start = nullptr) {
   const int64_t E = s.src_rows, M = s.out_rows, K = s.inner;
   Ref<T> ref;
   ref.out.assign(static_cast<size_t>(s.outer * M * K), T(0));
   ref.arg.assign(ref.out.size(), E);
+  std::vector<T> xs;
+  std::vector<int64_t> es;
   for (int64_t o = 0; o < s.outer; ++o)
     for (int64_t m = 0; m < M; ++m)
       for (int64_t k = 0; k < K; ++k) {
-        long double acc_i = 0;  // integer sums are exact here (small values)
-        T v = r == Reduce::Mul ? T(1)
-              : r == Reduce::Max ? std::numeric_limits<T>::lowest()
-              : r == Reduce::Min ? std::numeric_limits<T>::max()
-                                 : T(0);
-        int64_t arg = E, cnt = 0;
+        const size_t at = static_cast<size_t>((o * M + m) * K + k);
+        xs.clear();
+        es.clear();
         for (int64_t e = 0; e < E; ++e) {
           const int64_t dst = index[((io == 1 ? 0 : o) * E + e) * ii + (ii == 1 ? 0 : k)];
           if (dst != m) continue;
-          const T x = src[(o * E + e) * K + k];
-          ++cnt;
-          if (r == Reduce::Sum || r == Reduce::Mean) v = static_cast<T>(v + x), acc_i += x;
-          if (r == Reduce::Mul) v = static_cast<T>(v * x);
-          if (r == Reduce::Max && x > v) v = x, arg = e;
-          if (r == Reduce::Min && x < v) v = x, arg = e;
+          xs.push_back(src[(o * E + e) * K + k]);
+          es.push_back(e);
         }
+        auto [v, arg] = fold_list<T>(r, start ? (*start)[at] : identity_of<T>(r), xs, es, E);
+        const int64_t cnt = static_cast<int64_t>(xs.size());
         if (r == Reduce::Mean) {
           if constexpr (std::is_floating_point_v<T>) {
             v = v / static_cast<T>(cnt > 0 ? cnt : 1);
           } else {
-            const long double q = acc_i / (cnt > 0 ? cnt : 1);
+            const long double q = static_cast<long double>(v) / (cnt > 0 ? cnt : 1);
             v = static_cast<T>(floor_mean ? std::floor(q) : std::trunc(q));
           }
         }
-        if ((r == Reduce::Max || r == Reduce::Min) && arg == E) v = T(0);
-        const size_t at = static_cast<size_t>((o * M + m) * K + k);
+        if (!start && (r == Reduce::Max || r == Reduce::Min) && arg == E) v = T(0);
         ref.out[at] = v;
         ref.arg[at] = arg;
       }
@@ -86,6 +133,17 @@ pcops::CpuContext reversed_ctx() {
   return ctx;
 }
 
+// One thread: scatter takes its ungrouped path (sources walked in order, one task per column block).
+pcops::CpuContext single_ctx() {
+  pcops::CpuContext ctx;
+  ctx.num_threads = 1;
+  return ctx;
+}
+
+pcops::CpuContext variant_ctx(int variant) {
+  return variant == 0 ? pcops::CpuContext{} : variant == 1 ? reversed_ctx() : single_ctx();
+}
+
 template <class T>
 void run_case(Reduce r, const ReduceShape& s, int64_t io, int64_t ii, unsigned seed, bool concentrated) {
   std::mt19937 rng(seed);
@@ -96,12 +154,12 @@ void run_case(Reduce r, const ReduceShape& s, int64_t io, int64_t ii, unsigned s
   std::uniform_int_distribution<int64_t> dst(0, s.out_rows - 1);
   for (auto& v : index) v = (concentrated && rng() % 10 != 0) ? 1 : dst(rng);
   const Ref<T> ref = brute<T>(r, s, src, index, io, ii);
-  for (int variant = 0; variant < 2; ++variant) {
+  for (int variant = 0; variant < 3; ++variant) {
     std::vector<T> out(ref.out.size(), T(77));  // sentinel
     std::vector<int64_t> arg(ref.out.size(), -9);
     pcops::ScatterParams p;
     p.reduce = r;
-    const pcops::CpuContext ctx = variant == 0 ? pcops::CpuContext{} : reversed_ctx();
+    const pcops::CpuContext ctx = variant_ctx(variant);
     pcops::cpu::scatter(ctx, p, s, src.data(), index.data(), io, ii, out.data(), arg.data());
     EXPECT_TRUE(same_bits(out, ref.out)) << "reduce " << int(r) << " variant " << variant;
     if (r == Reduce::Max || r == Reduce::Min) EXPECT_EQ(arg, ref.arg);
@@ -120,6 +178,9 @@ TEST(Scatter, AllReductionsMatchBruteForce) {
       run_case<int64_t>(r, {1, 400, 13, 3}, 1, 1, seed++, conc);
       run_case<int32_t>(r, {2, 100, 7, 20}, 2, 20, seed++, conc);
       run_case<float>(r, {1, 20000, 3, 64}, 1, 1, seed++, conc);  // heavy rows split by columns
+      // Lists past the chunk length with several outer rows (own / shared index rows).
+      run_case<float>(r, {2, 5000, 4, 20}, 2, 1, seed++, conc);
+      run_case<double>(r, {3, 4200, 3, 2}, 1, 1, seed++, conc);
     }
   }
 }
@@ -280,17 +341,133 @@ TEST(Scatter, MaxMinColumnBlocksFollowTheSequentialRule) {
             want_arg[m * K + k] = a;
           }
         }
-        std::vector<float> out = acc ? start : std::vector<float>(start.size(), 77.0f);
-        std::vector<int64_t> arg(start.size(), -9);
-        pcops::ScatterParams p;
-        p.reduce = r;
-        p.accumulate = acc;
-        pcops::cpu::scatter({}, p, {1, E, M, K}, src.data(), idx.data(), 1, 1, out.data(), arg.data());
-        EXPECT_TRUE(same_bits(out, want)) << "K " << K << " reduce " << int(r) << " accumulate " << acc;
-        EXPECT_EQ(arg, want_arg) << "K " << K << " reduce " << int(r) << " accumulate " << acc;
+        for (int variant : {0, 1, 2}) {  // direct (two threads, one thread) and grouped (7 threads) paths
+          std::vector<float> out = acc ? start : std::vector<float>(start.size(), 77.0f);
+          std::vector<int64_t> arg(start.size(), -9);
+          pcops::ScatterParams p;
+          p.reduce = r;
+          p.accumulate = acc;
+          pcops::cpu::scatter(variant_ctx(variant), p, {1, E, M, K}, src.data(), idx.data(), 1, 1, out.data(),
+                              arg.data());
+          EXPECT_TRUE(same_bits(out, want)) << "K " << K << " reduce " << int(r) << " accumulate " << acc;
+          EXPECT_EQ(arg, want_arg) << "K " << K << " reduce " << int(r) << " accumulate " << acc;
+        }
       }
     }
   }
+}
+
+// Lists around and far beyond the chunk length: C - 1, C, C + 1, 3C + 5 and ~100k contributions to
+// one destination (interleaved with others), every reduction, with and without start values,
+// shared / per-element / sorted (segment_csr) destinations, NaN inside a long list, against the
+// chunked oracle; the default, a reversed 7-thread (grouped path) and a 1-thread (ungrouped path)
+// decomposition.
+template <class T>
+void long_list_case(Reduce r, int64_t n_long, int64_t K, bool accumulate, unsigned seed) {
+  std::mt19937 rng(seed);
+  const int64_t M = 5, E = n_long + n_long / 3 + 7;
+  std::vector<int64_t> idx(static_cast<size_t>(E));
+  // Destination 2 takes exactly n_long sources spread over [0, E); the others share the rest.
+  std::vector<int64_t> order(static_cast<size_t>(E));
+  for (int64_t e = 0; e < E; ++e) order[e] = e;
+  std::shuffle(order.begin(), order.end(), rng);
+  for (int64_t i = 0; i < E; ++i) idx[order[i]] = i < n_long ? 2 : (i % 2 == 0 ? 0 : 4);
+  std::vector<T> src(static_cast<size_t>(E * K));
+  std::uniform_real_distribution<double> u(-1, 1);
+  for (auto& x : src) {
+    if constexpr (std::is_floating_point_v<T>) {
+      // Mixed magnitudes (so the order of the adds shows in the bits); mul: factors near 1.
+      const int scale = static_cast<int>(rng() % 20);
+      x = r == Reduce::Mul ? static_cast<T>(1 + u(rng) / 256) : static_cast<T>(std::ldexp(u(rng), scale));
+      if (r != Reduce::Mul && rng() % 97 == 0) x = static_cast<T>(rng() % 5) - T(2);  // exact ties
+    } else {
+      x = static_cast<T>(static_cast<int>(rng() % 201) - 100);
+    }
+  }
+  if constexpr (std::is_floating_point_v<T>) {
+    if (r == Reduce::Max || r == Reduce::Min) {  // NaN at a chunk start and inside the long list
+      for (int64_t i = 0, seen = 0; i < E; ++i)
+        if (idx[i] == 2 && (seen++ == kChunk || seen == 7)) src[i * K] = std::numeric_limits<T>::quiet_NaN();
+    }
+  }
+  std::vector<T> start(static_cast<size_t>(M * K));
+  for (auto& x : start) x = static_cast<T>(static_cast<int>(rng() % 7) - 3);
+  const ReduceShape s{1, E, M, K};
+  for (int per_element = 0; per_element < 2; ++per_element) {
+    // Per-element destinations: the same index for every column but column 0, which is rotated.
+    std::vector<int64_t> index = idx;
+    int64_t ii = 1;
+    if (per_element) {
+      ii = K;
+      index.assign(static_cast<size_t>(E * K), 0);
+      for (int64_t e = 0; e < E; ++e)
+        for (int64_t k = 0; k < K; ++k) index[e * K + k] = k == 0 ? (idx[e] + 1) % M : idx[e];
+    }
+    const Ref<T> ref = brute<T>(r, s, src, index, 1, ii, true, accumulate ? &start : nullptr);
+    for (int variant = 0; variant < 3; ++variant) {
+      std::vector<T> out = accumulate ? start : std::vector<T>(start.size(), T(77));
+      std::vector<int64_t> arg(start.size(), -9);
+      pcops::ScatterParams p;
+      p.reduce = r;
+      p.accumulate = accumulate;
+      const pcops::CpuContext ctx = variant_ctx(variant);
+      pcops::cpu::scatter(ctx, p, s, src.data(), index.data(), 1, ii, out.data(), arg.data());
+      EXPECT_TRUE(same_bits(out, ref.out)) << "reduce " << int(r) << " n " << n_long << " K " << K << " accumulate "
+                                           << accumulate << " per_element " << per_element << " variant " << variant;
+      if (r == Reduce::Max || r == Reduce::Min) EXPECT_EQ(arg, ref.arg);
+    }
+  }
+  // segment_csr of the same groups sorted (stable: ascending e inside each destination).
+  if (r != Reduce::Mul && !accumulate) {
+    std::vector<int64_t> perm(static_cast<size_t>(E));
+    for (int64_t e = 0; e < E; ++e) perm[e] = e;
+    std::stable_sort(perm.begin(), perm.end(), [&](int64_t a, int64_t b) { return idx[a] < idx[b]; });
+    std::vector<T> sorted_src(src.size());
+    std::vector<int64_t> sorted_idx(static_cast<size_t>(E)), ptr(M + 1, 0);
+    for (int64_t i = 0; i < E; ++i) {
+      sorted_idx[i] = idx[perm[i]];
+      std::copy_n(src.begin() + perm[i] * K, K, sorted_src.begin() + i * K);
+      ++ptr[sorted_idx[i] + 1];
+    }
+    for (int64_t m = 0; m < M; ++m) ptr[m + 1] += ptr[m];
+    const Ref<T> ref = brute<T>(r, s, sorted_src, sorted_idx, 1, 1, false);
+    std::vector<T> out(start.size(), T(77));
+    std::vector<int64_t> arg(start.size(), -9);
+    pcops::cpu::segment_csr(reversed_ctx(), r, s, sorted_src.data(), ptr.data(), 1, out.data(), arg.data());
+    EXPECT_TRUE(same_bits(out, ref.out)) << "segment_csr reduce " << int(r) << " n " << n_long;
+    if (r == Reduce::Max || r == Reduce::Min) EXPECT_EQ(arg, ref.arg);
+  }
+}
+
+TEST(Scatter, LongListsFollowTheChunkRule) {
+  const Reduce all[] = {Reduce::Sum, Reduce::Mean, Reduce::Mul, Reduce::Min, Reduce::Max};
+  unsigned seed = 100;
+  for (Reduce r : all) {
+    for (int64_t n : {kChunk - 1, kChunk, kChunk + 1, 3 * kChunk + 5}) {
+      for (bool acc : {false, true}) {
+        long_list_case<float>(r, n, 3, acc, seed++);
+        long_list_case<double>(r, n, 2, acc, seed++);
+      }
+    }
+    long_list_case<int32_t>(r, 2 * kChunk + 3, 2, false, seed++);
+    long_list_case<float>(r, 100000, 33, false, seed++);  // many chunks, column blocks
+  }
+}
+
+// The chunk rule is visible in the bits: 1e8 followed by ones. A serial float fold loses every 1
+// (1e8 + 1 rounds back to 1e8); the chunked fold adds chunk 1's exact partial 2048.
+TEST(Scatter, ChunkRuleExample) {
+  const int64_t E = 2 * kChunk;
+  std::vector<float> src(static_cast<size_t>(E), 1.0f);
+  src[0] = 1e8f;
+  const std::vector<int64_t> idx(static_cast<size_t>(E), 0);
+  float out = 0;
+  pcops::cpu::scatter({}, {}, {1, E, 1, 1}, src.data(), idx.data(), 1, 1, &out, nullptr);
+  EXPECT_EQ(out, 1e8f + 2048.0f);
+  float serial = 0;
+  for (float x : src) serial += x;
+  EXPECT_EQ(serial, 1e8f);
+  EXPECT_NE(out, serial);
 }
 
 }  // namespace

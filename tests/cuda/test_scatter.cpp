@@ -2,8 +2,8 @@
 // CPU backend: bitwise equal values and arg outputs for every reduction and type, on uniform,
 // concentrated (one destination receives most sources), empty and NaN inputs, destinations per
 // row and per element, shared and per-row index / offsets, with and without start values (out=);
-// outputs are sentinel-prefilled so an unwritten slot shows. Plus the shape errors, raised before
-// any kernel runs.
+// outputs are sentinel-prefilled so an unwritten slot shows; lists around and far beyond the chunk
+// length of the contract's chunk rule. Plus the shape errors, raised before any kernel runs.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -340,6 +340,83 @@ TEST(CudaScatter, LongListThresholdsAndRounds) {
   expect_long_lists<int64_t>(rng);
   expect_long_lists<int8_t>(rng);
   expect_long_lists<uint8_t>(rng);
+}
+
+// The chunk rule (lists longer than the chunk length C = 2048 fold as chunks combined left to right)
+// on the CUDA chunk path, against the CPU (itself tested against an independent chunked oracle):
+// lists of C - 1, C, C + 1, 2C, 3C + 5 and 4C + 1 sources, through segment_csr, scatter with a
+// shuffled index (with and without start values), sorted scatter (segment_coo) and per-element
+// destinations (neighbouring columns with different chunk counts); NaN / inf inside the lists
+// (random_values), several outer rows with their own index rows, column counts around the warp
+// width.
+constexpr int64_t kChunk = 2048;
+
+template <class T>
+void expect_chunked_lists(std::mt19937& rng) {
+  const std::vector<int64_t> lengths = {kChunk - 1, kChunk, kChunk + 1, 2 * kChunk, 3 * kChunk + 5, 4 * kChunk + 1, 7, 0};
+  std::vector<int64_t> indptr{0};
+  for (int64_t n : lengths) indptr.push_back(indptr.back() + n);
+  const int64_t M = static_cast<int64_t>(lengths.size()), E = indptr.back();
+  std::vector<int64_t> grouped(static_cast<size_t>(E));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t e = indptr[m]; e < indptr[m + 1]; ++e) grouped[e] = m;
+  for (int64_t K : {1, 3, 33}) {
+    const ReduceShape s{K > 3 ? 1 : 2, E, M, K};
+    expect_segment_csr_with<T>(s, indptr, rng);
+    std::vector<int64_t> index = grouped;
+    std::shuffle(index.begin(), index.end(), rng);
+    for (Reduce r : kReduces) {
+      for (bool acc : {false, true}) {
+        ScatterParams p;
+        p.reduce = r;
+        p.accumulate = acc;
+        expect_scatter_with<T>(s, p, index, 1, 1, rng);
+        p.sorted = true;  // segment_coo: the grouped (sorted) index
+        p.integer_mean = pcops::IntegerMean::Trunc;
+        expect_scatter_with<T>(s, p, grouped, 1, 1, rng);
+      }
+    }
+  }
+  // Per-element destinations: column k shifts every destination by k (mod M), so neighbouring
+  // columns have lists of different lengths and chunk counts; two outer rows, own index rows.
+  const int64_t K = 5;
+  const ReduceShape s{2, E, M, K};
+  std::vector<int64_t> index(static_cast<size_t>(2 * E * K));
+  for (int64_t o = 0; o < 2; ++o) {
+    std::vector<int64_t> row = grouped;
+    std::shuffle(row.begin(), row.end(), rng);
+    for (int64_t e = 0; e < E; ++e)
+      for (int64_t k = 0; k < K; ++k) index[(o * E + e) * K + k] = (row[e] + k + o) % M;
+  }
+  for (Reduce r : kReduces) {
+    for (bool acc : {false, true}) {
+      ScatterParams p;
+      p.reduce = r;
+      p.accumulate = acc;
+      expect_scatter_with<T>(s, p, index, 2, K, rng);
+    }
+  }
+}
+
+TEST(CudaScatter, ChunkRuleListsAroundTheChunkLength) {
+  std::mt19937 rng(809);
+  expect_chunked_lists<float>(rng);
+  expect_chunked_lists<double>(rng);
+  expect_chunked_lists<int32_t>(rng);
+  expect_chunked_lists<int64_t>(rng);
+  expect_chunked_lists<int8_t>(rng);
+}
+
+// About a million sources on one destination (about 500 chunks per element), every reduction,
+// with and without start values; float with NaN / inf inside the list, and int32 (wraps).
+TEST(CudaScatter, ChunkRuleMillionSourceDestination) {
+  std::mt19937 rng(810);
+  const Case big{1, int64_t{1} << 20, 64, 4, true, false, 0.95, 0.001};
+  scatter_matrix<float>({big}, false, rng);
+  scatter_matrix<int32_t>({big}, false, rng);
+  const Case wide{2, 40000, 16, 33, false, false, 0.9, 0.001};  // 33 columns: a partial second warp
+  scatter_matrix<float>({wide}, false, rng);
+  scatter_matrix<double>({wide}, true, rng);
 }
 
 template <class T>

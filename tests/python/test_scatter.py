@@ -12,9 +12,28 @@ from conftest import with_threads
 REDUCES = ("sum", "mean", "mul", "min", "max")
 
 
+CHUNK = 2048  # the contract's chunk length (docs/ops/scatter.md), written out here
+
+
+def chunked_fold(vals, start, op):
+    """sum / mul of one element by the contract's chunk rule: a list longer than CHUNK folds
+    consecutive chunks of CHUNK values, chunk 0 from `start`, every later one from its own first
+    value, and combines the partials left to right (a plain serial fold for CHUNK values or fewer)."""
+    acc = start
+    for x in vals[:CHUNK]:
+        acc = op(acc, x)
+    for c0 in range(CHUNK, len(vals), CHUNK):
+        part = vals[c0]
+        for x in vals[c0 + 1:c0 + CHUNK]:
+            part = op(part, x)
+        acc = op(acc, part)
+    return acc
+
+
 def oracle(src: torch.Tensor, index: torch.Tensor, dim: int, size: int, reduce: str):
-    """The contract element by element: ascending source order from the identity (float64 for
-    floats is not used: the same dtype, so the comparison is bitwise)."""
+    """The contract element by element: ascending source order from the identity, long lists by
+    the chunk rule (float64 for floats is not used: the same dtype, so the comparison is
+    bitwise)."""
     src_m = src.movedim(dim, -1).contiguous()
     idx_m = pcops.ops.scatter.broadcast(index, src, dim).movedim(dim, -1).contiguous()
     lead = src_m.shape[:-1]
@@ -25,17 +44,14 @@ def oracle(src: torch.Tensor, index: torch.Tensor, dim: int, size: int, reduce: 
     for r in range(s2.shape[0]):
         for m in range(size):
             sel = (i2[r] == m).nonzero().flatten().tolist()
+            vals = list(s2[r, sel].unbind()) if sel else []
             if reduce in ("sum", "mean"):
-                v = torch.zeros((), dtype=src.dtype)
-                for e in sel:
-                    v = v + s2[r, e]
+                v = chunked_fold(vals, torch.zeros((), dtype=src.dtype), lambda a, b: a + b)
                 if reduce == "mean":
                     c = max(len(sel), 1)
                     v = v / c if src.dtype.is_floating_point else torch.div(v, c, rounding_mode="floor")
             elif reduce == "mul":
-                v = torch.ones((), dtype=src.dtype)
-                for e in sel:
-                    v = v * s2[r, e]
+                v = chunked_fold(vals, torch.ones((), dtype=src.dtype), lambda a, b: a * b)
             else:
                 info = torch.finfo(src.dtype) if src.dtype.is_floating_point else torch.iinfo(src.dtype)
                 v = torch.tensor(info.min if reduce == "max" else info.max, dtype=src.dtype)
@@ -73,6 +89,42 @@ def test_elementwise_index_matches_oracle(gen):
     for reduce in REDUCES:
         out = pcops.scatter(src, index, 1, dim_size=7, reduce=reduce)
         assert torch.equal(out, oracle(src, index, 1, 7, reduce)[0]), reduce
+
+
+def test_long_lists_follow_the_chunk_rule(gen):
+    # One destination with 3 * CHUNK + 5 contributions (4 chunks) among others, values of mixed
+    # magnitude so that the order of the adds shows in the bits; NaN inside the long list for max.
+    n = 3 * CHUNK + 5
+    E = n + 40
+    index = torch.ones(E, dtype=torch.long)
+    perm = torch.randperm(E, generator=gen)
+    index[perm[:20]] = 0
+    index[perm[20:40]] = 2
+    scale = torch.pow(2.0, torch.randint(0, 16, (E, 2), generator=gen).float())
+    src = torch.randn(E, 2, generator=gen) * scale
+    src[(index == 1).nonzero()[CHUNK + 3, 0], 0] = float("nan")
+    for reduce in ("sum", "mean", "max", "min"):
+        out = pcops.scatter(src, index, 0, dim_size=4, reduce=reduce)
+        assert torch.equal(out.nan_to_num(7.0), oracle(src, index, 0, 4, reduce)[0].nan_to_num(7.0)), reduce
+    factors = 1 + torch.rand(E, 2, generator=gen) / 64
+    out = pcops.scatter(factors, index, 0, dim_size=4, reduce="mul")
+    assert torch.equal(out, oracle(factors, index, 0, 4, "mul")[0])
+    # Sorted destinations (segment_csr / segment_coo) follow the same rule.
+    order = torch.sort(index, stable=True).indices
+    ptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(index, minlength=4).cumsum(0)])
+    ref = oracle(src[order], index[order], 0, 4, "sum")[0]
+    assert torch.equal(pcops.segment_csr(src[order], ptr, reduce="sum").nan_to_num(7.0), ref.nan_to_num(7.0))
+    out = pcops.segment_coo(src[order], index[order], dim_size=4)
+    assert torch.equal(out.nan_to_num(7.0), ref.nan_to_num(7.0))
+
+
+def test_chunk_rule_example():
+    # 1e8 then ones: a serial float32 fold loses every 1 (1e8 + 1 rounds back to 1e8); the chunk
+    # rule adds chunk 1's exact partial 2048 (chunk 0 keeps 1e8).
+    src = torch.ones(2 * CHUNK)
+    src[0] = 1e8
+    out = pcops.scatter(src, torch.zeros(2 * CHUNK, dtype=torch.long), dim_size=1)
+    assert out.item() == 1e8 + 2048
 
 
 def test_upstream_example_values():

@@ -2,10 +2,11 @@
 
 torch_scatter 2.1.2 semantics (index broadcasting, output sizes, empty slots, ``out=``), computed
 by pcops' operators: every output element reduces its contributions in ascending source order
-from the reduction's identity (or from ``out``'s value), without atomics, so results are bitwise
-reproducible and independent of the thread count. max/min: ties take the smallest source index,
-NaN never wins, an empty slot (or one whose contributions never beat the start value) is 0 with
-arg = ``src.size(dim)``.
+from the reduction's identity (or from ``out``'s value; a sum / mean / mul list longer than 2048
+in chunks of 2048 combined left to right), without atomics, so results are bitwise
+reproducible, independent of the thread count and equal on CPU and CUDA. max/min: ties take the
+smallest source index, NaN never wins, an empty slot (or one whose contributions never beat the
+start value) is 0 with arg = ``src.size(dim)``.
 """
 
 from __future__ import annotations

@@ -95,6 +95,32 @@ def test_empty(gen):
                         pcops.scatter(src.to(CUDA), index.to(CUDA), 0, dim_size=size, reduce=reduce))
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.int32])
+def test_chunk_rule_long_lists(gen, dtype):
+    # Lists longer than the contract's chunk length (2048): about 1M sources on destination 0,
+    # lists of 2047 / 2049 / 6149 sources on others, NaN / inf inside; out= start values.
+    E = 1 << 20
+    src = values(gen, (E, 3), dtype, nan=0.001)
+    index = indices(gen, (E,), 64, 0.95)
+    index = torch.where((index >= 1) & (index <= 3), index + 3, index)  # 1, 2, 3: exactly the lists below
+    index[torch.randperm(E, generator=gen)[: 2047 + 2049 + 6149]] = torch.repeat_interleave(
+        torch.tensor([1, 2, 3]), torch.tensor([2047, 2049, 6149]))
+    for reduce in REDUCES:
+        assert_same(pcops.scatter(src, index, 0, reduce=reduce),
+                    pcops.scatter(src.to(CUDA), index.to(CUDA), 0, reduce=reduce), f"{dtype} {reduce}")
+        start = values(gen, (64, 3), dtype)
+        a, b = start.clone(), start.to(CUDA)
+        pcops.scatter(src, index, 0, out=a, reduce=reduce)
+        pcops.scatter(src.to(CUDA), index.to(CUDA), 0, out=b, reduce=reduce)
+        assert same_bits(a, b), f"{dtype} out= {reduce}"
+    order = torch.sort(index, stable=True).indices
+    ptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(index, minlength=64).cumsum(0)])
+    for reduce in ["sum", "mean", "min", "max"]:
+        assert_same(pcops.segment_csr(src[order], ptr, reduce=reduce),
+                    pcops.segment_csr(src[order].to(CUDA), ptr.to(CUDA), reduce=reduce),
+                    f"segment_csr {reduce}")
+
+
 def random_indptr(gen, segments, rows):
     cuts = torch.sort(torch.randint(0, rows // 3 + 1, (segments - 1,), generator=gen)).values
     return torch.cat([torch.zeros(1, dtype=torch.long), cuts, torch.tensor([rows])])
