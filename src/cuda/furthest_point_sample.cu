@@ -1424,8 +1424,10 @@ void dispatch(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, i
       return;
     }
   }
-  if (D == 3 && B == 1 && (ov.path.empty() ? N > FpsSortedPolicy::kMinPoints : ov.path == "sorted") &&
-      run_sorted(ctx, ws, a, N)) {
+  // Dense single clouds (a ragged single cloud would work the same way through cloud_ref, but has
+  // not run on a GPU yet).
+  if (D == 3 && B == 1 && a.ragged == nullptr &&
+      (ov.path.empty() ? N > FpsSortedPolicy::kMinPoints : ov.path == "sorted") && run_sorted(ctx, ws, a, N)) {
     return;
   }
   const int64_t grid_sms = std::min<int64_t>(sms, FpsGridPolicy::kMaxBlocks);
