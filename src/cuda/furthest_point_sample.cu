@@ -742,35 +742,37 @@ __global__ void __launch_bounds__(FpsGridPolicy::kThreads, 1)
 }
 
 // ---------------------------------------------------------------------------------------------
-// Sorted path (D = 3, one cloud of more than kMinPoints points, or forced). The cloud is first sorted along
-// a Morton curve (bounding box, 30-bit codes, a stable radix sort, a gather into (x, y, z, index)
-// records), cut into chunks of 64 consecutive sorted points (more for clouds whose summaries
-// would not fit in shared memory), and the chunks are dealt out to the 16 blocks of one
-// non-portable cluster (chunk c to block c mod 16, then to warp (c / 16) mod 32). Every block
-// keeps per chunk its bounding box, its largest m and its winner (largest m, smallest original
-// index, and the winner's coordinates) in shared memory; m itself lives in global memory (L2).
-// Per step, a chunk is folded only when the newest centre can change one of its m: the lower
-// bound lb = squared_distance3(c, clamp(c, box)) is computed with the contract's own operations,
-// and correctly rounded operations are monotone, so lb <= s_j for every point j of the chunk; when
+// Sorted path (D = 3, one dense cloud of more than kMinPoints points, or forced). The cloud is
+// first sorted along a Morton curve (bounding box, 30-bit codes, a stable radix sort, a gather into
+// (x, y, z, index) records) and cut into chunks of kChunk consecutive sorted points, dealt out to
+// the 16 blocks of one non-portable cluster (chunk c to block c mod 16). Every block keeps per
+// chunk its bounding box, its largest m and its winner (largest m, smallest original index, and
+// the winner's coordinates) in shared memory; m itself lives in global memory (L2). Per step, a
+// chunk is folded only when the newest centre can change one of its m: the lower bound
+// lb = squared_distance3(c, clamp(c, box)) is computed with the contract's own operations, and
+// correctly rounded operations are monotone, so lb <= s_j for every point j of the chunk; when
 // lb >= the chunk's largest m, fminf(m_j, s_j) == m_j for all of them and the chunk keeps its
-// winner. Late in a run only the few chunks around the newest centre are folded (four at a time
-// per warp, 8 lanes each), so a step costs a test per chunk, a warp and a block argmax and the
-// cluster exchange of the big-cluster path. The fold is the same per point, so the result is the
-// contract's bit for bit. Clouds with a coordinate that is not finite or not below 2^61 fold
-// every chunk at every step (the generic fold).
+// winner. A step: (a) every thread tests its chunks and appends the reachable ones to a list,
+// (b) a warp folds each listed chunk, (c) a block argmax over the chunk winners, then the cluster
+// exchange of the big-cluster path. Late in a run only the few chunks around the newest centre
+// are folded. The fold is the same per point, so the result is the contract's bit for bit.
+// Clouds with a coordinate that is not finite or not below 2^61 fold every chunk at every step
+// (the generic fold).
 
 struct FpsSortedPolicy {
   static constexpr int kCluster = 16;
   static constexpr int kThreads = 1024;
-  static constexpr int kChunk = 64;       // points per chunk (doubled until the summaries fit)
+  static constexpr int kChunk = 256;  // points per chunk: 8 per lane of the warp that folds it
+  static constexpr int kPerLane = kChunk / 32;
   static constexpr int kMortonBits = 10;  // per axis
   static constexpr int kBoxBlocks = 264;  // blocks of the bounding-box pass
   static constexpr size_t kMaxSmem = 200 * 1024;
-  // Single clouds above this size take the sorted path by default. Measured on an H200 (shell
-  // clouds, 1024 samples): 200k points 2.66 ms sorted vs 2.04 ms grid; 1M 2.91 vs 3.01; 4M 6.9 ms
-  // vs 65 ms on the streaming path. A sorted step costs about 2.4 us whatever the cloud size
-  // (the chain of test, fold, warp / block argmax and cluster exchange); the grid path's step
-  // grows with the points per thread.
+  // Single clouds above this size take the sorted path by default. Measured on an H200 (1024
+  // samples from a 1M-point shell): 2.30 ms sorted vs 3.01 ms on the grid path. A variant with
+  // chunks of 64 points folded four per warp took 2.91 ms (200k: 2.66 ms vs 2.04 ms grid; 4M:
+  // 6.9 ms vs 65 ms streaming): a sorted step costs about 2 us whatever the cloud size (the
+  // chain of chunk test, fold, block argmax and cluster exchange), the grid path's step grows
+  // with the points per thread.
   static constexpr int64_t kMinPoints = 700000;
 };
 
@@ -901,96 +903,78 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// Folds (kInit: initialises) up to 4 chunks at once, 8 lanes per chunk: lane group q = lane / 8
-// takes slot k_q of this warp (k_q < 0: none), i.e. chunk i = warp + 32 k_q of the block (global
-// chunk rank + 16 i), sub-lane s = lane % 8 the points c * chunk + s + 8 u. The chunk's summary
-// (and at kInit its bounding box) goes into wmeta[k_q], the warp's summaries (slot-major, so that
-// the lanes of a warp read consecutive summaries: no bank conflicts).
+// One warp folds (or, at step 0, initialises) chunk `c` and writes its summary into `meta`.
 template <bool kFinite, bool kInit>
-__device__ __forceinline__ void fps_sorted_fold(const float4* __restrict__ pts, float* __restrict__ mg, int k,
-                                                int rank, int warp, int chunk, float cx, float cy, float cz,
-                                                bool skip, int lane, ChunkMeta* wmeta) {
-  constexpr int C = FpsSortedPolicy::kCluster;
-  constexpr int U = 8;  // loads in flight per lane
+__device__ __forceinline__ void fps_sorted_chunk(const float4* __restrict__ pts, float* __restrict__ mg, int64_t c,
+                                                 float cx, float cy, float cz, bool skip, int lane, ChunkMeta& meta) {
+  constexpr int L = FpsSortedPolicy::kPerLane;
+  const int64_t p0 = c * FpsSortedPolicy::kChunk + lane;
+  float4 v[L];
+  float mm[L];
+#pragma unroll
+  for (int u = 0; u < L; ++u) v[u] = pts[p0 + u * 32];
+  if constexpr (!kInit) {
+#pragma unroll
+    for (int u = 0; u < L; ++u) mm[u] = mg[p0 + u * 32];
+  }
   int bkey = kNoKey;
   unsigned bidx = kNoIndex;
   float bx = 0.0f, by = 0.0f, bz = 0.0f;
   float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
-  if (k >= 0) {
-    const int64_t i = warp + int64_t{32} * k;
-    const int64_t base = (rank + static_cast<int64_t>(C) * i) * chunk + (lane & 7);
-    for (int u0 = 0; u0 < chunk; u0 += 8 * U) {
-      float4 v[U];
-      float mm[U];
 #pragma unroll
-      for (int u = 0; u < U; ++u) v[u] = pts[base + u0 + 8 * u];
-      if constexpr (!kInit) {
-#pragma unroll
-        for (int u = 0; u < U; ++u) mm[u] = mg[base + u0 + 8 * u];
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) {
-        const unsigned idx = __float_as_uint(v[u].w);
-        if constexpr (kInit) {
-          mm[u] = (!skip || eligible(v[u].x, v[u].y, v[u].z)) ? INFINITY : -1.0f;
-          if (idx != kNoIndex) {
-            lo[0] = fminf(lo[0], v[u].x), lo[1] = fminf(lo[1], v[u].y), lo[2] = fminf(lo[2], v[u].z);
-            hi[0] = fmaxf(hi[0], v[u].x), hi[1] = fmaxf(hi[1], v[u].y), hi[2] = fmaxf(hi[2], v[u].z);
-          }
-        } else {
-          mm[u] = fold_as<kFinite>(mm[u], common::squared_distance3(cx, cy, cz, v[u].x, v[u].y, v[u].z));
-        }
-        const int key = idx == kNoIndex ? kNoKey : key_of(mm[u]);
-        if (key > bkey || (key == bkey && idx < bidx)) bkey = key, bidx = idx, bx = v[u].x, by = v[u].y, bz = v[u].z;
-      }
-#pragma unroll
-      for (int u = 0; u < U; ++u) mg[base + u0 + 8 * u] = mm[u];
-    }
-  }
-  // (largest key, smallest index) over the 8 lanes of each group: a butterfly inside the group.
-#pragma unroll
-  for (int off = 4; off > 0; off >>= 1) {
-    const int k2 = __shfl_xor_sync(kFull, bkey, off);
-    const unsigned i2 = __shfl_xor_sync(kFull, bidx, off);
-    const float x2 = __shfl_xor_sync(kFull, bx, off), y2 = __shfl_xor_sync(kFull, by, off),
-                z2 = __shfl_xor_sync(kFull, bz, off);
-    if (k2 > bkey || (k2 == bkey && i2 < bidx)) bkey = k2, bidx = i2, bx = x2, by = y2, bz = z2;
+  for (int u = 0; u < L; ++u) {
+    const unsigned idx = __float_as_uint(v[u].w);
     if constexpr (kInit) {
-#pragma unroll
-      for (int d = 0; d < 3; ++d) {
-        lo[d] = fminf(lo[d], __shfl_xor_sync(kFull, lo[d], off));
-        hi[d] = fmaxf(hi[d], __shfl_xor_sync(kFull, hi[d], off));
+      mm[u] = (!skip || eligible(v[u].x, v[u].y, v[u].z)) ? INFINITY : -1.0f;
+      if (idx != kNoIndex) {
+        lo[0] = fminf(lo[0], v[u].x), lo[1] = fminf(lo[1], v[u].y), lo[2] = fminf(lo[2], v[u].z);
+        hi[0] = fmaxf(hi[0], v[u].x), hi[1] = fmaxf(hi[1], v[u].y), hi[2] = fmaxf(hi[2], v[u].z);
       }
+    } else {
+      mm[u] = fold_as<kFinite>(mm[u], common::squared_distance3(cx, cy, cz, v[u].x, v[u].y, v[u].z));
     }
+    const int key = idx == kNoIndex ? kNoKey : key_of(mm[u]);
+    if (key > bkey || (key == bkey && idx < bidx)) bkey = key, bidx = idx, bx = v[u].x, by = v[u].y, bz = v[u].z;
   }
-  if (k >= 0 && (lane & 7) == 0) {
-    ChunkMeta& mt = wmeta[k];
+#pragma unroll
+  for (int u = 0; u < L; ++u) mg[p0 + u * 32] = mm[u];
+  int wkey;
+  unsigned widx;
+  warp_argmax(bkey, bidx, wkey, widx);
+  const int src = __ffs(__ballot_sync(kFull, bkey == wkey && bidx == widx)) - 1;
+  bx = __shfl_sync(kFull, bx, src);
+  by = __shfl_sync(kFull, by, src);
+  bz = __shfl_sync(kFull, bz, src);
+  if constexpr (kInit) {
+    int safe = 1;
+    box_merge(lo, hi, safe, kFull);
+  }
+  if (lane == 0) {
     if constexpr (kInit) {
-      for (int d = 0; d < 3; ++d) mt.lo[d] = lo[d], mt.hi[d] = hi[d];
+      for (int d = 0; d < 3; ++d) meta.lo[d] = lo[d], meta.hi[d] = hi[d];
     }
-    mt.maxm = bkey == kNoKey ? -INFINITY : __int_as_float(bkey);
-    mt.key = bkey;
-    mt.idx = bidx;
-    mt.wx = bx, mt.wy = by, mt.wz = bz;
+    meta.maxm = wkey == kNoKey ? -INFINITY : __int_as_float(wkey);
+    meta.key = wkey;
+    meta.idx = widx;
+    meta.wx = bx, meta.wy = by, meta.wz = bz;
   }
 }
 
-// Chunk i of block `rank` is global chunk rank + 16 i; warp w owns the chunks i = w + 32 k (slot
-// k). Per step a warp tests its slots, folds the reachable chunks four at a time, and reduces its
-// chunk winners; one barrier, then warp 0 sends the block winner to the cluster (as the big-cluster
-// kernel does) and every warp reduces the 16 block winners.
 __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
     fps_sorted_kernel(FpsArgs A, const float4* __restrict__ pts, float* __restrict__ mg, const SortedCloud* cloud,
-                      int64_t chunks, int chunk, int nslots) {
+                      int64_t chunks) {
   constexpr int C = FpsSortedPolicy::kCluster;
   constexpr int T = FpsSortedPolicy::kThreads;
   constexpr int W = T / 32;
   constexpr unsigned kStepBytes = C * 20;
-  static_assert(W == 32 && C <= 32, "one warp winner / block record per lane");
+  static_assert(W <= 32 && C <= 32, "one warp winner / block record per lane");
   extern __shared__ float4 dyn[];
-  __shared__ WarpSlot wins[2][W];
+  __shared__ int red_key[2][W];
+  __shared__ unsigned red_idx[2][W];
+  __shared__ int red_pos[2][W];
   __shared__ WarpSlot slots[2][C];
   __shared__ unsigned long long bars[2];
+  __shared__ int nact[2];
 
   const int rank = blockIdx.x;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -1001,28 +985,17 @@ __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
   }
   if (info.steps <= 0) return;  // uniform over the cluster, before any remote access
 
-  const int cpb = static_cast<int>((chunks - rank + C - 1) / C);  // this block's chunks
-  const int slots_w = cpb > warp ? (cpb - warp + W - 1) / W : 0;   // this warp's chunks
-  ChunkMeta* wmeta = reinterpret_cast<ChunkMeta*>(dyn) + warp * nslots;  // this warp's summaries
+  const int cpb = static_cast<int>((chunks - rank + C - 1) / C);  // this block's chunks: rank + C * i
+  ChunkMeta* meta = reinterpret_cast<ChunkMeta*>(dyn);
+  int* list = reinterpret_cast<int*>(meta + ((chunks + C - 1) / C));
   const bool finite = cloud->safe != 0;
   const bool skip = A.skip;
-  // Slot batch k0: lane l tests slot k0 + l; the set bits are then folded four at a time.
-  const auto fold_set = [&](auto finite_c, auto init_c, unsigned mask, int k0, float cx, float cy, float cz) {
-    for (int n0 = 0; mask != 0 && n0 < __popc(mask); n0 += 4) {
-      const int n = n0 + (lane >> 3);
-      int k = -1;
-      if (n < __popc(mask)) k = k0 + static_cast<int>(__fns(mask, 0, n + 1));
-      fps_sorted_fold<decltype(finite_c)::value, decltype(init_c)::value>(pts, mg, k, rank, warp, chunk, cx, cy, cz,
-                                                                          skip, lane, wmeta);
-    }
-  };
-  for (int k0 = 0; k0 < slots_w; k0 += 32) {
-    const unsigned mask = __ballot_sync(kFull, k0 + lane < slots_w);
-    fold_set(std::true_type{}, std::true_type{}, mask, k0, 0.0f, 0.0f, 0.0f);
-  }
+  for (int i = warp; i < cpb; i += W)
+    fps_sorted_chunk<true, true>(pts, mg, rank + static_cast<int64_t>(C) * i, 0.0f, 0.0f, 0.0f, skip, lane, meta[i]);
   float cx = coord(A, info, info.start, 0), cy = coord(A, info, info.start, 1), cz = coord(A, info, info.start, 2);
   if (rank == 0 && tid == 0) o[0] = info.first + info.start;
   if (tid == 0) {
+    nact[0] = nact[1] = 0;
     mbar_init(smem_addr(&bars[0]), 1);
     mbar_init(smem_addr(&bars[1]), 1);
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
@@ -1030,21 +1003,18 @@ __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
     mbar_arm(smem_addr(&bars[0]), kStepBytes);  // step 2
   }
   cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();  // every block started, mbarriers initialised
+  cluster.sync();  // every block started, mbarriers initialised, chunk summaries ready
 
   const auto run = [&](auto finite_c) {
     constexpr bool kFinite = decltype(finite_c)::value;
     for (int64_t t = 1; t < info.steps; ++t) {
       const int par = static_cast<int>(t & 1);
-      // The warp's chunks the newest centre can change, folded; then the warp's best chunk.
-      int bkey = kNoKey;
-      unsigned bidx = kNoIndex;
-      float bx = 0.0f, by = 0.0f, bz = 0.0f;
-      for (int k0 = 0; k0 < slots_w; k0 += 32) {
-        const int k = k0 + lane;
+      // (a) The chunks the newest centre can change, appended to `list` (any order).
+      for (int i0 = 0; i0 < cpb; i0 += T) {
+        const int i = i0 + tid;
         bool act = false;
-        if (k < slots_w) {
-          const ChunkMeta& mt = wmeta[k];
+        if (i < cpb) {
+          const ChunkMeta& mt = meta[i];
           if constexpr (kFinite) {
             const float qx = fminf(fmaxf(cx, mt.lo[0]), mt.hi[0]);
             const float qy = fminf(fmaxf(cy, mt.lo[1]), mt.hi[1]);
@@ -1054,30 +1024,50 @@ __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
             act = mt.key != kNoKey;
           }
         }
-        fold_set(finite_c, std::false_type{}, __ballot_sync(kFull, act), k0, cx, cy, cz);
-        __syncwarp();
-        if (k < slots_w) {
-          const ChunkMeta& mt = wmeta[k];
-          if (mt.key > bkey || (mt.key == bkey && mt.idx < bidx)) bkey = mt.key, bidx = mt.idx, bx = mt.wx, by = mt.wy, bz = mt.wz;
+        const unsigned mask = __ballot_sync(kFull, act);
+        if (mask != 0) {
+          int base = 0;
+          if (lane == 0) base = atomicAdd(&nact[par], __popc(mask));
+          base = __shfl_sync(kFull, base, 0);
+          if (act) list[base + __popc(mask & ((1u << lane) - 1u))] = i;
         }
+      }
+      __syncthreads();
+      // (b) Fold them, a warp per chunk.
+      const int na = nact[par];
+      if (tid == 0) nact[par ^ 1] = 0;  // read last at step t - 1, before this step's barrier
+      for (int a = warp; a < na; a += W) {
+        const int i = list[a];
+        fps_sorted_chunk<kFinite, false>(pts, mg, rank + static_cast<int64_t>(C) * i, cx, cy, cz, skip, lane, meta[i]);
+      }
+      __syncthreads();
+      // (c) Block argmax over the chunk winners.
+      int bkey = kNoKey, bpos = -1;
+      unsigned bidx = kNoIndex;
+      for (int i = tid; i < cpb; i += T) {
+        const int key = meta[i].key;
+        const unsigned idx = meta[i].idx;
+        if (key > bkey || (key == bkey && idx < bidx)) bkey = key, bidx = idx, bpos = i;
       }
       int wkey;
       unsigned widx;
       warp_argmax(bkey, bidx, wkey, widx);
       int src = __ffs(__ballot_sync(kFull, bkey == wkey && bidx == widx)) - 1;
-      bx = __shfl_sync(kFull, bx, src);
-      by = __shfl_sync(kFull, by, src);
-      bz = __shfl_sync(kFull, bz, src);
-      if (lane == 0) wins[par][warp] = WarpSlot{wkey, widx, bx, by, bz, 0.0f, 0.0f, 0.0f};
-      // wins[par] is rewritten at step t + 2, after the step t + 1 barrier, which warp 0 passes
-      // only after reading it here.
+      const int wpos = __shfl_sync(kFull, bpos, src);
+      if (lane == 0) {
+        red_key[par][warp] = wkey;
+        red_idx[par][warp] = widx;
+        red_pos[par][warp] = wpos;
+      }
       __syncthreads();
       if (warp == 0) {
-        const WarpSlot s = wins[par][lane];
-        warp_argmax(s.key, s.idx, wkey, widx);
-        src = __ffs(__ballot_sync(kFull, s.key == wkey && s.idx == widx)) - 1;
-        const float px = __shfl_sync(kFull, s.x, src), py = __shfl_sync(kFull, s.y, src),
-                    pz = __shfl_sync(kFull, s.z, src);
+        const int k = lane < W ? red_key[par][lane] : kNoKey;
+        const unsigned x = lane < W ? red_idx[par][lane] : kNoIndex;
+        warp_argmax(k, x, wkey, widx);
+        src = __ffs(__ballot_sync(kFull, k == wkey && x == widx)) - 1;
+        const int pos = __shfl_sync(kFull, lane < W ? red_pos[par][lane] : -1, src);
+        float px = 0.0f, py = 0.0f, pz = 0.0f;
+        if (pos >= 0) px = meta[pos].wx, py = meta[pos].wy, pz = meta[pos].wz;
         // Slots of step t are rewritten at step t + 2 only (see the big-cluster kernel).
         if (lane < C) {
           const unsigned dst = cluster_addr(smem_addr(&slots[par][rank]), static_cast<unsigned>(lane));
@@ -1311,19 +1301,15 @@ bool run_bigcluster(const CudaContext& ctx, Launch a, int64_t B, int64_t N) {
   return ok;
 }
 
-// Sorted path for one cloud of N slots; returns false for 2^31 slots or more, or when the cluster
-// cannot be resident (the grid or streaming path takes the cloud then).
+// Sorted path for one cloud of N slots; returns false when its chunk summaries do not fit in
+// shared memory (more than about 16M points) or the cluster cannot be resident (the grid or
+// streaming path takes the cloud then).
 bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, int64_t N) {
   using P = FpsSortedPolicy;
-  if (N >= int64_t{1} << 31) return false;
-  // Chunk summaries: 32 warps x `slots` per block (block 0 has the most chunks).
-  int64_t chunk = P::kChunk, slots = 0;
-  for (;; chunk *= 2) {
-    slots = detail::ceil_div(detail::ceil_div(detail::ceil_div(N, chunk), int64_t{P::kCluster}), int64_t{32});
-    if (slots * 32 * int64_t{sizeof(ChunkMeta)} <= static_cast<int64_t>(P::kMaxSmem)) break;
-  }
-  const int64_t chunks = detail::ceil_div(N, chunk);
-  const size_t smem = static_cast<size_t>(slots) * 32 * sizeof(ChunkMeta);
+  const int64_t chunks = detail::ceil_div(N, int64_t{P::kChunk});
+  const int64_t per_block = detail::ceil_div(chunks, int64_t{P::kCluster});
+  const size_t smem = static_cast<size_t>(per_block) * (sizeof(ChunkMeta) + sizeof(int));
+  if (smem > P::kMaxSmem || N >= int64_t{1} << 31) return false;
   auto kernel = fps_sorted_kernel;
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
@@ -1365,14 +1351,13 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
   PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, dk, dv, N, 0, 31, stream));
   void* temp = ws.bytes(temp_bytes);
   PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, dk, dv, N, 0, 31, stream));
-  const int64_t padded = chunks * chunk;
+  const int64_t padded = chunks * P::kChunk;
   auto* pts = static_cast<float4*>(ws.bytes(static_cast<size_t>(padded) * sizeof(float4)));
   float* mg = ws.alloc<float>(padded);
   detail::launch(ctx, fps_gather_kernel, dim3(blocks), dim3(256), 0, a, static_cast<const unsigned*>(dv.Current()), N,
                  padded, pts);
   PCOPS_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a, static_cast<const float4*>(pts), mg,
-                                      static_cast<const SortedCloud*>(cloud), chunks, static_cast<int>(chunk),
-                                      static_cast<int>(slots)));
+                                      static_cast<const SortedCloud*>(cloud), chunks));
   return true;
 }
 

@@ -180,7 +180,7 @@ TEST(CudaFurthestPointSample, ExchangeTagsWrapAfter65536Steps) {
   expect_same(pcops_test::uniform_cloud(rng, 1, 131073, 3), p);  // grid, 65 blocks
   {
     const ForcePath sorted("sorted");
-    expect_same(pcops_test::uniform_cloud(rng, 1, 131073, 3), p);  // 2049 chunks of 64
+    expect_same(pcops_test::uniform_cloud(rng, 1, 131073, 3), p);  // 513 chunks of 256
   }
   expect_same(pcops_test::uniform_cloud(rng, 1, 3000, 2), p);   // streaming
   expect_same(pcops_test::uniform_cloud(rng, 2, 8192, 3), p);   // cluster of 8
@@ -205,9 +205,8 @@ TEST(CudaFurthestPointSample, SortedPathSizesTiesAndRules) {
   std::mt19937 rng(31);
   {
     const ForcePath sorted("sorted");
-    // Fewer chunks than blocks (chunks of 64), partial last chunks, fewer and more chunks than
-    // warps per block, more than one batch of 32 slots per warp.
-    for (int64_t n : {1, 2, 63, 64, 65, 1023, 1024, 1025, 20000, 70000}) {
+    // Fewer chunks than blocks (chunks of 256), partial last chunks, a few chunks per block.
+    for (int64_t n : {1, 2, 63, 255, 256, 257, 4095, 4096, 4097, 20000, 70000}) {
       SCOPED_TRACE(n);
       const Cloud c = pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f);
       expect_same(c, params_of(std::min<int64_t>(n + 5, 700), n / 2));
@@ -260,7 +259,7 @@ TEST(CudaFurthestPointSample, SortedPathSizesTiesAndRules) {
   // register capacity (it took the streaming path before), skip_near_origin.
   const int64_t big = int64_t{num_sms()} * 512 * 16 + 12345;
   expect_same(pcops_test::shell_cloud(rng, big), params_of(300, 11));
-  // Past 16 * 4266 chunks of 64 points the chunks grow to 128 points (summaries in 200 KB).
+  // 4.5M points: 17578 chunks, 1099 per block (more chunks than threads of a block).
   expect_same(pcops_test::uniform_cloud(rng, 1, 4500000, 3, -1.0f, 1.0f), params_of(64, 2));
   Cloud sk = pcops_test::uniform_cloud(rng, 1, 750000, 3, -1.0f, 1.0f);
   for (int64_t j = 0; j < 750000; j += 7) sk.at(0, j, 0) = sk.at(0, j, 1) = sk.at(0, j, 2) = 0.0f;
