@@ -335,22 +335,6 @@ void scan_list(const uint8_t* code, int64_t size, int64_t M_rt, const float* lut
   for (int64_t i0 = 0; i0 < size; i0 += kChunk) {
     const int64_t n = std::min(kChunk, size - i0);
     int64_t i = 0;
-    // Four codes at a time: four independent chains of M dependent adds (each still in m order).
-    for (; i + 4 <= n; i += 4) {
-      const uint8_t* c = code + (i0 + i) * M;
-      float s0 = lut[c[0]], s1 = lut[c[M]], s2 = lut[c[2 * M]], s3 = lut[c[3 * M]];
-      for (int64_t m = 1; m < M; ++m) {
-        const float* row = lut + m * kK;
-        s0 = s0 + row[c[m]];
-        s1 = s1 + row[c[M + m]];
-        s2 = s2 + row[c[2 * M + m]];
-        s3 = s3 + row[c[3 * M + m]];
-      }
-      dist[i] = rank_key(d0 + s0, ip);
-      dist[i + 1] = rank_key(d0 + s1, ip);
-      dist[i + 2] = rank_key(d0 + s2, ip);
-      dist[i + 3] = rank_key(d0 + s3, ip);
-    }
     for (; i < n; ++i) {
       const uint8_t* c = code + (i0 + i) * M;
       float sum = lut[c[0]];
