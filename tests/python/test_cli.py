@@ -467,3 +467,26 @@ def test_flat_run_case_and_missing_device_kernel():
         assert "no CUDA kernel" in pc.missing_kernel("cuda")
     assert {p.name for p in peers_for("flat_knn_graph", device="cuda")} == {"pcops", "torch cdist+topk"}
     assert {p.name for p in peers_for("radius_graph", device="cuda")} == {"pcops", "torch mask"}
+
+
+def test_cuda_probe_table_borrows_peers_of_an_earlier_run():
+    from pcops.bench.report import probe_markdown
+
+    def row(case, ms, peers=None):
+        r = {"case": case, "pcops_ms": ms, "target_ms": 1.0, "exact_vs_cpu": True}
+        if peers is not None:
+            r["peers"] = peers
+        return r
+
+    earlier = {"results": [row("fps a", 2.0, {"torch loop": {"ms": 60.0, "mismatches": 0}})]}
+    quick = {"environment": {"gpu": "G"}, "results": [row("fps a", 0.5), row("fps b", 2.0)]}
+    text = probe_markdown(quick, "new.json", earlier, "old.json")
+    lines = [l for l in text.splitlines() if l.startswith("| fps")]
+    assert lines[0].split(" | ")[5:] == ["torch loop*", "60.00 ms", "0", "120.0x |"]
+    assert lines[0].split(" | ")[3] == "yes" and lines[1].split(" | ")[3] == "**no**"
+    assert lines[1].split(" | ")[5] == "-"  # no earlier peer for this case
+    assert "old.json" in text
+    # A run with its own peers keeps them, unmarked, and no footnote.
+    own = {"results": [row("fps a", 0.5, {"torch loop": {"ms": 5.0, "mismatches": 3}})]}
+    text = probe_markdown(own, "new.json", earlier, "old.json")
+    assert "| torch loop | 5.00 ms | 3 | 10.0x |" in text and "old.json" not in text

@@ -259,9 +259,12 @@ def merge(docs: list[dict]) -> dict:
     return out
 
 
-def probe_markdown(doc: dict, source: str) -> str:
-    """The CUDA target table of benchmarks/scripts/cuda_probe.py (a ``cuda-probe-*.json``)."""
+def probe_markdown(doc: dict, source: str, peer_doc: dict | None = None, peer_source: str | None = None) -> str:
+    """The CUDA target table of benchmarks/scripts/cuda_probe.py (a ``cuda-probe-*.json``). Cases
+    that ``doc`` measured without peers (``--quick``) take their peer columns from ``peer_doc``
+    (an earlier probe), marked with an asterisk."""
     env = doc.get("environment", {})
+    earlier = {r["case"]: r.get("peers") for r in (peer_doc or {}).get("results", []) if r.get("peers")}
     lines = [
         "## Targets of the CUDA backend",
         "",
@@ -274,15 +277,21 @@ def probe_markdown(doc: dict, source: str) -> str:
         "| case | pcops | target | met | exact | peer | peer time | peer mismatches | ratio |",
         "|---|---:|---:|---|---|---|---:|---:|---:|",
     ]
+    borrowed = False
     for r in doc.get("results", []):
-        peers = r.get("peers") or {"": {}}
-        for name, p in peers.items():
+        peers, mark = r.get("peers"), ""
+        if not peers and r["case"] in earlier:
+            peers, mark, borrowed = earlier[r["case"]], "*", True
+        for name, p in (peers or {"": {}}).items():
             pt = p.get("ms")
             lines.append("| " + " | ".join([
                 r["case"], f"{r['pcops_ms']:.3f} ms", f"{r['target_ms']:g} ms",
                 "yes" if r["pcops_ms"] <= r["target_ms"] else "**no**", "yes" if r.get("exact_vs_cpu") else "**no**",
-                name or "-", f"{pt:.2f} ms" if pt is not None else p.get("error", "-"),
+                (name + mark) if name else "-", f"{pt:.2f} ms" if pt is not None else p.get("error", "-"),
                 str(p.get("mismatches", "-")), f"{pt / r['pcops_ms']:.1f}x" if pt else "-"]) + " |")
+    if borrowed:
+        lines += ["", f"\\* peer measured in the earlier run `{peer_source}` (same script, same GPU); this run "
+                      "timed pcops only."]
     lines.append("")
     return "\n".join(lines)
 
@@ -298,8 +307,16 @@ def write_report(json_path: str | Path | list, docs_path: str | Path = "docs/ben
     if (doc.get("environment") or {}).get("gpu"):
         probe = latest_json(Path(paths[-1]).parent, "cuda-probe")
         if probe is not None:
+            # The newest earlier probe that timed peers fills in a --quick run's peer columns.
+            earlier = None
+            for cand in sorted(Path(paths[-1]).parent.glob("cuda-probe-*.json"), reverse=True):
+                if cand != probe and any(r.get("peers") for r in load(cand).get("results", [])):
+                    earlier = cand
+                    break
             head, _, tail = text.partition("## Environment")
-            text = head + probe_markdown(load(probe), f"benchmarks/results/{probe.name}") + "\n## Environment" + tail
+            text = head + probe_markdown(
+                load(probe), f"benchmarks/results/{probe.name}", load(earlier) if earlier else None,
+                f"benchmarks/results/{earlier.name}" if earlier else None) + "\n## Environment" + tail
     docs_path.write_text(text)
     png = plot(doc, docs_path.with_suffix(".png"))
     return docs_path, png
