@@ -1,8 +1,10 @@
 // torch.classes.pcops.IVFPQIndex: the IVF-PQ index (contract: include/pcops/ivfpq.hpp) as a
-// TorchScript custom class over CPU tensors. The Python class pcops.IVFPQIndex wraps it and
-// converts NumPy arrays.
+// TorchScript custom class over CPU tensors, and torch.ops.pcops._ivfpq_search, the CUDA search
+// over a device copy of its lists. The Python class pcops.IVFPQIndex wraps both and converts
+// NumPy arrays.
 #include <torch/custom_class.h>
 
+#include <cstring>
 #include <memory>
 #include <string>
 
@@ -132,6 +134,28 @@ struct IVFPQIndexHolder : torch::CustomClassHolder {
     if (!v.empty()) std::memcpy(t.data_ptr<uint8_t>(), v.data(), v.size());
     return t;
   }
+  // The lists in CSR form, as the CUDA search takes them: offsets [nlist + 1], ids [ntotal],
+  // codes [ntotal, M] (lists concatenated in list order, each in its own order).
+  std::tuple<at::Tensor, at::Tensor, at::Tensor> lists_csr() const {
+    const int64_t nlist = p().nlist, M = p().M, total = index->ntotal();
+    at::Tensor offsets = at::empty({nlist + 1}, at::kLong);
+    at::Tensor ids = at::empty({total}, at::kLong);
+    at::Tensor codes = at::empty({total, M}, at::kByte);
+    int64_t* o = offsets.data_ptr<int64_t>();
+    int64_t at_row = 0;
+    for (int64_t l = 0; l < nlist; ++l) {
+      o[l] = at_row;
+      const std::vector<int64_t>& li = index->list_ids(l);
+      const std::vector<uint8_t>& lc = index->list_codes(l);
+      if (!li.empty()) {
+        std::memcpy(ids.data_ptr<int64_t>() + at_row, li.data(), li.size() * sizeof(int64_t));
+        std::memcpy(codes.data_ptr<uint8_t>() + at_row * M, lc.data(), lc.size());
+      }
+      at_row += static_cast<int64_t>(li.size());
+    }
+    o[nlist] = at_row;
+    return {offsets, ids, codes};
+  }
   void save(const std::string& path) const {
     translate_errors([&] { index->save(path); });
   }
@@ -140,9 +164,69 @@ struct IVFPQIndexHolder : torch::CustomClassHolder {
   }
 };
 
+#if PCOPS_TORCH_CUDA
+// The CUDA search (cuda::ivfpq_search, bitwise equal to the CPU search) over a device copy of an
+// index: centroids [nlist, dim] float32, codebooks [M, 256, dsub] float32, list_offsets
+// [nlist + 1] int64, ids [ntotal] int64, codes [ntotal, M] uint8 on the queries' device, and
+// list_sizes [nlist] int64 on the CPU.
+std::tuple<at::Tensor, at::Tensor> ivfpq_search_cuda(const at::Tensor& centroids, const at::Tensor& codebooks,
+                                                     const at::Tensor& list_offsets, const at::Tensor& ids,
+                                                     const at::Tensor& codes, const at::Tensor& list_sizes,
+                                                     int64_t dim, int64_t nlist, int64_t M, const std::string& metric,
+                                                     bool by_residual, const at::Tensor& queries_in, int64_t k,
+                                                     int64_t nprobe) {
+  const c10::cuda::CUDAGuard guard(queries_in.device());
+  IvfPqParams p{dim, nlist, M, 8, parse_metric(metric), by_residual};
+  translate_errors([&] { core::validate_ivfpq_params(p); });
+  TORCH_CHECK_VALUE(queries_in.dim() == 2 && queries_in.size(1) == dim, "queries: expected shape [n, ", dim,
+                    "], got ", queries_in.sizes());
+  TORCH_CHECK_VALUE(k >= 0, "k: expected >= 0, got ", k);
+  TORCH_CHECK_VALUE(nprobe >= 1 && nprobe <= nlist, "nprobe: expected a value in [1, nlist = ", nlist, "], got ",
+                    nprobe);
+  const auto dev = queries_in.device();
+  const auto check = [&](const at::Tensor& t, const char* name, at::ScalarType st, at::IntArrayRef shape) {
+    TORCH_CHECK_VALUE(t.device() == dev, name, ": expected device ", dev, ", got ", t.device());
+    TORCH_CHECK_TYPE(t.scalar_type() == st, name, ": expected ", st, ", got ", t.scalar_type());
+    TORCH_CHECK_VALUE(t.sizes() == shape && t.is_contiguous(), name, ": expected a contiguous tensor of shape ",
+                      shape, ", got ", t.sizes());
+  };
+  const int64_t total = ids.numel();
+  check(centroids, "centroids", at::kFloat, {nlist, dim});
+  check(codebooks, "codebooks", at::kFloat, {M, 256, dim / M});
+  check(list_offsets, "list_offsets", at::kLong, {nlist + 1});
+  check(ids, "ids", at::kLong, {total});
+  check(codes, "codes", at::kByte, {total, M});
+  TORCH_CHECK_VALUE(list_sizes.device().is_cpu() && list_sizes.scalar_type() == at::kLong &&
+                        list_sizes.sizes() == at::IntArrayRef{nlist} && list_sizes.is_contiguous(),
+                    "list_sizes: expected a contiguous int64 CPU tensor of shape [", nlist, "]");
+  const at::Tensor q = as_values(queries_in, "queries", 2, "[n, dim]");
+  TORCH_CHECK_VALUE(at::isfinite(q).all().item<bool>(), "queries: expected finite values");
+  const int64_t nq = q.size(0);
+  at::Tensor dist = at::empty({nq, k}, q.options().dtype(at::kFloat));
+  at::Tensor labels = at::empty({nq, k}, q.options().dtype(at::kLong));
+  IvfPqDeviceView view;
+  view.params = p;
+  view.centroids = centroids.data_ptr<float>();
+  view.codebooks = codebooks.data_ptr<float>();
+  view.list_offsets = list_offsets.data_ptr<int64_t>();
+  view.ids = ids.data_ptr<int64_t>();
+  view.codes = codes.data_ptr<uint8_t>();
+  view.list_sizes_host = list_sizes.data_ptr<int64_t>();
+  translate_errors([&] {
+    cuda::ivfpq_search(cuda_context(q), view, q.data_ptr<float>(), nq, k, nprobe, dist.data_ptr<float>(),
+                       labels.data_ptr<int64_t>());
+  });
+  return {dist, labels};
+}
+#endif
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(pcops, m) {
+  m.def(
+      "_ivfpq_search(Tensor centroids, Tensor codebooks, Tensor list_offsets, Tensor ids, Tensor codes, "
+      "Tensor list_sizes, int dim, int nlist, int M, str metric, bool by_residual, Tensor queries, int k, "
+      "int nprobe) -> (Tensor, Tensor)");
   m.class_<IVFPQIndexHolder>("IVFPQIndex")
       .def(torch::init<int64_t, int64_t, int64_t, int64_t, std::string, bool>())
       .def("train", &IVFPQIndexHolder::train)
@@ -159,8 +243,13 @@ TORCH_LIBRARY_FRAGMENT(pcops, m) {
       .def("params", &IVFPQIndexHolder::params)
       .def("list_ids", &IVFPQIndexHolder::list_ids)
       .def("list_codes", &IVFPQIndexHolder::list_codes)
+      .def("lists_csr", &IVFPQIndexHolder::lists_csr)
       .def("save", &IVFPQIndexHolder::save)
       .def("load", &IVFPQIndexHolder::load);
 }
+
+#if PCOPS_TORCH_CUDA
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) { m.impl("_ivfpq_search", &ivfpq_search_cuda); }
+#endif
 
 }  // namespace pcops::torch_binding

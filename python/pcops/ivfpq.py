@@ -49,7 +49,9 @@ class IVFPQIndex:
         by_residual: encode ``x - centroid`` (faiss's default) instead of ``x``.
 
     Vectors are ``[n, dim]`` float32 (float16 / bfloat16 converted exactly) CPU tensors or NumPy
-    arrays; results come back as the same kind. Search results are exact over the scanned codes,
+    arrays; results come back as the same kind. ``search`` with CUDA queries runs the CUDA search
+    (the CPU search's results, bitwise) on a device copy of the index, made on first use and
+    after every change. Search results are exact over the scanned codes,
     ordered by (distance, id) (inner product: descending, then id), padded with (+inf, -1)
     (inner product: (-inf, -1)). Given the same centroids and codebooks (``set_quantizers``), the
     codes equal faiss's and the distances equal faiss's scan without precomputed tables.
@@ -113,6 +115,7 @@ class IVFPQIndex:
         (independent of the thread count). Needs at least ``max(nlist, 256)`` vectors."""
         t, _ = _vectors(x, "x")
         self._c.train(t, int(seed), int(niter), int(max_points_per_centroid))
+        self._touch()
 
     def set_quantizers(self, centroids, codebooks) -> None:
         """Installs trained parameters: centroids ``[nlist, dim]``, codebooks ``[M, 256, dim // M]``
@@ -120,6 +123,7 @@ class IVFPQIndex:
         c, _ = _vectors(centroids, "centroids")
         cb, _ = _vectors(codebooks, "codebooks")
         self._c.set_quantizers(c, cb)
+        self._touch()
 
     @property
     def centroids(self) -> torch.Tensor:
@@ -140,6 +144,7 @@ class IVFPQIndex:
         """Appends ``x`` with int64 ``ids`` (default: ``ntotal, ntotal + 1, ...``)."""
         t, _ = _vectors(x, "x")
         self._c.add(t, None if ids is None else _ids(ids, "ids"))
+        self._touch()
 
     def search(self, queries, k: int, nprobe: int = 1, precomputed_table: bool = False):
         """``(distances [nq, k] float32, ids [nq, k] int64)`` of the ``k`` best stored vectors among the
@@ -157,16 +162,49 @@ class IVFPQIndex:
             raise TypeError(f"nprobe: expected an int, got {type(nprobe).__name__}")
         if not isinstance(precomputed_table, (bool, np.bool_)):
             raise TypeError(f"precomputed_table: expected a bool, got {type(precomputed_table).__name__}")
+        if t.device.type == "cuda":
+            if precomputed_table:
+                raise ValueError("precomputed_table: the CUDA search uses the residual tables (pass False)")
+            return self._search_cuda(t, int(k), int(nprobe))
         d, i = self._c.search(t, int(k), int(nprobe), bool(precomputed_table))
         return _out(d, np_in), _out(i, np_in)
 
+    def _device_copy(self, device: torch.device):
+        """The index's quantizers and lists (CSR) on ``device``, rebuilt after any change."""
+        key = (str(device), self._state())
+        cached = getattr(self, "_dev", None)
+        if cached is None or cached[0] != key:
+            offsets, ids, codes = self._c.lists_csr()
+            tensors = (self._c.centroids().to(device), self._c.codebooks().to(device), offsets.to(device),
+                       ids.to(device), codes.to(device), (offsets[1:] - offsets[:-1]).contiguous())
+            self._dev = (key, tensors)
+        return self._dev[1]
+
+    def _state(self):
+        """Changes whenever the stored vectors or the quantizers change."""
+        return (getattr(self, "_generation", 0), self._c.ntotal(), self._c.is_trained())
+
+    def _touch(self) -> None:
+        self._generation = getattr(self, "_generation", 0) + 1
+
+    def _search_cuda(self, queries: torch.Tensor, k: int, nprobe: int):
+        if not self._c.is_trained():
+            raise ValueError("search: the index is not trained (call train or set_quantizers first)")
+        c, cb, off, ids, codes, sizes = self._device_copy(queries.device)
+        dim, nlist, m, _, metric, by_residual = self._c.params()
+        return torch.ops.pcops._ivfpq_search(c, cb, off, ids, codes, sizes, dim, nlist, m, metric, by_residual,
+                                             queries, k, nprobe)
+
     def remove_ids(self, ids) -> int:
         """Removes every vector whose id is in ``ids``; returns how many were removed."""
-        return self._c.remove_ids(_ids(ids, "ids"))
+        removed = self._c.remove_ids(_ids(ids, "ids"))
+        self._touch()
+        return removed
 
     def reset(self) -> None:
         """Removes all vectors; the training is kept."""
         self._c.reset()
+        self._touch()
 
     def list_ids(self, list_no: int) -> torch.Tensor:
         return self._c.list_ids(int(list_no))
@@ -184,4 +222,5 @@ class IVFPQIndex:
         obj = cls.__new__(cls)
         obj._c = torch.classes.pcops.IVFPQIndex(1, 1, 1, 8, "l2", True)
         obj._c.load(os.fspath(path))
+        obj._touch()
         return obj

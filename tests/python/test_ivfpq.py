@@ -256,3 +256,21 @@ def test_errors(data):
         index.list_ids(NLIST)
     with pytest.raises(ValueError, match="empty"):
         index.train(x)
+
+
+def test_lists_csr_concatenates_the_lists(data):
+    """The CSR copy behind the CUDA search: offsets, ids and codes of every list in list order."""
+    x, _ = data
+    index = pcops.IVFPQIndex(DIM, NLIST, M)
+    index.train(x, seed=1, niter=3)
+    index.add(x[:2000], np.arange(2000, dtype=np.int64) * 5)
+    index.remove_ids(np.arange(0, 10000, 15, dtype=np.int64))
+    offsets, ids, codes = index._c.lists_csr()
+    assert offsets.shape == (NLIST + 1,) and offsets[0] == 0 and offsets[-1] == index.ntotal
+    for lst in range(NLIST):
+        a, b = int(offsets[lst]), int(offsets[lst + 1])
+        assert torch.equal(ids[a:b], index.list_ids(lst))
+        assert torch.equal(codes[a:b], index.list_codes(lst))
+    state = index._state()
+    index.add(x[2000:2001])
+    assert index._state() != state  # the device copy is rebuilt after a change

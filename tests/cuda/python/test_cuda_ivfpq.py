@@ -1,0 +1,81 @@
+"""pcops.IVFPQIndex.search with CUDA queries: the CUDA search over the index's device copy gives the
+CPU search's distances and ids bitwise (both metrics, with and without residuals, any k and
+nprobe, ids and empty lists), the device copy follows every change of the index, and bad input
+raises as on the CPU."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import pcops
+from conftest import same_bits  # this directory's conftest
+
+CUDA = torch.device("cuda")
+DIM, NLIST, M = 32, 24, 8
+
+
+def clustered(n: int, seed: int) -> torch.Tensor:
+    rng = np.random.default_rng(seed)
+    centres = rng.uniform(0, 10, size=(16, DIM)).astype(np.float32)
+    lab = rng.integers(0, 16, size=n)
+    return torch.from_numpy((centres[lab] + rng.normal(0, 0.6, size=(n, DIM))).astype(np.float32))
+
+
+def assert_same_search(index, q, k, nprobe):
+    d, i = index.search(q, k, nprobe)
+    dg, ig = index.search(q.to(CUDA), k, nprobe)
+    assert dg.device.type == "cuda" and ig.device.type == "cuda"
+    assert same_bits(d, dg.cpu()), (k, nprobe)
+    assert torch.equal(i, ig.cpu()), (k, nprobe)
+
+
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+@pytest.mark.parametrize("by_residual", [True, False])
+def test_cuda_search_equals_cpu(metric, by_residual):
+    x, q = clustered(4000, 1), clustered(70, 2)
+    index = pcops.IVFPQIndex(DIM, NLIST, M, metric=metric, by_residual=by_residual)
+    index.train(x, seed=3, niter=6)
+    index.add(x[:3000], torch.arange(3000) * 7 + 5)
+    for k, nprobe in ((1, 1), (10, 4), (300, NLIST), (2048, NLIST), (5000, 3)):
+        assert_same_search(index, q, k, nprobe)
+
+
+def test_device_copy_follows_changes():
+    x, q = clustered(3000, 4), clustered(40, 5)
+    index = pcops.IVFPQIndex(DIM, NLIST, M)
+    index.train(x, seed=1, niter=4)
+    index.add(x[:1000])
+    assert_same_search(index, q, 10, 6)
+    index.add(x[1000:2000])  # more vectors
+    assert_same_search(index, q, 10, 6)
+    assert index.remove_ids(torch.arange(0, 2000, 3)) > 0
+    assert_same_search(index, q, 10, 6)
+    index.reset()  # empty lists: padding only
+    d, i = index.search(q.to(CUDA), 5, 4)
+    assert (i == -1).all() and torch.isinf(d).all()
+    index.add(x[2000:])
+    assert_same_search(index, q, 25, NLIST)
+
+
+def test_cuda_search_errors():
+    x = clustered(1000, 6)
+    index = pcops.IVFPQIndex(DIM, NLIST, M)
+    q = x[:4].to(CUDA)
+    with pytest.raises(ValueError):
+        index.search(q, 3, 2)  # not trained
+    index.train(x, seed=0, niter=2)
+    index.add(x)
+    with pytest.raises(ValueError):
+        index.search(q, 3, 2, precomputed_table=True)  # a CPU option
+    with pytest.raises(ValueError):
+        index.search(q, 3, NLIST + 1)
+    with pytest.raises(ValueError):
+        index.search(q[:, :5], 3, 2)
+    bad = q.clone()
+    bad[1, 3] = float("nan")
+    with pytest.raises(ValueError):
+        index.search(bad, 3, 2)
+    with pytest.raises(TypeError):
+        index.search(q.double(), 3, 2)
