@@ -12,6 +12,7 @@ benchmarks/results/ivfpq-probe-<date>-<commit>.json.
 
     PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \
         python benchmarks/scripts/ivfpq_probe.py [--n 1000000] [--dim 128] [--nlist 1024] [--M 16]
+        [--vectors data/sift.npy]   (real vectors: benchmarks/scripts/sift_descriptors.py)
 """
 
 from __future__ import annotations
@@ -91,11 +92,18 @@ def main() -> None:
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--clusters", type=int, default=2000)
     ap.add_argument("--out", default=None)
+    ap.add_argument("--vectors", default=None, help="a float32 [n, dim] .npy of real vectors (instead of synthetic)")
     args = ap.parse_args()
 
     rng = np.random.default_rng(0)
-    x, model = clustered(args.n, args.dim, args.clusters, rng)
-    q, _ = clustered(args.nq, args.dim, args.clusters, rng, model)
+    if args.vectors:  # real vectors (e.g. SIFT descriptors, sift_descriptors.py): held-out queries
+        allv = np.load(args.vectors).astype(np.float32)
+        allv = allv[rng.permutation(len(allv))]
+        q, x = np.ascontiguousarray(allv[:args.nq]), np.ascontiguousarray(allv[args.nq:args.nq + args.n])
+        args.n, args.dim = len(x), x.shape[1]
+    else:
+        x, model = clustered(args.n, args.dim, args.clusters, rng)
+        q, _ = clustered(args.nq, args.dim, args.clusters, rng, model)
     xt = x[rng.choice(args.n, size=min(args.ntrain, args.n), replace=False)]
     truth = exact_nn(x, q)
 
