@@ -7,7 +7,8 @@ against brute force), plus the mismatches of each PyTorch peer against the same 
 Cases (unit-sphere-shell clouds + 0.01 noise, batch 1 unless stated):
   FPS 1024 samples from 100k and 1M points, and B=16 x 8192 points;
   kNN 1024 queries, k=64, over 100k and 1M points; all-points kNN graph k=16 at 1M points;
-  ball query 1024 queries, K=64, r=0.1 over 100k points.
+  ball query 1024 queries, K=64, r=0.1 over 100k points; three_nn of 100k unknown points among
+  1024 known ones.
 
 Usage: PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so python benchmarks/scripts/cuda_probe.py \
            [--json out.json] [--reps 20] [--quick]
@@ -162,6 +163,15 @@ def main() -> int:
     record("ball query 1024 queries K=64 r=0.1 N=100000", 0.2, lambda: pcops.ball_query(qg, rg, 0.1, 64),
            lambda out: bits_equal(out[0], wd) and bits_equal(out[1], wi),
            [("torch mask", lambda: torch_ball(qg, rg, 0.1, 64), lambda o: mismatches(o, wi))])
+
+    # three_nn, 100k unknown points, 1024 known (the PointNet++ interpolation issue's case).
+    u = shell(100_000, 1, gen)
+    k = u[:, torch.randperm(100_000, generator=gen)[:1024]].contiguous()
+    ug, kg = u.to(dev), k.to(dev)
+    wd, wi = pcops.three_nn(u, k)
+    record("three_nn 100000 unknown x 1024 known", 0.3, lambda: pcops.three_nn(ug, kg),
+           lambda out: bits_equal(out[0], wd) and bits_equal(out[1], wi),
+           [("torch cdist+topk", lambda: torch_knn(ug, kg, 3), lambda o: mismatches(o, wi))])
 
     props = torch.cuda.get_device_properties(dev)
     import os
