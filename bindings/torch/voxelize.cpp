@@ -1,4 +1,5 @@
-// torch.ops.pcops.voxelize: CPU registration (contract: include/pcops/voxelize.hpp).
+// torch.ops.pcops.voxelize: CPU and CUDA registrations (contract: include/pcops/voxelize.hpp). The
+// grid parameters and ptr are read on the host (copied there for CUDA points).
 #include "pcops/voxelize.hpp"
 
 #include "common.hpp"
@@ -23,12 +24,16 @@ at::Tensor grid_vec(const std::optional<at::Tensor>& t, const at::Tensor& points
   if (v.numel() == 1 && D > 1) v = v.reshape({1}).expand({D});
   TORCH_CHECK_VALUE(v.numel() == D, name, ": expected ", D, " values (one per dimension of points) or one, got ",
                     v.numel(), " (shape ", t->sizes(), ")");
-  return v.reshape({D}).to(st).contiguous();
+  return v.reshape({D}).to(at::kCPU).to(st).contiguous();
 }
 
-std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor> voxelize_cpu(
-    const at::Tensor& points_in, const at::Tensor& voxel_size_in, const std::optional<at::Tensor>& ptr_in,
-    const std::optional<at::Tensor>& start_in, const std::optional<at::Tensor>& end_in) {
+using VoxelOutputs = std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor>;
+
+// run(points, N, D, size, start, end, ptr, B, voxel_id, perm, allocate) with typed pointers.
+template <class Run>
+VoxelOutputs voxelize_impl(const at::Tensor& points_in, const at::Tensor& voxel_size_in,
+                           const std::optional<at::Tensor>& ptr_in, const std::optional<at::Tensor>& start_in,
+                           const std::optional<at::Tensor>& end_in, Run run) {
   TORCH_CHECK_VALUE(points_in.dim() == 2, "points: expected a 2-D tensor [N, D], got shape ", points_in.sizes());
   const at::ScalarType st = compute_type(points_in.scalar_type());
   const at::Tensor points = points_in.to(st).contiguous();
@@ -45,7 +50,7 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
                      "ptr: expected an int64 tensor, got ", ptr_in->scalar_type());
     TORCH_CHECK_VALUE(ptr_in->dim() == 1 && ptr_in->size(0) >= 1, "ptr: expected a 1-D tensor of B + 1 offsets, got shape ",
                       ptr_in->sizes());
-    ptr = ptr_in->to(at::kLong).contiguous();
+    ptr = ptr_in->to(at::kCPU).to(at::kLong).contiguous();
     B = ptr.size(0) - 1;
   }
   const auto lopt = points_in.options().dtype(at::kLong);
@@ -63,16 +68,33 @@ std::tuple<at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tensor, at::Tenso
     const int64_t* p = ptr.defined() ? ptr.data_ptr<int64_t>() : nullptr;
     if (st == at::kDouble) {
       auto g = [](const at::Tensor& t) { return t.defined() ? t.data_ptr<double>() : nullptr; };
-      cpu::voxelize(cpu_context(), points.data_ptr<double>(), N, D, g(size), g(start), g(end), p, B,
-                    voxel_id.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), allocate);
+      run(points.data_ptr<double>(), N, D, g(size), g(start), g(end), p, B, voxel_id.data_ptr<int64_t>(),
+          perm.data_ptr<int64_t>(), allocate);
     } else {
       auto g = [](const at::Tensor& t) { return t.defined() ? t.data_ptr<float>() : nullptr; };
-      cpu::voxelize(cpu_context(), points.data_ptr<float>(), N, D, g(size), g(start), g(end), p, B,
-                    voxel_id.data_ptr<int64_t>(), perm.data_ptr<int64_t>(), allocate);
+      run(points.data_ptr<float>(), N, D, g(size), g(start), g(end), p, B, voxel_id.data_ptr<int64_t>(),
+          perm.data_ptr<int64_t>(), allocate);
     }
   });
   return {voxel_id, coords, batch, counts, voxel_ptr, perm};
 }
+
+VoxelOutputs voxelize_cpu(const at::Tensor& points, const at::Tensor& voxel_size, const std::optional<at::Tensor>& ptr,
+                          const std::optional<at::Tensor>& start, const std::optional<at::Tensor>& end) {
+  return voxelize_impl(points, voxel_size, ptr, start, end,
+                       [](auto&&... a) { return cpu::voxelize(cpu_context(), a...); });
+}
+
+#if PCOPS_TORCH_CUDA
+VoxelOutputs voxelize_cuda(const at::Tensor& points, const at::Tensor& voxel_size,
+                           const std::optional<at::Tensor>& ptr, const std::optional<at::Tensor>& start,
+                           const std::optional<at::Tensor>& end) {
+  const c10::cuda::CUDAGuard guard(points.device());
+  const CudaContext ctx = cuda_context(points);
+  return voxelize_impl(points, voxel_size, ptr, start, end,
+                       [&](auto&&... a) { return cuda::voxelize(ctx, a...); });
+}
+#endif
 
 }  // namespace
 
@@ -82,5 +104,9 @@ TORCH_LIBRARY_FRAGMENT(pcops, m) {
 }
 
 TORCH_LIBRARY_IMPL(pcops, CPU, m) { m.impl("voxelize", &voxelize_cpu); }
+
+#if PCOPS_TORCH_CUDA
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) { m.impl("voxelize", &voxelize_cuda); }
+#endif
 
 }  // namespace pcops::torch_binding

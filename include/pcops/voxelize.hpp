@@ -52,4 +52,17 @@ int64_t voxelize(const CpuContext& ctx, const double* points, int64_t count, int
                  int64_t num_clouds, int64_t* voxel_id, int64_t* perm, const VoxelAllocator& allocate);
 }  // namespace cpu
 
+namespace cuda {
+// The CPU function's contract and results on the device: points [count, dim] (dim <= 16),
+// voxel_id and perm [count] and the buffers of allocate(V) are device memory; voxel_size, start,
+// end and ptr are host memory (validated there). Synchronises the context's stream twice (the
+// overflow check and V).
+int64_t voxelize(const CudaContext& ctx, const float* points, int64_t count, int64_t dim,
+                 const float* voxel_size, const float* start, const float* end, const int64_t* ptr,
+                 int64_t num_clouds, int64_t* voxel_id, int64_t* perm, const VoxelAllocator& allocate);
+int64_t voxelize(const CudaContext& ctx, const double* points, int64_t count, int64_t dim,
+                 const double* voxel_size, const double* start, const double* end, const int64_t* ptr,
+                 int64_t num_clouds, int64_t* voxel_id, int64_t* perm, const VoxelAllocator& allocate);
+}  // namespace cuda
+
 }  // namespace pcops
