@@ -9,7 +9,7 @@ Destinations: ``uniform`` (every source row to a random one of M rows) and ``con
 runs in this process after one warm-up; beside each peer the max abs difference from pcops'
 result is recorded. On CUDA (--device cuda) the inputs live on the GPU, peers are torch's CUDA
 kernels (atomics: not deterministic), each time is the median of CUDA-event intervals (one
-synchronisation per run), and the voxel case is left out (voxel_downsample runs on the CPU only).
+synchronisation per run), the voxel case included.
 JSON goes to benchmarks/results/scatter-probe-<date>-<commit>.json (scatter-probe-cuda-... on CUDA).
 
     PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \
@@ -136,6 +136,7 @@ def voxel_case(args, results):
     pts = torch.from_numpy(np.ascontiguousarray(pts, dtype=np.float32))
     pts = (pts - pts.min(0).values) / (pts.max(0).values - pts.min(0).values).max()
     feats = torch.rand(len(pts), 3, generator=torch.Generator().manual_seed(1))
+    pts, feats = pts.to(DEVICE), feats.to(DEVICE)
     for size in args.voxel_sizes:
         def ours():
             r = pcops.voxel_downsample(pts, size, features=feats)
@@ -144,8 +145,8 @@ def voxel_case(args, results):
         def peer():
             cells = torch.floor(pts / size).long()
             uniq, inv, counts = torch.unique(cells, dim=0, return_inverse=True, return_counts=True)
-            out = torch.zeros(len(uniq), 3).index_add_(0, inv, pts) / counts[:, None]
-            torch.zeros(len(uniq), 3).index_add_(0, inv, feats)
+            out = torch.zeros(len(uniq), 3, device=DEVICE).index_add_(0, inv, pts) / counts[:, None]
+            torch.zeros(len(uniq), 3, device=DEVICE).index_add_(0, inv, feats)
             return out
 
         t, ref = median_time(ours, args.repeat)
@@ -173,8 +174,7 @@ def main(argv=None):
     DEVICE = torch.device(args.device)
     results: list = []
     scatter_cases(args, results)
-    if DEVICE.type == "cpu":
-        voxel_case(args, results)
+    voxel_case(args, results)
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                                 text=True).stdout.strip()
