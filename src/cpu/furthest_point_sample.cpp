@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "common/distance.hpp"
+#include "common/morton.hpp"
 #include "cpu/fps_isa.hpp"
 
 #if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__)
@@ -234,15 +235,7 @@ void plain_steps(FpsPlain& S, const PointsView& P, int64_t b, int64_t start, int
 // ---------------------------------------------------------------------------------------------
 // Tree construction.
 
-// Spreads the low 10 bits of v to every third bit (Morton interleave).
-inline uint32_t spread_bits10(uint32_t v) {
-  v &= 0x3ffu;
-  v = (v | (v << 16)) & 0x030000ffu;
-  v = (v | (v << 8)) & 0x0300f00fu;
-  v = (v | (v << 4)) & 0x030c30c3u;
-  v = (v | (v << 2)) & 0x09249249u;
-  return v;
-}
+using common::spread_bits10;
 
 // Builds the tree over the eligible points of cloud b (n points). Returns false when the cloud
 // does not qualify (non-finite or huge coordinates, or too few eligible points). The passes run

@@ -13,6 +13,11 @@
 #include "pcops/context.hpp"
 #include "pcops/view.hpp"
 
+// for (i = this thread's first item; i < total; i += all threads of the grid)
+#define PCOPS_CUDA_GRID_STRIDE(i, total)                                                 \
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (total);         \
+       i += int64_t{gridDim.x} * blockDim.x)
+
 namespace pcops::cuda::detail {
 
 [[noreturn]] inline void fail(cudaError_t e, const char* what, const char* file, int line) {
@@ -30,6 +35,13 @@ namespace pcops::cuda::detail {
 inline cudaStream_t stream_of(const CudaContext& ctx) { return static_cast<cudaStream_t>(ctx.stream); }
 
 inline int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Blocks for one thread per item, at least 1 and at most max_blocks (kernels loop grid-stride
+// beyond: PCOPS_CUDA_GRID_STRIDE).
+inline unsigned grid_blocks(int64_t items, int threads, int64_t max_blocks = int64_t{1} << 20) {
+  const int64_t b = ceil_div(items, threads);
+  return static_cast<unsigned>(b < 1 ? 1 : (b > max_blocks ? max_blocks : b));
+}
 
 // Every kernel launch goes through here: the context's stream, then the launch error check.
 template <class... KernelArgs, class... Args>

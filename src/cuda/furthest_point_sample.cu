@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "common/distance.hpp"
+#include "common/morton.hpp"
 #include "cuda/common.cuh"
 #include "pcops/furthest_point_sample.hpp"
 
@@ -192,6 +193,65 @@ struct alignas(16) WarpSlot {
   float x, y;
   float z, pad0, pad1, pad2;
 };
+
+// Waits until the mbarrier `bar` completes the phase of step t (phases alternate per parity of
+// (t - 1) / 2: each mbarrier serves every other step), then thread 0 arms the phase of step t + 2
+// with `step_bytes` expected bytes. A record that never arrives would be a bug: the launch fails
+// instead of hanging. Arming now is safe: that phase cannot complete before every sender has sent
+// its step t + 1 record, which it does after this point, while other warps may still wait on the
+// current phase (their try_wait on its parity stays true until then).
+__device__ __forceinline__ void wait_step_and_rearm(unsigned bar, int64_t t, int tid, unsigned step_bytes) {
+  const unsigned parity = static_cast<unsigned>((t - 1) >> 1) & 1u;
+  const long long t0 = clock64();
+  while (!mbar_try_wait(bar, parity)) {
+    if (clock64() - t0 > FpsClusterPolicy::kWaitTrapCycles) __trap();
+  }
+  if (tid == 0) mbar_arm(bar, step_bytes);
+}
+
+// The block-winner exchange of the 16-block kernels (big-cluster and sorted paths). Every block
+// owns slots[2][C] and two mbarriers; the records of step t go to slots[t & 1].
+//
+// send_block_winner: lane l < C of the calling warp writes this block's record (key, index and
+// coordinates) into slot `rank` of block l with st.async, completing 20 transaction bytes on
+// block l's mbarrier. The slots of step t are rewritten at step t + 2 only: a sender gets there
+// after receiving every block's step t + 1 record, which each block sends after all its warps
+// passed the step t + 1 barrier, i.e. after their reads of step t (release by complete_tx,
+// acquire by the wait).
+template <int C>
+__device__ __forceinline__ void send_block_winner(WarpSlot (&slots)[2][C], unsigned long long (&bars)[2], int par,
+                                                  int rank, int lane, int key, unsigned idx, float x, float y,
+                                                  float z) {
+  if (lane < C) {
+    const unsigned dst = cluster_addr(smem_addr(&slots[par][rank]), static_cast<unsigned>(lane));
+    const unsigned bar = cluster_addr(smem_addr(&bars[par]), static_cast<unsigned>(lane));
+    st_async(dst, make_int4(key, static_cast<int>(idx), __float_as_int(x), __float_as_int(y)), bar);
+    st_async(dst + 16, __float_as_int(z), bar);
+  }
+}
+
+// receive_cluster_winner: waits until all C records of step t arrived (wait_step_and_rearm) and
+// returns in every warp the winner's index, with its coordinates in (cx, cy, cz).
+template <int C>
+__device__ __forceinline__ unsigned receive_cluster_winner(WarpSlot (&slots)[2][C], unsigned long long (&bars)[2],
+                                                           int par, int64_t t, int tid, int lane, unsigned step_bytes,
+                                                           float& cx, float& cy, float& cz) {
+  wait_step_and_rearm(smem_addr(&bars[par]), t, tid, step_bytes);
+  int4 a = make_int4(kNoKey, static_cast<int>(kNoIndex), 0, 0);
+  int az = 0;
+  if (lane < C) {
+    a = reinterpret_cast<const int4*>(&slots[par][lane])[0];
+    az = reinterpret_cast<const int*>(&slots[par][lane])[4];
+  }
+  int wkey;
+  unsigned widx;
+  warp_argmax(a.x, static_cast<unsigned>(a.y), wkey, widx);
+  const int src = __ffs(__ballot_sync(kFull, a.x == wkey && static_cast<unsigned>(a.y) == widx)) - 1;
+  cx = __shfl_sync(kFull, __int_as_float(a.z), src);
+  cy = __shfl_sync(kFull, __int_as_float(a.w), src);
+  cz = __shfl_sync(kFull, __int_as_float(az), src);
+  return widx;
+}
 
 // The clouds of one launch: a dense batch (PointsView with its batch stride, optional lengths,
 // M output slots per cloud, padded with -1) or a ragged set (CSR rows of one flat array; per
@@ -371,17 +431,7 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024 / C, 1)
             st_async(dst + 16, __float_as_int(p.z), bar);
           }
         }
-        const unsigned mine = smem_addr(&bars[par]);
-        const unsigned parity = static_cast<unsigned>((t - 1) >> 1) & 1u;
-        const long long t0 = clock64();
-        while (!mbar_try_wait(mine, parity)) {
-          // A record that never arrives would be a bug: fail the launch instead of hanging.
-          if (clock64() - t0 > FpsClusterPolicy::kWaitTrapCycles) __trap();
-        }
-        // The next phase of bars[par] (step t + 2) cannot complete before every warp of this block
-        // has sent its step t + 1 record, so arming it now is safe even while other warps still
-        // wait on this phase (their try_wait on `parity` stays true until then).
-        if (tid == 0) mbar_arm(mine, kStepBytes);
+        wait_step_and_rearm(smem_addr(&bars[par]), t, tid, kStepBytes);
       } else {
         if (lane < C) {
           WarpSlot* dst = &slots[par][rank * W + warp];
@@ -518,37 +568,9 @@ __global__ void __launch_bounds__(T, 1)
         warp_argmax(lane < W ? red_key[par][lane] : kNoKey, lane < W ? red_idx[par][lane] : kNoIndex, wkey, widx);
         const unsigned local = widx - static_cast<unsigned>(lo);
         const float4 p = local < static_cast<unsigned>(T * PPT) ? pts[local] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        // The slots of step t are rewritten at step t + 2 only: a sender gets there after
-        // receiving every block's step t + 1 record, which each block sends after all its warps
-        // passed the step t + 1 barrier, i.e. after their reads of step t (release by
-        // complete_tx, acquire by the wait).
-        if (lane < C) {
-          const unsigned dst = cluster_addr(smem_addr(&slots[par][rank]), static_cast<unsigned>(lane));
-          const unsigned bar = cluster_addr(smem_addr(&bars[par]), static_cast<unsigned>(lane));
-          st_async(dst, make_int4(wkey, static_cast<int>(widx), __float_as_int(p.x), __float_as_int(p.y)), bar);
-          st_async(dst + 16, __float_as_int(p.z), bar);
-        }
+        send_block_winner<C>(slots, bars, par, rank, lane, wkey, widx, p.x, p.y, p.z);
       }
-      const unsigned mine = smem_addr(&bars[par]);
-      const unsigned parity = static_cast<unsigned>((t - 1) >> 1) & 1u;
-      const long long t0 = clock64();
-      while (!mbar_try_wait(mine, parity)) {
-        if (clock64() - t0 > FpsClusterPolicy::kWaitTrapCycles) __trap();
-      }
-      // Arming the next phase (step t + 2) now is safe: it cannot complete before this block's
-      // own step t + 1 record, which warp 0 sends after this point.
-      if (tid == 0) mbar_arm(mine, kStepBytes);
-      int4 a = make_int4(kNoKey, static_cast<int>(kNoIndex), 0, 0);
-      int az = 0;
-      if (lane < C) {
-        a = reinterpret_cast<const int4*>(&slots[par][lane])[0];
-        az = reinterpret_cast<const int*>(&slots[par][lane])[4];
-      }
-      warp_argmax(a.x, static_cast<unsigned>(a.y), wkey, widx);
-      const int src = __ffs(__ballot_sync(kFull, a.x == wkey && static_cast<unsigned>(a.y) == widx)) - 1;
-      cx = __shfl_sync(kFull, __int_as_float(a.z), src);
-      cy = __shfl_sync(kFull, __int_as_float(a.w), src);
-      cz = __shfl_sync(kFull, __int_as_float(az), src);
+      widx = receive_cluster_winner<C>(slots, bars, par, t, tid, lane, kStepBytes, cx, cy, cz);
       if (rank == 0 && tid == 0) o[t] = info.first + static_cast<int64_t>(widx);
     }
   };
@@ -849,15 +871,6 @@ __global__ void __launch_bounds__(32) fps_box_final_kernel(const float* partial,
   }
 }
 
-__device__ __forceinline__ unsigned spread_bits(unsigned v) {  // 10 bits -> every third bit
-  v &= 0x3ffu;
-  v = (v | (v << 16)) & 0x030000ffu;
-  v = (v | (v << 8)) & 0x0300f00fu;
-  v = (v | (v << 4)) & 0x030c30c3u;
-  v = (v | (v << 2)) & 0x09249249u;
-  return v;
-}
-
 // Morton code of every point (slots past the cloud's length: 2^30, sorted last); a cloud
 // that is not safe gets code 0 everywhere (it is folded in full at every step, in any order).
 __global__ void __launch_bounds__(256)
@@ -879,7 +892,7 @@ __global__ void __launch_bounds__(256)
 #pragma unroll
         for (int d = 0; d < 3; ++d) {
           const float q = fminf(fmaxf((coord(A, info, j, d) - lo[d]) * scale[d], 0.0f), kCells);
-          code |= spread_bits(static_cast<unsigned>(q)) << d;
+          code |= common::spread_bits10(static_cast<unsigned>(q)) << d;
         }
       }
     }
@@ -1068,32 +1081,9 @@ __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
         const int pos = __shfl_sync(kFull, lane < W ? red_pos[par][lane] : -1, src);
         float px = 0.0f, py = 0.0f, pz = 0.0f;
         if (pos >= 0) px = meta[pos].wx, py = meta[pos].wy, pz = meta[pos].wz;
-        // Slots of step t are rewritten at step t + 2 only (see the big-cluster kernel).
-        if (lane < C) {
-          const unsigned dst = cluster_addr(smem_addr(&slots[par][rank]), static_cast<unsigned>(lane));
-          const unsigned bar = cluster_addr(smem_addr(&bars[par]), static_cast<unsigned>(lane));
-          st_async(dst, make_int4(wkey, static_cast<int>(widx), __float_as_int(px), __float_as_int(py)), bar);
-          st_async(dst + 16, __float_as_int(pz), bar);
-        }
+        send_block_winner<C>(slots, bars, par, rank, lane, wkey, widx, px, py, pz);
       }
-      const unsigned mine = smem_addr(&bars[par]);
-      const unsigned parity = static_cast<unsigned>((t - 1) >> 1) & 1u;
-      const long long t0 = clock64();
-      while (!mbar_try_wait(mine, parity)) {
-        if (clock64() - t0 > FpsClusterPolicy::kWaitTrapCycles) __trap();
-      }
-      if (tid == 0) mbar_arm(mine, kStepBytes);
-      int4 rec = make_int4(kNoKey, static_cast<int>(kNoIndex), 0, 0);
-      int rz = 0;
-      if (lane < C) {
-        rec = reinterpret_cast<const int4*>(&slots[par][lane])[0];
-        rz = reinterpret_cast<const int*>(&slots[par][lane])[4];
-      }
-      warp_argmax(rec.x, static_cast<unsigned>(rec.y), wkey, widx);
-      src = __ffs(__ballot_sync(kFull, rec.x == wkey && static_cast<unsigned>(rec.y) == widx)) - 1;
-      cx = __shfl_sync(kFull, __int_as_float(rec.z), src);
-      cy = __shfl_sync(kFull, __int_as_float(rec.w), src);
-      cz = __shfl_sync(kFull, __int_as_float(rz), src);
+      widx = receive_cluster_winner<C>(slots, bars, par, t, tid, lane, kStepBytes, cx, cy, cz);
       if (rank == 0 && tid == 0) o[t] = info.first + static_cast<int64_t>(widx);
     }
   };

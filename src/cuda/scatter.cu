@@ -63,13 +63,8 @@ struct ScatterPolicy {
 };
 
 unsigned blocks_for(int64_t items) {
-  return static_cast<unsigned>(
-      std::clamp<int64_t>(detail::ceil_div(items, ScatterPolicy::kThreads), 1, ScatterPolicy::kMaxBlocks));
+  return detail::grid_blocks(items, ScatterPolicy::kThreads, ScatterPolicy::kMaxBlocks);
 }
-
-#define PCOPS_GRID_STRIDE(i, total)                                                      \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (total);         \
-       i += int64_t{gridDim.x} * blockDim.x)
 
 template <class T>
 __device__ __forceinline__ T add(T a, T b) {
@@ -288,7 +283,7 @@ __global__ void __launch_bounds__(ScatterPolicy::kThreads)
                  T* part, int64_t* part_arg) {
   const int64_t tasks = min(static_cast<int64_t>(ll.counters[1]), ll.task_cap);
   const int64_t elems = min(static_cast<int64_t>(ll.counters[2]), ll.elem_cap);
-  PCOPS_GRID_STRIDE(t, tasks) {
+  PCOPS_CUDA_GRID_STRIDE(t, tasks) {
     const int64_t w = ll.task_elem[t];
     if (w < 0 || w >= elems) continue;  // only for dropped reservations (bad offsets)
     const ChunkedElem ce = ll.chunk_elems[w];
@@ -326,7 +321,7 @@ __global__ void __launch_bounds__(ScatterPolicy::kThreads)
     combine_kernel(Groups g, int64_t E, int64_t M, int64_t K, bool empty_rule, IntegerMean rounding,
                    int64_t total, LongLists ll, const T* part, const int64_t* part_arg, T* out, int64_t* arg) {
   const int64_t elems = min(static_cast<int64_t>(ll.counters[2]), ll.elem_cap);
-  PCOPS_GRID_STRIDE(w, elems) {
+  PCOPS_CUDA_GRID_STRIDE(w, elems) {
     const ChunkedElem ce = ll.chunk_elems[w];
     const int64_t i = ce.i;
     if (i < 0 || i >= total || ce.stride <= 0 || ce.first < 0) continue;  // dropped reservations only
@@ -411,7 +406,7 @@ __global__ void __launch_bounds__(ScatterPolicy::kThreads)
 __global__ void __launch_bounds__(ScatterPolicy::kThreads)
     lower_bounds_kernel(const int64_t* index, int64_t rows, int64_t E, int64_t M, int64_t* ptr) {
   const int64_t total = rows * (M + 1);
-  PCOPS_GRID_STRIDE(i, total) {
+  PCOPS_CUDA_GRID_STRIDE(i, total) {
     const int64_t o = i / (M + 1), m = i - o * (M + 1);
     const int64_t* row = index + o * E;
     int64_t lo = 0, hi = E;
@@ -428,7 +423,7 @@ __global__ void __launch_bounds__(ScatterPolicy::kThreads)
 __global__ void __launch_bounds__(ScatterPolicy::kThreads)
     transpose_kernel(const int64_t* index, int64_t rows, int64_t E, int64_t K, int64_t* out) {
   const int64_t total = rows * E * K;
-  PCOPS_GRID_STRIDE(i, total) {
+  PCOPS_CUDA_GRID_STRIDE(i, total) {
     const int64_t e = i % E, r = i / E, k = r % K, o = r / K;
     out[i] = index[(o * E + e) * K + k];
   }
@@ -441,7 +436,7 @@ __global__ void __launch_bounds__(ScatterPolicy::kThreads)
     gather_csr_kernel(const T* src, const int64_t* indptr, bool shared, int64_t outer, int64_t M,
                       int64_t E, int64_t K, T* out) {
   const int64_t total = outer * E * K;
-  PCOPS_GRID_STRIDE(i, total) {
+  PCOPS_CUDA_GRID_STRIDE(i, total) {
     const int64_t k = i % K, r = i / K, e = r % E, o = r / E;
     const int64_t* p = indptr + (shared ? 0 : o) * (M + 1);
     // upper bound: the first u in [0, M + 1) with p[u] > e
@@ -461,7 +456,7 @@ __global__ void __launch_bounds__(ScatterPolicy::kThreads)
     gather_coo_kernel(const T* src, const int64_t* index, bool shared, int64_t outer, int64_t M,
                       int64_t E, int64_t K, T* out) {
   const int64_t total = outer * E * K;
-  PCOPS_GRID_STRIDE(i, total) {
+  PCOPS_CUDA_GRID_STRIDE(i, total) {
     const int64_t k = i % K, r = i / K, e = r % E, o = r / E;
     const int64_t m = index[(shared ? 0 : o) * E + e];
     if (m >= 0 && m < M) out[i] = src[(o * M + m) * K + k];

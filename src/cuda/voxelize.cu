@@ -11,13 +11,10 @@
 // - Voxels: a flag where the (cloud, cells) tuple changes, an inclusive scan gives every sorted
 //   position its voxel; V and the kept count are read on the host (they size the outputs), then
 //   one kernel writes voxel_id, voxel_ptr, coords and batch, and another the counts.
-#include "pcops/voxelize.hpp"
-
-#include <cub/cub.cuh>
-
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cub/cub.cuh>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -25,6 +22,7 @@
 #include "core/validate.hpp"
 #include "cuda/common.cuh"
 #include "pcops/error.hpp"
+#include "pcops/voxelize.hpp"
 
 namespace pcops::cuda {
 namespace {
@@ -36,13 +34,8 @@ struct VoxelPolicy {
 };
 
 unsigned blocks_for(int64_t items) {
-  return static_cast<unsigned>(
-      std::clamp<int64_t>(detail::ceil_div(items, VoxelPolicy::kThreads), 1, VoxelPolicy::kMaxBlocks));
+  return detail::grid_blocks(items, VoxelPolicy::kThreads, VoxelPolicy::kMaxBlocks);
 }
-
-#define PCOPS_GRID_STRIDE(i, total)                                                      \
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < (total);         \
-       i += int64_t{gridDim.x} * blockDim.x)
 
 template <class T>
 struct Grid {
@@ -61,9 +54,9 @@ constexpr double kCellLimit = 4611686018427387904.0;  // 2^62
 
 template <class T>
 __global__ void __launch_bounds__(VoxelPolicy::kThreads)
-    cells_kernel(const T* points, int64_t N, int64_t D, Grid<T> g, const int64_t* ptr, int64_t B, int64_t* cells,
-                 uint8_t* kept, int64_t* batch, unsigned long long* first_overflow) {
-  PCOPS_GRID_STRIDE(n, N) {
+    cells_kernel(const T* points, int64_t N, int64_t D, Grid<T> g, const int64_t* ptr, int64_t B,
+                 int64_t* cells, uint8_t* kept, int64_t* batch, unsigned long long* first_overflow) {
+  PCOPS_CUDA_GRID_STRIDE(n, N) {
     bool keep = true, overflow = false;
     for (int64_t d = 0; d < D; ++d) {
       const T p = points[n * D + d];
@@ -73,8 +66,10 @@ __global__ void __launch_bounds__(VoxelPolicy::kThreads)
         break;
       }
       T q;
-      if constexpr (std::is_same_v<T, float>) q = floorf(div_rn(sub_rn(p, s), g.size[d]));
-      else q = ::floor(div_rn(sub_rn(p, s), g.size[d]));
+      if constexpr (std::is_same_v<T, float>)
+        q = floorf(div_rn(sub_rn(p, s), g.size[d]));
+      else
+        q = ::floor(div_rn(sub_rn(p, s), g.size[d]));
       if (!(static_cast<double>(q) >= -kCellLimit && static_cast<double>(q) < kCellLimit)) {
         overflow = true;
         cells[n * D + d] = 0;
@@ -91,8 +86,10 @@ __global__ void __launch_bounds__(VoxelPolicy::kThreads)
       int64_t lo = 0, hi = B;
       while (hi - lo > 1) {
         const int64_t mid = (lo + hi) / 2;
-        if (ptr[mid] <= n) lo = mid;
-        else hi = mid;
+        if (ptr[mid] <= n)
+          lo = mid;
+        else
+          hi = mid;
       }
       b = lo;
     }
@@ -104,7 +101,7 @@ __global__ void __launch_bounds__(VoxelPolicy::kThreads)
 __global__ void __launch_bounds__(VoxelPolicy::kThreads)
     range_kernel(const int64_t* cells, const int64_t* batch, const uint8_t* kept, int64_t N, int64_t D,
                  long long* lo, long long* hi) {
-  PCOPS_GRID_STRIDE(n, N) {
+  PCOPS_CUDA_GRID_STRIDE(n, N) {
     if (!kept[n]) continue;
     for (int64_t d = 0; d <= D; ++d) {
       const long long v = d < D ? cells[n * D + d] : batch[n];
@@ -120,24 +117,26 @@ __global__ void __launch_bounds__(VoxelPolicy::kThreads)
     pass_keys_kernel(const int64_t* cells, const int64_t* batch, const uint8_t* kept, const int64_t* order,
                      int64_t N, int64_t D, int64_t d, const long long* lo, unsigned long long dropped_key,
                      unsigned long long* keys) {
-  PCOPS_GRID_STRIDE(i, N) {
+  PCOPS_CUDA_GRID_STRIDE(i, N) {
     const int64_t n = order[i];
     unsigned long long k;
-    if (!kept[n]) k = d < D ? 0ull : dropped_key;
-    else k = static_cast<unsigned long long>((d < D ? cells[n * D + d] : batch[n]) - lo[d]);
+    if (!kept[n])
+      k = d < D ? 0ull : dropped_key;
+    else
+      k = static_cast<unsigned long long>((d < D ? cells[n * D + d] : batch[n]) - lo[d]);
     keys[i] = k;
   }
 }
 
 __global__ void __launch_bounds__(VoxelPolicy::kThreads) iota_kernel(int64_t* order, int64_t N) {
-  PCOPS_GRID_STRIDE(i, N) order[i] = i;
+  PCOPS_CUDA_GRID_STRIDE(i, N) order[i] = i;
 }
 
 // flags[i] = 1 where sorted position i starts a voxel (kept points only).
 __global__ void __launch_bounds__(VoxelPolicy::kThreads)
-    flags_kernel(const int64_t* cells, const int64_t* batch, const uint8_t* kept, const int64_t* order, int64_t N,
-                 int64_t D, int64_t* flags) {
-  PCOPS_GRID_STRIDE(i, N) {
+    flags_kernel(const int64_t* cells, const int64_t* batch, const uint8_t* kept, const int64_t* order,
+                 int64_t N, int64_t D, int64_t* flags) {
+  PCOPS_CUDA_GRID_STRIDE(i, N) {
     const int64_t n = order[i];
     int64_t f = 0;
     if (kept[n]) {
@@ -157,7 +156,7 @@ __global__ void __launch_bounds__(VoxelPolicy::kThreads)
     outputs_kernel(const int64_t* cells, const int64_t* batch, const uint8_t* kept, const int64_t* order,
                    const int64_t* flags, const int64_t* scan, int64_t N, int64_t D, int64_t K, int64_t V,
                    int64_t* voxel_id, int64_t* perm, int64_t* coords, int64_t* vbatch, int64_t* voxel_ptr) {
-  PCOPS_GRID_STRIDE(i, N) {
+  PCOPS_CUDA_GRID_STRIDE(i, N) {
     const int64_t n = order[i];
     perm[i] = n;
     if (!kept[n]) {
@@ -177,7 +176,7 @@ __global__ void __launch_bounds__(VoxelPolicy::kThreads)
 
 __global__ void __launch_bounds__(VoxelPolicy::kThreads)
     counts_kernel(const int64_t* voxel_ptr, int64_t V, int64_t* counts) {
-  PCOPS_GRID_STRIDE(v, V) counts[v] = voxel_ptr[v + 1] - voxel_ptr[v];
+  PCOPS_CUDA_GRID_STRIDE(v, V) counts[v] = voxel_ptr[v + 1] - voxel_ptr[v];
 }
 
 int bits_for(unsigned long long range) {  // bits of values in [0, range]
@@ -210,8 +209,8 @@ int64_t voxelize_impl(const CudaContext& ctx, const T* points, int64_t N, int64_
   const int64_t* dptr = nullptr;
   if (ptr != nullptr && B > 1) {
     int64_t* p = ws.alloc<int64_t>(B + 1);
-    PCOPS_CUDA_CHECK(cudaMemcpyAsync(p, ptr, static_cast<size_t>(B + 1) * sizeof(int64_t), cudaMemcpyHostToDevice,
-                                     stream));
+    PCOPS_CUDA_CHECK(cudaMemcpyAsync(p, ptr, static_cast<size_t>(B + 1) * sizeof(int64_t),
+                                     cudaMemcpyHostToDevice, stream));
     dptr = p;
   }
   int64_t* cells = ws.alloc<int64_t>(N * D);
@@ -225,22 +224,26 @@ int64_t voxelize_impl(const CudaContext& ctx, const T* points, int64_t N, int64_
     std::vector<unsigned long long> init{~0ull};
     std::vector<long long> lo0(static_cast<size_t>(D + 1), std::numeric_limits<long long>::max());
     std::vector<long long> hi0(static_cast<size_t>(D + 1), std::numeric_limits<long long>::min());
-    PCOPS_CUDA_CHECK(cudaMemcpyAsync(first_overflow, init.data(), sizeof(unsigned long long), cudaMemcpyHostToDevice,
-                                     stream));
-    PCOPS_CUDA_CHECK(cudaMemcpyAsync(lo, lo0.data(), lo0.size() * sizeof(long long), cudaMemcpyHostToDevice, stream));
-    PCOPS_CUDA_CHECK(cudaMemcpyAsync(hi, hi0.data(), hi0.size() * sizeof(long long), cudaMemcpyHostToDevice, stream));
-    detail::launch(ctx, cells_kernel<T>, dim3(blocks_for(N)), dim3(VoxelPolicy::kThreads), 0, points, N, D, g, dptr,
-                   B, cells, kept, batch, first_overflow);
+    PCOPS_CUDA_CHECK(cudaMemcpyAsync(first_overflow, init.data(), sizeof(unsigned long long),
+                                     cudaMemcpyHostToDevice, stream));
+    PCOPS_CUDA_CHECK(
+        cudaMemcpyAsync(lo, lo0.data(), lo0.size() * sizeof(long long), cudaMemcpyHostToDevice, stream));
+    PCOPS_CUDA_CHECK(
+        cudaMemcpyAsync(hi, hi0.data(), hi0.size() * sizeof(long long), cudaMemcpyHostToDevice, stream));
+    detail::launch(ctx, cells_kernel<T>, dim3(blocks_for(N)), dim3(VoxelPolicy::kThreads), 0, points, N, D, g,
+                   dptr, B, cells, kept, batch, first_overflow);
     detail::launch(ctx, range_kernel, dim3(blocks_for(N)), dim3(VoxelPolicy::kThreads), 0,
                    static_cast<const int64_t*>(cells), static_cast<const int64_t*>(batch),
                    static_cast<const uint8_t*>(kept), N, D, lo, hi);
   }
   unsigned long long overflow_at = 0;
   std::vector<long long> hlo(static_cast<size_t>(D + 1)), hhi(static_cast<size_t>(D + 1));
-  PCOPS_CUDA_CHECK(cudaMemcpyAsync(&overflow_at, first_overflow, sizeof(unsigned long long), cudaMemcpyDeviceToHost,
-                                   stream));
-  PCOPS_CUDA_CHECK(cudaMemcpyAsync(hlo.data(), lo, hlo.size() * sizeof(long long), cudaMemcpyDeviceToHost, stream));
-  PCOPS_CUDA_CHECK(cudaMemcpyAsync(hhi.data(), hi, hhi.size() * sizeof(long long), cudaMemcpyDeviceToHost, stream));
+  PCOPS_CUDA_CHECK(cudaMemcpyAsync(&overflow_at, first_overflow, sizeof(unsigned long long),
+                                   cudaMemcpyDeviceToHost, stream));
+  PCOPS_CUDA_CHECK(
+      cudaMemcpyAsync(hlo.data(), lo, hlo.size() * sizeof(long long), cudaMemcpyDeviceToHost, stream));
+  PCOPS_CUDA_CHECK(
+      cudaMemcpyAsync(hhi.data(), hi, hhi.size() * sizeof(long long), cudaMemcpyDeviceToHost, stream));
   PCOPS_CUDA_CHECK(cudaStreamSynchronize(stream));
   PCOPS_CHECK(overflow_at == ~0ull, Value, "points[", static_cast<int64_t>(overflow_at),
               "]: its cell index (coordinate - start) / voxel_size does not fit in ",
@@ -304,8 +307,8 @@ int64_t voxelize_impl(const CudaContext& ctx, const T* points, int64_t N, int64_
   detail::launch(ctx, outputs_kernel, dim3(blocks_for(N)), dim3(VoxelPolicy::kThreads), 0,
                  static_cast<const int64_t*>(cells), static_cast<const int64_t*>(batch),
                  static_cast<const uint8_t*>(kept), static_cast<const int64_t*>(order),
-                 static_cast<const int64_t*>(flags), static_cast<const int64_t*>(scan), N, D, K, V, voxel_id, perm,
-                 out.coords, out.batch, out.voxel_ptr);
+                 static_cast<const int64_t*>(flags), static_cast<const int64_t*>(scan), N, D, K, V, voxel_id,
+                 perm, out.coords, out.batch, out.voxel_ptr);
   if (V == 0 && out.voxel_ptr) PCOPS_CUDA_CHECK(cudaMemsetAsync(out.voxel_ptr, 0, sizeof(int64_t), stream));
   if (V > 0)
     detail::launch(ctx, counts_kernel, dim3(blocks_for(V)), dim3(VoxelPolicy::kThreads), 0,
@@ -315,16 +318,18 @@ int64_t voxelize_impl(const CudaContext& ctx, const T* points, int64_t N, int64_
 
 }  // namespace
 
-int64_t voxelize(const CudaContext& ctx, const float* points, int64_t count, int64_t dim, const float* voxel_size,
-                 const float* start, const float* end, const int64_t* ptr, int64_t num_clouds, int64_t* voxel_id,
-                 int64_t* perm, const VoxelAllocator& allocate) {
-  return voxelize_impl(ctx, points, count, dim, voxel_size, start, end, ptr, num_clouds, voxel_id, perm, allocate);
+int64_t voxelize(const CudaContext& ctx, const float* points, int64_t count, int64_t dim,
+                 const float* voxel_size, const float* start, const float* end, const int64_t* ptr,
+                 int64_t num_clouds, int64_t* voxel_id, int64_t* perm, const VoxelAllocator& allocate) {
+  return voxelize_impl(ctx, points, count, dim, voxel_size, start, end, ptr, num_clouds, voxel_id, perm,
+                       allocate);
 }
 
-int64_t voxelize(const CudaContext& ctx, const double* points, int64_t count, int64_t dim, const double* voxel_size,
-                 const double* start, const double* end, const int64_t* ptr, int64_t num_clouds, int64_t* voxel_id,
-                 int64_t* perm, const VoxelAllocator& allocate) {
-  return voxelize_impl(ctx, points, count, dim, voxel_size, start, end, ptr, num_clouds, voxel_id, perm, allocate);
+int64_t voxelize(const CudaContext& ctx, const double* points, int64_t count, int64_t dim,
+                 const double* voxel_size, const double* start, const double* end, const int64_t* ptr,
+                 int64_t num_clouds, int64_t* voxel_id, int64_t* perm, const VoxelAllocator& allocate) {
+  return voxelize_impl(ctx, points, count, dim, voxel_size, start, end, ptr, num_clouds, voxel_id, perm,
+                       allocate);
 }
 
 }  // namespace pcops::cuda

@@ -17,40 +17,19 @@
 #include "oracle.hpp"
 #include "pcops/error.hpp"
 #include "pcops/voxelize.hpp"
+#include "voxelize_run.hpp"
 
 namespace {
 
 using pcops_cuda_test::DeviceBuffer;
 using pcops_cuda_test::StreamContext;
 
-struct Result {
-  int64_t V = 0;
-  std::vector<int64_t> id, perm, coords, batch, counts, ptr;
-};
+using Result = pcops_test::VoxelResult;
+using pcops_test::voxelize_cpu;
 
 template <class T>
-Result run_cpu(const std::vector<T>& pts, int64_t D, const std::vector<T>& size, const T* start, const T* end,
-               const std::vector<int64_t>* ptr) {
-  Result r;
-  const int64_t N = static_cast<int64_t>(pts.size()) / D;
-  r.id.assign(N, -7);
-  r.perm.assign(N, -7);
-  const int64_t B = ptr ? static_cast<int64_t>(ptr->size()) - 1 : 1;
-  r.V = pcops::cpu::voxelize({}, pts.data(), N, D, size.data(), start, end, ptr ? ptr->data() : nullptr, B,
-                             r.id.data(), r.perm.data(), [&](int64_t V) {
-                               r.coords.assign(V * D, -7);
-                               r.batch.assign(V, -7);
-                               r.counts.assign(V, -7);
-                               r.ptr.assign(V + 1, -7);
-                               return pcops::VoxelBuffers{r.coords.data(), r.batch.data(), r.counts.data(),
-                                                          r.ptr.data()};
-                             });
-  return r;
-}
-
-template <class T>
-Result run_cuda(const std::vector<T>& pts, int64_t D, const std::vector<T>& size, const T* start, const T* end,
-                const std::vector<int64_t>* ptr) {
+Result run_cuda(const std::vector<T>& pts, int64_t D, const std::vector<T>& size, const T* start,
+                const T* end, const std::vector<int64_t>* ptr) {
   const int64_t N = static_cast<int64_t>(pts.size()) / D;
   const int64_t B = ptr ? static_cast<int64_t>(ptr->size()) - 1 : 1;
   StreamContext sc;
@@ -59,14 +38,15 @@ Result run_cuda(const std::vector<T>& pts, int64_t D, const std::vector<T>& size
   DeviceBuffer<int64_t> dperm(std::vector<int64_t>(std::max<int64_t>(N, 1), -7));
   DeviceBuffer<int64_t> coords, batch, counts, vptr;
   Result r;
-  r.V = pcops::cuda::voxelize(sc.ctx, dp.data(), N, D, size.data(), start, end, ptr ? ptr->data() : nullptr, B,
-                              did.data(), dperm.data(), [&](int64_t V) {
-                                coords = DeviceBuffer<int64_t>(std::vector<int64_t>(std::max<int64_t>(V * D, 1), -7));
-                                batch = DeviceBuffer<int64_t>(std::vector<int64_t>(std::max<int64_t>(V, 1), -7));
-                                counts = DeviceBuffer<int64_t>(std::vector<int64_t>(std::max<int64_t>(V, 1), -7));
-                                vptr = DeviceBuffer<int64_t>(std::vector<int64_t>(V + 1, -7));
-                                return pcops::VoxelBuffers{coords.data(), batch.data(), counts.data(), vptr.data()};
-                              });
+  r.V = pcops::cuda::voxelize(
+      sc.ctx, dp.data(), N, D, size.data(), start, end, ptr ? ptr->data() : nullptr, B, did.data(),
+      dperm.data(), [&](int64_t V) {
+        coords = DeviceBuffer<int64_t>(std::vector<int64_t>(std::max<int64_t>(V * D, 1), -7));
+        batch = DeviceBuffer<int64_t>(std::vector<int64_t>(std::max<int64_t>(V, 1), -7));
+        counts = DeviceBuffer<int64_t>(std::vector<int64_t>(std::max<int64_t>(V, 1), -7));
+        vptr = DeviceBuffer<int64_t>(std::vector<int64_t>(V + 1, -7));
+        return pcops::VoxelBuffers{coords.data(), batch.data(), counts.data(), vptr.data()};
+      });
   auto cut = [](std::vector<int64_t> v, int64_t n) {
     v.resize(static_cast<size_t>(n));
     return v;
@@ -84,7 +64,7 @@ template <class T>
 void expect_same(const std::vector<T>& pts, int64_t D, const std::vector<T>& size,
                  std::type_identity_t<const T*> start = nullptr, std::type_identity_t<const T*> end = nullptr,
                  const std::vector<int64_t>* ptr = nullptr, const std::string& what = "") {
-  const Result want = run_cpu(pts, D, size, start, end, ptr);
+  const Result want = voxelize_cpu<T>(pts, D, size, start, end, ptr);
   const Result got = run_cuda(pts, D, size, start, end, ptr);
   EXPECT_EQ(got.V, want.V) << what;
   EXPECT_EQ(got.id, want.id) << what;
@@ -109,7 +89,8 @@ void random_clouds() {
   for (int64_t D : {1, 2, 3, 5}) {
     for (int64_t n : {0, 1, 2, 1000, 60000}) {
       for (double cell : {0.013, 0.2, 5.0}) {
-        const std::string what = "D=" + std::to_string(D) + " n=" + std::to_string(n) + " cell=" + std::to_string(cell);
+        const std::string what =
+            "D=" + std::to_string(D) + " n=" + std::to_string(n) + " cell=" + std::to_string(cell);
         const std::vector<T> pts = uniform<T>(rng, n, D, -2.0, 3.0);
         const std::vector<T> size(static_cast<size_t>(D), static_cast<T>(cell));
         expect_same(pts, D, size, nullptr, nullptr, nullptr, what);
@@ -156,24 +137,38 @@ TEST(CudaVoxelize, ErrorsAsCpu) {
   DeviceBuffer<int64_t> a(2), b(2);
   const std::vector<float> size{1e-20f, 1.0f};
   auto none = [](int64_t) { return pcops::VoxelBuffers{}; };
-  pcops_test::expect_error(pcops::ErrorKind::Value, [&] {
-    pcops::cuda::voxelize(sc.ctx, dp.data(), 2, 2, size.data(), nullptr, nullptr, nullptr, 1, a.data(), b.data(), none);
-  }, "cell overflow");
+  pcops_test::expect_error(
+      pcops::ErrorKind::Value,
+      [&] {
+        pcops::cuda::voxelize(sc.ctx, dp.data(), 2, 2, size.data(), nullptr, nullptr, nullptr, 1, a.data(),
+                              b.data(), none);
+      },
+      "cell overflow");
   const std::vector<float> bad{0.0f, 1.0f};
-  pcops_test::expect_error(pcops::ErrorKind::Value, [&] {
-    pcops::cuda::voxelize(sc.ctx, dp.data(), 2, 2, bad.data(), nullptr, nullptr, nullptr, 1, a.data(), b.data(), none);
-  }, "zero voxel size");
+  pcops_test::expect_error(
+      pcops::ErrorKind::Value,
+      [&] {
+        pcops::cuda::voxelize(sc.ctx, dp.data(), 2, 2, bad.data(), nullptr, nullptr, nullptr, 1, a.data(),
+                              b.data(), none);
+      },
+      "zero voxel size");
   const std::vector<int64_t> ptr{0, 3};
-  pcops_test::expect_error(pcops::ErrorKind::Value, [&] {
-    pcops::cuda::voxelize(sc.ctx, dp.data(), 2, 2, std::vector<float>{1.0f, 1.0f}.data(), nullptr, nullptr,
-                          ptr.data(), 1, a.data(), b.data(), none);
-  }, "ptr past the points");
+  pcops_test::expect_error(
+      pcops::ErrorKind::Value,
+      [&] {
+        pcops::cuda::voxelize(sc.ctx, dp.data(), 2, 2, std::vector<float>{1.0f, 1.0f}.data(), nullptr,
+                              nullptr, ptr.data(), 1, a.data(), b.data(), none);
+      },
+      "ptr past the points");
   std::vector<float> wide(17, 1.0f);
   DeviceBuffer<float> dw(wide);
-  pcops_test::expect_error(pcops::ErrorKind::Value, [&] {
-    pcops::cuda::voxelize(sc.ctx, dw.data(), 1, 17, wide.data(), nullptr, nullptr, nullptr, 1, a.data(), b.data(),
-                          none);
-  }, "17 coordinates");
+  pcops_test::expect_error(
+      pcops::ErrorKind::Value,
+      [&] {
+        pcops::cuda::voxelize(sc.ctx, dw.data(), 1, 17, wide.data(), nullptr, nullptr, nullptr, 1, a.data(),
+                              b.data(), none);
+      },
+      "17 coordinates");
 }
 
 }  // namespace
