@@ -199,6 +199,14 @@ struct Columns {
   void distances(const float* x, bool ip, float* out) const {
     (ip ? ip_columns : l2_columns)(x, d, t.data(), stride, out);
   }
+  // distances() of `count` <= 4 vectors (rows of stride xs) into out[r * stride]; four at once
+  // share the column loads (the same bits as one at a time).
+  void distances_upto4(const float* x, int64_t xs, int64_t count, bool ip, float* out) const {
+#if PCOPS_IVFPQ_X86
+    if (count == 4 && has_avx2()) return columns4_avx2(x, xs, d, t.data(), stride, ip, out);
+#endif
+    for (int64_t r = 0; r < count; ++r) distances(x + r * xs, ip, out + r * stride);
+  }
   int64_t best_of(const float* dist, bool ip) const {
     int64_t best = 0;
     float bv = dist[0];
@@ -572,7 +580,8 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
   const int64_t M = p.M, dsub = this->dsub();
   const float pad = ip ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
   parallel_for(ctx, 0, nq, 1, [&](int64_t b, int64_t e) {
-    std::vector<float> coarse(static_cast<size_t>(t.coarse.stride));
+    // Coarse distances of four queries at a time (the centroids stream through once per four).
+    std::vector<float> coarse4(static_cast<size_t>(4 * t.coarse.stride));
     std::vector<int64_t> order(static_cast<size_t>(p.nlist));
     std::vector<float> residual(static_cast<size_t>(p.dim));
     std::vector<float> lut(static_cast<size_t>(M * kK));
@@ -581,7 +590,9 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
     heap.reserve(static_cast<size_t>(std::min<int64_t>(k, ntotal_) + 1));
     for (int64_t qi = b; qi < e; ++qi) {
       const float* q = queries + qi * p.dim;
-      t.coarse.distances(q, ip, coarse.data());
+      const int64_t slot = (qi - b) % 4;
+      if (slot == 0) t.coarse.distances_upto4(q, p.dim, std::min<int64_t>(4, e - qi), ip, coarse4.data());
+      const float* coarse = coarse4.data() + slot * t.coarse.stride;
       for (int64_t l = 0; l < p.nlist; ++l) order[static_cast<size_t>(l)] = l;
       auto list_before = [&](int64_t a, int64_t c) {
         const float ka = rank_key(coarse[static_cast<size_t>(a)], ip), kc = rank_key(coarse[static_cast<size_t>(c)], ip);
