@@ -8,6 +8,7 @@ namespace pcops {
 // where an operator supports it, e.g. nearest_neighbor).
 template <class T>
 struct BasicPointsView {
+  using value_type = T;
   const T* data = nullptr;
   int64_t batch = 0;
   int64_t count = 0;

@@ -5,12 +5,6 @@
 namespace pcops::core {
 namespace {
 
-template <class View>
-PointsView shape_of(const View& v) {
-  return PointsView{v.data == nullptr ? nullptr : reinterpret_cast<const float*>(v.data),
-                    v.batch, v.count, v.dim, v.stride_batch, v.stride_point, v.stride_dim};
-}
-
 void validate(const PointsView& x, const PointsView& y, const int64_t* idx, const ChamferPairParams& params) {
   check_points(x, "x");
   check_points(y, "y");

@@ -5,13 +5,6 @@
 namespace pcops::core {
 namespace {
 
-// PointsView and PointsView64 share their layout; the checks only read sizes and nullness.
-template <class View>
-PointsView shape_of(const View& v) {
-  return PointsView{v.data == nullptr ? nullptr : reinterpret_cast<const float*>(v.data),
-                    v.batch, v.count, v.dim, v.stride_batch, v.stride_point, v.stride_dim};
-}
-
 void validate(const PointsView& x, const PointsView& y, const LengthsView& x_lengths,
               const LengthsView& y_lengths, const NearestNeighborParams& params) {
   check_points(x, "x");

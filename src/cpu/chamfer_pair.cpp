@@ -17,17 +17,6 @@ namespace ch = common::chamfer;
 
 constexpr int64_t kGrain = 2048;  // rows per task
 
-template <class V>
-struct ElemOf;
-template <>
-struct ElemOf<PointsView> {
-  using type = float;
-};
-template <>
-struct ElemOf<PointsView64> {
-  using type = double;
-};
-
 template <int Norm, class V, class T>
 void forward(const CpuContext& ctx, const V& x, const V& y, const int64_t* idx, T* out) {
   const int64_t P = x.count, D = x.dim;

@@ -25,17 +25,6 @@ namespace {
 constexpr int64_t kBlock = 512;        // y points per block
 constexpr int64_t kTileQueries = 32;   // queries sharing one pass over y
 
-template <class T>
-struct Elem;
-template <>
-struct Elem<PointsView> {
-  using type = float;
-};
-template <>
-struct Elem<PointsView64> {
-  using type = double;
-};
-
 template <int Norm, class T>
 void block_values(const T* yt, int64_t ld, int64_t D, int64_t len, const T* q, T* s) {
   for (int64_t j = 0; j < len; ++j) s[j] = common::nn::term<Norm>(common::nn::sub(q[0], yt[j]));
@@ -49,7 +38,7 @@ void block_values(const T* yt, int64_t ld, int64_t D, int64_t len, const T* q, T
 template <int Norm, class View>
 void brute(const CpuContext& ctx, const View& x, const View& y, const LengthsView& xl,
            const LengthsView& yl, int64_t* idx) {
-  using T = typename Elem<View>::type;
+  using T = typename View::value_type;
   const int64_t B = x.batch, P1 = x.count, P2 = y.count, D = x.dim;
   // Coordinate-major copy of each cloud's valid points: yt[b][d][j].
   std::vector<T> yt(static_cast<size_t>(B * P2 * D));

@@ -22,17 +22,6 @@ struct PairPolicy {
 };
 
 template <class V>
-struct ElemOf;
-template <>
-struct ElemOf<PointsView> {
-  using type = float;
-};
-template <>
-struct ElemOf<PointsView64> {
-  using type = double;
-};
-
-template <class V>
 __device__ __forceinline__ auto load(const V& v, int64_t b, int64_t n, int64_t d) {
   return v.data[b * v.stride_batch + n * v.stride_point + d * v.stride_dim];
 }

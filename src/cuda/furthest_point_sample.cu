@@ -194,6 +194,16 @@ struct alignas(16) WarpSlot {
   float z, pad0, pad1, pad2;
 };
 
+// Thread 0, before the loop: both step mbarriers (one arrival per phase), made visible to the
+// cluster, and armed for steps 1 (bars[1]) and 2 (bars[0]) with step_bytes expected bytes.
+__device__ __forceinline__ void init_step_barriers(unsigned long long (&bars)[2], unsigned step_bytes) {
+  mbar_init(smem_addr(&bars[0]), 1);
+  mbar_init(smem_addr(&bars[1]), 1);
+  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
+  mbar_arm(smem_addr(&bars[1]), step_bytes);  // step 1
+  mbar_arm(smem_addr(&bars[0]), step_bytes);  // step 2
+}
+
 // Waits until the mbarrier `bar` completes the phase of step t (phases alternate per parity of
 // (t - 1) / 2: each mbarrier serves every other step), then thread 0 arms the phase of step t + 2
 // with `step_bytes` expected bytes. A record that never arrives would be a bug: the launch fails
@@ -373,11 +383,7 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024 / C, 1)
     // Phase k of bars[p] is step 2k + 1 (p = 1) or 2k + 2 (p = 0); each phase is armed once (one
     // arrival plus its bytes) by thread 0 after the previous phase of that barrier completed.
     if (tid == 0) {
-      mbar_init(smem_addr(&bars[0]), 1);
-      mbar_init(smem_addr(&bars[1]), 1);
-      asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-      mbar_arm(smem_addr(&bars[1]), kStepBytes);  // step 1
-      mbar_arm(smem_addr(&bars[0]), kStepBytes);  // step 2
+      init_step_barriers(bars, kStepBytes);
     }
   }
   // Every block of the cluster has started (its shared memory may be written), its mbarriers are
@@ -525,11 +531,7 @@ __global__ void __launch_bounds__(T, 1)
   if (rank == 0 && tid == 0) o[0] = info.first + start;
   if (tid == 0) {
     cluster_unsafe = 0;
-    mbar_init(smem_addr(&bars[0]), 1);
-    mbar_init(smem_addr(&bars[1]), 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    mbar_arm(smem_addr(&bars[1]), kStepBytes);  // step 1
-    mbar_arm(smem_addr(&bars[0]), kStepBytes);  // step 2
+    init_step_barriers(bars, kStepBytes);
   }
   const bool block_unsafe = __syncthreads_or(!safe) != 0;
   cg::cluster_group cluster = cg::this_cluster();
@@ -1009,11 +1011,7 @@ __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
   if (rank == 0 && tid == 0) o[0] = info.first + info.start;
   if (tid == 0) {
     nact[0] = nact[1] = 0;
-    mbar_init(smem_addr(&bars[0]), 1);
-    mbar_init(smem_addr(&bars[1]), 1);
-    asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-    mbar_arm(smem_addr(&bars[1]), kStepBytes);  // step 1
-    mbar_arm(smem_addr(&bars[0]), kStepBytes);  // step 2
+    init_step_barriers(bars, kStepBytes);
   }
   cg::cluster_group cluster = cg::this_cluster();
   cluster.sync();  // every block started, mbarriers initialised, chunk summaries ready

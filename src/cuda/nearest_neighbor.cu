@@ -63,17 +63,6 @@ int64_t blocks_for(int64_t items, int threads, int64_t cap) {
   return std::max<int64_t>(1, std::min<int64_t>(detail::ceil_div(items, threads), cap));
 }
 
-template <class V>
-struct ElemOf;
-template <>
-struct ElemOf<PointsView> {
-  using type = float;
-};
-template <>
-struct ElemOf<PointsView64> {
-  using type = double;
-};
-
 template <class T>
 struct Candidate {
   T key;        // +inf when nothing finite was seen
@@ -86,8 +75,8 @@ struct Candidate {
 template <class V, int Norm, int Dim>
 __global__ void __launch_bounds__(NearestPolicy::kThreads)
     nearest_kernel(V x, V y, const int64_t* xlen, const int64_t* ylen, int64_t tiles_per_cloud,
-                   int64_t* out, Candidate<typename ElemOf<V>::type>* partial) {
-  using T = typename ElemOf<V>::type;
+                   int64_t* out, Candidate<typename V::value_type>* partial) {
+  using T = typename V::value_type;
   constexpr int kTile = NearestPolicy::kThreads;
   constexpr bool kTiled = Dim > 0;
   __shared__ T tile[kTiled ? Dim : 1][kTile];
@@ -186,7 +175,7 @@ __global__ void combine_kernel(const Candidate<T>* partial, const int64_t* xlen,
 template <class V, int Norm>
 void launch_search(const CudaContext& ctx, const V& x, const V& y, const int64_t* d_xlen,
                    const int64_t* d_ylen, int64_t tiles_per_cloud, dim3 grid, int64_t* idx,
-                   Candidate<typename ElemOf<V>::type>* partial) {
+                   Candidate<typename V::value_type>* partial) {
   const dim3 block(NearestPolicy::kThreads);
   switch (x.dim) {
     case 1: detail::launch(ctx, nearest_kernel<V, Norm, 1>, grid, block, 0, x, y, d_xlen, d_ylen, tiles_per_cloud, idx, partial); break;
@@ -201,7 +190,7 @@ void launch_search(const CudaContext& ctx, const V& x, const V& y, const int64_t
 template <class V>
 void search(const CudaContext& ctx, const V& x, const V& y, const LengthsView& x_lengths,
             const LengthsView& y_lengths, int64_t norm, int64_t* idx) {
-  using T = typename ElemOf<V>::type;
+  using T = typename V::value_type;
   const int64_t B = x.batch, P1 = x.count, P2 = y.count;
   detail::Workspace ws(ctx);
   const int64_t* d_xlen = detail::upload_lengths(ctx, ws, x_lengths, B, P1);

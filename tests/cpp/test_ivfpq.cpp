@@ -14,6 +14,7 @@
 #include "cpu/ivfpq_isa.hpp"
 #include "oracle.hpp"
 #include "pcops/error.hpp"
+#include "clustered_vectors.hpp"
 #include "pcops/ivfpq.hpp"
 
 namespace {
@@ -22,20 +23,7 @@ using pcops::IvfPqIndex;
 using pcops::IvfPqMetric;
 using pcops::IvfPqParams;
 
-// Clustered data: `clusters` Gaussian blobs in [0, 10)^dim.
-std::vector<float> clustered(int64_t n, int64_t dim, int64_t clusters, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(0.0f, 10.0f);
-  std::normal_distribution<float> g(0.0f, 0.5f);
-  std::vector<float> centres(static_cast<size_t>(clusters * dim));
-  for (auto& c : centres) c = u(rng);
-  std::vector<float> x(static_cast<size_t>(n * dim));
-  for (int64_t i = 0; i < n; ++i) {
-    const int64_t c = static_cast<int64_t>(rng() % static_cast<uint32_t>(clusters));
-    for (int64_t d = 0; d < dim; ++d) x[static_cast<size_t>(i * dim + d)] = centres[static_cast<size_t>(c * dim + d)] + g(rng);
-  }
-  return x;
-}
+using pcops_test::clustered;
 
 float l2(const float* a, const float* b, int64_t d) {
   float t = a[0] - b[0];

@@ -30,6 +30,8 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
+from pcops.ops.scatter import broadcast  # torch_scatter.utils.broadcast
+
 UPSTREAM_VERSION = "2.1.2"
 
 
@@ -52,17 +54,6 @@ __all__ = [
 
 torch_scatter = "torch_scatter"  # upstream exports its package name under this attribute
 
-
-def broadcast(src: Tensor, other: Tensor, dim: int) -> Tensor:
-    if dim < 0:
-        dim = other.dim() + dim
-    if src.dim() == 1:
-        for _ in range(0, dim):
-            src = src.unsqueeze(0)
-    for _ in range(src.dim(), other.dim()):
-        src = src.unsqueeze(-1)
-    src = src.expand(other.size())
-    return src
 
 
 def _size(index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int]) -> int:
