@@ -42,6 +42,7 @@
 //   then for each list l in 0..nlist-1: int64 size, int64 ids[size], uint8 codes[size * M].
 #include <cstdint>
 #include <iosfwd>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -100,8 +101,9 @@ class IvfPqIndex {
   // distances [nq, k], labels [nq, k]; 1 <= nprobe <= nlist, k >= 0.
   // precomputed_table (L2 with residuals; faiss's use_precomputed_table): the look-up table of
   // list l is term1[l] + term2(q) instead of the distances of the query's residual to the
-  // codewords, where term1[l, m, j] = |r_mj|^2 + 2 <c_l,m, r_mj> is computed once per training
-  // (prepare_tables) and term2[m, j] = -2 <q_m, r_mj> once per query; distances are then
+  // codewords, where term1[l, m, j] = |r_mj|^2 + 2 <c_l,m, r_mj> is computed by the first such
+  // search after the quantizers were set (then kept; thread-safe) and term2[m, j] =
+  // -2 <q_m, r_mj> once per query; distances are then
   // |q - c_l|^2 + sum_m (term1 + term2). Same value up to rounding, far less work per list; off:
   // the residual tables, whose results equal faiss's with use_precomputed_table = -1. Ignored
   // (the tables do not depend on the list) for inner product or without residuals; a Value error
@@ -133,7 +135,11 @@ class IvfPqIndex {
   int64_t ntotal_ = 0;
   std::vector<float> centroids_;    // [nlist, dim]
   std::vector<float> codebooks_;    // [M, 256, dsub]
-  std::vector<float> term1_;        // [nlist, M, 256] (L2 with residuals, within kMaxPrecomputed)
+  // term1 [nlist, M, 256] of precomputed_table searches, built on first use (shared by copies
+  // made before it is replaced: it depends only on the quantizers).
+  struct Term1;
+  std::shared_ptr<Term1> term1_;
+  const std::vector<float>& term1() const;
   std::vector<std::vector<int64_t>> ids_;    // per list
   std::vector<std::vector<uint8_t>> codes_;  // per list, [size, M]
 };

@@ -13,6 +13,7 @@
 #include <bit>
 #include <cmath>
 #include <cstring>
+#include <mutex>
 #include <fstream>
 #include <istream>
 #include <limits>
@@ -381,12 +382,22 @@ void IvfPqIndex::check_trained(const char* what) const {
   PCOPS_CHECK(trained_, Value, what, ": the index is not trained (call train or set_quantizers first)");
 }
 
+struct IvfPqIndex::Term1 {
+  std::mutex mutex;
+  bool ready = false;
+  std::vector<float> table;
+};
+
 void IvfPqIndex::prepare_tables() {
   trained_ = true;
-  term1_.clear();
-  const IvfPqParams& p = params_;
-  if (p.metric != IvfPqMetric::L2 || !p.by_residual || p.nlist * p.M * kK > kMaxPrecomputed) return;
+  term1_ = std::make_shared<Term1>();  // built by the first precomputed_table search
+}
+
+const std::vector<float>& IvfPqIndex::term1() const {
+  const std::lock_guard<std::mutex> lock(term1_->mutex);
+  if (term1_->ready) return term1_->table;
   // term1[l, m, j] = |r_mj|^2 + 2 <c_l,m, r_mj>, each sum in coordinate order.
+  const IvfPqParams& p = params_;
   const int64_t dsub = this->dsub();
   std::vector<float> norms(static_cast<size_t>(p.M * kK));
   for (int64_t m = 0; m < p.M; ++m)
@@ -396,11 +407,12 @@ void IvfPqIndex::prepare_tables() {
       for (int64_t i = 0; i < dsub; ++i) s = s + r[i] * r[i];
       norms[static_cast<size_t>(m * kK + j)] = s;
     }
-  term1_.resize(static_cast<size_t>(p.nlist * p.M * kK));
+  std::vector<float>& t1 = term1_->table;
+  t1.resize(static_cast<size_t>(p.nlist * p.M * kK));
   for (int64_t l = 0; l < p.nlist; ++l)
     for (int64_t m = 0; m < p.M; ++m) {
       const float* c = centroids_.data() + l * p.dim + m * dsub;
-      float* out = term1_.data() + (l * p.M + m) * kK;
+      float* out = t1.data() + (l * p.M + m) * kK;
       for (int64_t j = 0; j < kK; ++j) {
         const float* r = codebooks_.data() + (m * kK + j) * dsub;
         float dot = 0.0f;
@@ -408,6 +420,8 @@ void IvfPqIndex::prepare_tables() {
         out[j] = norms[static_cast<size_t>(m * kK + j)] + 2.0f * dot;
       }
     }
+  term1_->ready = true;
+  return t1;
 }
 
 namespace {
@@ -573,9 +587,11 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
   // The table depends on the list only for L2 with residuals.
   const bool per_list_lut = !ip && p.by_residual;
   const bool use_term1 = precomputed_table && per_list_lut;
-  PCOPS_CHECK(!use_term1 || !term1_.empty(), Value, "precomputed_table: nlist * M * 256 = ", p.nlist * p.M * kK,
+  PCOPS_CHECK(!use_term1 || p.nlist * p.M * kK <= kMaxPrecomputed, Value, "precomputed_table: nlist * M * 256 = ",
+              p.nlist * p.M * kK,
               " floats exceed the limit of ", kMaxPrecomputed, " (search without it)");
   if (nq == 0 || k == 0) return;
+  const float* term1_all = use_term1 ? term1().data() : nullptr;
   const Tables t = make_tables(p, centroids_, codebooks_);
   const int64_t M = p.M, dsub = this->dsub();
   const float pad = ip ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
@@ -616,7 +632,7 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
         float d0 = ip && p.by_residual ? coarse[static_cast<size_t>(l)] : 0.0f;
         if (use_term1) {
           d0 = coarse[static_cast<size_t>(l)];  // |q - c_l|^2
-          const float* t1 = term1_.data() + l * M * kK;
+          const float* t1 = term1_all + l * M * kK;
           for (int64_t i = 0; i < M * kK; ++i) lut[static_cast<size_t>(i)] = t1[i] + term2[static_cast<size_t>(i)];
         } else if (per_list_lut) {
           for (int64_t i = 0; i < p.dim; ++i) residual[static_cast<size_t>(i)] = q[i] - c[i];
