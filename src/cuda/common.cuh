@@ -3,8 +3,10 @@
 // stream-ordered workspace and the upload of host lengths.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -89,16 +91,58 @@ class Workspace {
   std::vector<void*> blocks_;
 };
 
+// Host-to-device copies of small tables through kernel arguments: a pageable cudaMemcpyAsync
+// first waits for the stream (the caller would stop running ahead of the GPU), and a pinned
+// staging buffer would need its own lifetime tracking; a launch's arguments are copied at launch.
+struct ArgBlob {
+  static constexpr int kBytes = 3840;  // with the other arguments under the 4 KB parameter limit
+  unsigned char bytes[kBytes];
+};
+
+static __global__ void __launch_bounds__(256) arg_blob_kernel(ArgBlob blob, int n, unsigned char* dst) {
+  for (int i = threadIdx.x; i < n; i += blockDim.x) dst[i] = blob.bytes[i];
+}
+
+// Copies `bytes` bytes of host memory to device memory `dst` in stream order without waiting:
+// through kernel arguments up to kBlobLimit bytes (a launch per 3840 bytes), else a pageable copy.
+inline void copy_to_device_async(const CudaContext& ctx, void* dst, const void* src, size_t bytes) {
+  constexpr size_t kBlobLimit = size_t{64} << 10;
+  if (bytes == 0) return;
+  if (bytes > kBlobLimit) {
+    PCOPS_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, stream_of(ctx)));
+    return;
+  }
+  const auto* in = static_cast<const unsigned char*>(src);
+  auto* out = static_cast<unsigned char*>(dst);
+  for (size_t off = 0; off < bytes; off += ArgBlob::kBytes) {
+    const size_t n = std::min<size_t>(ArgBlob::kBytes, bytes - off);
+    ArgBlob blob;
+    std::memcpy(blob.bytes, in + off, n);
+    launch(ctx, arg_blob_kernel, dim3(1), dim3(256), 0, blob, static_cast<int>(n), out + off);
+  }
+}
+
+template <class T>
+__global__ void fill_kernel(T* p, int64_t n, T value) {
+  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x)
+    p[i] = value;
+}
+
 // Per-cloud lengths on the device: lengths[b], or `fallback` for every cloud when absent.
-// The source is host memory (validated already); the copy is enqueued on the stream.
+// Present lengths are host memory (validated already), copied without waiting for the stream;
+// absent lengths are filled by a kernel.
 inline const int64_t* upload_lengths(const CudaContext& ctx, Workspace& ws, const LengthsView& lengths,
                                      int64_t batch, int64_t fallback) {
-  std::vector<int64_t> host(static_cast<size_t>(batch > 0 ? batch : 1), fallback);
+  const int64_t n = batch > 0 ? batch : 1;
+  int64_t* dev = ws.alloc<int64_t>(n);
+  if (!lengths.present()) {
+    const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(ceil_div(n, int64_t{256}), 1024));
+    launch(ctx, fill_kernel<int64_t>, dim3(blocks), dim3(256), 0, dev, n, fallback);
+    return dev;
+  }
+  std::vector<int64_t> host(static_cast<size_t>(n), fallback);
   for (int64_t b = 0; b < batch; ++b) host[b] = lengths.get(b, fallback);
-  int64_t* dev = ws.alloc<int64_t>(static_cast<int64_t>(host.size()));
-  // Pageable source: the call returns once the source has been consumed, so `host` may go.
-  PCOPS_CUDA_CHECK(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(int64_t),
-                                   cudaMemcpyHostToDevice, stream_of(ctx)));
+  copy_to_device_async(ctx, dev, host.data(), host.size() * sizeof(int64_t));
   return dev;
 }
 

@@ -1469,9 +1469,7 @@ void furthest_point_sample_ragged(const CudaContext& ctx, RaggedPointsView point
   for (const auto* v : {&len, &first, &start, &count, &offset}) host.insert(host.end(), v->begin(), v->end());
   detail::Workspace ws(ctx);
   int64_t* dev = ws.alloc<int64_t>(5 * B);
-  // Pageable source: the call returns once `host` has been consumed.
-  PCOPS_CUDA_CHECK(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(int64_t), cudaMemcpyHostToDevice,
-                                   detail::stream_of(ctx)));
+  detail::copy_to_device_async(ctx, dev, host.data(), host.size() * sizeof(int64_t));
   const PointsView view{points.data, B, longest, points.dim, 0, points.stride_point, points.stride_dim};
   const FpsArgs a{view, dev, true, 0, 0, false, out, dev + B, B};
   dispatch(ctx, ws, a, B, longest, points.dim);

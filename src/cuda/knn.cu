@@ -592,10 +592,8 @@ int64_t blocks_for(int64_t items, int threads, int64_t cap = KnnPolicy::kMaxBloc
 template <class T>
 T* upload(const CudaContext& ctx, detail::Workspace& ws, const std::vector<T>& host) {
   T* dev = ws.alloc<T>(static_cast<int64_t>(std::max<size_t>(host.size(), 1)));
-  if (!host.empty())
-    // Pageable source: the call returns once the source has been consumed, so `host` may go.
-    PCOPS_CUDA_CHECK(cudaMemcpyAsync(dev, host.data(), host.size() * sizeof(T),
-                                     cudaMemcpyHostToDevice, detail::stream_of(ctx)));
+  // Without waiting for the stream (small tables travel as kernel arguments).
+  detail::copy_to_device_async(ctx, dev, host.data(), host.size() * sizeof(T));
   return dev;
 }
 
