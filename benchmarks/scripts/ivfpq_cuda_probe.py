@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""Probe (CUDA): pcops.IVFPQIndex.search with CUDA queries against the same index searched on the
+CPU (pcops on all threads, and faiss-cpu IndexIVFPQ with the same quantizers when faiss is
+importable), at equal parameters (nlist, M, 8-bit codes, by_residual, k, nprobe).
+
+The index is trained and filled once on the CPU (pcops.train on an ntrain sample); the CUDA
+search then runs over the index's device copy. Times are medians of ``--repeat`` searches of the
+whole query batch (CUDA: synchronized, the device copy already made; the first search, which
+makes it, is reported apart as upload_s). Every CUDA result is compared bitwise with the pcops CPU
+result (distances and ids), and the recall@1 / @10 against exact neighbours is reported.
+
+Usage: PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \
+           python benchmarks/scripts/ivfpq_cuda_probe.py [--n 1000000] [--nq 10000] [--out f.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+
+import pcops
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def clustered(n: int, dim: int, clusters: int, rng: np.random.Generator, model=None):
+    """Gaussian blobs in a 16-d latent space mapped linearly to ``dim`` coordinates, plus noise
+    (the vectors of ivfpq_probe.py)."""
+    if model is None:
+        centres = rng.uniform(0, 1, size=(clusters, 16)).astype(np.float32)
+        basis = rng.normal(0, 1 / 4, size=(16, dim)).astype(np.float32)
+        model = (centres, basis)
+    centres, basis = model
+    out = np.empty((n, dim), np.float32)
+    step = 1 << 18
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        lab = rng.integers(0, len(centres), size=e - s)
+        z = centres[lab] + rng.normal(0, 0.05, size=(e - s, 16)).astype(np.float32)
+        out[s:e] = z @ basis + rng.normal(0, 0.005, size=(e - s, dim)).astype(np.float32)
+    return out, model
+
+
+def exact_nn(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Exact nearest neighbour of each query (float64 over the top 32 of a float32 GPU matmul)."""
+    xd = x.cuda()
+    xn = (xd * xd).sum(1)
+    best = torch.empty(len(q), dtype=torch.int64)
+    for s in range(0, len(q), 1024):
+        qd = q[s:s + 1024].cuda()
+        d = xn[None, :] - 2 * qd @ xd.T
+        cand = d.topk(32, largest=False).indices
+        d64 = ((xd[cand].double() - qd[:, None].double()) ** 2).sum(-1)
+        best[s:s + 1024] = cand.gather(1, d64.argmin(1, keepdim=True)).squeeze(1).cpu()
+    return best
+
+
+def recall(labels: torch.Tensor, truth: torch.Tensor, at: int) -> float:
+    return float((labels[:, :at] == truth[:, None]).any(1).double().mean())
+
+
+def cpu_median(fn, repeat: int):
+    out = fn()
+    ts = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        out = fn()
+        ts.append(time.perf_counter() - t0)
+    return statistics.median(ts), out
+
+
+def cuda_median(fn, repeat: int):
+    out = fn()
+    torch.cuda.synchronize()
+    ts = []
+    for _ in range(repeat):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        out = fn()
+        b.record()
+        b.synchronize()
+        ts.append(a.elapsed_time(b) / 1e3)
+    return statistics.median(ts), out
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--nlist", type=int, default=1024)
+    ap.add_argument("--M", type=int, default=16)
+    ap.add_argument("--nq", type=int, default=10_000)
+    ap.add_argument("--k", type=int, default=10)
+    ap.add_argument("--ntrain", type=int, default=100_000)
+    ap.add_argument("--niter", type=int, default=10)
+    ap.add_argument("--nprobe", type=int, nargs="+", default=[8, 32])
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--cpu-repeat", type=int, default=2)
+    ap.add_argument("--clusters", type=int, default=2000)
+    ap.add_argument("--vectors", default=None, help="a float32 [n, dim] .npy of real vectors")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+
+    rng = np.random.default_rng(0)
+    if args.vectors:
+        allv = np.load(args.vectors).astype(np.float32)
+        allv = allv[rng.permutation(len(allv))]
+        q, x = np.ascontiguousarray(allv[:args.nq]), np.ascontiguousarray(allv[args.nq:args.nq + args.n])
+        args.n, args.dim = len(x), x.shape[1]
+    else:
+        x, model = clustered(args.n, args.dim, args.clusters, rng)
+        q, _ = clustered(args.nq, args.dim, args.clusters, rng, model)
+    xt = torch.from_numpy(x[rng.choice(args.n, size=min(args.ntrain, args.n), replace=False)])
+    x, q = torch.from_numpy(x), torch.from_numpy(q)
+    truth = exact_nn(x, q)
+
+    index = pcops.IVFPQIndex(args.dim, args.nlist, args.M)
+    t0 = time.perf_counter()
+    index.train(xt, seed=0, niter=args.niter)
+    train_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    index.add(x)
+    add_s = time.perf_counter() - t0
+
+    try:
+        import faiss  # noqa: PLC0415 (optional peer)
+    except ImportError:
+        faiss = None
+    fi = None
+    if faiss is not None:
+        fi = faiss.IndexIVFPQ(faiss.IndexFlatL2(args.dim), args.dim, args.nlist, args.M, 8)
+        fi.train(xt.numpy())
+        index.set_quantizers(torch.from_numpy(fi.quantizer.reconstruct_n(0, args.nlist)),
+                             torch.from_numpy(faiss.vector_to_array(fi.pq.centroids).reshape(args.M, 256, -1)))
+        index.reset()
+        index.add(x)
+        fi.add(x.numpy())
+
+    qc = q.cuda()
+    rows = []
+    for nprobe in args.nprobe:
+        t0 = time.perf_counter()
+        index.search(qc, args.k, nprobe)
+        torch.cuda.synchronize()
+        first_s = time.perf_counter() - t0
+        tg, (dg, ig) = cuda_median(lambda: index.search(qc, args.k, nprobe), args.repeat)
+        tc, (dc, ic) = cpu_median(lambda: index.search(q, args.k, nprobe), args.cpu_repeat)
+        row = dict(nprobe=nprobe, k=args.k, nq=args.nq,
+                   cuda_s=tg, cuda_qps=args.nq / tg, first_cuda_search_s=first_s,
+                   cpu_s=tc, cpu_qps=args.nq / tc, speedup_vs_pcops_cpu=tc / tg,
+                   equal_to_cpu=bool(torch.equal(dg.cpu().view(torch.int32), dc.view(torch.int32))
+                                     and torch.equal(ig.cpu(), ic)),
+                   recall1=recall(ig.cpu(), truth, 1), recall10=recall(ig.cpu(), truth, min(10, args.k)))
+        if fi is not None:
+            fi.nprobe = nprobe
+            tf, _ = cpu_median(lambda: fi.search(q.numpy(), args.k), args.cpu_repeat)
+            row.update(faiss_cpu_s=tf, faiss_cpu_qps=args.nq / tf, speedup_vs_faiss_cpu=tf / tg)
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
+                                text=True).stdout.strip() or os.environ.get("PCOPS_GIT_COMMIT", "")
+    except OSError:
+        commit = os.environ.get("PCOPS_GIT_COMMIT", "")
+    doc = dict(kind="ivfpq-cuda-probe", commit=commit, when=datetime.now(timezone.utc).isoformat(),
+               params=dict(n=args.n, dim=args.dim, nlist=args.nlist, M=args.M, ntrain=args.ntrain,
+                           niter=args.niter, vectors=Path(args.vectors).name if args.vectors else "synthetic"),
+               train_s=train_s, add_s=add_s, rows=rows,
+               env=dict(python=platform.python_version(), torch=torch.__version__,
+                        gpu=torch.cuda.get_device_name(), cpus=os.cpu_count(),
+                        torch_threads=torch.get_num_threads(),
+                        faiss=getattr(faiss, "__version__", None) if faiss else None))
+    if args.out:
+        Path(args.out).write_text(json.dumps(doc, indent=1))
+
+
+if __name__ == "__main__":
+    main()
