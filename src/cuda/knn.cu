@@ -8,7 +8,8 @@
 //   GPU (bounding box, cell size refined from the measured occupancy, counting sort of the points
 //   into cell order as SoA floats + original indices; points with a non-finite coordinate go to one
 //   extra cell per cloud), then one warp per query searches growing Chebyshev rings of cells with
-//   the CPU's rounding-safe double lower bound.
+//   the CPU's rounding-safe double lower bound. k = 1 (chamfer_distance's nearest neighbour): one
+//   thread per query walks the same rings with its best (key, index) in a register.
 // - everything else (any D, small clouds): one warp per query scans all references.
 // Selection is primitives::WarpTopK (shared-memory buffer, bitonic merges); its k-th key is the
 // admission threshold and the pruning bound. Queries past query_lengths and clouds without
@@ -41,6 +42,7 @@ struct KnnPolicy {
   static constexpr int64_t kMaxWarpK = 1024;          // larger k: per-query radix sort
   static constexpr int kSmemPerBlock = 32768;         // top-k buffers of one block
   static constexpr int kMaxWarpsPerBlock = 8;
+  static constexpr int kNearestThreads = 128;         // k = 1 grid search: one thread per query
   static constexpr int64_t kGridMinPoints = 4096;     // smaller clouds: brute force
   static constexpr int64_t kGridMaxPoints = int64_t{1} << 30;
   static constexpr double kCellsPerPoint = 4.0;       // cell budget of a cloud
@@ -160,6 +162,7 @@ __global__ void __launch_bounds__(256) brute_kernel(PointsView query, PointsView
 struct PassCloud {
   int64_t qbase, rbase, n, mq, out;
   int32_t cell_base, cap;
+  int64_t pbase;  // first row of its points in the pass's cell-ordered arrays (set by grid_pass)
 };
 
 __device__ __forceinline__ const float* row_ptr(const PointsView& v, int64_t base, int64_t n) {
@@ -314,12 +317,12 @@ __global__ void params_kernel(const PassCloud* clouds, const CloudScratch* sc, G
 // points. kStore: final pass, keeps cell and rank for the scatter; otherwise a measuring pass,
 // skipped for settled clouds.
 template <bool kStore>
-__global__ void hist_kernel(PointsView ref, const PassCloud* clouds, const int64_t* point_base,
-                            const GridParams* params, int* counts, int* cell_of, int* rank_of) {
+__global__ void hist_kernel(PointsView ref, const PassCloud* clouds, const GridParams* params, int* counts,
+                            int* cell_of, int* rank_of) {
   const PassCloud cl = clouds[blockIdx.y];
   const GridParams& g = params[blockIdx.y];
   if (!kStore && g.settled) return;
-  const int64_t pb = point_base[blockIdx.y];
+  const int64_t pb = cl.pbase;
   const int lane = threadIdx.x & 31;
   const int64_t stride = int64_t{gridDim.x} * blockDim.x;
   for (int64_t j0 = blockIdx.x * int64_t{blockDim.x} + (threadIdx.x & ~31u); j0 < cl.n; j0 += stride) {
@@ -400,11 +403,10 @@ __global__ void refine_kernel(const PassCloud* clouds, CloudScratch* sc, GridPar
 }
 
 // Points into cell order: SoA coordinates and original indices. blockIdx.y = cloud.
-__global__ void scatter_kernel(PointsView ref, const PassCloud* clouds, const int64_t* point_base,
-                               const int* cell_of, const int* rank_of, const int* start, float* sx,
+__global__ void scatter_kernel(PointsView ref, const PassCloud* clouds, const int* cell_of, const int* rank_of, const int* start, float* sx,
                                float* sy, float* sz, uint32_t* sid) {
   const PassCloud cl = clouds[blockIdx.y];
-  const int64_t pb = point_base[blockIdx.y];
+  const int64_t pb = cl.pbase;
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < cl.n;
        j += int64_t{gridDim.x} * blockDim.x) {
     const float* p = row_ptr(ref, cl.rbase, j);
@@ -541,6 +543,84 @@ __global__ void __launch_bounds__(256, 3) grid_query_kernel(PointsView query, co
   }
 }
 
+// k = 1 (chamfer_distance's search): one thread per query, the same rings, row pruning, stop test
+// and non-finite cell as grid_query_kernel, with the best (key, index) in a register instead of a
+// warp's top-k buffer. Threads search independently, so a warp keeps 32 queries in flight where
+// grid_query_kernel keeps one; the result is the same (key, index) minimum.
+__global__ void __launch_bounds__(KnnPolicy::kNearestThreads)
+    grid_nearest_kernel(PointsView query, const PassCloud* clouds, const GridParams* params, const int* start,
+                        GridPoints pts, float* dist, int64_t* idx) {
+  constexpr uint64_t kEmpty = ~uint64_t{0};
+  const PassCloud cl = clouds[blockIdx.y];
+  const GridParams& g = params[blockIdx.y];
+  const int* cs = start + cl.cell_base;
+  for (int64_t m = int64_t{blockIdx.x} * blockDim.x + threadIdx.x; m < cl.mq; m += int64_t{gridDim.x} * blockDim.x) {
+    const float* qp = row_ptr(query, cl.qbase, m);
+    const float qx = qp[0], qy = qp[query.stride_dim], qz = qp[2 * query.stride_dim];
+    const int64_t out = cl.out + m;
+    if (!finite3(qx, qy, qz)) {  // every key is +inf: the first reference
+      dist[out] = INFINITY;
+      idx[out] = cl.n > 0 ? 0 : -1;
+      continue;
+    }
+    uint64_t best = kEmpty;
+    const auto scan = [&](int p0, int p1) {
+      for (int p = p0; p < p1; ++p) {
+        const uint64_t v = pack(common::squared_distance3(qx, qy, qz, pts.x[p], pts.y[p], pts.z[p]), pts.id[p]);
+        best = v < best ? v : best;
+      }
+    };
+    const auto threshold = [&] {
+      return best == kEmpty ? __int_as_float(0x7f800000) : __uint_as_float(static_cast<uint32_t>(best >> 32));
+    };
+    const double q[3] = {qx, qy, qz};
+    const int cq[3] = {coord(g, 0, q[0]), coord(g, 1, q[1]), coord(g, 2, q[2])};
+    for (int r = 1;; ++r) {
+      int lo[3], hi[3];
+#pragma unroll
+      for (int a = 0; a < 3; ++a) {
+        lo[a] = max(0, cq[a] - r);
+        hi[a] = min(g.dims[a] - 1, cq[a] + r);
+      }
+      for (int z = lo[2]; z <= hi[2]; ++z) {
+        const double gz = gap(g, 2, z, z, q[2]);
+        if (beyond(gz, threshold())) continue;
+        for (int y = lo[1]; y <= hi[1]; ++y) {
+          const float tf = threshold();
+          const double gyz = gz + gap(g, 1, y, y, q[1]);
+          if (beyond(gyz, tf)) continue;
+          const int row = (z * g.dims[1] + y) * g.dims[0];
+          if (r == 1 || abs(z - cq[2]) == r || abs(y - cq[1]) == r) {
+            if (!beyond(gyz + gap(g, 0, lo[0], hi[0], q[0]), tf)) scan(cs[row + lo[0]], cs[row + hi[0] + 1]);
+          } else {
+            const int xa = cq[0] - r, xb = cq[0] + r;
+            if (xa >= 0 && !beyond(gyz + gap(g, 0, xa, xa, q[0]), tf)) scan(cs[row + xa], cs[row + xa + 1]);
+            if (xb < g.dims[0] && !beyond(gyz + gap(g, 0, xb, xb, q[0]), threshold()))
+              scan(cs[row + xb], cs[row + xb + 1]);
+          }
+        }
+      }
+      double o = INFINITY;
+#pragma unroll
+      for (int a = 0; a < 3; ++a) {
+        if (cq[a] - r > 0) o = fmin(o, q[a] - edge(g, a, cq[a] - r));
+        if (cq[a] + r < g.dims[a] - 1) o = fmin(o, edge(g, a, cq[a] + r + 1) - q[a]);
+      }
+      if (o == INFINITY) break;  // every cell visited
+      o -= g.slack;
+      if (o > 0.0 && beyond(o * o, threshold())) break;
+    }
+    scan(cs[cl.cap], cs[cl.cap + 1]);  // points with a non-finite coordinate: key +inf, last
+    if (best == kEmpty) {
+      dist[out] = INFINITY;
+      idx[out] = -1;
+    } else {
+      dist[out] = __fsqrt_rn(__uint_as_float(static_cast<uint32_t>(best >> 32)));
+      idx[out] = static_cast<int64_t>(best & 0xFFFFFFFFu);
+    }
+  }
+}
+
 // ---------------------------------------------------------------------------------------------
 // Large k: keys (key bits << ib | index) of a chunk of queries of one cloud, one thread per pair.
 __global__ void sort_keys_kernel(PointsView query, PointsView ref, int64_t b, int64_t m0, int64_t qc,
@@ -612,14 +692,13 @@ WarpLaunch warp_launch(int64_t k) {
 }
 
 void grid_pass(const CudaContext& ctx, const PointsView& query, const PointsView& ref,
-               const std::vector<PassCloud>& clouds, int64_t k, float* dist, int64_t* idx) {
+               std::vector<PassCloud> clouds, int64_t k, float* dist, int64_t* idx) {
   detail::Workspace ws(ctx);
   const cudaStream_t stream = detail::stream_of(ctx);
   const int C = static_cast<int>(clouds.size());
   int64_t points = 0, cells = 0, max_n = 0, max_m = 0, max_cells = 0;
-  std::vector<int64_t> point_base(clouds.size());
   for (size_t c = 0; c < clouds.size(); ++c) {
-    point_base[c] = points;
+    clouds[c].pbase = points;
     points += clouds[c].n;
     cells += clouds[c].cap + 1;
     max_n = std::max(max_n, clouds[c].n);
@@ -629,7 +708,6 @@ void grid_pass(const CudaContext& ctx, const PointsView& query, const PointsView
   const double ppc = std::clamp(static_cast<double>(k) / 2.0, 1.0, 32.0);
 
   const PassCloud* d_clouds = upload(ctx, ws, clouds);
-  const int64_t* d_pbase = upload(ctx, ws, point_base);
   CloudScratch* sc = ws.alloc<CloudScratch>(C);
   GridParams* params = ws.alloc<GridParams>(C);
   int* counts = ws.alloc<int>(cells + 1);
@@ -650,20 +728,26 @@ void grid_pass(const CudaContext& ctx, const PointsView& query, const PointsView
   detail::launch(ctx, bbox_kernel, pgrid, dim3(T), 0, ref, d_clouds, sc);
   detail::launch(ctx, params_kernel, dim3(cb), dim3(128), 0, d_clouds, sc, params, C, ppc);
   for (int pass = 0; pass < KnnPolicy::kRefinePasses; ++pass) {
-    detail::launch(ctx, hist_kernel<false>, pgrid, dim3(T), 0, ref, d_clouds, d_pbase, params, counts,
+    detail::launch(ctx, hist_kernel<false>, pgrid, dim3(T), 0, ref, d_clouds, params, counts,
                    static_cast<int*>(nullptr), static_cast<int*>(nullptr));
     detail::launch(ctx, occupancy_kernel, cgrid, dim3(T), 0, d_clouds, params, counts, sc);
     detail::launch(ctx, refine_kernel, dim3(cb), dim3(128), 0, d_clouds, sc, params, C, ppc);
   }
-  detail::launch(ctx, hist_kernel<true>, pgrid, dim3(T), 0, ref, d_clouds, d_pbase, params, counts,
+  detail::launch(ctx, hist_kernel<true>, pgrid, dim3(T), 0, ref, d_clouds, params, counts,
                  cell_of, rank_of);
   size_t temp_bytes = 0;
   PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, counts, start, cells + 1, stream));
   void* temp = ws.bytes(temp_bytes);
   PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, counts, start, cells + 1, stream));
-  detail::launch(ctx, scatter_kernel, pgrid, dim3(T), 0, ref, d_clouds, d_pbase, cell_of, rank_of,
+  detail::launch(ctx, scatter_kernel, pgrid, dim3(T), 0, ref, d_clouds, cell_of, rank_of,
                  start, sx, sy, sz, sid);
 
+  if (k == 1) {
+    constexpr int kQ = KnnPolicy::kNearestThreads;
+    detail::launch(ctx, grid_nearest_kernel, dim3(static_cast<unsigned>(blocks_for(max_m, kQ)), static_cast<unsigned>(C)),
+                   dim3(kQ), 0, query, d_clouds, params, start, GridPoints{sx, sy, sz, sid}, dist, idx);
+    return;
+  }
   const WarpLaunch wl = warp_launch(k);
   const dim3 qgrid(static_cast<unsigned>(blocks_for(max_m, wl.warps)), static_cast<unsigned>(C));
   detail::launch(ctx, grid_query_kernel, qgrid, dim3(32 * wl.warps), wl.smem, query, d_clouds,
@@ -739,9 +823,15 @@ void knn(const CudaContext& ctx, PointsView query, PointsView ref, LengthsView q
     rlen[b] = ref_lengths.get(b, N);
     need_pad = need_pad || qlen[b] < M || (rlen[b] == 0 && qlen[b] > 0);
   }
-  const int64_t* d_qlen = detail::upload_lengths(ctx, ws, query_lengths, B, M);
-  const int64_t* d_rlen = detail::upload_lengths(ctx, ws, ref_lengths, B, N);
+  const int64_t* d_qlen = nullptr;
+  const int64_t* d_rlen = nullptr;
+  const auto device_lengths = [&] {  // only the padding and brute-force kernels read them
+    if (d_qlen != nullptr) return;
+    d_qlen = detail::upload_lengths(ctx, ws, query_lengths, B, M);
+    d_rlen = detail::upload_lengths(ctx, ws, ref_lengths, B, N);
+  };
   if (need_pad) {
+    device_lengths();
     const int64_t total = B * M * k;
     detail::launch(ctx, pad_kernel, dim3(static_cast<unsigned>(blocks_for(total, 256, 1 << 20))),
                    dim3(256), 0, d_qlen, d_rlen, total, M, k, dist, idx);
@@ -766,6 +856,7 @@ void knn(const CudaContext& ctx, PointsView query, PointsView ref, LengthsView q
     }
   }
   if (any_brute) {
+    device_lengths();
     const int8_t* d_brute = upload(ctx, ws, brute);
     const WarpLaunch wl = warp_launch(k);
     const dim3 grid(static_cast<unsigned>(blocks_for(B * M, wl.warps, 1 << 20)));
@@ -807,7 +898,7 @@ void knn_grid(const CudaContext& ctx, const PointsView& query, const PointsView&
       if (!pass.empty() && (points + n > KnnPolicy::kMaxPassPoints || cells + cap + 1 > KnnPolicy::kMaxPassCells))
         break;
       pass.push_back(PassCloud{c.qbase, c.rbase, n, c.mq, c.out, static_cast<int32_t>(cells),
-                               static_cast<int32_t>(cap)});
+                               static_cast<int32_t>(cap), 0});
       points += n;
       cells += cap + 1;
       ++i;

@@ -160,6 +160,7 @@ TEST(CudaKnn, AllHugeValuesOverflow) {
     Cloud x = pcops_test::uniform_cloud(rng, 1, n, 3, -3e38f, 3e38f);
     Cloud q = pcops_test::uniform_cloud(rng, 1, 40, 3, -3e38f, 3e38f);
     expect_same(q, x, 10);
+    expect_same(q, x, 1);  // one thread per query (k = 1 grid path)
   }
 }
 
@@ -169,6 +170,7 @@ TEST(CudaKnn, SubnormalCoordinates) {
     Cloud x = pcops_test::uniform_cloud(rng, 1, n, 3, -1e-38f, 1e-38f);
     Cloud q = pcops_test::pick_queries(rng, x, 40, 1e-39f);
     expect_same(q, x, 8);
+    expect_same(q, x, 1);
   }
 }
 
@@ -224,6 +226,7 @@ TEST(CudaKnn, StridedViews) {
     Cloud x = pcops_test::uniform_cloud(rng, 2, n, 3);
     Cloud q = pcops_test::uniform_cloud(rng, 2, 50, 3);
     expect_same(q, x, 12, {}, {}, true);
+    expect_same(q, x, 1, {}, {}, true);
     expect_same(q, x, 1100, {}, {}, true);
   }
   Cloud x8 = pcops_test::uniform_cloud(rng, 1, 300, 8);
@@ -262,6 +265,7 @@ TEST(CudaKnn, BatchedClouds) {
   const int64_t ql[8] = {64, 64, 64, 10, 64, 0, 1, 63};
   expect_same(q, x, 16);
   expect_same(q, x, 16, {ql, 8}, {xl, 8}, true);  // grid and brute-force clouds in one call
+  expect_same(q, x, 1, {ql, 8}, {xl, 8}, true);
   Cloud xs = pcops_test::uniform_cloud(rng, 16, 30, 3);
   Cloud qs = pcops_test::uniform_cloud(rng, 16, 10, 3);
   expect_same(qs, xs, 30);
