@@ -98,12 +98,12 @@ def unfused():
         def apply(*args):
             return mod._reduce_formula(*args)
 
-    saved = mod._PairDistance, mod._Reduce
-    mod._PairDistance, mod._Reduce = Unfused, UnfusedReduce
+    saved = mod._PairDistance, mod._Reduce, mod._Chamfer
+    mod._PairDistance, mod._Reduce, mod._Chamfer = Unfused, UnfusedReduce, mod._Composed
     try:
         yield
     finally:
-        mod._PairDistance, mod._Reduce = saved
+        mod._PairDistance, mod._Reduce, mod._Chamfer = saved
 
 
 def unfused_forward(x, y):

@@ -41,12 +41,12 @@ def unfused():
         def apply(*args):
             return cd._reduce_formula(*args)
 
-    saved = cd._PairDistance, cd._Reduce
-    cd._PairDistance, cd._Reduce = Unfused, UnfusedReduce
+    saved = cd._PairDistance, cd._Reduce, cd._Chamfer
+    cd._PairDistance, cd._Reduce, cd._Chamfer = Unfused, UnfusedReduce, cd._Composed
     try:
         yield
     finally:
-        cd._PairDistance, cd._Reduce = saved
+        cd._PairDistance, cd._Reduce, cd._Chamfer = saved
 
 
 def _points(gen, n, p, d, dtype, kind):
@@ -217,3 +217,31 @@ def test_second_order_through_unfused_formula(gen):
             return pcops.chamfer_distance(p, q, norm=norm, point_reduction="sum")[0]
         args = (x[:, :4, :2].clone().requires_grad_(True), y[:, :3, :2].clone().requires_grad_(True))
         assert torch.autograd.gradgradcheck(f, args)
+
+
+@pytest.mark.parametrize("single", [False, True])
+@pytest.mark.parametrize("lengths", [False, True])
+def test_common_case_is_one_node_with_the_composed_bits(single, lengths):
+    """The common case (no weights or normals, mean/sum) is one autograd node whose values and
+    gradients equal the composition of the separate fused nodes (_Composed) bitwise."""
+    gen = torch.Generator().manual_seed(5)
+    x = _points(gen, 3, 40, 3, torch.float32, "ties")
+    y = _points(gen, 3, 33, 3, torch.float32, "random")
+    kw = dict(single_directional=single, point_reduction="sum", batch_reduction="mean")
+    if lengths:
+        kw.update(x_lengths=torch.tensor([40, 0, 17]), y_lengths=torch.tensor([33, 5, 0]))
+    a, b = x.clone().requires_grad_(True), y.clone().requires_grad_(True)
+    loss = pcops.chamfer_distance(a, b, **kw)[0]
+    assert type(loss.grad_fn).__name__ == "_ChamferBackward"
+    loss.backward()
+    saved = cd._Chamfer
+    cd._Chamfer = cd._Composed
+    try:
+        a2, b2 = x.clone().requires_grad_(True), y.clone().requires_grad_(True)
+        loss2 = pcops.chamfer_distance(a2, b2, **kw)[0]
+        assert type(loss2.grad_fn).__name__ != "_ChamferBackward"
+        loss2.backward()
+    finally:
+        cd._Chamfer = saved
+    assert same_bits(loss.detach(), loss2.detach())
+    assert same_bits(a.grad, a2.grad) and same_bits(b.grad, b2.grad)

@@ -144,6 +144,59 @@ class _Reduce(torch.autograd.Function):
         return gx, gy, None, None, None, None
 
 
+class _Chamfer(torch.autograd.Function):
+    """The common case in one autograd node: both directions' fused pair distances and the fused
+    reduction forward; backward, the reduction's backward and both pair-distance backwards, each
+    point's two contributions added (two terms: the order cannot change the bits). Same values and
+    first derivatives as composing ``_PairDistance`` and ``_Reduce`` (``_Composed``), with one
+    node's host overhead instead of three. Under ``create_graph`` the backward runs the unfused
+    formulas, so that higher derivatives exist."""
+
+    @staticmethod
+    def forward(ctx, x, y, idx_x, idx_y, x_lengths, y_lengths, norm, point_mean, batch_mode):
+        cham_x = torch.ops.pcops._chamfer_pair_distance(x, y, idx_x, norm)
+        cham_y = None if idx_y is None else torch.ops.pcops._chamfer_pair_distance(y, x, idx_y, norm)
+        ctx.save_for_backward(x, y, idx_x, idx_y, cham_x, cham_y, x_lengths, y_lengths)
+        ctx.args = (norm, point_mean, batch_mode)
+        return torch.ops.pcops._chamfer_reduce(cham_x, cham_y, x_lengths, y_lengths, point_mean, batch_mode)
+
+    @staticmethod
+    def backward(ctx, grad):
+        x, y, idx_x, idx_y, cham_x, cham_y, x_lengths, y_lengths = ctx.saved_tensors
+        norm, point_mean, batch_mode = ctx.args
+        need_x, need_y = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
+        if torch.is_grad_enabled():  # create_graph=True
+            inputs = [t for t, need in ((x, need_x), (y, need_y)) if need]
+            with torch.enable_grad():
+                cx = _masked_pair_distance(x, y, idx_x, norm)
+                cy = None if idx_y is None else _masked_pair_distance(y, x, idx_y, norm)
+                out = _reduce_formula(cx, cy, x_lengths, y_lengths, point_mean, batch_mode)
+                grads = list(torch.autograd.grad(out, inputs, grad, create_graph=True))
+            gx = grads.pop(0) if need_x else None
+            gy = grads.pop(0) if need_y else None
+            return gx, gy, None, None, None, None, None, None, None
+        gcx, gcy = torch.ops.pcops._chamfer_reduce_backward(grad, cham_x, cham_y, x_lengths, y_lengths, point_mean,
+                                                           batch_mode)
+        gx, gy = torch.ops.pcops._chamfer_pair_distance_backward(gcx[:, None].expand(cham_x.shape), x, y, idx_x, norm)
+        if cham_y is not None:
+            gy2, gx2 = torch.ops.pcops._chamfer_pair_distance_backward(gcy[:, None].expand(cham_y.shape), y, x,
+                                                                       idx_y, norm)
+            gx, gy = gx + gx2, gy + gy2
+        return (gx if need_x else None), (gy if need_y else None), None, None, None, None, None, None, None
+
+
+class _Composed:
+    """``_Chamfer``'s computation as separate nodes (``_PairDistance`` twice, then ``_Reduce``),
+    looked up at call time: with those replaced by the unfused formulas (tests, benchmarks), the
+    whole common case runs unfused."""
+
+    @staticmethod
+    def apply(x, y, idx_x, idx_y, x_lengths, y_lengths, norm, point_mean, batch_mode):
+        cham_x = _PairDistance.apply(x, y, idx_x, norm)
+        cham_y = None if idx_y is None else _PairDistance.apply(y, x, idx_y, norm)
+        return _Reduce.apply(cham_x, cham_y, x_lengths, y_lengths, point_mean, batch_mode)
+
+
 @torch.library.register_fake("pcops::_chamfer_reduce")
 def _fake_reduce(cham_x, cham_y, x_lengths, y_lengths, point_mean, batch_mode):
     torch._check_value(cham_x.dim() == 2, lambda: f"cham_x: expected a 2-D tensor, got shape {tuple(cham_x.shape)}")
@@ -305,16 +358,21 @@ def _handle_input(points, lengths, normals, name: str):
 # One direction and the batch reduction (PyTorch3D's structure)
 
 
-def _single_direction(x, y, x_lengths, y_lengths, x_normals, y_normals, weights,
-                      point_reduction, norm: int, abs_cosine: bool):
-    return_normals = x_normals is not None and y_normals is not None
-    n, p1, d = x.shape
+def _check_pair(x, y) -> None:
+    n, _, d = x.shape
     if y.shape[0] != n or y.shape[2] != d:
         raise ValueError(f"y does not have the correct shape: expected ({n}, P2, {d}), got {tuple(y.shape)}")
     if y.dtype != x.dtype:
         raise TypeError(f"y: expected dtype {x.dtype} (as x), got {y.dtype}")
     if y.device != x.device:
         raise ValueError(f"y: expected device {x.device} (as x), got {y.device}")
+
+
+def _single_direction(x, y, x_lengths, y_lengths, x_normals, y_normals, weights,
+                      point_reduction, norm: int, abs_cosine: bool):
+    return_normals = x_normals is not None and y_normals is not None
+    n, p1, d = x.shape
+    _check_pair(x, y)
     if weights is not None:
         if weights.size(0) != n:
             raise ValueError("weights must be of shape (N,).")
@@ -449,13 +507,14 @@ def chamfer_distance(
 
     if (weights is None and point_reduction in ("mean", "sum") and (x_normals is None or y_normals is None)
             and x.dtype in (torch.float32, torch.float64)):
-        # The common case: per-point distances, then one fused reduction (same bits).
-        cham_x, _ = _single_direction(x, y, x_lengths, y_lengths, None, None, None, None, norm, abs_cosine)
-        cham_y = None
-        if not single_directional:
-            cham_y, _ = _single_direction(y, x, y_lengths, x_lengths, None, None, None, None, norm, abs_cosine)
+        # The common case: per-point distances and the reductions in one node (same bits).
+        _check_pair(x, y)
+        with torch.no_grad():
+            idx_x = _nearest(x.detach(), y.detach(), x_lengths, y_lengths, norm)
+            idx_y = None if single_directional else _nearest(y.detach(), x.detach(), y_lengths, x_lengths, norm)
         batch_mode = {None: 0, "sum": 1, "mean": 2}[batch_reduction]
-        return _Reduce.apply(cham_x, cham_y, x_lengths, y_lengths, point_reduction == "mean", batch_mode), None
+        return _Chamfer.apply(x, y, idx_x, idx_y, x_lengths, y_lengths, norm, point_reduction == "mean",
+                              batch_mode), None
 
     cham_x, cham_norm_x = _single_direction(x, y, x_lengths, y_lengths, x_normals, y_normals, weights,
                                             point_reduction, norm, abs_cosine)
