@@ -3,8 +3,11 @@
 // broadcast the index and compute the output sizes, so every schema's output shape follows from
 // its arguments; `out` arguments here are start values (the ops never write their inputs).
 // One implementation per op, templated on the backend: CpuBackend (the CPU operators validate
-// index / indptr values themselves) or CudaBackend (values live on the device: checked here with
-// torch reductions and one synchronisation before any kernel runs, as the cuda:: header asks).
+// index / indptr values themselves) or CudaBackend (values live on the device: one statistics
+// kernel runs in stream order beside the reduction, whose kernels skip out-of-range indices and
+// clamp offsets (memory-safe for any values) and write only fresh tensors; the call then reads
+// the statistics with its one synchronisation and raises the CPU's error before returning, so
+// the caller's tensors are never written and nothing of a bad call is returned).
 #include "pcops/scatter.hpp"
 
 #include <string>
@@ -76,8 +79,11 @@ struct CpuBackend {
   };
   static CpuContext context(const at::Tensor&) { return cpu_context(); }
   // The CPU operators check index / indptr values themselves (pcops::Error).
-  static void check_index(const at::Tensor&, int64_t, bool) {}
-  static void check_indptr(const at::Tensor&, int64_t) {}
+  struct Check {
+    void finish() const {}
+  };
+  static Check check_index(const at::Tensor&, int64_t, bool) { return {}; }
+  static Check check_indptr(const at::Tensor&, int64_t) { return {}; }
 };
 
 #if PCOPS_TORCH_CUDA
@@ -90,38 +96,72 @@ void gather_csr_on(const CudaContext& c, A... a) { cuda::gather_csr(c, a...); }
 template <class... A>
 void gather_coo_on(const CudaContext& c, A... a) { cuda::gather_coo(c, a...); }
 
+}  // namespace
+}  // namespace pcops::torch_binding
+
+namespace pcops::cuda {
+// src/cuda/scatter.cu: statistics of int64 rows [rows, len] into stats[5] (device memory; stream
+// order, no wait): biased min, max, min of column 0, max of column len - 1 (biased: the sign bit
+// flipped, min stored complemented), and 1 where a row decreases.
+void index_value_stats(const CudaContext& ctx, const int64_t* values, int64_t rows, int64_t len,
+                       unsigned long long* stats);
+}  // namespace pcops::cuda
+
+namespace pcops::torch_binding {
+namespace {
+
 struct CudaBackend {
   using Guard = c10::cuda::CUDAGuard;  // src's device: allocations and the current stream
   static CudaContext context(const at::Tensor& t) { return cuda_context(t); }
-  // index rows [rows, E] (or any shape): values in [0, size); with `sorted`, non-decreasing along
-  // the last dim. The same errors as the CPU operators' (IndexError / ValueError).
-  static void check_index(const at::Tensor& idx, int64_t size, bool sorted) {
-    if (idx.numel() == 0) return;
-    std::vector<at::Tensor> parts{idx.min(), idx.max()};
-    if (sorted && idx.size(-1) > 1) {
-      const at::Tensor d = idx.narrow(-1, 1, idx.size(-1) - 1) - idx.narrow(-1, 0, idx.size(-1) - 1);
-      parts.push_back((d < 0).any().to(at::kLong));
+  // The value checks of index / indptr rows: started before the reduction's kernels (same
+  // stream), finished after them with one synchronisation. The errors are the CPU operators'
+  // (IndexError / ValueError).
+  struct Check {
+    enum class Kind { None, Index, Indptr };
+    Kind kind = Kind::None;
+    at::Tensor stats;  // int64 [5] on the device, unsigned bits
+    int64_t bound = 0;
+    bool sorted = false;
+    void finish() const {
+      if (kind == Kind::None) return;
+      // SYNC: the one read of the statistics (after the kernels; nothing has been returned).
+      const at::Tensor h = stats.cpu();
+      const auto* u = reinterpret_cast<const uint64_t*>(h.data_ptr<int64_t>());
+      constexpr uint64_t kSign = uint64_t{1} << 63;
+      auto lo = [&](int s) { return static_cast<int64_t>(~u[s] ^ kSign); };
+      auto hi = [&](int s) { return static_cast<int64_t>(u[s] ^ kSign); };
+      if (kind == Kind::Index) {
+        TORCH_CHECK_INDEX(lo(0) >= 0 && hi(1) < bound, "index: expected indices in [0, ", bound,
+                          ") (the output size along dim), got values in [", lo(0), ", ", hi(1), "]");
+        TORCH_CHECK_VALUE(!sorted || u[4] == 0,
+                          "index: expected indices sorted (non-decreasing) along the reduced dimension");
+      } else {
+        TORCH_CHECK_INDEX(lo(2) >= 0 && hi(3) <= bound, "indptr: expected offsets in [0, ", bound,
+                          "] (the source size along dim), got first ", lo(2), " and last ", hi(3));
+        TORCH_CHECK_VALUE(u[4] == 0, "indptr: expected non-decreasing offsets");
+      }
     }
-    // SYNC: index values are checked on the host before any kernel reads through them.
-    const at::Tensor h = at::stack(parts).cpu();
-    const int64_t* v = h.data_ptr<int64_t>();
-    TORCH_CHECK_INDEX(v[0] >= 0 && v[1] < size, "index: expected indices in [0, ", size,
-                      ") (the output size along dim), got values in [", v[0], ", ", v[1], "]");
-    TORCH_CHECK_VALUE(h.numel() < 3 || v[2] == 0,
-                      "index: expected indices sorted (non-decreasing) along the reduced dimension");
+  };
+  static Check start(const at::Tensor& rows, Check::Kind kind, int64_t bound, bool sorted) {
+    Check c;
+    if (rows.numel() == 0) return c;
+    c.kind = kind;
+    c.bound = bound;
+    c.sorted = sorted;
+    c.stats = at::empty({5}, rows.options().dtype(at::kLong));
+    const int64_t len = rows.dim() == 0 ? 1 : rows.size(-1);
+    cuda::index_value_stats(cuda_context(rows), rows.data_ptr<int64_t>(), rows.numel() / len, len,
+                            reinterpret_cast<unsigned long long*>(c.stats.data_ptr<int64_t>()));
+    return c;
   }
-  // indptr rows [rows, M + 1]: 0 <= first, last <= count, non-decreasing.
-  static void check_indptr(const at::Tensor& ptr, int64_t count) {
-    if (ptr.numel() == 0) return;
-    const int64_t n = ptr.size(-1);
-    std::vector<at::Tensor> parts{ptr.select(-1, 0).min(), ptr.select(-1, n - 1).max()};
-    if (n > 1) parts.push_back((ptr.narrow(-1, 1, n - 1) < ptr.narrow(-1, 0, n - 1)).any().to(at::kLong));
-    // SYNC: offsets are checked on the host before any kernel reads through them.
-    const at::Tensor h = at::stack(parts).cpu();
-    const int64_t* v = h.data_ptr<int64_t>();
-    TORCH_CHECK_INDEX(v[0] >= 0 && v[1] <= count, "indptr: expected offsets in [0, ", count,
-                      "] (the source size along dim), got first ", v[0], " and last ", v[1]);
-    TORCH_CHECK_VALUE(h.numel() < 3 || v[2] == 0, "indptr: expected non-decreasing offsets");
+  // index rows [rows, E] (contiguous): values in [0, size); with `sorted`, non-decreasing along
+  // the last dim.
+  static Check check_index(const at::Tensor& idx, int64_t size, bool sorted) {
+    return start(idx, Check::Kind::Index, size, sorted);
+  }
+  // indptr rows [rows, M + 1] (contiguous): 0 <= first, last <= count, non-decreasing.
+  static Check check_indptr(const at::Tensor& ptr, int64_t count) {
+    return start(ptr, Check::Kind::Indptr, count, true);
   }
 };
 #endif
@@ -208,7 +248,7 @@ std::tuple<at::Tensor, at::Tensor> scatter_op(const at::Tensor& src_in, const at
       index_outer = s.outer;
       index_inner = s.inner;
     }
-    B::check_index(idx, dim_size, false);
+    const auto check = B::check_index(idx, dim_size, false);
     ScatterParams p;
     p.reduce = reduce;
     p.accumulate = out_in.has_value();
@@ -220,6 +260,7 @@ std::tuple<at::Tensor, at::Tensor> scatter_op(const at::Tensor& src_in, const at
                      out.data_ptr<T>(), is_minmax(reduce) ? arg.data_ptr<int64_t>() : nullptr);
       });
     });
+    check.finish();
   } else if (!out_in.has_value() && out.numel() > 0) {
     out.zero_();  // no contributions anywhere: every slot is empty
     if (reduce == Reduce::Mul) out.fill_(1);
@@ -268,13 +309,16 @@ std::tuple<at::Tensor, at::Tensor> segment_csr_op(const at::Tensor& src_in, cons
   const int64_t M = std::max<int64_t>(indptr.size(dim) - 1, 0);
   const auto out_sizes = sizes_with(src_in, dim, M);
   const ReduceShape s = shape_of(src_in, dim, M);
-  at::Tensor out = at::zeros(out_sizes, src_in.options().dtype(ct));
-  at::Tensor arg = is_minmax(reduce) ? at::full(out_sizes, s.src_rows, src_in.options().dtype(at::kLong))
-                                     : at::empty({0}, src_in.options().dtype(at::kLong));
-  if (s.outer > 0 && s.inner > 0 && M > 0) {
+  // The kernels write every element (value and arg) when they run; otherwise every slot is empty.
+  const bool run = s.outer > 0 && s.inner > 0 && M > 0;
+  at::Tensor out = run ? at::empty(out_sizes, src_in.options().dtype(ct)) : at::zeros(out_sizes, src_in.options().dtype(ct));
+  at::Tensor arg = !is_minmax(reduce) ? at::empty({0}, src_in.options().dtype(at::kLong))
+                   : run              ? at::empty(out_sizes, src_in.options().dtype(at::kLong))
+                                      : at::full(out_sizes, s.src_rows, src_in.options().dtype(at::kLong));
+  if (run) {
     const at::Tensor src = src_in.to(ct).contiguous();
     auto [ptr, rows] = expand_rows(indptr, src_in);
-    B::check_indptr(ptr, s.src_rows);
+    const auto check = B::check_indptr(ptr, s.src_rows);
     translate_errors([&] {
       with_type(ct, [&](auto tag) {
         using T = decltype(tag);
@@ -282,6 +326,7 @@ std::tuple<at::Tensor, at::Tensor> segment_csr_op(const at::Tensor& src_in, cons
                          is_minmax(reduce) ? arg.data_ptr<int64_t>() : nullptr);
       });
     });
+    check.finish();
   }
   return {out.to(src_in.scalar_type()), arg};
 }
@@ -306,7 +351,7 @@ std::tuple<at::Tensor, at::Tensor> segment_coo_op(const at::Tensor& src_in, cons
   if (s.outer > 0 && s.inner > 0 && dim_size > 0) {
     const at::Tensor src = src_in.to(ct).contiguous();
     auto [idx, rows] = expand_rows(index, src_in);
-    B::check_index(idx, dim_size, true);
+    const auto check = B::check_index(idx, dim_size, true);
     ScatterParams p;
     p.reduce = reduce;
     p.accumulate = out_in.has_value();
@@ -319,6 +364,7 @@ std::tuple<at::Tensor, at::Tensor> segment_coo_op(const at::Tensor& src_in, cons
                      is_minmax(reduce) ? arg.data_ptr<int64_t>() : nullptr);
       });
     });
+    check.finish();
   } else {
     if (!out_in.has_value()) out.zero_();
     if (is_minmax(reduce)) arg.fill_(s.src_rows);
@@ -345,13 +391,14 @@ at::Tensor gather_csr_op(const at::Tensor& src_in, const at::Tensor& indptr, int
   if (s.outer > 0 && s.inner > 0 && M > 0) {
     const at::Tensor src = src_in.to(ct).contiguous();
     auto [ptr, rows] = expand_rows(indptr, src_in);
-    B::check_indptr(ptr, size);
+    const auto check = B::check_indptr(ptr, size);
     translate_errors([&] {
       with_type(ct, [&](auto tag) {
         using T = decltype(tag);
         gather_csr_on(B::context(src), s, src.data_ptr<T>(), ptr.data_ptr<int64_t>(), rows, out.data_ptr<T>());
       });
     });
+    check.finish();
   }
   return out.to(src_in.scalar_type());
 }
@@ -372,13 +419,14 @@ at::Tensor gather_coo_op(const at::Tensor& src_in, const at::Tensor& index) {
   if (s.outer > 0 && s.inner > 0 && E > 0) {
     const at::Tensor src = src_in.to(ct).contiguous();
     auto [idx, rows] = expand_rows(index, src_in);
-    B::check_index(idx, s.src_rows, false);
+    const auto check = B::check_index(idx, s.src_rows, false);
     translate_errors([&] {
       with_type(ct, [&](auto tag) {
         using T = decltype(tag);
         gather_coo_on(B::context(src), s, src.data_ptr<T>(), idx.data_ptr<int64_t>(), rows, out.data_ptr<T>());
       });
     });
+    check.finish();
   }
   return out.to(src_in.scalar_type());
 }

@@ -1,5 +1,6 @@
 // torch.ops.pcops.voxelize: CPU and CUDA registrations (contract: include/pcops/voxelize.hpp). The
-// grid parameters and ptr are read on the host (copied there for CUDA points).
+// grid parameters and ptr are read on the host (copied there for CUDA points; grid parameters
+// may also be given as host tensors, as the Python wrapper does for numbers).
 #include "pcops/voxelize.hpp"
 
 #include "common.hpp"
@@ -19,7 +20,9 @@ at::ScalarType compute_type(at::ScalarType st) {
 at::Tensor grid_vec(const std::optional<at::Tensor>& t, const at::Tensor& points, at::ScalarType st, int64_t D,
                     const char* name) {
   if (!t.has_value()) return at::Tensor();
-  check_same_device(points, "points", *t, name);
+  // Grid parameters are read on the host: a host tensor is taken as it is (no device round
+  // trip); a device tensor must be on points' device.
+  if (!t->is_cpu()) check_same_device(points, "points", *t, name);
   at::Tensor v = *t;
   if (v.numel() == 1 && D > 1) v = v.reshape({1}).expand({D});
   TORCH_CHECK_VALUE(v.numel() == D, name, ": expected ", D, " values (one per dimension of points) or one, got ",

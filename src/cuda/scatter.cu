@@ -463,6 +463,42 @@ __global__ void __launch_bounds__(ScatterPolicy::kThreads)
   }
 }
 
+// Statistics of index / offset rows [rows, len] for the torch binding's value checks, each
+// reduced with unsigned max (zero is the identity): [0] ~biased(min), [1] biased(max),
+// [2] ~biased(min of column 0), [3] biased(max of column len - 1), [4] 1 where some row
+// decreases. biased(v) = v with its sign bit flipped (signed order as unsigned order).
+constexpr int kIndexStats = 5;
+
+__device__ __forceinline__ unsigned long long biased(int64_t v) {
+  return static_cast<unsigned long long>(v) ^ (1ull << 63);
+}
+
+__global__ void __launch_bounds__(ScatterPolicy::kThreads)
+    index_stats_kernel(const int64_t* values, int64_t rows, int64_t len, unsigned long long* stats) {
+  __shared__ unsigned long long block_stats[kIndexStats];
+  if (threadIdx.x < kIndexStats) block_stats[threadIdx.x] = 0;
+  __syncthreads();
+  unsigned long long acc[kIndexStats] = {0, 0, 0, 0, 0};
+  PCOPS_CUDA_GRID_STRIDE(q, rows * len) {
+    const int64_t j = q % len, v = values[q];
+    acc[0] = max(acc[0], ~biased(v));
+    acc[1] = max(acc[1], biased(v));
+    if (j == 0) acc[2] = max(acc[2], ~biased(v));
+    if (j == len - 1) acc[3] = max(acc[3], biased(v));
+    if (j > 0 && v < values[q - 1]) acc[4] = 1;
+  }
+#pragma unroll
+  for (int s = 0; s < kIndexStats; ++s) {
+    unsigned long long v = acc[s];
+#pragma unroll
+    for (int d = 16; d > 0; d >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, d));
+    if ((threadIdx.x & 31u) == 0 && v != 0) atomicMax(block_stats + s, v);
+  }
+  __syncthreads();
+  if (threadIdx.x < kIndexStats && block_stats[threadIdx.x] != 0)
+    atomicMax(stats + threadIdx.x, block_stats[threadIdx.x]);
+}
+
 template <class Fn>
 void dispatch_reduce(Reduce r, Fn fn) {
   switch (r) {
@@ -625,6 +661,18 @@ void gather_coo_impl(const CudaContext& ctx, const ReduceShape& s, const T* src,
 }
 
 }  // namespace
+
+// Declared by the torch binding (bindings/torch/scatter.cpp), which reads the statistics after
+// the reduction's kernels: stats[5] device memory, zeroed here; stream order, no wait.
+void index_value_stats(const CudaContext& ctx, const int64_t* values, int64_t rows, int64_t len,
+                       unsigned long long* stats) {
+  PCOPS_CUDA_CHECK(cudaMemsetAsync(stats, 0, kIndexStats * sizeof(unsigned long long), detail::stream_of(ctx)));
+  if (rows <= 0 || len <= 0) return;
+  const int64_t sms = detail::device_properties().multiProcessorCount;
+  const int64_t blocks = std::clamp<int64_t>(detail::ceil_div(rows * len, int64_t{ScatterPolicy::kThreads}), 1, sms * 4);
+  detail::launch(ctx, index_stats_kernel, dim3(static_cast<unsigned>(blocks)), dim3(ScatterPolicy::kThreads), 0,
+                 values, rows, len, stats);
+}
 
 #define PCOPS_SCATTER_DEFINE_CUDA(T)                                                                  \
   void scatter(const CudaContext& ctx, const ScatterParams& params, const ReduceShape& shape,         \

@@ -130,6 +130,40 @@ TEST(CudaVoxelize, NonFiniteBatchesAndExtremes) {
   expect_same(far, 3, size, start.data(), end.data(), nullptr, "all dropped");
 }
 
+// The packed sort key takes every field's bits: no bits (one voxel, no sort), a lone cloud bit
+// (dropped points), 32-bit keys, 64-bit keys, wider than 64 bits (the per-dimension passes);
+// long runs of equal cells, many tiny voxels, batches, and up to 16 coordinates (the register
+// statistics of the wide kernel).
+TEST(CudaVoxelize, KeyWidthsAndLongRuns) {
+  std::mt19937 rng(7);
+  const std::vector<double> unit = uniform<double>(rng, 30000, 3, 0.0, 1.0);
+  const std::vector<double> big(3, 100.0);
+  expect_same(unit, 3, big, nullptr, nullptr, nullptr, "one voxel, no bits");
+  const std::vector<double> s0(3, 0.0), e0(3, 0.5);
+  expect_same(unit, 3, big, s0.data(), e0.data(), nullptr, "one voxel and dropped points");
+  // Half of the points on one cell, in runs and interleaved with the others.
+  std::vector<float> runs = uniform<float>(rng, 60000, 3, 0.0, 1.0);
+  for (size_t i = 0; i < runs.size() / 2; ++i) runs[i] = 0.5f;
+  for (size_t i = runs.size() / 2; i < runs.size(); i += 9) runs[i] = 0.5f;
+  const std::vector<int64_t> ptr{0, 10000, 10000, 45000, 60000};
+  expect_same(runs, 3, std::vector<float>(3, 0.005f), nullptr, nullptr, nullptr, "long runs");
+  expect_same(runs, 3, std::vector<float>(3, 0.005f), nullptr, nullptr, &ptr, "long runs, batches");
+  expect_same(runs, 3, std::vector<float>(3, 1e-5f), nullptr, nullptr, &ptr, "tiny voxels, batches");
+  // 18 bits per cell (64-bit keys), then 31 (93 bits: the general path).
+  const std::vector<double> wide = uniform<double>(rng, 20000, 3, -1000.0, 1000.0);
+  expect_same(wide, 3, std::vector<double>(3, 0.01), nullptr, nullptr, &ptr, "64-bit keys");
+  const std::vector<double> wider = uniform<double>(rng, 20000, 3, -1e6, 1e6);
+  expect_same(wider, 3, std::vector<double>(3, 1e-3), nullptr, nullptr, &ptr, "general path");
+  const std::vector<double> ws(3, -5e5), we(3, 5e5);
+  expect_same(wider, 3, std::vector<double>(3, 1e-3), ws.data(), we.data(), nullptr, "general path, dropped");
+  for (int64_t D : {6, 16}) {
+    const std::vector<float> many = uniform<float>(rng, 20000, D, -2.0, 3.0);
+    const std::string what = "D=" + std::to_string(D);
+    expect_same(many, D, std::vector<float>(static_cast<size_t>(D), 1.0f), nullptr, nullptr, &ptr, what);
+    expect_same(many, D, std::vector<float>(static_cast<size_t>(D), 0.05f), nullptr, nullptr, nullptr, what + " fine");
+  }
+}
+
 TEST(CudaVoxelize, ErrorsAsCpu) {
   StreamContext sc;
   const std::vector<float> pts{1e30f, 0.0f, 0.0f, 1.0f};

@@ -74,9 +74,11 @@ def _scatter(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_si
     dim = dim + src.dim() if dim < 0 else dim
     if not 0 <= dim < src.dim():
         raise IndexError(f"dim: expected a value in [{-src.dim()}, {src.dim()}), got {dim}")
-    index = broadcast(index, src, dim)
-    size = _out_size(index, dim, out, dim_size)
-    return torch.ops.pcops.scatter(src, index, dim, size, reduce, out)
+    expanded = broadcast(index, src, dim)
+    # index.max() (a synchronisation, only without out / dim_size) on the index as given: the
+    # broadcast view holds the same values (none when it is empty).
+    size = _out_size(index if expanded.numel() > 0 else expanded, dim, out, dim_size)
+    return torch.ops.pcops.scatter(src, expanded, dim, size, reduce, out)
 
 
 def scatter(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,

@@ -40,7 +40,9 @@ def _grid(value: Optional[Grid], points: Tensor, name: str) -> Optional[Tensor]:
         return value.to(points.device)
     if isinstance(value, (int, float)):
         value = [float(value)]
-    return torch.tensor([float(v) for v in value], dtype=torch.float64, device=points.device)
+    # Python numbers stay on the host: the operator reads grid parameters there, and a device
+    # copy would cost a round trip (host -> device -> host, with a synchronisation).
+    return torch.tensor([float(v) for v in value], dtype=torch.float64)
 
 
 def _ptr_of(points: Tensor, batch: Optional[Tensor], ptr: Optional[Tensor]) -> Optional[Tensor]:
@@ -108,14 +110,23 @@ def voxel_downsample(points: Tensor, voxel_size: Grid, features: Optional[Tensor
     """
     if reduce not in ("mean", "sum"):
         raise ValueError(f"reduce: expected 'mean' or 'sum', got {reduce!r}")
+    if features is not None and (features.dim() == 1 or features.shape[0] != points.shape[0]):
+        raise ValueError(f"features: expected shape [{points.shape[0]}, C], got {tuple(features.shape)}")
     vox = voxelize(points.detach(), voxel_size, batch=batch, ptr=ptr, start=start, end=end)
-    kept = vox.perm[: int(vox.ptr[-1])]
-    pos = segment_csr(points.index_select(0, kept), vox.ptr, reduce=reduce)
-    feats = None
-    if features is not None:
-        if features.dim() == 1 or features.shape[0] != points.shape[0]:
-            raise ValueError(f"features: expected shape [{points.shape[0]}, C], got {tuple(features.shape)}")
-        feats = segment_csr(features.index_select(0, kept), vox.ptr, reduce=reduce)
+    # Rows in voxel order; the dropped points (perm's tail) lie after ptr[-1], in no segment, so
+    # all of perm serves (no read of ptr[-1] on the host). Each output element is the fold of its
+    # own column: positions and features of one dtype and device reduce in one call, with the
+    # same bits as two.
+    if features is not None and features.dim() == 2 and features.dtype == points.dtype \
+            and features.device == points.device:
+        d = points.shape[1]
+        both = segment_csr(torch.cat([points, features], 1).index_select(0, vox.perm), vox.ptr, reduce=reduce)
+        pos, feats = both[:, :d], both[:, d:]
+    else:
+        pos = segment_csr(points.index_select(0, vox.perm), vox.ptr, reduce=reduce)
+        feats = None
+        if features is not None:
+            feats = segment_csr(features.index_select(0, vox.perm), vox.ptr, reduce=reduce)
     return VoxelDownsample(pos, feats, vox.batch, vox.coords, vox.counts, vox.inverse)
 
 

@@ -195,6 +195,25 @@ def test_bad_indices_raise_before_any_kernel():
         pcops.scatter(src, torch.zeros(6, dtype=torch.long), 0)  # index on another device
 
 
+def test_bad_values_raise_and_leave_out_untouched():
+    """The value checks run beside the kernels and raise before the call returns: `out=` keeps
+    its values, and the next call on the same stream is unaffected."""
+    src = torch.ones(6, 2, device=CUDA)
+    out = torch.full((5, 2), 3.0, device=CUDA)
+    with pytest.raises(IndexError, match=r"got values in \[0, 9\]"):
+        pcops.scatter(src, torch.tensor([0, 1, 2, 3, 4, 9], device=CUDA), 0, out=out)
+    assert bool((out == 3.0).all())
+    with pytest.raises(IndexError, match="first 0 and last 7"):
+        pcops.segment_csr(src.unsqueeze(0).expand(2, 6, 2), torch.tensor([[0, 2, 6], [0, 2, 7]], device=CUDA))
+    with pytest.raises(ValueError, match="non-decreasing"):
+        pcops.segment_csr(src.unsqueeze(0).expand(2, 6, 2), torch.tensor([[0, 2, 6], [0, 3, 2]], device=CUDA))
+    with pytest.raises(ValueError, match="sorted"):
+        pcops.segment_coo(src.unsqueeze(0).expand(2, 6, 2),
+                          torch.tensor([[0, 1, 1, 2, 3, 4], [0, 1, 2, 3, 4, 3]], device=CUDA), dim_size=5)
+    good = pcops.scatter(src, torch.tensor([0, 1, 2, 3, 4, 4], device=CUDA), 0, dim_size=5)
+    assert good.tolist() == [[1, 1], [1, 1], [1, 1], [1, 1], [2, 2]]
+
+
 def test_torch_scatter_standin_on_cuda(gen):
     import pcops.compat as compat
 

@@ -53,3 +53,33 @@ def test_voxel_downsample_equals_cpu_with_gradients(gen):
 def test_real_scan():
     p = load_real_cloud("building.ply", 100_000)
     _same(pcops.voxelize(p, 0.02), pcops.voxelize(p.to(CUDA), 0.02))
+
+
+def test_voxelize_long_runs_tiny_voxels_and_key_widths(gen):
+    """One voxel holding every point, long runs of one cell, many tiny voxels, batches, cell
+    ranges whose packed key needs 32, 64 or more than 64 bits (the per-dimension passes)."""
+    p = torch.rand(50000, 3, generator=gen, dtype=torch.float64)
+    p[:20000] = 0.5
+    p[30000::7] = 0.5
+    ptr = torch.tensor([0, 15000, 15000, 40000, 50000])
+    cases = [(p, 100.0, {}), (p, 100.0, dict(start=0.0, end=0.6)), (p, 0.005, {}), (p, 0.005, dict(ptr=ptr)),
+             (p.float(), 1e-5, dict(ptr=ptr)), (p * 2000 - 1000, 0.01, dict(ptr=ptr)),
+             (p * 2e6 - 1e6, 1e-3, dict(ptr=ptr)), (p * 2e6 - 1e6, 1e-3, dict(start=-5e5, end=5e5))]
+    for pts, size, kw in cases:
+        want = pcops.voxelize(pts, size, **kw)
+        kwg = {k: (v.to(CUDA) if isinstance(v, torch.Tensor) else v) for k, v in kw.items()}
+        _same(want, pcops.voxelize(pts.to(CUDA), size, **kwg))
+
+
+def test_voxelize_grid_parameters_as_host_tensors(gen):
+    p = torch.rand(5000, 3, generator=gen)
+    want = pcops.voxelize(p, torch.tensor([0.05, 0.1, 0.2]), start=torch.tensor(-0.1))
+    _same(want, pcops.voxelize(p.to(CUDA), torch.tensor([0.05, 0.1, 0.2]), start=torch.tensor(-0.1)))
+    _same(want, pcops.voxelize(p.to(CUDA), torch.tensor([0.05, 0.1, 0.2], device=CUDA), start=-0.1))
+
+
+def test_voxel_downsample_features_of_another_dtype(gen):
+    p = torch.rand(20000, 3, generator=gen)
+    f = torch.rand(20000, 4, generator=gen, dtype=torch.float64)
+    want = pcops.voxel_downsample(p, 0.05, f, start=0.1, end=0.9)
+    _same(want, pcops.voxel_downsample(p.to(CUDA), 0.05, f.to(CUDA), start=0.1, end=0.9))
