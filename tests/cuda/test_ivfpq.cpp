@@ -1,7 +1,11 @@
 // CUDA IVF-PQ search against the CPU index (the oracle), bitwise: distances and labels for L2 and
 // inner product, with and without residuals, k past the candidate count (padding), nprobe up to
 // nlist, empty lists, duplicate vectors (id ties), look-up tables beyond 48 KiB of shared memory
-// (M = 64, 128) and query batches larger than one grid pass.
+// (M = 64, 128) and query batches larger than one grid pass. Every path of the search is covered:
+// the warp selection of the probed lists (nprobe <= 256) and the sorted lists beyond, the fused
+// scan + top-k (k <= 1024, every top-k buffer size) and the sorted-candidates path (k > 1024, or
+// a look-up table larger than shared memory), word-wise (M = 8, 16, 32, 64) and byte-wise code
+// reads, many exact ties at the k-th key, ties between coarse distances, and a single query.
 #include <gtest/gtest.h>
 
 #include <cstring>
@@ -118,7 +122,118 @@ TEST(CudaIvfPq, LargeTablesAndEmptyLists) {
   tp.niter = 2;
   sparse.train(cpu, x.data(), 300, tp);
   sparse.add(cpu, x.data(), 50);
-  expect_bitwise(sparse, clustered(30, 16, 2, 10), 60, 64);
+  const auto sq = clustered(30, 16, 2, 10);
+  expect_bitwise(sparse, sq, 60, 64);
+  expect_bitwise(sparse, sq, 5, 3);
+  expect_bitwise(sparse, sq, 1025, 64);
+}
+
+// Many exact (key, id) and key ties at the k-th key: 600 copies of each of three stored vectors
+// (one code, one key) under repeated ids, distinct ids and ids repeating in pairs; the queries are
+// the copied vectors themselves and others.
+TEST_P(CudaIvfPq, ManyTiesAtTheKthKey) {
+  const auto [metric, by_residual] = GetParam();
+  IvfPqIndex index = build(IvfPqParams{16, 8, 4, 8, metric, by_residual}, 1000, 25);
+  const auto x = clustered(1000, 16, 10, 25);
+  pcops::CpuContext cpu;
+  for (int rep = 0; rep < 3; ++rep) {
+    std::vector<float> copies;
+    std::vector<int64_t> ids;
+    for (int64_t i = 0; i < 600; ++i) {
+      copies.insert(copies.end(), x.begin() + rep * 16, x.begin() + rep * 16 + 16);
+      ids.push_back(rep == 0 ? i % 7 : (rep == 1 ? 5000 + (599 - i) : 7000 + i % 300));
+    }
+    index.add(cpu, copies.data(), 600, ids.data());
+  }
+  std::vector<float> q(x.begin(), x.begin() + 3 * 16);
+  const auto more = clustered(10, 16, 10, 26);
+  q.insert(q.end(), more.begin(), more.end());
+  for (int64_t nprobe : {1, 3, 8})
+    for (int64_t k : {1, 5, 10, 64, 65, 100, 600, 1024, 1025, 2000}) expect_bitwise(index, q, k, nprobe);
+}
+
+// k around the fused top-k's buffer sizes (64, 128, 256, 512, 1024 pairs; 1024 = its limit),
+// k = 1025 (sorted candidates) and k past the candidate count.
+TEST(CudaIvfPq, TopKAroundSelectionLimits) {
+  for (IvfPqMetric metric : {IvfPqMetric::L2, IvfPqMetric::InnerProduct}) {
+    const IvfPqIndex index = build(IvfPqParams{16, 16, 4, 8, metric, true}, 3000, 21);
+    const auto q = clustered(40, 16, 10, 22);
+    for (int64_t nprobe : {1, 4, 16})
+      for (int64_t k : {1, 10, 32, 33, 64, 65, 128, 129, 256, 257, 512, 513, 1023, 1024, 1025, 4000})
+        expect_bitwise(index, q, k, nprobe);
+  }
+}
+
+// nprobe around the warp selection's limit (256: selected; 257 and nlist: sorted), with both
+// the fused top-k and the sorted candidates.
+TEST(CudaIvfPq, NprobeAroundSelectionLimit) {
+  for (IvfPqMetric metric : {IvfPqMetric::L2, IvfPqMetric::InnerProduct}) {
+    const IvfPqIndex index = build(IvfPqParams{8, 300, 2, 8, metric, true}, 3000, 23);
+    const auto q = clustered(20, 8, 10, 24);
+    for (int64_t nprobe : {1, 31, 32, 33, 64, 65, 255, 256, 257, 299, 300})
+      for (int64_t k : {10, 1025}) expect_bitwise(index, q, k, nprobe);
+  }
+}
+
+// Every centroid equally far (L2) or equally aligned (inner product) from the query: the probed
+// lists are the smallest list numbers among the tied ones.
+TEST(CudaIvfPq, CoarseTiesByListNumber) {
+  for (IvfPqMetric metric : {IvfPqMetric::L2, IvfPqMetric::InnerProduct})
+    for (bool by_residual : {false, true}) {
+      IvfPqIndex index(IvfPqParams{4, 8, 2, 8, metric, by_residual});
+      std::vector<float> centroids(8 * 4, 0.0f);
+      for (int64_t l = 0; l < 8; ++l) centroids[static_cast<size_t>(l * 4 + l / 2)] = l % 2 ? -1.0f : 1.0f;
+      std::mt19937 rng(31);
+      std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+      std::vector<float> codebooks(2 * 256 * 2);
+      for (float& v : codebooks) v = u(rng);
+      index.set_quantizers(centroids.data(), codebooks.data());
+      std::normal_distribution<float> g(0.0f, 0.1f);
+      std::vector<float> x;
+      for (int64_t i = 0; i < 240; ++i)
+        for (int64_t d = 0; d < 4; ++d) x.push_back(2.0f * centroids[static_cast<size_t>((i % 8) * 4 + d)] + g(rng));
+      pcops::CpuContext cpu;
+      index.add(cpu, x.data(), 240);
+      const std::vector<float> q{0.0f, 0.0f, 0.0f, 0.0f, 0.5f, 0.5f, 0.5f, 0.5f, -0.5f, 0.5f, -0.5f, 0.5f};
+      for (int64_t nprobe : {1, 2, 3, 5, 8})
+        for (int64_t k : {5, 50, 1025}) expect_bitwise(index, q, k, nprobe);
+    }
+}
+
+// One query, and the code widths: word-wise reads (M = 8, 16, 32) and byte-wise ones (M = 3 with
+// 3-float sub-vectors, M = 12).
+TEST(CudaIvfPq, SingleQueryAndCodeWidths) {
+  struct Shape {
+    int64_t dim, M;
+  };
+  for (const Shape s : {Shape{24, 8}, Shape{32, 16}, Shape{64, 32}, Shape{9, 3}, Shape{12, 12}})
+    for (IvfPqMetric metric : {IvfPqMetric::L2, IvfPqMetric::InnerProduct}) {
+      const IvfPqIndex index = build(IvfPqParams{s.dim, 8, s.M, 8, metric, true}, 800, 27 + static_cast<uint32_t>(s.dim));
+      const auto one = clustered(1, s.dim, 10, 28);
+      for (int64_t nprobe : {1, 8})
+        for (int64_t k : {1, 10, 2000}) expect_bitwise(index, one, k, nprobe);
+      expect_bitwise(index, clustered(33, s.dim, 10, 29), 10, 3);
+    }
+}
+
+// Look-up tables around the shared-memory limit: M = 128 with k = 1024 still runs fused (128 KiB
+// table + 48 KiB of top-k buffers); M = 256 (256 KiB) runs on the sorted path with tables in
+// global memory.
+TEST(CudaIvfPq, TablesAroundTheSharedMemoryLimit) {
+  const IvfPqIndex m128 = build(IvfPqParams{256, 4, 128}, 400, 7);
+  const auto q = clustered(5, 256, 10, 8);
+  for (int64_t k : {10, 1024, 1025}) expect_bitwise(m128, q, k, 2);
+  const IvfPqIndex m256 = build(IvfPqParams{256, 4, 256}, 400, 33);
+  for (int64_t k : {10, 1024}) expect_bitwise(m256, q, k, 3);
+}
+
+// Thousands of candidates per query: every warp's top-k merges many times.
+TEST(CudaIvfPq, ManyCandidatesPerQuery) {
+  for (IvfPqMetric metric : {IvfPqMetric::L2, IvfPqMetric::InnerProduct}) {
+    const IvfPqIndex index = build(IvfPqParams{16, 8, 8, 8, metric, true}, 20000, 35);
+    const auto q = clustered(50, 16, 10, 36);
+    for (int64_t k : {10, 100, 1000}) expect_bitwise(index, q, k, 8);
+  }
 }
 
 TEST(CudaIvfPq, ManyQueriesRunInPasses) {
