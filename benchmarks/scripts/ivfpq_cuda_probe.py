@@ -56,12 +56,13 @@ def exact_nn(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
     xd = x.cuda()
     xn = (xd * xd).sum(1)
     best = torch.empty(len(q), dtype=torch.int64)
-    for s in range(0, len(q), 1024):
-        qd = q[s:s + 1024].cuda()
+    step = max(1, min(1024, (1 << 28) // len(x)))  # at most 2^28 distances (1 GiB) at a time
+    for s in range(0, len(q), step):
+        qd = q[s:s + step].cuda()
         d = xn[None, :] - 2 * qd @ xd.T
         cand = d.topk(32, largest=False).indices
         d64 = ((xd[cand].double() - qd[:, None].double()) ** 2).sum(-1)
-        best[s:s + 1024] = cand.gather(1, d64.argmin(1, keepdim=True)).squeeze(1).cpu()
+        best[s:s + step] = cand.gather(1, d64.argmin(1, keepdim=True)).squeeze(1).cpu()
     return best
 
 
