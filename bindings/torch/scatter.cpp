@@ -99,14 +99,6 @@ void gather_coo_on(const CudaContext& c, A... a) { cuda::gather_coo(c, a...); }
 }  // namespace
 }  // namespace pcops::torch_binding
 
-namespace pcops::cuda {
-// src/cuda/scatter.cu: statistics of int64 rows [rows, len] into stats[5] (device memory; stream
-// order, no wait): biased min, max, min of column 0, max of column len - 1 (biased: the sign bit
-// flipped, min stored complemented), and 1 where a row decreases.
-void index_value_stats(const CudaContext& ctx, const int64_t* values, int64_t rows, int64_t len,
-                       unsigned long long* stats);
-}  // namespace pcops::cuda
-
 namespace pcops::torch_binding {
 namespace {
 

@@ -163,9 +163,10 @@ struct IvfPqDeviceView {
 namespace cuda {
 // The CPU search's contract, bitwise (distances and labels): queries [nq, dim] (device, finite:
 // not checked on the device), distances / labels [nq, k] device outputs. Same arithmetic per
-// candidate; the exact top-k is a stable segmented sort of every scanned candidate by id, then by
-// key, so any k and nprobe work (memory: 12 bytes per scanned candidate). Enqueued on ctx.stream;
-// one SYNC reads the total candidate count.
+// candidate; k <= 1024 with the look-up table in shared memory: one block per query keeps the
+// exact top-k (key, id) multiset while scanning; otherwise every scanned candidate is written
+// (12 bytes each) and sorted stably by id, then by key, so any k and nprobe work. Enqueued on
+// ctx.stream without host synchronisation (candidate segments sized from list_sizes_host).
 void ivfpq_search(const CudaContext& ctx, const IvfPqDeviceView& index, const float* queries, int64_t nq,
                   int64_t k, int64_t nprobe, float* distances, int64_t* labels);
 }  // namespace cuda

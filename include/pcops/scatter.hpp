@@ -133,6 +133,13 @@ PCOPS_SCATTER_DECLARE_CUDA(int32_t)
 PCOPS_SCATTER_DECLARE_CUDA(int16_t)
 PCOPS_SCATTER_DECLARE_CUDA(int8_t)
 PCOPS_SCATTER_DECLARE_CUDA(uint8_t)
+// Value statistics of int64 rows [rows, len] (index or indptr rows) into stats[5] (device memory,
+// enqueued on ctx's stream, no wait): biased min, max, min of column 0, max of column len - 1
+// (biased: the sign bit flipped, min stored complemented), and 1 where a row decreases. The torch
+// binding reads them after launching the reduction (one synchronisation) to raise the CPU's
+// errors for bad values; the reductions themselves skip out-of-range values.
+void index_value_stats(const CudaContext& ctx, const int64_t* values, int64_t rows, int64_t len,
+                       unsigned long long* stats);
 }  // namespace cuda
 
 #undef PCOPS_SCATTER_DECLARE_CUDA
