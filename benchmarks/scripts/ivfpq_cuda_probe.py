@@ -29,26 +29,9 @@ import numpy as np
 import torch
 
 import pcops
+from clustered_vectors import clustered  # this directory
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def clustered(n: int, dim: int, clusters: int, rng: np.random.Generator, model=None):
-    """Gaussian blobs in a 16-d latent space mapped linearly to ``dim`` coordinates, plus noise
-    (the vectors of ivfpq_probe.py)."""
-    if model is None:
-        centres = rng.uniform(0, 1, size=(clusters, 16)).astype(np.float32)
-        basis = rng.normal(0, 1 / 4, size=(16, dim)).astype(np.float32)
-        model = (centres, basis)
-    centres, basis = model
-    out = np.empty((n, dim), np.float32)
-    step = 1 << 18
-    for s in range(0, n, step):
-        e = min(n, s + step)
-        lab = rng.integers(0, len(centres), size=e - s)
-        z = centres[lab] + rng.normal(0, 0.05, size=(e - s, 16)).astype(np.float32)
-        out[s:e] = z @ basis + rng.normal(0, 0.005, size=(e - s, dim)).astype(np.float32)
-    return out, model
 
 
 def exact_nn(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:

@@ -167,13 +167,8 @@ struct PairTopK {
   uint32_t thr_key = kNoKey;  // the k-th kept pair
   int64_t thr_id = kNoId;
 
-  __host__ __device__ static int half_for(int64_t k) {
-    int h = 64;
-    while (h < k) h <<= 1;
-    return h;
-  }
-
-  __device__ static int lane() { return static_cast<int>(threadIdx.x & 31u); }
+  __host__ __device__ static int half_for(int64_t k) { return WarpTopK::half_for(k); }
+  __device__ static int lane() { return WarpTopK::lane(); }
 
   __device__ void reset() {
     __syncwarp();

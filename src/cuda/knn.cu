@@ -209,6 +209,30 @@ __device__ __forceinline__ double gap(const GridParams& g, int a, int c0, int c1
   return d > 0.0 ? d * d : 0.0;
 }
 
+// The cells of the Chebyshev ring r around cell cq, clamped to the grid: [lo, hi] per axis.
+__device__ __forceinline__ void ring_bounds(const GridParams& g, const int cq[3], int r, int lo[3], int hi[3]) {
+#pragma unroll
+  for (int a = 0; a < 3; ++a) {
+    lo[a] = max(0, cq[a] - r);
+    hi[a] = min(g.dims[a] - 1, cq[a] + r);
+  }
+}
+
+// After ring r: true when every cell was visited, or when the unvisited region is provably
+// farther than the current k-th key (the rounding-safe bound of the CPU).
+__device__ __forceinline__ bool rings_done(const GridParams& g, const double q[3], const int cq[3], int r,
+                                           float threshold) {
+  double o = INFINITY;
+#pragma unroll
+  for (int a = 0; a < 3; ++a) {
+    if (cq[a] - r > 0) o = fmin(o, q[a] - edge(g, a, cq[a] - r));
+    if (cq[a] + r < g.dims[a] - 1) o = fmin(o, edge(g, a, cq[a] + r + 1) - q[a]);
+  }
+  if (o == INFINITY) return true;  // every cell visited
+  o -= g.slack;
+  return o > 0.0 && beyond(o * o, threshold);
+}
+
 __device__ double cells_for(const double e[3], double h) {
   double c = 1.0;
   for (int a = 0; a < 3; ++a) c *= fmax(1.0, ceil(e[a] / h));
@@ -470,11 +494,7 @@ __global__ void __launch_bounds__(256, 3) grid_query_kernel(PointsView query, co
     const int cq[3] = {coord(g, 0, q[0]), coord(g, 1, q[1]), coord(g, 2, q[2])};
     for (int r = 1;; ++r) {
       int lo[3], hi[3];
-#pragma unroll
-      for (int a = 0; a < 3; ++a) {
-        lo[a] = max(0, cq[a] - r);
-        hi[a] = min(g.dims[a] - 1, cq[a] + r);
-      }
+      ring_bounds(g, cq, r, lo, hi);
       const int ny = hi[1] - lo[1] + 1, nz = hi[2] - lo[2] + 1, rows = ny * nz;
       for (int r0 = 0; r0 < rows; r0 += 32) {
         const int t = r0 + lane;
@@ -526,15 +546,7 @@ __global__ void __launch_bounds__(256, 3) grid_query_kernel(PointsView query, co
         }
       }
       top.merge();  // the tightest threshold for the stop test
-      double o = INFINITY;
-#pragma unroll
-      for (int a = 0; a < 3; ++a) {
-        if (cq[a] - r > 0) o = fmin(o, q[a] - edge(g, a, cq[a] - r));
-        if (cq[a] + r < g.dims[a] - 1) o = fmin(o, edge(g, a, cq[a] + r + 1) - q[a]);
-      }
-      if (o == INFINITY) break;  // every cell visited
-      o -= g.slack;
-      if (o > 0.0 && beyond(o * o, top.threshold_key())) break;
+      if (rings_done(g, q, cq, r, top.threshold_key())) break;
     }
     // Points with a non-finite coordinate: key +inf, after every finite point.
     scan_range(cs[cl.cap], cs[cl.cap + 1], qx, qy, qz, pts, top);
@@ -577,11 +589,7 @@ __global__ void __launch_bounds__(KnnPolicy::kNearestThreads)
     const int cq[3] = {coord(g, 0, q[0]), coord(g, 1, q[1]), coord(g, 2, q[2])};
     for (int r = 1;; ++r) {
       int lo[3], hi[3];
-#pragma unroll
-      for (int a = 0; a < 3; ++a) {
-        lo[a] = max(0, cq[a] - r);
-        hi[a] = min(g.dims[a] - 1, cq[a] + r);
-      }
+      ring_bounds(g, cq, r, lo, hi);
       for (int z = lo[2]; z <= hi[2]; ++z) {
         const double gz = gap(g, 2, z, z, q[2]);
         if (beyond(gz, threshold())) continue;
@@ -600,15 +608,7 @@ __global__ void __launch_bounds__(KnnPolicy::kNearestThreads)
           }
         }
       }
-      double o = INFINITY;
-#pragma unroll
-      for (int a = 0; a < 3; ++a) {
-        if (cq[a] - r > 0) o = fmin(o, q[a] - edge(g, a, cq[a] - r));
-        if (cq[a] + r < g.dims[a] - 1) o = fmin(o, edge(g, a, cq[a] + r + 1) - q[a]);
-      }
-      if (o == INFINITY) break;  // every cell visited
-      o -= g.slack;
-      if (o > 0.0 && beyond(o * o, threshold())) break;
+      if (rings_done(g, q, cq, r, threshold())) break;
     }
     scan(cs[cl.cap], cs[cl.cap + 1]);  // points with a non-finite coordinate: key +inf, last
     if (best == kEmpty) {

@@ -312,6 +312,15 @@ __global__ void __launch_bounds__(VoxelPolicy::kThreads)
   PCOPS_CUDA_GRID_STRIDE(v, V) counts[v] = voxel_ptr[v + 1] - voxel_ptr[v];
 }
 
+// counts[v] from the voxel offsets (voxel_ptr [0] = 0 when there is no voxel).
+void finish_counts(const CudaContext& ctx, const VoxelBuffers& out, int64_t V) {
+  if (V == 0 && out.voxel_ptr)
+    PCOPS_CUDA_CHECK(cudaMemsetAsync(out.voxel_ptr, 0, sizeof(int64_t), detail::stream_of(ctx)));
+  if (V > 0)
+    detail::launch(ctx, counts_kernel, dim3(blocks_for(V)), dim3(VoxelPolicy::kThreads), 0,
+                   static_cast<const int64_t*>(out.voxel_ptr), V, out.counts);
+}
+
 int bits_for(unsigned long long range) {  // bits of values in [0, range]
   int bits = 1;
   while (bits < 64 && (range >> bits) != 0) ++bits;
@@ -366,10 +375,7 @@ int64_t packed_voxels(const CudaContext& ctx, detail::Workspace& ws, const int64
   detail::launch(ctx, packed_outputs_kernel<Key>, dim3(blocks_for(N)), dim3(VoxelPolicy::kThreads), 0, keys, order,
                  static_cast<const int64_t*>(scan), N, D, K, V, L, voxel_id, perm, out.coords, out.batch,
                  out.voxel_ptr);
-  if (V == 0 && out.voxel_ptr) PCOPS_CUDA_CHECK(cudaMemsetAsync(out.voxel_ptr, 0, sizeof(int64_t), stream));
-  if (V > 0)
-    detail::launch(ctx, counts_kernel, dim3(blocks_for(V)), dim3(VoxelPolicy::kThreads), 0,
-                   static_cast<const int64_t*>(out.voxel_ptr), V, out.counts);
+  finish_counts(ctx, out, V);
   return V;
 }
 
@@ -427,10 +433,7 @@ int64_t general_voxels(const CudaContext& ctx, detail::Workspace& ws, const int6
                  kept, static_cast<const int64_t*>(order), static_cast<const int64_t*>(flags),
                  static_cast<const int64_t*>(scan), N, D, K, V, voxel_id, perm, out.coords, out.batch,
                  out.voxel_ptr);
-  if (V == 0 && out.voxel_ptr) PCOPS_CUDA_CHECK(cudaMemsetAsync(out.voxel_ptr, 0, sizeof(int64_t), stream));
-  if (V > 0)
-    detail::launch(ctx, counts_kernel, dim3(blocks_for(V)), dim3(VoxelPolicy::kThreads), 0,
-                   static_cast<const int64_t*>(out.voxel_ptr), V, out.counts);
+  finish_counts(ctx, out, V);
   return V;
 }
 

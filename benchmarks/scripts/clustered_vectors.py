@@ -1,0 +1,23 @@
+"""Clustered synthetic vectors for the IVF-PQ probes (ivfpq_probe.py, ivfpq_cuda_probe.py)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def clustered(n: int, dim: int, clusters: int, rng: np.random.Generator, model=None):
+    """Clustered vectors of low intrinsic dimension (as descriptors are): Gaussian blobs in a
+    16-d latent space, mapped linearly to ``dim`` coordinates, plus small isotropic noise."""
+    if model is None:
+        centres = rng.uniform(0, 1, size=(clusters, 16)).astype(np.float32)
+        basis = rng.normal(0, 1 / 4, size=(16, dim)).astype(np.float32)
+        model = (centres, basis)
+    centres, basis = model
+    out = np.empty((n, dim), np.float32)
+    step = 1 << 18
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        lab = rng.integers(0, len(centres), size=e - s)
+        z = centres[lab] + rng.normal(0, 0.05, size=(e - s, 16)).astype(np.float32)
+        out[s:e] = z @ basis + rng.normal(0, 0.005, size=(e - s, dim)).astype(np.float32)
+    return out, model
