@@ -182,6 +182,21 @@ TEST_P(IvfPqVariants, EncodeAndSearchMatchBruteForce) {
     for (int64_t k : {1, 10, 257}) expect_search_matches_brute(index, q, k, nprobe);
 }
 
+// M = 16 and 32: the scan's word-split path for two and four words of codes per vector (and its
+// tail of fewer than four codes), against the serial brute force.
+TEST_P(IvfPqVariants, WideCodesMatchBruteForce) {
+  const auto [metric, by_residual] = GetParam();
+  for (int64_t M : {16, 32}) {
+    IvfPqParams p{32, 8, M, 8, metric, by_residual};
+    const auto x = clustered(1203, 32, 12, 21);
+    IvfPqIndex index = trained(p, x);
+    index.add(ctx(), x.data(), 1203);
+    const auto q = clustered(25, 32, 12, 22);
+    for (int64_t nprobe : {1, 5, 8})
+      for (int64_t k : {1, 7, 300}) expect_search_matches_brute(index, q, k, nprobe);
+  }
+}
+
 TEST_P(IvfPqVariants, ScalarKernelsGiveTheSameBits) {
   const auto [metric, by_residual] = GetParam();
   IvfPqParams p{24, 6, 6, 8, metric, by_residual};
