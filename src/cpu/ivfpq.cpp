@@ -678,6 +678,10 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
         if (use_term1) {
           d0 = coarse[static_cast<size_t>(l)];  // |q - c_l|^2
           const float* t1 = term1_all + l * M * kK;
+          if (r + 1 < nprobe) {  // the next list's table slab streams in while this list is scanned
+            const float* next = term1_all + order[static_cast<size_t>(r + 1)] * M * kK;
+            for (int64_t i = 0; i < M * kK; i += 16) __builtin_prefetch(next + i, 0, 1);
+          }
           for (int64_t i = 0; i < M * kK; ++i) lut[static_cast<size_t>(i)] = t1[i] + term2[static_cast<size_t>(i)];
         } else if (per_list_lut) {
           for (int64_t i = 0; i < p.dim; ++i) residual[static_cast<size_t>(i)] = q[i] - c[i];
