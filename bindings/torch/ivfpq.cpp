@@ -99,6 +99,26 @@ struct IVFPQIndexHolder : torch::CustomClassHolder {
     });
   }
 
+  // Vectors encoded elsewhere (the CUDA encoding): lists [n] int64, codes [n, M] uint8, CPU.
+  void add_encoded(const at::Tensor& lists_in, const at::Tensor& codes_in, const std::optional<at::Tensor>& ids_in) {
+    const at::Tensor lists = as_ids(lists_in, "lists");
+    const int64_t n = lists.size(0);
+    TORCH_CHECK_VALUE(codes_in.device().is_cpu() && codes_in.scalar_type() == at::kByte && codes_in.dim() == 2 &&
+                          codes_in.size(0) == n && codes_in.size(1) == p().M,
+                      "codes: expected a uint8 CPU tensor of shape [", n, ", ", p().M, "], got ", codes_in.sizes(),
+                      " ", codes_in.scalar_type(), " on ", codes_in.device());
+    const at::Tensor codes = codes_in.contiguous();
+    at::Tensor ids;
+    if (ids_in.has_value()) {
+      ids = as_ids(*ids_in, "ids");
+      TORCH_CHECK_VALUE(ids.size(0) == n, "ids: expected ", n, " ids (one per vector), got ", ids.size(0));
+    }
+    translate_errors([&] {
+      index->add_encoded(lists.data_ptr<int64_t>(), codes.data_ptr<uint8_t>(), n,
+                         ids.defined() ? ids.data_ptr<int64_t>() : nullptr);
+    });
+  }
+
   std::tuple<at::Tensor, at::Tensor> search(const at::Tensor& q_in, int64_t k, int64_t nprobe,
                                             bool precomputed_table) const {
     const at::Tensor q = as_vectors(q_in, "queries", p().dim);
@@ -218,6 +238,36 @@ std::tuple<at::Tensor, at::Tensor> ivfpq_search_cuda(const at::Tensor& centroids
   });
   return {dist, labels};
 }
+
+// The CUDA encoding (cuda::ivfpq_encode, bitwise equal to IVFPQIndex.encode): (lists [n] int64,
+// codes [n, M] uint8) of x [n, dim] under centroids [nlist, dim] and codebooks [M, 256, dsub],
+// all on x's device.
+std::tuple<at::Tensor, at::Tensor> ivfpq_encode_cuda(const at::Tensor& centroids, const at::Tensor& codebooks,
+                                                     int64_t dim, int64_t nlist, int64_t M, const std::string& metric,
+                                                     bool by_residual, const at::Tensor& x_in) {
+  const c10::cuda::CUDAGuard guard(x_in.device());
+  IvfPqParams p{dim, nlist, M, 8, parse_metric(metric), by_residual};
+  translate_errors([&] { core::validate_ivfpq_params(p); });
+  TORCH_CHECK_VALUE(x_in.dim() == 2 && x_in.size(1) == dim, "x: expected shape [n, ", dim, "], got ", x_in.sizes());
+  const auto dev = x_in.device();
+  for (const auto& [t, name, shape] : {std::tuple{&centroids, "centroids", std::vector<int64_t>{nlist, dim}},
+                                       std::tuple{&codebooks, "codebooks", std::vector<int64_t>{M, 256, dim / M}}}) {
+    TORCH_CHECK_VALUE(t->device() == dev, name, ": expected device ", dev, ", got ", t->device());
+    TORCH_CHECK_TYPE(t->scalar_type() == at::kFloat, name, ": expected float32, got ", t->scalar_type());
+    TORCH_CHECK_VALUE(t->sizes() == at::IntArrayRef(shape) && t->is_contiguous(), name,
+                      ": expected a contiguous tensor of shape ", at::IntArrayRef(shape), ", got ", t->sizes());
+  }
+  const at::Tensor x = as_values(x_in, "x", 2, "[n, dim]");
+  TORCH_CHECK_VALUE(at::isfinite(x).all().item<bool>(), "x: expected finite values");
+  const int64_t n = x.size(0);
+  at::Tensor lists = at::empty({n}, x.options().dtype(at::kLong));
+  at::Tensor codes = at::empty({n, M}, x.options().dtype(at::kByte));
+  translate_errors([&] {
+    cuda::ivfpq_encode(cuda_context(x), p, centroids.data_ptr<float>(), codebooks.data_ptr<float>(),
+                       x.data_ptr<float>(), n, lists.data_ptr<int64_t>(), codes.data_ptr<uint8_t>());
+  });
+  return {lists, codes};
+}
 #endif
 
 }  // namespace
@@ -227,6 +277,9 @@ TORCH_LIBRARY_FRAGMENT(pcops, m) {
       "_ivfpq_search(Tensor centroids, Tensor codebooks, Tensor list_offsets, Tensor ids, Tensor codes, "
       "Tensor list_sizes, int dim, int nlist, int M, str metric, bool by_residual, Tensor queries, int k, "
       "int nprobe) -> (Tensor, Tensor)");
+  m.def(
+      "_ivfpq_encode(Tensor centroids, Tensor codebooks, int dim, int nlist, int M, str metric, bool by_residual, "
+      "Tensor x) -> (Tensor, Tensor)");
   m.class_<IVFPQIndexHolder>("IVFPQIndex")
       .def(torch::init<int64_t, int64_t, int64_t, int64_t, std::string, bool>())
       .def("train", &IVFPQIndexHolder::train)
@@ -235,6 +288,7 @@ TORCH_LIBRARY_FRAGMENT(pcops, m) {
       .def("codebooks", &IVFPQIndexHolder::codebooks)
       .def("encode", &IVFPQIndexHolder::encode)
       .def("add", &IVFPQIndexHolder::add)
+      .def("add_encoded", &IVFPQIndexHolder::add_encoded)
       .def("search", &IVFPQIndexHolder::search)
       .def("remove_ids", &IVFPQIndexHolder::remove_ids)
       .def("reset", &IVFPQIndexHolder::reset)
@@ -249,7 +303,10 @@ TORCH_LIBRARY_FRAGMENT(pcops, m) {
 }
 
 #if PCOPS_TORCH_CUDA
-TORCH_LIBRARY_IMPL(pcops, CUDA, m) { m.impl("_ivfpq_search", &ivfpq_search_cuda); }
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
+  m.impl("_ivfpq_search", &ivfpq_search_cuda);
+  m.impl("_ivfpq_encode", &ivfpq_encode_cuda);
+}
 #endif
 
 }  // namespace pcops::torch_binding

@@ -98,6 +98,10 @@ class IvfPqIndex {
   void encode(const CpuContext& ctx, const float* x, int64_t n, int64_t* lists, uint8_t* codes) const;
   // Appends x [n, dim] with ids [n] (nullptr: ntotal, ntotal + 1, ... as faiss's add).
   void add(const CpuContext& ctx, const float* x, int64_t n, const int64_t* ids = nullptr);
+  // Appends n vectors already encoded (lists [n] in [0, nlist), codes [n, M], e.g. by
+  // cuda::ivfpq_encode) with ids [n] (nullptr: ntotal, ntotal + 1, ...). IndexError for a list
+  // out of range (nothing is added then).
+  void add_encoded(const int64_t* lists, const uint8_t* codes, int64_t n, const int64_t* ids = nullptr);
   // distances [nq, k], labels [nq, k]; 1 <= nprobe <= nlist, k >= 0.
   // precomputed_table (L2 with residuals; faiss's use_precomputed_table): the look-up table of
   // list l is term1[l] + term2(q) instead of the distances of the query's residual to the
@@ -169,6 +173,12 @@ namespace cuda {
 // ctx.stream without host synchronisation (candidate segments sized from list_sizes_host).
 void ivfpq_search(const CudaContext& ctx, const IvfPqDeviceView& index, const float* queries, int64_t nq,
                   int64_t k, int64_t nprobe, float* distances, int64_t* labels);
+// IvfPqIndex::encode's contract, bitwise: the coarse list [n] and codes [n, M] of x [n, dim]
+// (device memory, finite: not checked on the device) under the quantizers centroids [nlist, dim]
+// and codebooks [M, 256, dim / M] (device memory). Enqueued on ctx.stream without host
+// synchronisation; the coarse distances run in passes of at most 2^26 (row, list) pairs.
+void ivfpq_encode(const CudaContext& ctx, const IvfPqParams& params, const float* centroids, const float* codebooks,
+                  const float* x, int64_t n, int64_t* lists, uint8_t* codes);
 }  // namespace cuda
 
 }  // namespace pcops

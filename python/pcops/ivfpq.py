@@ -51,7 +51,8 @@ class IVFPQIndex:
     Vectors are ``[n, dim]`` float32 (float16 / bfloat16 converted exactly) CPU tensors or NumPy
     arrays; results come back as the same kind. ``search`` with CUDA queries runs the CUDA search
     (the CPU search's results, bitwise) on a device copy of the index, made on first use and
-    after every change. Search results are exact over the scanned codes,
+    after every change; ``encode`` / ``add`` with CUDA vectors encode them on their device (the
+    CPU's lists and codes, bitwise). Search results are exact over the scanned codes,
     ordered by (distance, id) (inner product: descending, then id), padded with (+inf, -1)
     (inner product: (-inf, -1)). Given the same centroids and codebooks (``set_quantizers``), the
     codes equal faiss's and the distances equal faiss's scan without precomputed tables.
@@ -115,7 +116,7 @@ class IVFPQIndex:
         (independent of the thread count). Needs at least ``max(nlist, 256)`` vectors."""
         t, _ = _vectors(x, "x")
         self._c.train(t, int(seed), int(niter), int(max_points_per_centroid))
-        self._touch()
+        self._touch(quantizers=True)
 
     def set_quantizers(self, centroids, codebooks) -> None:
         """Installs trained parameters: centroids ``[nlist, dim]``, codebooks ``[M, 256, dim // M]``
@@ -123,7 +124,7 @@ class IVFPQIndex:
         c, _ = _vectors(centroids, "centroids")
         cb, _ = _vectors(codebooks, "codebooks")
         self._c.set_quantizers(c, cb)
-        self._touch()
+        self._touch(quantizers=True)
 
     @property
     def centroids(self) -> torch.Tensor:
@@ -135,16 +136,40 @@ class IVFPQIndex:
 
     # -- contents ----------------------------------------------------------------------------
     def encode(self, x):
-        """``(lists [n] int64, codes [n, M] uint8)`` of ``x`` without adding it."""
+        """``(lists [n] int64, codes [n, M] uint8)`` of ``x`` without adding it. CUDA vectors are
+        encoded on their device (the same lists and codes; results on that device)."""
         t, np_in = _vectors(x, "x")
+        if t.device.type == "cuda":
+            return self._encode_cuda(t)
         lists, codes = self._c.encode(t)
         return _out(lists, np_in), _out(codes, np_in)
 
     def add(self, x, ids=None) -> None:
-        """Appends ``x`` with int64 ``ids`` (default: ``ntotal, ntotal + 1, ...``)."""
+        """Appends ``x`` with int64 ``ids`` (default: ``ntotal, ntotal + 1, ...``). CUDA vectors are
+        encoded on their device; the lists stay in host memory."""
         t, _ = _vectors(x, "x")
-        self._c.add(t, None if ids is None else _ids(ids, "ids"))
+        id_t = None if ids is None else _ids(ids, "ids")
+        if t.device.type == "cuda":
+            lists, codes = self._encode_cuda(t)
+            self._c.add_encoded(lists.cpu(), codes.cpu(), None if id_t is None else id_t.cpu())
+        else:
+            self._c.add(t, id_t)
         self._touch()
+
+    def _encode_cuda(self, x: torch.Tensor):
+        if not self._c.is_trained():
+            raise ValueError("encode: the index is not trained (call train or set_quantizers first)")
+        c, cb = self._device_quantizers(x.device)
+        dim, nlist, m, _, metric, by_residual = self._c.params()
+        return torch.ops.pcops._ivfpq_encode(c, cb, dim, nlist, m, metric, by_residual, x)
+
+    def _device_quantizers(self, device: torch.device):
+        """Centroids and codebooks on ``device``, rebuilt after training / set_quantizers / load."""
+        key = (str(device), getattr(self, "_quantizer_generation", 0))
+        cached = getattr(self, "_dev_quantizers", None)
+        if cached is None or cached[0] != key:
+            self._dev_quantizers = (key, (self._c.centroids().to(device), self._c.codebooks().to(device)))
+        return self._dev_quantizers[1]
 
     def search(self, queries, k: int, nprobe: int = 1, precomputed_table: bool = False):
         """``(distances [nq, k] float32, ids [nq, k] int64)`` of the ``k`` best stored vectors among the
@@ -184,8 +209,10 @@ class IVFPQIndex:
         """Changes whenever the stored vectors or the quantizers change."""
         return (getattr(self, "_generation", 0), self._c.ntotal(), self._c.is_trained())
 
-    def _touch(self) -> None:
+    def _touch(self, quantizers: bool = False) -> None:
         self._generation = getattr(self, "_generation", 0) + 1
+        if quantizers:
+            self._quantizer_generation = getattr(self, "_quantizer_generation", 0) + 1
 
     def _search_cuda(self, queries: torch.Tensor, k: int, nprobe: int):
         if not self._c.is_trained():
@@ -222,5 +249,5 @@ class IVFPQIndex:
         obj = cls.__new__(cls)
         obj._c = torch.classes.pcops.IVFPQIndex(1, 1, 1, 8, "l2", True)
         obj._c.load(os.fspath(path))
-        obj._touch()
+        obj._touch(quantizers=True)
         return obj

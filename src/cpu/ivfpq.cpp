@@ -610,11 +610,19 @@ void IvfPqIndex::add(const CpuContext& ctx, const float* x, int64_t n, const int
   std::vector<int64_t> lists(static_cast<size_t>(n));
   std::vector<uint8_t> codes(static_cast<size_t>(n * params_.M));
   encode(ctx, x, n, lists.data(), codes.data());
+  add_encoded(lists.data(), codes.data(), n, ids);
+}
+
+void IvfPqIndex::add_encoded(const int64_t* lists, const uint8_t* codes, int64_t n, const int64_t* ids) {
+  check_trained("add_encoded");
+  PCOPS_CHECK(n >= 0, Value, "n: expected >= 0, got ", n);
+  for (int64_t i = 0; i < n; ++i)
+    PCOPS_CHECK(lists[i] >= 0 && lists[i] < params_.nlist, Index, "lists: expected values in [0, nlist = ",
+                params_.nlist, "), got ", lists[i], " at ", i);
   for (int64_t i = 0; i < n; ++i) {
-    const size_t l = static_cast<size_t>(lists[static_cast<size_t>(i)]);
+    const size_t l = static_cast<size_t>(lists[i]);
     ids_[l].push_back(ids ? ids[i] : ntotal_ + i);
-    codes_[l].insert(codes_[l].end(), codes.begin() + static_cast<std::ptrdiff_t>(i * params_.M),
-                     codes.begin() + static_cast<std::ptrdiff_t>((i + 1) * params_.M));
+    codes_[l].insert(codes_[l].end(), codes + i * params_.M, codes + (i + 1) * params_.M);
   }
   ntotal_ += n;
 }

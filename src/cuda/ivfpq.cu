@@ -536,6 +536,82 @@ SearchKernel search_kernel_for(int64_t M, bool aligned) {
   return search_kernel<0>;
 }
 
+
+// ---------------------------------------------------------------------------------------------
+// Encoding (add with CUDA vectors): the CPU's coarse assignment and product quantisation.
+
+// lists[r] = the best column of raw[r, :] by the CPU's running rule (Columns::best_of): start at
+// column 0, replace on a strictly better value (smaller L2, larger inner product). So a NaN at
+// column 0 keeps column 0, later NaNs never win, and ties keep the smallest column. One warp per
+// row: every lane keeps the best of its columns, then (key, column) minima are combined.
+__global__ void __launch_bounds__(256) assign_kernel(const float* __restrict__ raw, int64_t rows, int64_t nlist,
+                                                     bool ip, int64_t* __restrict__ lists) {
+  const int lane = static_cast<int>(threadIdx.x & 31u);
+  const int64_t warps = int64_t{gridDim.x} * (blockDim.x >> 5);
+  for (int64_t r = (int64_t{blockIdx.x} * blockDim.x + threadIdx.x) >> 5; r < rows; r += warps) {
+    const float* row = raw + r * nlist;
+    const float first = row[0];
+    if (first != first) {  // NaN at column 0: nothing compares better
+      if (lane == 0) lists[r] = 0;
+      continue;
+    }
+    float best = INFINITY;
+    int64_t arg = INT64_MAX;
+    for (int64_t l = lane; l < nlist; l += 32) {
+      const float v = row[l];
+      if (v != v) continue;
+      const float key = ip ? -v : v;  // negation is exact
+      if (key < best || arg == INT64_MAX) {
+        best = key;
+        arg = l;
+      }
+    }
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) {
+      const float ob = __shfl_xor_sync(0xFFFFFFFFu, best, off);
+      const int64_t oa = __shfl_xor_sync(0xFFFFFFFFu, arg, off);
+      if (oa != INT64_MAX && (arg == INT64_MAX || ob < best || (ob == best && oa < arg))) {
+        best = ob;
+        arg = oa;
+      }
+    }
+    if (lane == 0) lists[r] = arg;
+  }
+}
+
+// codes[r, m] = the nearest of the 256 codewords of sub-quantizer m to the residual (or the
+// vector) sub-vector m: L2 in coordinate order, the CPU's running rule. One thread per (row, m).
+__global__ void __launch_bounds__(256) codes_kernel(const float* __restrict__ x, const float* __restrict__ centroids,
+                                                    const float* __restrict__ codebooks,
+                                                    const int64_t* __restrict__ lists, int64_t rows, int64_t dim,
+                                                    int64_t M, bool residual, uint8_t* __restrict__ codes) {
+  const int64_t dsub = dim / M;
+  PCOPS_CUDA_GRID_STRIDE(t, rows * M) {
+    const int64_t r = t / M, m = t - r * M;
+    const float* xs = x + r * dim + m * dsub;
+    const float* cs = centroids + lists[r] * dim + m * dsub;
+    const float* cw = codebooks + m * kK * dsub;
+    int best = 0;
+    float bv = 0.0f;
+    for (int j = 0; j < kK; ++j) {
+      const float* w = cw + j * dsub;
+      float d = sub_rn(residual ? sub_rn(xs[0], cs[0]) : xs[0], w[0]);
+      float s = mul_rn(d, d);
+      for (int64_t i = 1; i < dsub; ++i) {
+        d = sub_rn(residual ? sub_rn(xs[i], cs[i]) : xs[i], w[i]);
+        s = add_rn(s, mul_rn(d, d));
+      }
+      if (j == 0) {
+        bv = s;
+      } else if (s < bv) {
+        bv = s;
+        best = j;
+      }
+    }
+    codes[t] = static_cast<uint8_t>(best);
+  }
+}
+
 }  // namespace
 
 void ivfpq_search(const CudaContext& ctx, const IvfPqDeviceView& index, const float* queries, int64_t nq, int64_t k,
@@ -652,6 +728,31 @@ void ivfpq_search(const CudaContext& ctx, const IvfPqDeviceView& index, const fl
   stable_segmented_sort(ctx, ws, k2, cand_keys, i2, cand_ids, items, nq, seg_begin, seg_end);
   detail::launch(ctx, finish_kernel, dim3(static_cast<unsigned>(detail::ceil_div(nq * k, kThreads))), dim3(kThreads), 0,
                  nq, k, ip, seg_begin, seg_end, cand_keys, cand_ids, distances, labels);
+}
+
+
+void ivfpq_encode(const CudaContext& ctx, const IvfPqParams& p, const float* centroids, const float* codebooks,
+                  const float* x, int64_t n, int64_t* lists, uint8_t* codes) {
+  core::validate_ivfpq_params(p);
+  PCOPS_CHECK(n >= 0, Value, "n: expected >= 0, got ", n);
+  if (n == 0) return;
+  const bool ip = p.metric == IvfPqMetric::InnerProduct;
+  // Rows per pass: the coarse distances of a pass take at most 2^26 floats (256 MiB).
+  const int64_t chunk = std::clamp<int64_t>((int64_t{1} << 26) / p.nlist, 1, 65535 * int64_t{kTile});
+  detail::Workspace ws(ctx);
+  float* raw = ws.alloc<float>(std::min(chunk, n) * p.nlist);
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t rows = std::min(chunk, n - r0);
+    const float* xr = x + r0 * p.dim;
+    const dim3 cgrid(static_cast<unsigned>(detail::ceil_div(p.nlist, kTile)),
+                     static_cast<unsigned>(detail::ceil_div(rows, kTile)));
+    if (ip) detail::launch(ctx, coarse_kernel<true>, cgrid, dim3(256), 0, xr, centroids, rows, p.nlist, p.dim, raw);
+    else detail::launch(ctx, coarse_kernel<false>, cgrid, dim3(256), 0, xr, centroids, rows, p.nlist, p.dim, raw);
+    detail::launch(ctx, assign_kernel, dim3(detail::grid_blocks(rows * 32, 256)), dim3(256), 0, raw, rows, p.nlist,
+                   ip, lists + r0);
+    detail::launch(ctx, codes_kernel, dim3(detail::grid_blocks(rows * p.M, 256)), dim3(256), 0, xr, centroids,
+                   codebooks, lists + r0, rows, p.dim, p.M, p.by_residual, codes + r0 * p.M);
+  }
 }
 
 }  // namespace pcops::cuda

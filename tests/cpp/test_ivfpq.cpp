@@ -372,3 +372,35 @@ TEST(IvfPq, BadInput) {
 }
 
 }  // namespace
+
+// add_encoded (the path of vectors encoded on a GPU) gives the index that add gives; a list out of
+// range raises IndexError and adds nothing.
+TEST(IvfPq, AddEncodedEqualsAdd) {
+  const auto x = clustered(900, 8, 6, 31);
+  IvfPqIndex a = trained(IvfPqParams{8, 6, 4}, x);
+  IvfPqIndex b = trained(IvfPqParams{8, 6, 4}, x);
+  std::vector<int64_t> ids(900), lists(900);
+  for (int64_t i = 0; i < 900; ++i) ids[static_cast<size_t>(i)] = 3 * i + 1;
+  std::vector<uint8_t> codes(900 * 4);
+  a.add(ctx(), x.data(), 900, ids.data());
+  b.encode(ctx(), x.data(), 900, lists.data(), codes.data());
+  b.add_encoded(lists.data(), codes.data(), 600, ids.data());
+  b.add_encoded(lists.data() + 600, codes.data() + 600 * 4, 300, ids.data() + 600);
+  ASSERT_EQ(b.ntotal(), 900);
+  for (int64_t l = 0; l < 6; ++l) {
+    EXPECT_EQ(b.list_ids(l), a.list_ids(l));
+    EXPECT_EQ(b.list_codes(l), a.list_codes(l));
+  }
+  IvfPqIndex c = trained(IvfPqParams{8, 6, 4}, x);
+  c.add_encoded(lists.data(), codes.data(), 5);  // default ids 0..4
+  EXPECT_EQ(c.ntotal(), 5);
+  std::vector<int64_t> bad(lists.begin(), lists.begin() + 4);
+  bad[2] = 6;
+  pcops_test::expect_error(pcops::ErrorKind::Index, [&] { c.add_encoded(bad.data(), codes.data(), 4); }, "lists");
+  bad[2] = -1;
+  pcops_test::expect_error(pcops::ErrorKind::Index, [&] { c.add_encoded(bad.data(), codes.data(), 4); }, "lists");
+  EXPECT_EQ(c.ntotal(), 5);
+  IvfPqIndex untrained(IvfPqParams{8, 6, 4});
+  pcops_test::expect_error(pcops::ErrorKind::Value, [&] { untrained.add_encoded(lists.data(), codes.data(), 1); },
+                           "not trained");
+}

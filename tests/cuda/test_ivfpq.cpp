@@ -242,3 +242,67 @@ TEST(CudaIvfPq, ManyQueriesRunInPasses) {
 }
 
 }  // namespace
+
+namespace {
+
+// cuda::ivfpq_encode against IvfPqIndex::encode: lists and codes equal, element by element.
+void expect_same_encoding(const IvfPqIndex& index, const std::vector<float>& x) {
+  const IvfPqParams& p = index.params();
+  const int64_t n = static_cast<int64_t>(x.size()) / p.dim;
+  std::vector<int64_t> lists(static_cast<size_t>(n));
+  std::vector<uint8_t> codes(static_cast<size_t>(n * p.M));
+  pcops::CpuContext cpu;
+  index.encode(cpu, x.data(), n, lists.data(), codes.data());
+  DeviceBuffer<float> dx(x), dc(index.centroids()), dcb(index.codebooks());
+  DeviceBuffer<int64_t> dl(static_cast<size_t>(std::max<int64_t>(n, 1)));
+  DeviceBuffer<uint8_t> dcodes(static_cast<size_t>(std::max<int64_t>(n * p.M, 1)));
+  dl.fill(-3);
+  StreamContext s;
+  pcops::cuda::ivfpq_encode(s.ctx, p, dc.data(), dcb.data(), dx.data(), n, dl.data(), dcodes.data());
+  const auto gl = dl.download();
+  const auto gc = dcodes.download();
+  for (int64_t i = 0; i < n; ++i) {
+    ASSERT_EQ(gl[static_cast<size_t>(i)], lists[static_cast<size_t>(i)]) << "vector " << i;
+    for (int64_t m = 0; m < p.M; ++m)
+      ASSERT_EQ(gc[static_cast<size_t>(i * p.M + m)], codes[static_cast<size_t>(i * p.M + m)])
+          << "vector " << i << ", sub-quantizer " << m;
+  }
+}
+
+}  // namespace
+
+// Both metrics, with and without residuals, several shapes (M = 1 .. dim), vectors equal to
+// centroids and codewords (zero distances), and duplicated centroids (coarse ties go to the
+// smaller list).
+TEST(CudaIvfPq, EncodeEqualsCpu) {
+  struct Shape {
+    int64_t dim, nlist, M;
+  };
+  for (const Shape s : {Shape{16, 8, 8}, Shape{32, 40, 16}, Shape{9, 5, 3}, Shape{12, 300, 12}, Shape{8, 4, 1}})
+    for (IvfPqMetric metric : {IvfPqMetric::L2, IvfPqMetric::InnerProduct})
+      for (bool residual : {true, false}) {
+        const IvfPqParams p{s.dim, s.nlist, s.M, 8, metric, residual};
+        const IvfPqIndex index = build(p, std::max<int64_t>(600, s.nlist), 41 + static_cast<uint32_t>(s.dim));
+        auto x = clustered(777, s.dim, 10, 42);
+        const std::vector<float>& c = index.centroids();
+        x.insert(x.end(), c.begin(), c.begin() + std::min<int64_t>(3, s.nlist) * s.dim);  // on a centroid
+        expect_same_encoding(index, x);
+      }
+  // Duplicated centroids: every vector ties between lists 0 and 2 (and 1 and 3).
+  const IvfPqIndex base = build(IvfPqParams{8, 4, 4}, 600, 43);
+  std::vector<float> c = base.centroids();
+  std::copy(c.begin(), c.begin() + 16, c.begin() + 16);
+  IvfPqIndex dup(IvfPqParams{8, 4, 4});
+  dup.set_quantizers(c.data(), base.codebooks().data());
+  expect_same_encoding(dup, clustered(500, 8, 10, 44));
+  IvfPqIndex dup_ip(IvfPqParams{8, 4, 4, 8, IvfPqMetric::InnerProduct, true});
+  dup_ip.set_quantizers(c.data(), base.codebooks().data());
+  expect_same_encoding(dup_ip, clustered(500, 8, 10, 45));
+}
+
+// More rows than one pass of coarse distances (2^26 / nlist rows), and no rows at all.
+TEST(CudaIvfPq, EncodeInPasses) {
+  const IvfPqIndex index = build(IvfPqParams{8, 4096, 4}, 4096, 46);
+  expect_same_encoding(index, clustered(16384 + 1000, 8, 10, 47));
+  expect_same_encoding(index, {});
+}

@@ -79,3 +79,52 @@ def test_cuda_search_errors():
         index.search(bad, 3, 2)
     with pytest.raises(TypeError):
         index.search(q.double(), 3, 2)
+
+
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+@pytest.mark.parametrize("by_residual", [True, False])
+def test_cuda_encode_and_add_equal_cpu(metric, by_residual):
+    """encode / add with CUDA vectors give the CPU's lists and codes, and the same index."""
+    x = clustered(3000, 11)
+    cpu_index = pcops.IVFPQIndex(DIM, NLIST, M, metric=metric, by_residual=by_residual)
+    cpu_index.train(x, seed=5, niter=4)
+    gpu_index = pcops.IVFPQIndex(DIM, NLIST, M, metric=metric, by_residual=by_residual)
+    gpu_index.set_quantizers(cpu_index.centroids, cpu_index.codebooks)
+    lists, codes = cpu_index.encode(x)
+    dl, dc = gpu_index.encode(x.to(CUDA))
+    assert dl.device.type == "cuda" and dc.device.type == "cuda" and dc.dtype == torch.uint8
+    assert torch.equal(dl.cpu(), lists) and torch.equal(dc.cpu(), codes)
+    ids = torch.arange(3000) * 5 + 2
+    cpu_index.add(x, ids)
+    gpu_index.add(x[:1700].to(CUDA), ids[:1700].to(CUDA))
+    gpu_index.add(x[1700:].to(CUDA), ids[1700:])  # ids on the CPU
+    assert gpu_index.ntotal == 3000
+    for lst in range(NLIST):
+        assert torch.equal(gpu_index.list_ids(lst), cpu_index.list_ids(lst))
+        assert torch.equal(gpu_index.list_codes(lst), cpu_index.list_codes(lst))
+    assert_same_search(gpu_index, clustered(30, 12), 10, 5)  # the device copy follows the CUDA adds
+
+
+def test_cuda_encode_follows_new_quantizers_and_errors():
+    x = clustered(2000, 13)
+    index = pcops.IVFPQIndex(DIM, NLIST, M)
+    with pytest.raises(ValueError, match="not trained"):
+        index.encode(x[:3].to(CUDA))
+    with pytest.raises(ValueError, match="not trained"):
+        index.add(x[:3].to(CUDA))
+    index.train(x, seed=1, niter=2)
+    first = index.encode(x[:50].to(CUDA))
+    assert torch.equal(first[0].cpu(), index.encode(x[:50])[0])
+    index.train(x, seed=2, niter=3)  # new quantizers: the cached device copy must follow
+    again = index.encode(x[:50].to(CUDA))
+    assert torch.equal(again[0].cpu(), index.encode(x[:50])[0])
+    assert torch.equal(again[1].cpu(), index.encode(x[:50])[1])
+    bad = x[:4].to(CUDA).clone()
+    bad[2, 1] = float("inf")
+    with pytest.raises(ValueError, match="finite"):
+        index.add(bad)
+    with pytest.raises(ValueError):
+        index.encode(x[:4, :5].to(CUDA))
+    assert index.ntotal == 0  # nothing was added by the failed calls
+    empty_lists, empty_codes = index.encode(x[:0].to(CUDA))
+    assert empty_lists.shape == (0,) and empty_codes.shape == (0, M)
