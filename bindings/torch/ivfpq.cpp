@@ -1,6 +1,7 @@
 // torch.classes.pcops.IVFPQIndex: the IVF-PQ index (contract: include/pcops/ivfpq.hpp) as a
-// TorchScript custom class over CPU tensors, and torch.ops.pcops._ivfpq_search, the CUDA search
-// over a device copy of its lists. The Python class pcops.IVFPQIndex wraps both and converts
+// TorchScript custom class over CPU tensors (training also from CUDA tensors: assignments on the
+// GPU), torch.ops.pcops._ivfpq_search, the CUDA search over a device copy of its lists, and
+// torch.ops.pcops._ivfpq_encode, the CUDA encoding. The Python class pcops.IVFPQIndex wraps both and converts
 // NumPy arrays.
 #include <torch/custom_class.h>
 
@@ -47,10 +48,32 @@ struct IVFPQIndexHolder : torch::CustomClassHolder {
   const IvfPqParams& p() const { return index->params(); }
 
   void train(const at::Tensor& x_in, int64_t seed, int64_t niter, int64_t max_points_per_centroid) {
-    const at::Tensor x = as_vectors(x_in, "x", p().dim);
     CpuContext ctx = cpu_context();
     ctx.seed = static_cast<uint64_t>(seed);
     IvfPqTrainParams tp{niter, max_points_per_centroid};
+#if PCOPS_TORCH_CUDA
+    if (x_in.is_cuda()) {  // the assignments on x's GPU, the rest as on the CPU: the same quantizers
+      TORCH_CHECK_VALUE(x_in.dim() == 2 && x_in.size(1) == p().dim, "x: expected shape [n, ", p().dim, "], got ",
+                        x_in.sizes());
+      const at::Tensor x = as_values(x_in, "x", 2, "[n, dim]").cpu();
+      const c10::cuda::CUDAGuard guard(x_in.device());
+      const at::TensorOptions dev = x_in.options().dtype(at::kFloat);
+      const IvfPqIndex::AssignFn assign = [&](const float* data, int64_t n, int64_t d, const float* cent, int64_t k,
+                                              bool ip, int64_t* out) {
+        // Uploaded at every call: training reuses one host buffer for different rows.
+        const at::Tensor rows_dev = at::from_blob(const_cast<float*>(data), {n, d}, at::kFloat).to(dev.device());
+        const at::Tensor cent_dev = at::from_blob(const_cast<float*>(cent), {k, d}, at::kFloat).to(dev.device());
+        at::Tensor out_dev = at::empty({n}, dev.dtype(at::kLong));
+        cuda::ivfpq_assign(cuda_context(rows_dev), rows_dev.data_ptr<float>(), n, d, cent_dev.data_ptr<float>(), k,
+                           ip, out_dev.data_ptr<int64_t>());
+        const at::Tensor host = out_dev.cpu();
+        std::memcpy(out, host.data_ptr<int64_t>(), static_cast<size_t>(n) * sizeof(int64_t));
+      };
+      translate_errors([&] { index->train(ctx, x.data_ptr<float>(), x.size(0), tp, assign); });
+      return;
+    }
+#endif
+    const at::Tensor x = as_vectors(x_in, "x", p().dim);
     translate_errors([&] { index->train(ctx, x.data_ptr<float>(), x.size(0), tp); });
   }
 

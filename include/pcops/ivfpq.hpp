@@ -41,6 +41,7 @@
 //   uint32 trained; when trained: float32 centroids[nlist * dim], float32 codebooks[M * 256 * dsub];
 //   then for each list l in 0..nlist-1: int64 size, int64 ids[size], uint8 codes[size * M].
 #include <cstdint>
+#include <functional>
 #include <iosfwd>
 #include <memory>
 #include <string>
@@ -88,6 +89,16 @@ class IvfPqIndex {
   // Trains both quantizers on x [n, dim]; n >= max(nlist, 256). Replaces any earlier training;
   // the index must be empty (Value error otherwise).
   void train(const CpuContext& ctx, const float* x, int64_t n, const IvfPqTrainParams& tp = {});
+
+  // The assignment step of training (every k-means iteration, and the coarse lists of the
+  // residuals): assign[i] = the best of the k centroids [k, d] for row i of data [n, d] (host
+  // memory), by encode's rule (smallest L2 / largest inner product in coordinate order, the first
+  // centroid on ties). train() with an assigner that follows this contract (e.g. one running
+  // cuda::ivfpq_assign on a GPU) gives the same quantizers, bit for bit; the updates stay on the
+  // CPU (float64 sums in point order).
+  using AssignFn = std::function<void(const float* data, int64_t n, int64_t d, const float* centroids, int64_t k,
+                                      bool ip, int64_t* assign)>;
+  void train(const CpuContext& ctx, const float* x, int64_t n, const IvfPqTrainParams& tp, const AssignFn& assign);
   // Installs trained quantizers: centroids [nlist, dim], codebooks [M, 256, dsub]; the index
   // must be empty.
   void set_quantizers(const float* centroids, const float* codebooks);
@@ -179,6 +190,10 @@ void ivfpq_search(const CudaContext& ctx, const IvfPqDeviceView& index, const fl
 // synchronisation; the coarse distances run in passes of at most 2^26 (row, list) pairs.
 void ivfpq_encode(const CudaContext& ctx, const IvfPqParams& params, const float* centroids, const float* codebooks,
                   const float* x, int64_t n, int64_t* lists, uint8_t* codes);
+// IvfPqIndex::AssignFn's contract on device memory (data [n, d], centroids [k, d], assign [n]):
+// the best centroid of every row, the CPU's bits; training's assigner on a GPU.
+void ivfpq_assign(const CudaContext& ctx, const float* data, int64_t n, int64_t d, const float* centroids, int64_t k,
+                  bool ip, int64_t* assign);
 }  // namespace cuda
 
 }  // namespace pcops

@@ -52,7 +52,8 @@ class IVFPQIndex:
     arrays; results come back as the same kind. ``search`` with CUDA queries runs the CUDA search
     (the CPU search's results, bitwise) on a device copy of the index, made on first use and
     after every change; ``encode`` / ``add`` with CUDA vectors encode them on their device (the
-    CPU's lists and codes, bitwise). Search results are exact over the scanned codes,
+    CPU's lists and codes, bitwise), and ``train`` with CUDA vectors runs its k-means assignments
+    there (the CPU's quantizers, bitwise). Search results are exact over the scanned codes,
     ordered by (distance, id) (inner product: descending, then id), padded with (+inf, -1)
     (inner product: (-inf, -1)). Given the same centroids and codebooks (``set_quantizers``), the
     codes equal faiss's and the distances equal faiss's scan without precomputed tables.

@@ -265,8 +265,8 @@ uint64_t mix_seed(uint64_t seed, uint64_t salt) {
 
 // Lloyd k-means on data [n, d] (n >= k), returns centroids [k, d]. Assignment in parallel;
 // the update is a serial float64 sum in point order, so the result does not depend on threads.
-std::vector<float> kmeans(const CpuContext& ctx, const float* data, int64_t n, int64_t d, int64_t k, bool ip,
-                          const IvfPqTrainParams& tp, uint64_t seed) {
+std::vector<float> kmeans(const IvfPqIndex::AssignFn& assign_fn, const float* data, int64_t n, int64_t d, int64_t k,
+                          bool ip, const IvfPqTrainParams& tp, uint64_t seed) {
   std::vector<float> cent(static_cast<size_t>(k * d));
   const std::vector<int64_t> init = sample_indices(n, k, mix_seed(seed, 1));
   for (int64_t c = 0; c < k; ++c)
@@ -276,11 +276,7 @@ std::vector<float> kmeans(const CpuContext& ctx, const float* data, int64_t n, i
   std::vector<double> sums(static_cast<size_t>(k * d));
   std::vector<int64_t> counts(static_cast<size_t>(k));
   for (int64_t it = 0; it < tp.niter; ++it) {
-    const Columns cols(cent.data(), k, d);
-    parallel_for(ctx, 0, n, 256, [&](int64_t b, int64_t e) {
-      std::vector<float> scratch(static_cast<size_t>(4 * cols.stride));
-      cols.nearest_many(data + b * d, d, e - b, ip, scratch.data(), assign.data() + b);
-    });
+    assign_fn(data, n, d, cent.data(), k, ip, assign.data());
     std::fill(sums.begin(), sums.end(), 0.0);
     std::fill(counts.begin(), counts.end(), 0);
     for (int64_t i = 0; i < n; ++i) {
@@ -508,6 +504,18 @@ void encode_codes(const IvfPqParams& p, const Tables& t, const std::vector<float
 }  // namespace
 
 void IvfPqIndex::train(const CpuContext& ctx, const float* x, int64_t n, const IvfPqTrainParams& tp) {
+  train(ctx, x, n, tp, [&ctx](const float* data, int64_t rows, int64_t d, const float* cent, int64_t k, bool ip,
+                              int64_t* assign) {
+    const Columns cols(cent, k, d);
+    parallel_for(ctx, 0, rows, 256, [&](int64_t b, int64_t e) {
+      std::vector<float> scratch(static_cast<size_t>(4 * cols.stride));
+      cols.nearest_many(data + b * d, d, e - b, ip, scratch.data(), assign + b);
+    });
+  });
+}
+
+void IvfPqIndex::train(const CpuContext& ctx, const float* x, int64_t n, const IvfPqTrainParams& tp,
+                       const AssignFn& assign_fn) {
   const IvfPqParams& p = params_;
   PCOPS_CHECK(ntotal_ == 0, Value, "train: expected an empty index, it holds ", ntotal_, " vectors (call reset)");
   const int64_t need = std::max<int64_t>(p.nlist, kK);
@@ -535,7 +543,7 @@ void IvfPqIndex::train(const CpuContext& ctx, const float* x, int64_t n, const I
   std::vector<float> s1 = subsample(cap1, 2);
   const float* x1 = s1.empty() ? x : s1.data();
   const int64_t n1 = s1.empty() ? n : cap1;
-  std::vector<float> centroids = kmeans(ctx, x1, n1, p.dim, p.nlist, ip, tp, seed);
+  std::vector<float> centroids = kmeans(assign_fn, x1, n1, p.dim, p.nlist, ip, tp, seed);
 
   // Product quantizer on the residuals of its own subsample.
   const int64_t cap2 = kK * tp.max_points_per_centroid;
@@ -543,16 +551,14 @@ void IvfPqIndex::train(const CpuContext& ctx, const float* x, int64_t n, const I
   const float* x2 = s2.empty() ? x : s2.data();
   const int64_t n2 = s2.empty() ? n : cap2;
   std::vector<float> res(static_cast<size_t>(n2 * p.dim));
-  const Columns coarse(centroids.data(), p.nlist, p.dim);
+  std::vector<int64_t> assign(static_cast<size_t>(p.by_residual ? n2 : 0));
+  if (p.by_residual) assign_fn(x2, n2, p.dim, centroids.data(), p.nlist, ip, assign.data());
   parallel_for(ctx, 0, n2, 256, [&](int64_t b, int64_t e) {
-    std::vector<float> scratch(static_cast<size_t>(4 * coarse.stride));
-    std::vector<int64_t> assign(static_cast<size_t>(e - b));
-    if (p.by_residual) coarse.nearest_many(x2 + b * p.dim, p.dim, e - b, ip, scratch.data(), assign.data());
     for (int64_t i = b; i < e; ++i) {
       const float* xi = x2 + i * p.dim;
       float* ri = &res[static_cast<size_t>(i * p.dim)];
       if (p.by_residual) {
-        const float* c = centroids.data() + assign[static_cast<size_t>(i - b)] * p.dim;
+        const float* c = centroids.data() + assign[static_cast<size_t>(i)] * p.dim;
         for (int64_t j = 0; j < p.dim; ++j) ri[j] = xi[j] - c[j];
       } else {
         std::memcpy(ri, xi, sizeof(float) * static_cast<size_t>(p.dim));
@@ -566,7 +572,8 @@ void IvfPqIndex::train(const CpuContext& ctx, const float* x, int64_t n, const I
     for (int64_t i = 0; i < n2; ++i)
       std::memcpy(&subv[static_cast<size_t>(i * dsub)], &res[static_cast<size_t>(i * p.dim + m * dsub)],
                   sizeof(float) * static_cast<size_t>(dsub));
-    const std::vector<float> cb = kmeans(ctx, subv.data(), n2, dsub, kK, false, tp, mix_seed(seed, 100 + static_cast<uint64_t>(m)));
+    const std::vector<float> cb =
+        kmeans(assign_fn, subv.data(), n2, dsub, kK, false, tp, mix_seed(seed, 100 + static_cast<uint64_t>(m)));
     std::copy(cb.begin(), cb.end(), codebooks.begin() + m * kK * dsub);
   }
   centroids_ = std::move(centroids);

@@ -731,28 +731,34 @@ void ivfpq_search(const CudaContext& ctx, const IvfPqDeviceView& index, const fl
 }
 
 
+void ivfpq_assign(const CudaContext& ctx, const float* data, int64_t n, int64_t d, const float* centroids, int64_t k,
+                  bool ip, int64_t* assign) {
+  PCOPS_CHECK(n >= 0 && d >= 1 && k >= 1, Value, "ivfpq_assign: expected n >= 0, d >= 1 and k >= 1, got ", n, ", ",
+              d, ", ", k);
+  if (n == 0) return;
+  // Rows per pass: the distances of a pass take at most 2^26 floats (256 MiB).
+  const int64_t chunk = std::clamp<int64_t>((int64_t{1} << 26) / k, 1, 65535 * int64_t{kTile});
+  detail::Workspace ws(ctx);
+  float* raw = ws.alloc<float>(std::min(chunk, n) * k);
+  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
+    const int64_t rows = std::min(chunk, n - r0);
+    const float* xr = data + r0 * d;
+    const dim3 cgrid(static_cast<unsigned>(detail::ceil_div(k, kTile)), static_cast<unsigned>(detail::ceil_div(rows, kTile)));
+    if (ip) detail::launch(ctx, coarse_kernel<true>, cgrid, dim3(256), 0, xr, centroids, rows, k, d, raw);
+    else detail::launch(ctx, coarse_kernel<false>, cgrid, dim3(256), 0, xr, centroids, rows, k, d, raw);
+    detail::launch(ctx, assign_kernel, dim3(detail::grid_blocks(rows * 32, 256)), dim3(256), 0, raw, rows, k, ip,
+                   assign + r0);
+  }
+}
+
 void ivfpq_encode(const CudaContext& ctx, const IvfPqParams& p, const float* centroids, const float* codebooks,
                   const float* x, int64_t n, int64_t* lists, uint8_t* codes) {
   core::validate_ivfpq_params(p);
   PCOPS_CHECK(n >= 0, Value, "n: expected >= 0, got ", n);
   if (n == 0) return;
-  const bool ip = p.metric == IvfPqMetric::InnerProduct;
-  // Rows per pass: the coarse distances of a pass take at most 2^26 floats (256 MiB).
-  const int64_t chunk = std::clamp<int64_t>((int64_t{1} << 26) / p.nlist, 1, 65535 * int64_t{kTile});
-  detail::Workspace ws(ctx);
-  float* raw = ws.alloc<float>(std::min(chunk, n) * p.nlist);
-  for (int64_t r0 = 0; r0 < n; r0 += chunk) {
-    const int64_t rows = std::min(chunk, n - r0);
-    const float* xr = x + r0 * p.dim;
-    const dim3 cgrid(static_cast<unsigned>(detail::ceil_div(p.nlist, kTile)),
-                     static_cast<unsigned>(detail::ceil_div(rows, kTile)));
-    if (ip) detail::launch(ctx, coarse_kernel<true>, cgrid, dim3(256), 0, xr, centroids, rows, p.nlist, p.dim, raw);
-    else detail::launch(ctx, coarse_kernel<false>, cgrid, dim3(256), 0, xr, centroids, rows, p.nlist, p.dim, raw);
-    detail::launch(ctx, assign_kernel, dim3(detail::grid_blocks(rows * 32, 256)), dim3(256), 0, raw, rows, p.nlist,
-                   ip, lists + r0);
-    detail::launch(ctx, codes_kernel, dim3(detail::grid_blocks(rows * p.M, 256)), dim3(256), 0, xr, centroids,
-                   codebooks, lists + r0, rows, p.dim, p.M, p.by_residual, codes + r0 * p.M);
-  }
+  ivfpq_assign(ctx, x, n, p.dim, centroids, p.nlist, p.metric == IvfPqMetric::InnerProduct, lists);
+  detail::launch(ctx, codes_kernel, dim3(detail::grid_blocks(n * p.M, 256)), dim3(256), 0, x, centroids, codebooks,
+                 lists, n, p.dim, p.M, p.by_residual, codes);
 }
 
 }  // namespace pcops::cuda

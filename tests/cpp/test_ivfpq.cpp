@@ -404,3 +404,37 @@ TEST(IvfPq, AddEncodedEqualsAdd) {
   pcops_test::expect_error(pcops::ErrorKind::Value, [&] { untrained.add_encoded(lists.data(), codes.data(), 1); },
                            "not trained");
 }
+
+// train() with an outside assigner (here a serial brute force of the assignment contract, as a
+// GPU's would be) gives the same quantizers, bit for bit: both metrics, with and without
+// residuals, and duplicated points (empty clusters, split).
+TEST(IvfPq, TrainWithAnAssignerEqualsTrain) {
+  const IvfPqIndex::AssignFn brute = [](const float* data, int64_t n, int64_t d, const float* cent, int64_t k, bool use_ip,
+                                        int64_t* out) {
+    for (int64_t i = 0; i < n; ++i) {
+      int64_t best = 0;
+      float bv = 0;
+      for (int64_t c = 0; c < k; ++c) {
+        const float v = use_ip ? ip(data + i * d, cent + c * d, d) : l2(data + i * d, cent + c * d, d);
+        if (c == 0 || (use_ip ? v > bv : v < bv)) {
+          bv = v;
+          best = c;
+        }
+      }
+      out[i] = best;
+    }
+  };
+  auto x = clustered(700, 8, 5, 51);
+  for (int i = 0; i < 200; ++i) std::copy(x.begin(), x.begin() + 8, x.begin() + 8 * (100 + i));  // duplicates
+  for (IvfPqMetric metric : {IvfPqMetric::L2, IvfPqMetric::InnerProduct})
+    for (bool residual : {true, false}) {
+      const IvfPqParams p{8, 12, 4, 8, metric, residual};
+      pcops::IvfPqTrainParams tp;
+      tp.niter = 5;
+      IvfPqIndex a(p), b(p);
+      a.train(ctx(0, 9), x.data(), 700, tp);
+      b.train(ctx(0, 9), x.data(), 700, tp, brute);
+      EXPECT_EQ(a.centroids(), b.centroids());
+      EXPECT_EQ(a.codebooks(), b.codebooks());
+    }
+}

@@ -306,3 +306,32 @@ TEST(CudaIvfPq, EncodeInPasses) {
   expect_same_encoding(index, clustered(16384 + 1000, 8, 10, 47));
   expect_same_encoding(index, {});
 }
+
+// Training with cuda::ivfpq_assign as the assigner gives the CPU training's quantizers bit for
+// bit (both metrics, with and without residuals; duplicated points make empty clusters).
+TEST(CudaIvfPq, TrainWithGpuAssignmentsEqualsCpu) {
+  StreamContext s;
+  const IvfPqIndex::AssignFn gpu = [&s](const float* data, int64_t n, int64_t d, const float* cent, int64_t k,
+                                         bool ip, int64_t* out) {
+    DeviceBuffer<float> dd(std::vector<float>(data, data + n * d)), dc(std::vector<float>(cent, cent + k * d));
+    DeviceBuffer<int64_t> da(static_cast<size_t>(n));
+    pcops::cuda::ivfpq_assign(s.ctx, dd.data(), n, d, dc.data(), k, ip, da.data());
+    const auto host = da.download();
+    std::copy(host.begin(), host.end(), out);
+  };
+  auto x = clustered(3000, 16, 10, 61);
+  for (int i = 0; i < 400; ++i) std::copy(x.begin(), x.begin() + 16, x.begin() + 16 * (1000 + i));
+  for (IvfPqMetric metric : {IvfPqMetric::L2, IvfPqMetric::InnerProduct})
+    for (bool residual : {true, false}) {
+      const IvfPqParams p{16, 40, 8, 8, metric, residual};
+      pcops::IvfPqTrainParams tp;
+      tp.niter = 6;
+      pcops::CpuContext cpu;
+      cpu.seed = 62;
+      IvfPqIndex a(p), b(p);
+      a.train(cpu, x.data(), 3000, tp);
+      b.train(cpu, x.data(), 3000, tp, gpu);
+      EXPECT_EQ(a.centroids(), b.centroids());
+      EXPECT_EQ(a.codebooks(), b.codebooks());
+    }
+}

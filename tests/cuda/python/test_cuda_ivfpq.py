@@ -128,3 +128,17 @@ def test_cuda_encode_follows_new_quantizers_and_errors():
     assert index.ntotal == 0  # nothing was added by the failed calls
     empty_lists, empty_codes = index.encode(x[:0].to(CUDA))
     assert empty_lists.shape == (0,) and empty_codes.shape == (0, M)
+
+
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_cuda_training_equals_cpu_training(metric):
+    """train with CUDA vectors (assignments on the GPU) gives the CPU training's quantizers."""
+    x = clustered(4000, 14)
+    a = pcops.IVFPQIndex(DIM, NLIST, M, metric=metric)
+    b = pcops.IVFPQIndex(DIM, NLIST, M, metric=metric)
+    a.train(x, seed=3, niter=5)
+    b.train(x.to(CUDA), seed=3, niter=5)
+    assert same_bits(a.centroids, b.centroids) and same_bits(a.codebooks, b.codebooks)
+    with pytest.raises(ValueError):
+        b.train(x[:10].to(CUDA))  # too few vectors (and the index keeps its training)
+    assert b.is_trained
