@@ -11,6 +11,11 @@ result (distances and ids), and the recall@1 / @10 against exact neighbours is r
 
 Usage: PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \
            python benchmarks/scripts/ivfpq_cuda_probe.py [--n 1000000] [--nq 10000] [--out f.json]
+
+faiss-cpu on a GPU machine without network access: download its wheel where there is network
+(`pip download faiss-cpu --no-deps --only-binary=:all: --python-version 3.12 -d wheels`), copy it
+over, `pip install --no-deps --target /tmp/faiss wheels/faiss_cpu-*.whl` and put /tmp/faiss on
+PYTHONPATH; the probe then times faiss on the same host's cores.
 """
 
 from __future__ import annotations
@@ -124,9 +129,9 @@ def main() -> None:
     if faiss is not None:
         fi = faiss.IndexIVFPQ(faiss.IndexFlatL2(args.dim), args.dim, args.nlist, args.M, 8)
         fi.train(xt.numpy())
+        index.reset()  # faiss's quantizers in pcops (set_quantizers needs an empty index)
         index.set_quantizers(torch.from_numpy(fi.quantizer.reconstruct_n(0, args.nlist)),
                              torch.from_numpy(faiss.vector_to_array(fi.pq.centroids).reshape(args.M, 256, -1)))
-        index.reset()
         index.add(x)
         fi.add(x.numpy())
 
