@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 import platform
-import statistics
 import subprocess
 import time
 
 import torch
 
 import pcops
+from probe_timing import cuda_median  # this directory
 from pcops import flat
 
 
@@ -29,20 +29,6 @@ def shell(n: int, gen: torch.Generator) -> torch.Tensor:
     p = torch.randn(n, 3, generator=gen)
     p = p / p.norm(dim=-1, keepdim=True)
     return (p + 0.01 * torch.randn(n, 3, generator=gen)).contiguous()
-
-
-def cuda_median(fn, reps: int) -> tuple[float, object]:
-    out = fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        out = fn()
-        b.record()
-        b.synchronize()
-        times.append(a.elapsed_time(b) / 1e3)
-    return statistics.median(times), out
 
 
 def torch_knn_graph(x: torch.Tensor, batch: torch.Tensor, k: int, chunk: int = 4096) -> torch.Tensor:

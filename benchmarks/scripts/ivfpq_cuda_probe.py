@@ -24,7 +24,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import time
 from datetime import datetime, timezone
@@ -35,6 +34,7 @@ import torch
 
 import pcops
 from clustered_vectors import clustered  # this directory
+from probe_timing import cpu_median, cuda_median  # this directory
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -56,30 +56,6 @@ def exact_nn(x: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
 
 def recall(labels: torch.Tensor, truth: torch.Tensor, at: int) -> float:
     return float((labels[:, :at] == truth[:, None]).any(1).double().mean())
-
-
-def cpu_median(fn, repeat: int):
-    out = fn()
-    ts = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        out = fn()
-        ts.append(time.perf_counter() - t0)
-    return statistics.median(ts), out
-
-
-def cuda_median(fn, repeat: int):
-    out = fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(repeat):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        out = fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b) / 1e3)
-    return statistics.median(ts), out
 
 
 def main() -> None:
