@@ -143,7 +143,7 @@ struct IVFPQIndexHolder : torch::CustomClassHolder {
   }
 
   std::tuple<at::Tensor, at::Tensor> search(const at::Tensor& q_in, int64_t k, int64_t nprobe,
-                                            bool precomputed_table) const {
+                                            bool precomputed_table, bool half_tables) const {
     const at::Tensor q = as_vectors(q_in, "queries", p().dim);
     TORCH_CHECK_VALUE(k >= 0, "k: expected >= 0, got ", k);
     check_output_size("k", k, q.size(0), k);
@@ -151,7 +151,7 @@ struct IVFPQIndexHolder : torch::CustomClassHolder {
     at::Tensor labels = at::empty({q.size(0), k}, at::kLong);
     translate_errors([&] {
       index->search(cpu_context(), q.data_ptr<float>(), q.size(0), k, nprobe, dist.data_ptr<float>(),
-                    labels.data_ptr<int64_t>(), precomputed_table);
+                    labels.data_ptr<int64_t>(), precomputed_table, half_tables);
     });
     return {dist, labels};
   }
@@ -217,7 +217,7 @@ std::tuple<at::Tensor, at::Tensor> ivfpq_search_cuda(const at::Tensor& centroids
                                                      const at::Tensor& codes, const at::Tensor& list_sizes,
                                                      int64_t dim, int64_t nlist, int64_t M, const std::string& metric,
                                                      bool by_residual, const at::Tensor& queries_in, int64_t k,
-                                                     int64_t nprobe) {
+                                                     int64_t nprobe, bool half_tables) {
   const c10::cuda::CUDAGuard guard(queries_in.device());
   IvfPqParams p{dim, nlist, M, 8, parse_metric(metric), by_residual};
   translate_errors([&] { core::validate_ivfpq_params(p); });
@@ -257,7 +257,7 @@ std::tuple<at::Tensor, at::Tensor> ivfpq_search_cuda(const at::Tensor& centroids
   view.list_sizes_host = list_sizes.data_ptr<int64_t>();
   translate_errors([&] {
     cuda::ivfpq_search(cuda_context(q), view, q.data_ptr<float>(), nq, k, nprobe, dist.data_ptr<float>(),
-                       labels.data_ptr<int64_t>());
+                       labels.data_ptr<int64_t>(), half_tables);
   });
   return {dist, labels};
 }
@@ -299,7 +299,7 @@ TORCH_LIBRARY_FRAGMENT(pcops, m) {
   m.def(
       "_ivfpq_search(Tensor centroids, Tensor codebooks, Tensor list_offsets, Tensor ids, Tensor codes, "
       "Tensor list_sizes, int dim, int nlist, int M, str metric, bool by_residual, Tensor queries, int k, "
-      "int nprobe) -> (Tensor, Tensor)");
+      "int nprobe, bool half_tables=False) -> (Tensor, Tensor)");
   m.def(
       "_ivfpq_encode(Tensor centroids, Tensor codebooks, int dim, int nlist, int M, str metric, bool by_residual, "
       "Tensor x) -> (Tensor, Tensor)");

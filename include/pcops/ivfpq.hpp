@@ -123,8 +123,12 @@ class IvfPqIndex {
   // the residual tables, whose results equal faiss's with use_precomputed_table = -1. Ignored
   // (the tables do not depend on the list) for inner product or without residuals; a Value error
   // when nlist * M * 256 exceeds kMaxPrecomputed floats.
+  // half_tables (faiss GPU's float16 look-up tables): every table entry, once computed in float32
+  // (per list, or per query where the table does not depend on the list), is rounded to the
+  // nearest float16 (ties to even; overflow to infinity); the code sums then add the rounded
+  // entries in float32 in codeword order. Approximate distances, identical on CPU and CUDA.
   void search(const CpuContext& ctx, const float* queries, int64_t nq, int64_t k, int64_t nprobe,
-              float* distances, int64_t* labels, bool precomputed_table = false) const;
+              float* distances, int64_t* labels, bool precomputed_table = false, bool half_tables = false) const;
   static constexpr int64_t kMaxPrecomputed = int64_t{1} << 26;  // 256 MiB of floats
   // Removes every stored vector whose id is in ids [n]; the others keep their order. Returns the
   // number removed.
@@ -182,8 +186,10 @@ namespace cuda {
 // exact top-k (key, id) multiset while scanning; otherwise every scanned candidate is written
 // (12 bytes each) and sorted stably by id, then by key, so any k and nprobe work. Enqueued on
 // ctx.stream without host synchronisation (candidate segments sized from list_sizes_host).
+// half_tables: IvfPqIndex::search's option, the same bits (the fused kernel then keeps its table
+// in float16, half the shared memory).
 void ivfpq_search(const CudaContext& ctx, const IvfPqDeviceView& index, const float* queries, int64_t nq,
-                  int64_t k, int64_t nprobe, float* distances, int64_t* labels);
+                  int64_t k, int64_t nprobe, float* distances, int64_t* labels, bool half_tables = false);
 // IvfPqIndex::encode's contract, bitwise: the coarse list [n] and codes [n, M] of x [n, dim]
 // (device memory, finite: not checked on the device) under the quantizers centroids [nlist, dim]
 // and codebooks [M, 256, dim / M] (device memory). Enqueued on ctx.stream without host

@@ -172,7 +172,8 @@ class IVFPQIndex:
             self._dev_quantizers = (key, (self._c.centroids().to(device), self._c.codebooks().to(device)))
         return self._dev_quantizers[1]
 
-    def search(self, queries, k: int, nprobe: int = 1, precomputed_table: bool = False):
+    def search(self, queries, k: int, nprobe: int = 1, precomputed_table: bool = False,
+               lut_dtype: str = "float32"):
         """``(distances [nq, k] float32, ids [nq, k] int64)`` of the ``k`` best stored vectors among the
         ``nprobe`` nearest lists of every query. L2 distances are squared.
 
@@ -180,7 +181,11 @@ class IVFPQIndex:
         look-up table is a precomputed per-list term plus a per-query term instead of the residual's
         distances to the codewords, which is much faster with many probes; the distances agree up to
         rounding. Off (the default), the results equal faiss's with ``use_precomputed_table = -1``.
-        Ignored for inner product or without residuals."""
+        Ignored for inner product or without residuals.
+
+        ``lut_dtype="float16"`` (faiss GPU's float16 look-up tables): every table entry is rounded
+        to the nearest float16 once computed, the sums stay float32; approximate distances, the
+        same bits on CPU and CUDA (where the table then takes half the shared memory)."""
         t, np_in = _vectors(queries, "queries")
         if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
             raise TypeError(f"k: expected an int, got {type(k).__name__}")
@@ -188,11 +193,14 @@ class IVFPQIndex:
             raise TypeError(f"nprobe: expected an int, got {type(nprobe).__name__}")
         if not isinstance(precomputed_table, (bool, np.bool_)):
             raise TypeError(f"precomputed_table: expected a bool, got {type(precomputed_table).__name__}")
+        if lut_dtype not in ("float32", "float16"):
+            raise ValueError(f"lut_dtype: expected 'float32' or 'float16', got {lut_dtype!r}")
+        half = lut_dtype == "float16"
         if t.device.type == "cuda":
             if precomputed_table:
                 raise ValueError("precomputed_table: the CUDA search uses the residual tables (pass False)")
-            return self._search_cuda(t, int(k), int(nprobe))
-        d, i = self._c.search(t, int(k), int(nprobe), bool(precomputed_table))
+            return self._search_cuda(t, int(k), int(nprobe), half)
+        d, i = self._c.search(t, int(k), int(nprobe), bool(precomputed_table), half)
         return _out(d, np_in), _out(i, np_in)
 
     def _device_copy(self, device: torch.device):
@@ -215,13 +223,13 @@ class IVFPQIndex:
         if quantizers:
             self._quantizer_generation = getattr(self, "_quantizer_generation", 0) + 1
 
-    def _search_cuda(self, queries: torch.Tensor, k: int, nprobe: int):
+    def _search_cuda(self, queries: torch.Tensor, k: int, nprobe: int, half_tables: bool = False):
         if not self._c.is_trained():
             raise ValueError("search: the index is not trained (call train or set_quantizers first)")
         c, cb, off, ids, codes, sizes = self._device_copy(queries.device)
         dim, nlist, m, _, metric, by_residual = self._c.params()
         return torch.ops.pcops._ivfpq_search(c, cb, off, ids, codes, sizes, dim, nlist, m, metric, by_residual,
-                                             queries, k, nprobe)
+                                             queries, k, nprobe, half_tables)
 
     def remove_ids(self, ids) -> int:
         """Removes every vector whose id is in ``ids``; returns how many were removed."""

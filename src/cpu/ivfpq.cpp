@@ -634,8 +634,14 @@ void IvfPqIndex::add_encoded(const int64_t* lists, const uint8_t* codes, int64_t
   ntotal_ += n;
 }
 
+// Half tables: every entry rounded to the nearest float16 (ties to even, overflow to infinity)
+// and read back exactly as float32.
+static void round_to_half(float* v, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<float>(static_cast<_Float16>(v[i]));
+}
+
 void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq, int64_t k, int64_t nprobe,
-                        float* distances, int64_t* labels, bool precomputed_table) const {
+                        float* distances, int64_t* labels, bool precomputed_table, bool half_tables) const {
   const IvfPqParams& p = params_;
   check_trained("search");
   PCOPS_CHECK(nq >= 0, Value, "nq: expected >= 0, got ", nq);
@@ -676,8 +682,10 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
       };
       std::partial_sort(order.begin(), order.begin() + nprobe, order.end(), list_before);
       heap.clear();
-      if (!per_list_lut)
+      if (!per_list_lut) {
         for (int64_t m = 0; m < M; ++m) t.sub[static_cast<size_t>(m)].distances(q + m * dsub, ip, lut.data() + m * kK);
+        if (half_tables) round_to_half(lut.data(), M * kK);
+      }
       if (use_term1) {  // term2 = -2 <q_m, r_mj>
         for (int64_t m = 0; m < M; ++m)
           t.sub[static_cast<size_t>(m)].distances(q + m * dsub, true, term2.data() + m * kK);
@@ -703,6 +711,7 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
           for (int64_t m = 0; m < M; ++m)
             t.sub[static_cast<size_t>(m)].distances(residual.data() + m * dsub, false, lut.data() + m * kK);
         }
+        if (half_tables && per_list_lut) round_to_half(lut.data(), M * kK);
         const uint8_t* code = codes_[static_cast<size_t>(l)].data();
         switch (M) {  // compile-time M for the common sizes (same arithmetic, unrolled)
           case 8: scan_list<8>(code, size, M, lut.data(), d0, ip, lid.data(), k, heap); break;

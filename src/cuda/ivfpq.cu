@@ -7,6 +7,9 @@
 // 2. The probed lists: select_kernel (nprobe <= kMaxSelect), one warp per query selects the
 //    nprobe smallest (key bits, list) values with primitives::WarpTopK (distinct: lists differ);
 //    larger nprobe: a stable segmented sort of every (key, list) of the query.
+// Half tables (search option): table entries rounded to float16 as they are built (the fused
+// kernel stores them as __half, half the shared memory; the general path keeps float storage of
+// the rounded values); sums in float32 as always, so the CPU's half tables give the same bits.
 // 3. search_kernel (k <= kMaxFusedK and its shared memory fits): one block per query. For every
 //    probed non-empty list it stages the query (or its residual) and builds the list's look-up
 //    table in shared memory (once per query when the table does not depend on the list), scans
@@ -20,11 +23,13 @@
 //    (key, id), and two stable segmented sorts (by id, then by key) give the exact order for any
 //    k; finish_kernel writes the first k or the padding.
 #include <cub/device/device_segmented_sort.cuh>
+#include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <functional>
+#include <type_traits>
 #include <vector>
 
 #include "common/distance.hpp"
@@ -258,18 +263,27 @@ struct PairTopK {
 };
 
 // Shared memory of search_kernel: the warps' top-k buffers, the table and the staged sub-vectors.
-size_t search_shared_bytes(int warps, int half, int64_t M, int64_t dim) {
+size_t search_shared_bytes(int warps, int half, int64_t M, int64_t dim, size_t lut_entry) {
   return static_cast<size_t>(warps) * 2 * static_cast<size_t>(half) * (sizeof(int64_t) + sizeof(uint32_t)) +
-         static_cast<size_t>(M * kK + dim) * sizeof(float);
+         static_cast<size_t>(M * kK) * lut_entry + static_cast<size_t>(dim) * sizeof(float);
 }
 
 // Sum of the table entries of one code, m = 0, 1, ... (kM > 0: M known, code aligned to
 // min(kM, 16) bytes, read in words).
-template <int kM>
-__device__ __forceinline__ float code_sum(const uint8_t* __restrict__ code, int64_t M, const float* lut) {
+// Table entries: float32, or float16 (half tables: entries rounded to nearest, read back exactly).
+template <class LutT>
+__device__ __forceinline__ LutT to_lut(float v) {
+  if constexpr (std::is_same_v<LutT, __half>) return __float2half_rn(v);
+  else return v;
+}
+__device__ __forceinline__ float lut_value(float v) { return v; }
+__device__ __forceinline__ float lut_value(__half v) { return __half2float(v); }
+
+template <int kM, class LutT>
+__device__ __forceinline__ float code_sum(const uint8_t* __restrict__ code, int64_t M, const LutT* lut) {
   if constexpr (kM == 0) {
-    float s = lut[code[0]];
-    for (int64_t m = 1; m < M; ++m) s = add_rn(s, lut[m * kK + code[m]]);
+    float s = lut_value(lut[code[0]]);
+    for (int64_t m = 1; m < M; ++m) s = add_rn(s, lut_value(lut[m * kK + code[m]]));
     return s;
   } else {
     uint32_t w[kM / 4];
@@ -291,16 +305,17 @@ __device__ __forceinline__ float code_sum(const uint8_t* __restrict__ code, int6
         w[2 * j + 1] = v.y;
       }
     }
-    float s = lut[w[0] & 0xFFu];
+    float s = lut_value(lut[w[0] & 0xFFu]);
 #pragma unroll
-    for (int m = 1; m < kM; ++m) s = add_rn(s, lut[m * kK + ((w[m >> 2] >> (8 * (m & 3))) & 0xFFu)]);
+    for (int m = 1; m < kM; ++m) s = add_rn(s, lut_value(lut[m * kK + ((w[m >> 2] >> (8 * (m & 3))) & 0xFFu)]));
     return s;
   }
 }
 
 // lut[m, j] from the staged sub-vectors x (the query, or its residual for L2 with residuals).
+template <class LutT>
 __device__ __forceinline__ void build_lut(const float* x, const float* __restrict__ codebooks, int64_t M,
-                                          int64_t dsub, bool ip, bool vec4, float* lut) {
+                                          int64_t dsub, bool ip, bool vec4, LutT* lut) {
   for (int64_t e = threadIdx.x; e < M * kK; e += blockDim.x) {
     const float* cw = codebooks + e * dsub;
     const float* xs = x + (e / kK) * dsub;
@@ -329,12 +344,13 @@ __device__ __forceinline__ void build_lut(const float* x, const float* __restric
         }
       }
     }
-    lut[e] = s;
+    lut[e] = to_lut<LutT>(s);
   }
 }
 
-// One block per query: scans the probed lists and writes the first k by (key, id).
-template <int kM>
+// One block per query: scans the probed lists and writes the first k by (key, id). LutT: the
+// table's entries (float, or __half for half tables: half the shared memory).
+template <int kM, class LutT>
 __global__ void __launch_bounds__(kThreads) search_kernel(const float* __restrict__ queries, IvfPqDeviceView index,
                                                           int64_t nprobe, const int32_t* __restrict__ probe,
                                                           int64_t pstride, const float* __restrict__ raw, int k,
@@ -351,8 +367,8 @@ __global__ void __launch_bounds__(kThreads) search_kernel(const float* __restric
   const size_t per_warp = 2 * static_cast<size_t>(half);
   int64_t* sid = reinterpret_cast<int64_t*>(search_shared);
   uint32_t* skey = reinterpret_cast<uint32_t*>(sid + per_warp * warps);
-  float* lut = reinterpret_cast<float*>(skey + per_warp * warps);
-  float* xs = lut + M * kK;
+  LutT* lut = reinterpret_cast<LutT*>(skey + per_warp * warps);
+  float* xs = reinterpret_cast<float*>(lut + M * kK);  // M * 256 entries: a multiple of 4 bytes
   PairTopK top{skey + per_warp * w, sid + per_warp * w, half, k};
   top.reset();
   const float* x = queries + q * dim;
@@ -377,7 +393,7 @@ __global__ void __launch_bounds__(kThreads) search_kernel(const float* __restric
       const int64_t i = i0 + threadIdx.x;
       const bool valid = i < size;
       uint32_t kb = PairTopK::kNoKey;
-      if (valid) kb = key_bits(rank_key(add_rn(d0, code_sum<kM>(codes + i * M, M, lut)), ip));
+      if (valid) kb = key_bits(rank_key(add_rn(d0, code_sum<kM, LutT>(codes + i * M, M, lut)), ip));
       top.offer(kb, ids + i, valid);
     }
   }
@@ -445,7 +461,7 @@ __global__ void plan_kernel(int64_t nq, int64_t nprobe, int64_t bound, const int
 
 __global__ void scan_kernel(const float* __restrict__ queries, IvfPqDeviceView index, int64_t nprobe,
                             const int32_t* __restrict__ probe, int64_t pstride, const float* __restrict__ raw,
-                            const int64_t* __restrict__ write_at, float* __restrict__ lut_global,
+                            const int64_t* __restrict__ write_at, float* __restrict__ lut_global, bool half_tables,
                             float* __restrict__ cand_keys, int64_t* __restrict__ cand_ids) {
   extern __shared__ float lut_shared[];
   const IvfPqParams& p = index.params;
@@ -476,7 +492,7 @@ __global__ void scan_kernel(const float* __restrict__ queries, IvfPqDeviceView i
         s = add_rn(s, mul_rn(t, t));
       }
     }
-    lut[e] = s;
+    lut[e] = half_tables ? __half2float(__float2half_rn(s)) : s;  // float storage on this path
   }
   __syncthreads();
   const float d0 = ip && p.by_residual ? raw[q * nlist + l] : 0.0f;
@@ -523,17 +539,18 @@ using SearchKernel = void (*)(const float*, IvfPqDeviceView, int64_t, const int3
                               bool, float*, int64_t*);
 
 // The instance for M (word-wise code reads need codes aligned to 16 bytes).
+template <class LutT>
 SearchKernel search_kernel_for(int64_t M, bool aligned) {
   if (aligned) {
     switch (M) {
-      case 8: return search_kernel<8>;
-      case 16: return search_kernel<16>;
-      case 32: return search_kernel<32>;
-      case 64: return search_kernel<64>;
+      case 8: return search_kernel<8, LutT>;
+      case 16: return search_kernel<16, LutT>;
+      case 32: return search_kernel<32, LutT>;
+      case 64: return search_kernel<64, LutT>;
       default: break;
     }
   }
-  return search_kernel<0>;
+  return search_kernel<0, LutT>;
 }
 
 
@@ -615,7 +632,7 @@ __global__ void __launch_bounds__(256) codes_kernel(const float* __restrict__ x,
 }  // namespace
 
 void ivfpq_search(const CudaContext& ctx, const IvfPqDeviceView& index, const float* queries, int64_t nq, int64_t k,
-                  int64_t nprobe, float* distances, int64_t* labels) {
+                  int64_t nprobe, float* distances, int64_t* labels, bool half_tables) {
   const IvfPqParams& p = index.params;
   core::validate_ivfpq_params(p);
   PCOPS_CHECK(nq >= 0, Value, "nq: expected >= 0, got ", nq);
@@ -628,7 +645,7 @@ void ivfpq_search(const CudaContext& ctx, const IvfPqDeviceView& index, const fl
   if (nq > kMaxGridY) {
     for (int64_t b = 0; b < nq; b += kMaxGridY) {
       const int64_t n = std::min(kMaxGridY, nq - b);
-      ivfpq_search(ctx, index, queries + b * p.dim, n, k, nprobe, distances + b * k, labels + b * k);
+      ivfpq_search(ctx, index, queries + b * p.dim, n, k, nprobe, distances + b * k, labels + b * k, half_tables);
     }
     return;
   }
@@ -679,11 +696,12 @@ void ivfpq_search(const CudaContext& ctx, const IvfPqDeviceView& index, const fl
   if (k <= kMaxFusedK) {
     const int half = PairTopK::half_for(k);
     const int warps = half <= 256 ? 8 : (half <= 512 ? 4 : 2);  // top-k buffers <= 48 KiB
-    const size_t shared = search_shared_bytes(warps, half, p.M, p.dim);
+    const size_t shared = search_shared_bytes(warps, half, p.M, p.dim, half_tables ? sizeof(__half) : sizeof(float));
     if (shared <= prop.sharedMemPerBlockOptin) {
       const bool codes_aligned = reinterpret_cast<uintptr_t>(index.codes) % 16 == 0;
       const bool vec4 = (p.dim / p.M) % 4 == 0 && reinterpret_cast<uintptr_t>(index.codebooks) % 16 == 0;
-      const SearchKernel kernel = search_kernel_for(p.M, codes_aligned);
+      const SearchKernel kernel = half_tables ? search_kernel_for<__half>(p.M, codes_aligned)
+                                              : search_kernel_for<float>(p.M, codes_aligned);
       if (shared > 48 * 1024)
         PCOPS_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(shared)));
@@ -719,7 +737,8 @@ void ivfpq_search(const CudaContext& ctx, const IvfPqDeviceView& index, const fl
                                           static_cast<int>(lut_bytes)));
   }
   detail::launch(ctx, scan_kernel, dim3(static_cast<unsigned>(nprobe), static_cast<unsigned>(nq)), dim3(kThreads),
-                 shared, queries, index, nprobe, probe, pstride, raw, write_at, lut_global, cand_keys, cand_ids);
+                 shared, queries, index, nprobe, probe, pstride, raw, write_at, lut_global, half_tables, cand_keys,
+                 cand_ids);
 
   // (key, id) order: stable by id, then stable by key.
   float* k2 = ws.alloc<float>(items);

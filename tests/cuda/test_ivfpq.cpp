@@ -56,19 +56,20 @@ struct DeviceIndex {
   }
 };
 
-void expect_bitwise(const IvfPqIndex& index, const std::vector<float>& q, int64_t k, int64_t nprobe) {
+void expect_bitwise(const IvfPqIndex& index, const std::vector<float>& q, int64_t k, int64_t nprobe,
+                    bool half_tables = false) {
   const int64_t dim = index.params().dim, nq = static_cast<int64_t>(q.size()) / dim;
   std::vector<float> cd(static_cast<size_t>(nq * k));
   std::vector<int64_t> cl(static_cast<size_t>(nq * k));
   pcops::CpuContext cpu;
-  index.search(cpu, q.data(), nq, k, nprobe, cd.data(), cl.data());
+  index.search(cpu, q.data(), nq, k, nprobe, cd.data(), cl.data(), false, half_tables);
   DeviceIndex dev(index);
   DeviceBuffer<float> dq(q), dd(static_cast<size_t>(nq * k));
   DeviceBuffer<int64_t> dl(static_cast<size_t>(nq * k));
   dd.fill(-12345.0f);
   dl.fill(-7);
   StreamContext s;
-  pcops::cuda::ivfpq_search(s.ctx, dev.view, dq.data(), nq, k, nprobe, dd.data(), dl.data());
+  pcops::cuda::ivfpq_search(s.ctx, dev.view, dq.data(), nq, k, nprobe, dd.data(), dl.data(), half_tables);
   const auto gd = dd.download();
   const auto gl = dl.download();
   for (size_t i = 0; i < cd.size(); ++i) {
@@ -334,4 +335,21 @@ TEST(CudaIvfPq, TrainWithGpuAssignmentsEqualsCpu) {
       EXPECT_EQ(a.centroids(), b.centroids());
       EXPECT_EQ(a.codebooks(), b.codebooks());
     }
+}
+
+// Half tables: the fused kernel's float16 tables (word and byte code reads, every top-k buffer
+// size) and the general path's rounded float tables give the CPU's half-table bits; M = 256 fits
+// the fused kernel only with half tables (128 KiB instead of 256 KiB).
+TEST(CudaIvfPq, HalfTablesEqualCpu) {
+  for (IvfPqMetric metric : {IvfPqMetric::L2, IvfPqMetric::InnerProduct})
+    for (bool residual : {true, false}) {
+      const IvfPqIndex index = build(IvfPqParams{32, 12, 16, 8, metric, residual}, 2500, 71);
+      const auto q = clustered(40, 32, 10, 72);
+      for (int64_t k : {1, 10, 300, 1025}) expect_bitwise(index, q, k, 5, true);
+      const IvfPqIndex bytes = build(IvfPqParams{36, 6, 12, 8, metric, residual}, 900, 73);
+      expect_bitwise(bytes, clustered(20, 36, 10, 74), 20, 6, true);
+    }
+  const IvfPqIndex m256 = build(IvfPqParams{256, 4, 256}, 400, 75);
+  const auto q = clustered(5, 256, 10, 76);
+  for (int64_t k : {10, 1025}) expect_bitwise(m256, q, k, 3, true);
 }

@@ -274,3 +274,69 @@ def test_lists_csr_concatenates_the_lists(data):
     state = index._state()
     index.add(x[2000:2001])
     assert index._state() != state  # the device copy is rebuilt after a change
+
+
+def _reference_search(index, q, k, nprobe, half):
+    """The search contract in NumPy float32 (every operation correctly rounded, in the written
+    order): coarse distances, the nprobe first lists by (key, list), per-list look-up tables
+    (float16-rounded with ``half``), code sums in codeword order, the first k by (key, id)."""
+    dim, nlist, m = index.dim, index.nlist, index.M
+    ip, residual = index.metric == "ip", index.by_residual
+    cent, cb = index.centroids.numpy(), index.codebooks.numpy()
+    dsub = dim // m
+
+    def seq(a, b, inner):  # rows of a against rows of b, coordinate by coordinate
+        acc = None
+        for i in range(a.shape[-1]):
+            t = a[..., i] * b[..., i] if inner else (a[..., i] - b[..., i]) * (a[..., i] - b[..., i])
+            acc = t if acc is None else (acc + t).astype(np.float32)
+        return acc.astype(np.float32)
+
+    out_d = np.empty((len(q), k), np.float32)
+    out_i = np.empty((len(q), k), np.int64)
+    for a, x in enumerate(q):
+        coarse = seq(np.broadcast_to(x, cent.shape), cent, ip)
+        key = -coarse if ip else coarse
+        lists = sorted(range(nlist), key=lambda lst: (key[lst], lst))[:nprobe]
+        cands = []
+        for lst in lists:
+            base = (x - cent[lst]).astype(np.float32) if (residual and not ip) else x
+            lut = np.stack([seq(np.broadcast_to(base[j * dsub:(j + 1) * dsub], cb[j].shape), cb[j], ip)
+                            for j in range(m)])
+            if half:
+                with np.errstate(over="ignore"):  # beyond float16: infinity, as the contract says
+                    lut = lut.astype(np.float16).astype(np.float32)
+            d0 = coarse[lst] if (ip and residual) else np.float32(0)
+            for vid, code in zip(index.list_ids(lst).numpy(), index.list_codes(lst).numpy()):
+                s = lut[0, code[0]]
+                for j in range(1, m):
+                    s = np.float32(s + lut[j, code[j]])
+                dist = np.float32(d0 + s)
+                cands.append(((-dist if ip else dist), int(vid), dist))
+        cands.sort(key=lambda c: (c[0], c[1]))
+        for j in range(k):
+            out_d[a, j], out_i[a, j] = (cands[j][2], cands[j][1]) if j < len(cands) else (
+                (-np.inf if ip else np.inf), -1)
+    return out_d, out_i
+
+
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+@pytest.mark.parametrize("by_residual", [True, False])
+@pytest.mark.parametrize("scale", [3.0, 37.0])
+def test_half_tables_follow_the_contract(metric, by_residual, scale):
+    """lut_dtype="float16": every table entry rounded to float16, sums in float32 (a NumPy
+    reference of the whole search, bitwise); float32 tables match the same reference unrounded.
+    Scale 37: many entries beyond float16's range (infinity)."""
+    x = clustered(400, 8, 5, 21) * scale
+    q = clustered(6, 8, 5, 22) * scale
+    index = pcops.IVFPQIndex(8, 4, 4, metric=metric, by_residual=by_residual)
+    index.train(x, seed=2, niter=4)
+    index.add(x, np.arange(400) * 3 + 1)
+    for half in (False, True):
+        d, i = index.search(q, 15, 3, lut_dtype="float16" if half else "float32")
+        rd, ri = _reference_search(index, q, 15, 3, half)
+        np.testing.assert_array_equal(i, ri)
+        np.testing.assert_array_equal(d.view(np.int32), rd.view(np.int32))
+    assert not np.array_equal(index.search(q, 15, 3)[0], index.search(q, 15, 3, lut_dtype="float16")[0])
+    with pytest.raises(ValueError, match="lut_dtype"):
+        index.search(q, 3, 2, lut_dtype="bfloat16")

@@ -142,3 +142,15 @@ def test_cuda_training_equals_cpu_training(metric):
     with pytest.raises(ValueError):
         b.train(x[:10].to(CUDA))  # too few vectors (and the index keeps its training)
     assert b.is_trained
+
+
+@pytest.mark.parametrize("metric", ["l2", "ip"])
+def test_cuda_half_tables_equal_cpu(metric):
+    x, q = clustered(4000, 15), clustered(50, 16)
+    index = pcops.IVFPQIndex(DIM, NLIST, M, metric=metric)
+    index.train(x, seed=3, niter=4)
+    index.add(x)
+    for k, nprobe in ((10, 4), (2000, NLIST)):
+        d, i = index.search(q, k, nprobe, lut_dtype="float16")
+        dg, ig = index.search(q.to(CUDA), k, nprobe, lut_dtype="float16")
+        assert same_bits(d, dg.cpu()) and torch.equal(i, ig.cpu()), (k, nprobe)
