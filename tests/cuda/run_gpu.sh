@@ -55,7 +55,7 @@ if has sanitize; then
   done
   # racecheck is much slower: the tests that cover every shared-memory kernel (warp top-k and grid
   # search of kNN, both ball-query paths, FPS cluster (distributed shared memory) and grid paths).
-  RACE=${PCOPS_RACECHECK_FILTER:-CudaKnn.UniformBothPaths:CudaKnn.DuplicateHeavyTies:CudaKnn.KEqualsNAndPathBoundaries:CudaBallQuery.UniformScanAllK:CudaBallQuery.GridUniformAndCellBoundaries:CudaBallQuery.GridDuplicatesOverflowTheBuffer:CudaBallQuery.BackwardMatchesCpuBits:CudaFurthestPointSample.ShortRunsOfEveryPathForSanitizers:CudaRadius.ExactTiesAtTheBoundary:CudaNearest.PathsTiesEmptyAndNonFinite:CudaThreeInterpolate.ManySourcesPerTargetAndPadding:CudaGroupPoints.BallQueryLikeNeighbourhoods:CudaNearestNeighbor.ExactTiesAndDuplicates}
+  RACE=${PCOPS_RACECHECK_FILTER:-CudaKnn.UniformBothPaths:CudaKnn.DuplicateHeavyTies:CudaKnn.KEqualsNAndPathBoundaries:CudaBallQuery.UniformScanAllK:CudaBallQuery.GridUniformAndCellBoundaries:CudaBallQuery.GridDuplicatesOverflowTheBuffer:CudaBallQuery.BackwardMatchesCpuBits:CudaFurthestPointSample.ShortRunsOfEveryPathForSanitizers:CudaRadius.ExactTiesAtTheBoundary:CudaNearest.PathsTiesEmptyAndNonFinite:CudaThreeInterpolate.ManySourcesPerTargetAndPadding:CudaGroupPoints.BallQueryLikeNeighbourhoods:CudaNearestNeighbor.ExactTiesAndDuplicates:CudaIvfPq.SingleQueryAndCodeWidths:CudaIvfPq.CoarseTiesByListNumber:CudaVoxelize.KeyWidthsAndLongRuns:CudaScatter.ChunkRuleListsAroundTheChunkLength}
   run_stage sanitize_racecheck timeout ${PCOPS_SANITIZE_TIMEOUT:-200} compute-sanitizer --tool racecheck \
     --racecheck-report all --error-exitcode 99 "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter="$RACE"
 fi
@@ -69,6 +69,12 @@ if has bench; then
     --json "$OUT/chamfer_probe_cuda.json"
   run_stage scatter_probe timeout 180 $PY benchmarks/scripts/scatter_probe.py --device cuda --repeat 5 \
     --out "$OUT/scatter_probe_cuda.json"
+  # faiss-cpu for the IVF-PQ probe on a host without network: PCOPS_FAISS_WHEEL=<a faiss_cpu wheel>
+  # (pip download faiss-cpu --no-deps --only-binary=:all: --python-version 3.12 where there is network).
+  if [[ -n "${PCOPS_FAISS_WHEEL:-}" ]]; then
+    $PY -m pip install -q --no-deps --target "$OUT/faiss" "$PCOPS_FAISS_WHEEL" && export PYTHONPATH=$PYTHONPATH:$OUT/faiss
+  fi
+  run_stage ivfpq_probe timeout 240 $PY benchmarks/scripts/ivfpq_cuda_probe.py --out "$OUT/ivfpq_cuda_probe.json"
   run_stage interp_bench timeout 180 $PY -m pcops.cli bench --device cuda --no-progress --out "$OUT/interp" \
     --docs "$OUT/interp/benchmarks-cuda.md" --ops three_nn,three_interpolate --clouds sphere,scan --orders random
 fi
