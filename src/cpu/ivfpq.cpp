@@ -331,10 +331,13 @@ inline bool worse_than(const Candidate& a, const Candidate& b) {  // heap order:
 
 // Scans one list's codes [size, M] into the (key, id) heap of the k best (worst on top).
 // kM > 0: M known at compile time; 0: runtime M.
-template <int64_t kM>
+// kPlain: the keys need no rank_key (L2 tables of squares: every entry is +0 or more, d0 is +0,
+// so every sum is +0 or more and never NaN: rank_key would return it unchanged).
+template <int64_t kM, bool kPlain>
 void scan_list(const uint8_t* code, int64_t size, int64_t M_rt, const float* lut, float d0, bool ip,
                const int64_t* ids, int64_t k, std::vector<Candidate>& heap) {
   if (k == 0) return;
+  const auto key = [ip](float v) { return kPlain ? v : rank_key(v, ip); };
   const int64_t M = kM > 0 ? kM : M_rt;
   constexpr int64_t kChunk = 64;  // distances first (independent sums overlap), then the heap
   float dist[kChunk];
@@ -373,17 +376,17 @@ void scan_list(const uint8_t* code, int64_t size, int64_t M_rt, const float* lut
             s3 = s3 + lm[(w3 >> (8 * j)) & 0xFF];
           }
         }
-        dist[i] = rank_key(d0 + s0, ip);
-        dist[i + 1] = rank_key(d0 + s1, ip);
-        dist[i + 2] = rank_key(d0 + s2, ip);
-        dist[i + 3] = rank_key(d0 + s3, ip);
+        dist[i] = key(d0 + s0);
+        dist[i + 1] = key(d0 + s1);
+        dist[i + 2] = key(d0 + s2);
+        dist[i + 3] = key(d0 + s3);
       }
     }
     for (; i < n; ++i) {
       const uint8_t* c = code + (i0 + i) * M;
       float sum = lut[c[0]];
       for (int64_t m = 1; m < M; ++m) sum = sum + lut[m * kK + c[m]];
-      dist[i] = rank_key(d0 + sum, ip);
+      dist[i] = key(d0 + sum);
     }
     int64_t j = 0;
     for (; j < n && static_cast<int64_t>(heap.size()) < k; ++j) {  // filling
@@ -713,12 +716,17 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
         }
         if (half_tables && per_list_lut) round_to_half(lut.data(), M * kK);
         const uint8_t* code = codes_[static_cast<size_t>(l)].data();
-        switch (M) {  // compile-time M for the common sizes (same arithmetic, unrolled)
-          case 8: scan_list<8>(code, size, M, lut.data(), d0, ip, lid.data(), k, heap); break;
-          case 16: scan_list<16>(code, size, M, lut.data(), d0, ip, lid.data(), k, heap); break;
-          case 32: scan_list<32>(code, size, M, lut.data(), d0, ip, lid.data(), k, heap); break;
-          default: scan_list<0>(code, size, M, lut.data(), d0, ip, lid.data(), k, heap); break;
-        }
+        const auto scan = [&](auto plain) {
+          constexpr bool kPlain = decltype(plain)::value;
+          switch (M) {  // compile-time M for the common sizes (same arithmetic, unrolled)
+            case 8: scan_list<8, kPlain>(code, size, M, lut.data(), d0, ip, lid.data(), k, heap); break;
+            case 16: scan_list<16, kPlain>(code, size, M, lut.data(), d0, ip, lid.data(), k, heap); break;
+            case 32: scan_list<32, kPlain>(code, size, M, lut.data(), d0, ip, lid.data(), k, heap); break;
+            default: scan_list<0, kPlain>(code, size, M, lut.data(), d0, ip, lid.data(), k, heap); break;
+          }
+        };
+        if (!ip && !use_term1) scan(std::true_type{});
+        else scan(std::false_type{});
       }
       std::sort_heap(heap.begin(), heap.end(), worse_than);
       float* dq = distances + qi * k;
