@@ -21,3 +21,18 @@ def clustered(n: int, dim: int, clusters: int, rng: np.random.Generator, model=N
         z = centres[lab] + rng.normal(0, 0.05, size=(e - s, 16)).astype(np.float32)
         out[s:e] = z @ basis + rng.normal(0, 0.005, size=(e - s, dim)).astype(np.float32)
     return out, model
+
+
+def probe_vectors(args, rng: np.random.Generator):
+    """(x [n, dim], queries [nq, dim], training sample) of an IVF-PQ probe: real vectors from
+    ``args.vectors`` (held-out queries; args.n and args.dim follow the file) or clustered ones."""
+    if args.vectors:  # real vectors (e.g. SIFT descriptors, sift_descriptors.py)
+        allv = np.load(args.vectors).astype(np.float32)
+        allv = allv[rng.permutation(len(allv))]
+        q, x = np.ascontiguousarray(allv[:args.nq]), np.ascontiguousarray(allv[args.nq:args.nq + args.n])
+        args.n, args.dim = len(x), x.shape[1]
+    else:
+        x, model = clustered(args.n, args.dim, args.clusters, rng)
+        q, _ = clustered(args.nq, args.dim, args.clusters, rng, model)
+    xt = x[rng.choice(args.n, size=min(args.ntrain, args.n), replace=False)]
+    return x, q, xt

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 import pcops
-from clustered_vectors import clustered  # this directory
+from clustered_vectors import probe_vectors  # this directory
 from probe_timing import cpu_median, cuda_median  # this directory
 
 REPO = Path(__file__).resolve().parents[2]
@@ -77,16 +77,7 @@ def main() -> None:
     args = ap.parse_args()
 
     rng = np.random.default_rng(0)
-    if args.vectors:
-        allv = np.load(args.vectors).astype(np.float32)
-        allv = allv[rng.permutation(len(allv))]
-        q, x = np.ascontiguousarray(allv[:args.nq]), np.ascontiguousarray(allv[args.nq:args.nq + args.n])
-        args.n, args.dim = len(x), x.shape[1]
-    else:
-        x, model = clustered(args.n, args.dim, args.clusters, rng)
-        q, _ = clustered(args.nq, args.dim, args.clusters, rng, model)
-    xt = torch.from_numpy(x[rng.choice(args.n, size=min(args.ntrain, args.n), replace=False)])
-    x, q = torch.from_numpy(x), torch.from_numpy(q)
+    x, q, xt = (torch.from_numpy(a) for a in probe_vectors(args, rng))
     truth = exact_nn(x, q)
 
     index = pcops.IVFPQIndex(args.dim, args.nlist, args.M)

@@ -21,7 +21,6 @@ import argparse
 import json
 import os
 import platform
-import statistics
 import subprocess
 import time
 from datetime import datetime, timezone
@@ -32,7 +31,8 @@ import numpy as np
 import torch
 
 import pcops
-from clustered_vectors import clustered  # this directory
+from clustered_vectors import probe_vectors  # this directory
+from probe_timing import cpu_median  # this directory
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -47,16 +47,6 @@ def exact_nn(x: np.ndarray, q: np.ndarray) -> np.ndarray:
         d = ((x[c].astype(np.float64) - q[i].astype(np.float64)) ** 2).sum(1)
         best[i] = c[np.argmin(d)]
     return best
-
-
-def median_time(fn, repeat):
-    out = fn()
-    times = []
-    for _ in range(repeat):
-        t0 = time.perf_counter()
-        fn()
-        times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
 
 
 def recall(labels: np.ndarray, truth: np.ndarray, at: int) -> float:
@@ -79,15 +69,7 @@ def main() -> None:
     args = ap.parse_args()
 
     rng = np.random.default_rng(0)
-    if args.vectors:  # real vectors (e.g. SIFT descriptors, sift_descriptors.py): held-out queries
-        allv = np.load(args.vectors).astype(np.float32)
-        allv = allv[rng.permutation(len(allv))]
-        q, x = np.ascontiguousarray(allv[:args.nq]), np.ascontiguousarray(allv[args.nq:args.nq + args.n])
-        args.n, args.dim = len(x), x.shape[1]
-    else:
-        x, model = clustered(args.n, args.dim, args.clusters, rng)
-        q, _ = clustered(args.nq, args.dim, args.clusters, rng, model)
-    xt = x[rng.choice(args.n, size=min(args.ntrain, args.n), replace=False)]
+    x, q, xt = probe_vectors(args, rng)
     truth = exact_nn(x, q)
 
     t0 = time.perf_counter()
@@ -115,11 +97,11 @@ def main() -> None:
         fi.nprobe = nprobe
         row = {"n": args.n, "dim": args.dim, "nlist": args.nlist, "M": args.M, "nq": args.nq, "nprobe": nprobe}
         fi.use_precomputed_table = 1
-        tf, (_, fl) = median_time(lambda: fi.search(q, 10), args.repeat)
+        tf, (_, fl) = cpu_median(lambda: fi.search(q, 10), args.repeat)
         fi.use_precomputed_table = -1
-        tfr, (_, flr) = median_time(lambda: fi.search(q, 10), args.repeat)
-        tp, (_, pl) = median_time(lambda: ours.search(q, 10, nprobe), args.repeat)
-        tpp, (_, ppl) = median_time(lambda: ours.search(q, 10, nprobe, precomputed_table=True), args.repeat)
+        tfr, (_, flr) = cpu_median(lambda: fi.search(q, 10), args.repeat)
+        tp, (_, pl) = cpu_median(lambda: ours.search(q, 10, nprobe), args.repeat)
+        tpp, (_, ppl) = cpu_median(lambda: ours.search(q, 10, nprobe, precomputed_table=True), args.repeat)
         row.update(
             faiss_qps=args.nq / tf,
             faiss_residual_tables_qps=args.nq / tfr,

@@ -147,6 +147,8 @@ class IvfPqIndex {
 
  private:
   void check_trained(const char* what) const;
+  // Appends encoded vectors whose lists are known to be in range (add, add_encoded).
+  void append(const int64_t* lists, const uint8_t* codes, int64_t n, const int64_t* ids);
   void prepare_tables();
 
   IvfPqParams params_;

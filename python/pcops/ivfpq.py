@@ -209,8 +209,8 @@ class IVFPQIndex:
         cached = getattr(self, "_dev", None)
         if cached is None or cached[0] != key:
             offsets, ids, codes = self._c.lists_csr()
-            tensors = (self._c.centroids().to(device), self._c.codebooks().to(device), offsets.to(device),
-                       ids.to(device), codes.to(device), (offsets[1:] - offsets[:-1]).contiguous())
+            tensors = (*self._device_quantizers(device), offsets.to(device), ids.to(device), codes.to(device),
+                       (offsets[1:] - offsets[:-1]).contiguous())
             self._dev = (key, tensors)
         return self._dev[1]
 

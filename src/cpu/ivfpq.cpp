@@ -620,7 +620,7 @@ void IvfPqIndex::add(const CpuContext& ctx, const float* x, int64_t n, const int
   std::vector<int64_t> lists(static_cast<size_t>(n));
   std::vector<uint8_t> codes(static_cast<size_t>(n * params_.M));
   encode(ctx, x, n, lists.data(), codes.data());
-  add_encoded(lists.data(), codes.data(), n, ids);
+  append(lists.data(), codes.data(), n, ids);  // encode's lists are in range
 }
 
 void IvfPqIndex::add_encoded(const int64_t* lists, const uint8_t* codes, int64_t n, const int64_t* ids) {
@@ -629,6 +629,10 @@ void IvfPqIndex::add_encoded(const int64_t* lists, const uint8_t* codes, int64_t
   for (int64_t i = 0; i < n; ++i)
     PCOPS_CHECK(lists[i] >= 0 && lists[i] < params_.nlist, Index, "lists: expected values in [0, nlist = ",
                 params_.nlist, "), got ", lists[i], " at ", i);
+  append(lists, codes, n, ids);
+}
+
+void IvfPqIndex::append(const int64_t* lists, const uint8_t* codes, int64_t n, const int64_t* ids) {
   for (int64_t i = 0; i < n; ++i) {
     const size_t l = static_cast<size_t>(lists[i]);
     ids_[l].push_back(ids ? ids[i] : ntotal_ + i);

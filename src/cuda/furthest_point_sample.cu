@@ -228,6 +228,9 @@ __device__ __forceinline__ void wait_step_and_rearm(unsigned bar, int64_t t, int
 // after receiving every block's step t + 1 record, which each block sends after all its warps
 // passed the step t + 1 barrier, i.e. after their reads of step t (release by complete_tx,
 // acquire by the wait).
+// Bytes of one block record (16 + 4 by st.async below), so C * kBlockRecordBytes per step.
+constexpr unsigned kBlockRecordBytes = 20;
+
 template <int C>
 __device__ __forceinline__ void send_block_winner(WarpSlot (&slots)[2][C], unsigned long long (&bars)[2], int par,
                                                   int rank, int lane, int key, unsigned idx, float x, float y,
@@ -488,7 +491,7 @@ template <int C, int T, int PPT>
 __global__ void __launch_bounds__(T, 1)
     fps_bigcluster_kernel(FpsArgs A, int64_t span) {
   constexpr int W = T / 32;
-  constexpr unsigned kStepBytes = C * 20;
+  constexpr unsigned kStepBytes = C * kBlockRecordBytes;
   static_assert(W <= 32 && C <= 32, "one warp winner / block record per lane");
   extern __shared__ float4 pts[];
   __shared__ int red_key[2][W];
@@ -981,7 +984,7 @@ __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
   constexpr int C = FpsSortedPolicy::kCluster;
   constexpr int T = FpsSortedPolicy::kThreads;
   constexpr int W = T / 32;
-  constexpr unsigned kStepBytes = C * 20;
+  constexpr unsigned kStepBytes = C * kBlockRecordBytes;
   static_assert(W <= 32 && C <= 32, "one warp winner / block record per lane");
   extern __shared__ float4 dyn[];
   __shared__ int red_key[2][W];

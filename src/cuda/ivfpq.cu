@@ -128,6 +128,14 @@ __global__ void __launch_bounds__(256) coarse_kernel(const float* __restrict__ q
   }
 }
 
+// raw[q, l] for rows x [rows, dim] against centroids [nlist, dim] (coarse_kernel's tiles).
+void launch_coarse(const CudaContext& ctx, bool ip, const float* x, const float* centroids, int64_t rows,
+                   int64_t nlist, int64_t dim, float* raw) {
+  const dim3 grid(static_cast<unsigned>(detail::ceil_div(nlist, kTile)), static_cast<unsigned>(detail::ceil_div(rows, kTile)));
+  if (ip) detail::launch(ctx, coarse_kernel<true>, grid, dim3(256), 0, x, centroids, rows, nlist, dim, raw);
+  else detail::launch(ctx, coarse_kernel<false>, grid, dim3(256), 0, x, centroids, rows, nlist, dim, raw);
+}
+
 // The nprobe first lists of each query by (coarse key, list): probe[q, r], r < nprobe.
 __global__ void __launch_bounds__(kSelectWarps * 32) select_kernel(const float* __restrict__ raw, int64_t nq,
                                                                    int64_t nlist, int nprobe, bool ip,
@@ -655,14 +663,7 @@ void ivfpq_search(const CudaContext& ctx, const IvfPqDeviceView& index, const fl
 
   // 1. Coarse distances.
   float* raw = ws.alloc<float>(cells);
-  const dim3 coarse_grid(static_cast<unsigned>(detail::ceil_div(p.nlist, kTile)),
-                         static_cast<unsigned>(detail::ceil_div(nq, kTile)));
-  if (ip)
-    detail::launch(ctx, coarse_kernel<true>, coarse_grid, dim3(256), 0, queries, index.centroids, nq, p.nlist, p.dim,
-                   raw);
-  else
-    detail::launch(ctx, coarse_kernel<false>, coarse_grid, dim3(256), 0, queries, index.centroids, nq, p.nlist, p.dim,
-                   raw);
+  launch_coarse(ctx, ip, queries, index.centroids, nq, p.nlist, p.dim, raw);
 
   // 2. The probed lists of each query: probe[q * pstride + r], r < nprobe.
   const int32_t* probe = nullptr;
@@ -762,9 +763,7 @@ void ivfpq_assign(const CudaContext& ctx, const float* data, int64_t n, int64_t 
   for (int64_t r0 = 0; r0 < n; r0 += chunk) {
     const int64_t rows = std::min(chunk, n - r0);
     const float* xr = data + r0 * d;
-    const dim3 cgrid(static_cast<unsigned>(detail::ceil_div(k, kTile)), static_cast<unsigned>(detail::ceil_div(rows, kTile)));
-    if (ip) detail::launch(ctx, coarse_kernel<true>, cgrid, dim3(256), 0, xr, centroids, rows, k, d, raw);
-    else detail::launch(ctx, coarse_kernel<false>, cgrid, dim3(256), 0, xr, centroids, rows, k, d, raw);
+    launch_coarse(ctx, ip, xr, centroids, rows, k, d, raw);
     detail::launch(ctx, assign_kernel, dim3(detail::grid_blocks(rows * 32, 256)), dim3(256), 0, raw, rows, k, ip,
                    assign + r0);
   }
