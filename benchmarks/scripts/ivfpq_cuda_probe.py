@@ -88,6 +88,27 @@ def main() -> None:
     index.add(x)
     add_s = time.perf_counter() - t0
 
+    # GPU training (k-means assignments on the GPU) and GPU encoding: same quantizers and codes.
+    gpu = pcops.IVFPQIndex(args.dim, args.nlist, args.M)
+    xtc, xc = xt.cuda(), x.cuda()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    gpu.train(xtc, seed=0, niter=args.niter)
+    torch.cuda.synchronize()
+    train_cuda_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    gpu.add(xc)
+    torch.cuda.synchronize()
+    add_cuda_s = time.perf_counter() - t0
+    gpu_build = dict(train_cpu_s=train_s, train_cuda_s=train_cuda_s, add_cpu_s=add_s, add_cuda_s=add_cuda_s,
+                     quantizers_equal=bool(torch.equal(gpu.centroids, index.centroids)
+                                           and torch.equal(gpu.codebooks, index.codebooks)),
+                     codes_equal=all(torch.equal(gpu.list_codes(i), index.list_codes(i))
+                                     and torch.equal(gpu.list_ids(i), index.list_ids(i))
+                                     for i in range(args.nlist)))
+    print(json.dumps(gpu_build), flush=True)
+    del gpu, xtc, xc
+
     try:
         import faiss  # noqa: PLC0415 (optional peer)
     except ImportError:
@@ -117,6 +138,12 @@ def main() -> None:
                    equal_to_cpu=bool(torch.equal(dg.cpu().view(torch.int32), dc.view(torch.int32))
                                      and torch.equal(ig.cpu(), ic)),
                    recall1=recall(ig.cpu(), truth, 1), recall10=recall(ig.cpu(), truth, min(10, args.k)))
+        th, (dh, ih) = cuda_median(lambda: index.search(qc, args.k, nprobe, lut_dtype="float16"), args.repeat)
+        dhc, ihc = index.search(q, args.k, nprobe, lut_dtype="float16")
+        row.update(half_cuda_s=th, half_cuda_qps=args.nq / th,
+                   half_equal_to_cpu=bool(torch.equal(dh.cpu().view(torch.int32), dhc.view(torch.int32))
+                                          and torch.equal(ih.cpu(), ihc)),
+                   half_recall10=recall(ih.cpu(), truth, min(10, args.k)))
         if fi is not None:
             fi.nprobe = nprobe
             tf, _ = cpu_median(lambda: fi.search(q.numpy(), args.k), args.cpu_repeat)
@@ -132,7 +159,7 @@ def main() -> None:
     doc = dict(kind="ivfpq-cuda-probe", commit=commit, when=datetime.now(timezone.utc).isoformat(),
                params=dict(n=args.n, dim=args.dim, nlist=args.nlist, M=args.M, ntrain=args.ntrain,
                            niter=args.niter, vectors=Path(args.vectors).name if args.vectors else "synthetic"),
-               train_s=train_s, add_s=add_s, rows=rows,
+               train_s=train_s, add_s=add_s, gpu_build=gpu_build, rows=rows,
                env=dict(python=platform.python_version(), torch=torch.__version__,
                         gpu=torch.cuda.get_device_name(), cpus=os.cpu_count(),
                         torch_threads=torch.get_num_threads(),
