@@ -788,7 +788,8 @@ __global__ void __launch_bounds__(FpsGridPolicy::kThreads, 1)
 
 struct FpsSortedPolicy {
   static constexpr int kCluster = 16;
-  static constexpr int kThreads = 1024;
+  static constexpr int kThreads = 1024;  // the list kernel
+  static constexpr int kThreads2 = 512;  // the one-barrier kernel, up to 256 chunks per block
   static constexpr int kChunk = 256;  // points per chunk: 8 per lane of the warp that folds it
   static constexpr int kPerLane = kChunk / 32;
   static constexpr int kMortonBits = 10;  // per axis
@@ -922,9 +923,11 @@ __global__ void __launch_bounds__(256)
 }
 
 // One warp folds (or, at step 0, initialises) chunk `c` and writes its summary into `meta`.
+// Returns the chunk's winner key, with its index in `widx` (uniform over the warp).
 template <bool kFinite, bool kInit>
-__device__ __forceinline__ void fps_sorted_chunk(const float4* __restrict__ pts, float* __restrict__ mg, int64_t c,
-                                                 float cx, float cy, float cz, bool skip, int lane, ChunkMeta& meta) {
+__device__ __forceinline__ int fps_sorted_chunk(const float4* __restrict__ pts, float* __restrict__ mg, int64_t c,
+                                                float cx, float cy, float cz, bool skip, int lane, ChunkMeta& meta,
+                                                unsigned& widx) {
   constexpr int L = FpsSortedPolicy::kPerLane;
   const int64_t p0 = c * FpsSortedPolicy::kChunk + lane;
   float4 v[L];
@@ -957,7 +960,6 @@ __device__ __forceinline__ void fps_sorted_chunk(const float4* __restrict__ pts,
 #pragma unroll
   for (int u = 0; u < L; ++u) mg[p0 + u * 32] = mm[u];
   int wkey;
-  unsigned widx;
   warp_argmax(bkey, bidx, wkey, widx);
   const int src = __ffs(__ballot_sync(kFull, bkey == wkey && bidx == widx)) - 1;
   bx = __shfl_sync(kFull, bx, src);
@@ -976,6 +978,7 @@ __device__ __forceinline__ void fps_sorted_chunk(const float4* __restrict__ pts,
     meta.idx = widx;
     meta.wx = bx, meta.wy = by, meta.wz = bz;
   }
+  return wkey;
 }
 
 __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
@@ -1008,8 +1011,10 @@ __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
   int* list = reinterpret_cast<int*>(meta + ((chunks + C - 1) / C));
   const bool finite = cloud->safe != 0;
   const bool skip = A.skip;
+  unsigned unused;
   for (int i = warp; i < cpb; i += W)
-    fps_sorted_chunk<true, true>(pts, mg, rank + static_cast<int64_t>(C) * i, 0.0f, 0.0f, 0.0f, skip, lane, meta[i]);
+    fps_sorted_chunk<true, true>(pts, mg, rank + static_cast<int64_t>(C) * i, 0.0f, 0.0f, 0.0f, skip, lane, meta[i],
+                                 unused);
   float cx = coord(A, info, info.start, 0), cy = coord(A, info, info.start, 1), cz = coord(A, info, info.start, 2);
   if (rank == 0 && tid == 0) o[0] = info.first + info.start;
   if (tid == 0) {
@@ -1052,7 +1057,8 @@ __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
       if (tid == 0) nact[par ^ 1] = 0;  // read last at step t - 1, before this step's barrier
       for (int a = warp; a < na; a += W) {
         const int i = list[a];
-        fps_sorted_chunk<kFinite, false>(pts, mg, rank + static_cast<int64_t>(C) * i, cx, cy, cz, skip, lane, meta[i]);
+        fps_sorted_chunk<kFinite, false>(pts, mg, rank + static_cast<int64_t>(C) * i, cx, cy, cz, skip, lane, meta[i],
+                                         unused);
       }
       __syncthreads();
       // (c) Block argmax over the chunk winners.
@@ -1073,6 +1079,132 @@ __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
         red_idx[par][warp] = widx;
         red_pos[par][warp] = wpos;
       }
+      __syncthreads();
+      if (warp == 0) {
+        const int k = lane < W ? red_key[par][lane] : kNoKey;
+        const unsigned x = lane < W ? red_idx[par][lane] : kNoIndex;
+        warp_argmax(k, x, wkey, widx);
+        src = __ffs(__ballot_sync(kFull, k == wkey && x == widx)) - 1;
+        const int pos = __shfl_sync(kFull, lane < W ? red_pos[par][lane] : -1, src);
+        float px = 0.0f, py = 0.0f, pz = 0.0f;
+        if (pos >= 0) px = meta[pos].wx, py = meta[pos].wy, pz = meta[pos].wz;
+        send_block_winner<C>(slots, bars, par, rank, lane, wkey, widx, px, py, pz);
+      }
+      widx = receive_cluster_winner<C>(slots, bars, par, t, tid, lane, kStepBytes, cx, cy, cz);
+      if (rank == 0 && tid == 0) o[t] = info.first + static_cast<int64_t>(widx);
+    }
+  };
+  if (finite) run(std::true_type{});
+  else run(std::false_type{});
+}
+
+// Sorted path, one barrier a step: chunk i of a block belongs to lane (i / W) % 32 of warp i % W
+// (round i / (32 W)), so the chunks around the newest centre, consecutive in i, spread over the
+// warps. Every lane keeps its chunks' box and winner (key, index) in registers; per step a warp
+// tests its chunks, folds the reachable ones itself (the whole warp per chunk, in ballot order),
+// and reduces its chunk winners; one __syncthreads, then warp 0 reduces the W warp winners and
+// sends the block winner (the exchange of the big-cluster path). No list, no atomics and no scan
+// of the chunk summaries in shared memory (which keep only the winners' coordinates).
+template <int T, int R>
+__global__ void __launch_bounds__(T, 1)
+    fps_sorted2_kernel(FpsArgs A, const float4* __restrict__ pts, float* __restrict__ mg, const SortedCloud* cloud,
+                       int64_t chunks) {
+  constexpr int C = FpsSortedPolicy::kCluster;
+  constexpr int W = T / 32;
+  constexpr unsigned kStepBytes = C * kBlockRecordBytes;
+  static_assert(W <= 32 && C <= 32, "one warp winner / block record per lane");
+  extern __shared__ float4 dyn[];
+  __shared__ int red_key[2][W];
+  __shared__ unsigned red_idx[2][W];
+  __shared__ int red_pos[2][W];
+  __shared__ WarpSlot slots[2][C];
+  __shared__ unsigned long long bars[2];
+
+  const int rank = blockIdx.x;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const CloudRef info = cloud_ref(A, 0);
+  int64_t* o = info.o;
+  if (rank == 0) {
+    for (int64_t t = (info.steps > 0 ? info.steps : 0) + tid; t < A.M; t += T) o[t] = -1;
+  }
+  if (info.steps <= 0) return;  // uniform over the cluster, before any remote access
+
+  const int cpb = static_cast<int>((chunks - rank + C - 1) / C);  // this block's chunks: rank + C * i
+  ChunkMeta* meta = reinterpret_cast<ChunkMeta*>(dyn);
+  const bool finite = cloud->safe != 0;
+  const bool skip = A.skip;
+  unsigned unused;
+  for (int i = warp; i < cpb; i += W)
+    fps_sorted_chunk<true, true>(pts, mg, rank + static_cast<int64_t>(C) * i, 0.0f, 0.0f, 0.0f, skip, lane, meta[i],
+                                 unused);
+  float cx = coord(A, info, info.start, 0), cy = coord(A, info, info.start, 1), cz = coord(A, info, info.start, 2);
+  if (rank == 0 && tid == 0) o[0] = info.first + info.start;
+  if (tid == 0) init_step_barriers(bars, kStepBytes);
+  cg::cluster_group cluster = cg::this_cluster();
+  cluster.sync();  // every block started, mbarriers initialised, chunk summaries ready
+
+  // This lane's chunks (round r: i = warp + W * (lane + 32 r)) in registers.
+  float lo[R][3], hi[R][3];
+  int key[R];
+  unsigned idx[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int i = warp + W * (lane + 32 * r);
+    key[r] = kNoKey;
+    idx[r] = kNoIndex;
+    for (int d = 0; d < 3; ++d) lo[r][d] = 0.0f, hi[r][d] = 0.0f;
+    if (i < cpb) {
+      key[r] = meta[i].key;
+      idx[r] = meta[i].idx;
+      for (int d = 0; d < 3; ++d) lo[r][d] = meta[i].lo[d], hi[r][d] = meta[i].hi[d];
+    }
+  }
+
+  const auto run = [&](auto finite_c) {
+    constexpr bool kFinite = decltype(finite_c)::value;
+    for (int64_t t = 1; t < info.steps; ++t) {
+      const int par = static_cast<int>(t & 1);
+      int bkey = kNoKey, bpos = -1;
+      unsigned bidx = kNoIndex;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const int i = warp + W * (lane + 32 * r);
+        bool act = false;
+        if (i < cpb) {
+          if constexpr (kFinite) {
+            const float maxm = key[r] == kNoKey ? -INFINITY : __int_as_float(key[r]);
+            const float qx = fminf(fmaxf(cx, lo[r][0]), hi[r][0]);
+            const float qy = fminf(fmaxf(cy, lo[r][1]), hi[r][1]);
+            const float qz = fminf(fmaxf(cz, lo[r][2]), hi[r][2]);
+            act = common::squared_distance3(cx, cy, cz, qx, qy, qz) < maxm;
+          } else {
+            act = key[r] != kNoKey;
+          }
+        }
+        unsigned mask = __ballot_sync(kFull, act);
+        while (mask != 0) {  // uniform over the warp
+          const int src = __ffs(mask) - 1;
+          mask &= mask - 1;
+          const int ci = warp + W * (src + 32 * r);
+          unsigned fidx;
+          const int fkey = fps_sorted_chunk<kFinite, false>(pts, mg, rank + static_cast<int64_t>(C) * ci, cx, cy, cz,
+                                                            skip, lane, meta[ci], fidx);
+          if (lane == src) key[r] = fkey, idx[r] = fidx;
+        }
+        if (i < cpb && (key[r] > bkey || (key[r] == bkey && idx[r] < bidx))) bkey = key[r], bidx = idx[r], bpos = i;
+      }
+      int wkey;
+      unsigned widx;
+      warp_argmax(bkey, bidx, wkey, widx);
+      int src = __ffs(__ballot_sync(kFull, bkey == wkey && bidx == widx)) - 1;
+      const int wpos = __shfl_sync(kFull, bpos, src);
+      if (lane == 0) {
+        red_key[par][warp] = wkey;
+        red_idx[par][warp] = widx;
+        red_pos[par][warp] = wpos;
+      }
+      // red_*[par] is rewritten at step t + 2, after every block's step t + 1 record arrived,
+      // which warp 0 of each block sends after this block's step t + 1 barrier.
       __syncthreads();
       if (warp == 0) {
         const int k = lane < W ? red_key[par][lane] : kNoKey;
@@ -1292,36 +1424,84 @@ bool run_bigcluster(const CudaContext& ctx, Launch a, int64_t B, int64_t N) {
   return ok;
 }
 
-// Sorted path for one cloud of N slots; returns false when its chunk summaries do not fit in
-// shared memory (more than about 16M points) or the cluster cannot be resident (the grid or
-// streaming path takes the cloud then).
-bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, int64_t N) {
+// Launch configuration of one sorted-path kernel (cluster of kCluster blocks of `threads`).
+struct SortedLaunch {
+  cudaLaunchAttribute attr[1];
+  cudaLaunchConfig_t config = {};
+};
+
+// Prepares the launch of `kernel` with `threads` threads and `smem` bytes; false when the cluster
+// cannot be resident.
+template <class K>
+bool sorted_launch_config(const CudaContext& ctx, K kernel, int threads, size_t smem, SortedLaunch& L) {
   using P = FpsSortedPolicy;
-  const int64_t chunks = detail::ceil_div(N, int64_t{P::kChunk});
-  const int64_t per_block = detail::ceil_div(chunks, int64_t{P::kCluster});
-  const size_t smem = static_cast<size_t>(per_block) * (sizeof(ChunkMeta) + sizeof(int));
-  if (smem > P::kMaxSmem || N >= int64_t{1} << 31) return false;
-  auto kernel = fps_sorted_kernel;
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
-  cudaLaunchAttribute attr[1];
-  attr[0].id = cudaLaunchAttributeClusterDimension;
-  attr[0].val.clusterDim.x = P::kCluster;
-  attr[0].val.clusterDim.y = 1;
-  attr[0].val.clusterDim.z = 1;
-  cudaLaunchConfig_t config = {};
-  config.gridDim = dim3(P::kCluster, 1);
-  config.blockDim = dim3(P::kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = detail::stream_of(ctx);
-  config.attrs = attr;
-  config.numAttrs = 1;
+  L.attr[0].id = cudaLaunchAttributeClusterDimension;
+  L.attr[0].val.clusterDim.x = P::kCluster;
+  L.attr[0].val.clusterDim.y = 1;
+  L.attr[0].val.clusterDim.z = 1;
+  L.config.gridDim = dim3(P::kCluster, 1);
+  L.config.blockDim = dim3(static_cast<unsigned>(threads));
+  L.config.dynamicSmemBytes = smem;
+  L.config.stream = detail::stream_of(ctx);
+  L.config.attrs = L.attr;
+  L.config.numAttrs = 1;
   int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &config) != cudaSuccess) {
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &L.config) != cudaSuccess) {
     (void)cudaGetLastError();
     return false;
   }
-  if (clusters < 1) return false;
+  return clusters >= 1;
+}
+
+// The one-barrier kernel for `per_block` chunks per block with `threads` threads (0: the
+// policy's choice); calls f(kernel, threads) with the instantiation whose rounds cover them.
+template <class F>
+bool with_sorted2_kernel(int64_t per_block, int threads, F&& f) {
+  using P = FpsSortedPolicy;
+  if (threads == 0) threads = per_block <= 256 ? P::kThreads2 : per_block <= 2048 ? 256 : 512;
+  const int64_t r = detail::ceil_div(per_block, int64_t{threads});
+  switch (threads) {
+    case 256:
+      if (r <= 1) return f(fps_sorted2_kernel<256, 1>, 256);
+      if (r <= 2) return f(fps_sorted2_kernel<256, 2>, 256);
+      if (r <= 4) return f(fps_sorted2_kernel<256, 4>, 256);
+      if (r <= 8) return f(fps_sorted2_kernel<256, 8>, 256);
+      break;
+    case 512:
+      if (r <= 1) return f(fps_sorted2_kernel<512, 1>, 512);
+      if (r <= 2) return f(fps_sorted2_kernel<512, 2>, 512);
+      if (r <= 4) return f(fps_sorted2_kernel<512, 4>, 512);
+      break;
+    case 1024:
+      if (r <= 1) return f(fps_sorted2_kernel<1024, 1>, 1024);  // two rounds would spill
+      break;
+  }
+  // Too many chunks for this block size's rounds: a smaller block with more rounds.
+  if (threads > 256) return with_sorted2_kernel(per_block, threads / 2, f);
+  return false;
+}
+
+// Sorted path for one cloud of N slots; returns false when its chunk summaries do not fit in
+// shared memory (more than about 16M points) or the cluster cannot be resident (the grid or
+// streaming path takes the cloud then). threads: the one-barrier kernel's block size (0: the
+// policy's), -1: the list kernel.
+bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, int64_t N, int threads) {
+  using P = FpsSortedPolicy;
+  const int64_t chunks = detail::ceil_div(N, int64_t{P::kChunk});
+  const int64_t per_block = detail::ceil_div(chunks, int64_t{P::kCluster});
+  const size_t smem = static_cast<size_t>(per_block) * (sizeof(ChunkMeta) + (threads < 0 ? sizeof(int) : 0));
+  if (smem > P::kMaxSmem || N >= int64_t{1} << 31) return false;
+  SortedLaunch L;
+  const void* chosen = nullptr;
+  const auto pick = [&](auto kernel, int t) {
+    if (!sorted_launch_config(ctx, kernel, t, smem, L)) return false;
+    chosen = reinterpret_cast<const void*>(kernel);
+    return true;
+  };
+  if (!(threads < 0 ? pick(fps_sorted_kernel, P::kThreads) : with_sorted2_kernel(per_block, threads, pick)))
+    return false;
   const cudaStream_t stream = detail::stream_of(ctx);
   // Bounding box and safety flag.
   float* partial = ws.alloc<float>(P::kBoxBlocks * 8);
@@ -1347,14 +1527,19 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
   float* mg = ws.alloc<float>(padded);
   detail::launch(ctx, fps_gather_kernel, dim3(blocks), dim3(256), 0, a, static_cast<const unsigned*>(dv.Current()), N,
                  padded, pts);
-  PCOPS_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, a, static_cast<const float4*>(pts), mg,
-                                      static_cast<const SortedCloud*>(cloud), chunks));
+  FpsArgs args = a;
+  const float4* cpts = pts;
+  const SortedCloud* ccloud = cloud;
+  int64_t nchunks = chunks;
+  void* params[] = {&args, &cpts, &mg, &ccloud, &nchunks};
+  PCOPS_CUDA_CHECK(cudaLaunchKernelExC(&L.config, chosen, params));
   return true;
 }
 
 // Tuning override for benchmarks (environment PCOPS_CUDA_FPS_CONFIG, read at every call):
 // "cluster:C" (cluster path with C blocks), "cluster-nocopy:C" (the same without the cloud copy), "big:T" (big-cluster path, T threads per block),
-// "grid:G" (grid path, G blocks per cloud), "sorted" (sorted path, one cloud), "stream". Unset: the measured choice below.
+// "grid:G" (grid path, G blocks per cloud), "sorted" (sorted path, one cloud; "sorted:T" with T threads per
+// block, "sorted-list" the list kernel), "stream". Unset: the measured choice below.
 struct FpsOverride {
   std::string path;
   int value = 0;
@@ -1403,7 +1588,8 @@ void dispatch(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, i
   // Dense single clouds (a ragged single cloud would work the same way through cloud_ref, but has
   // not run on a GPU yet).
   if (D == 3 && B == 1 && a.ragged == nullptr &&
-      (ov.path.empty() ? N > FpsSortedPolicy::kMinPoints : ov.path == "sorted") && run_sorted(ctx, ws, a, N)) {
+      (ov.path.empty() ? N > FpsSortedPolicy::kMinPoints : ov.path == "sorted" || ov.path == "sorted-list") &&
+      run_sorted(ctx, ws, a, N, ov.path == "sorted-list" ? -1 : ov.value)) {
     return;
   }
   const int64_t grid_sms = std::min<int64_t>(sms, FpsGridPolicy::kMaxBlocks);

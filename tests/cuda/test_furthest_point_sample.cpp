@@ -193,12 +193,39 @@ TEST(CudaFurthestPointSample, MillionPointShell) {
 }
 
 TEST(CudaFurthestPointSample, SortedPathShortRunForSanitizers) {
-  std::mt19937 rng(32);
-  const ForcePath sorted("sorted");
-  Cloud c = pcops_test::uniform_cloud(rng, 1, 5000, 3, -1.0f, 1.0f);
-  expect_same(c, params_of(10, 3));
-  c.at(0, 9, 1) = std::nanf("");
-  expect_same(c, params_of(10, 3));
+  // The one-barrier kernel (default and smallest block size) and the list kernel.
+  for (const char* config : {"sorted", "sorted:256", "sorted-list"}) {
+    SCOPED_TRACE(config);
+    std::mt19937 rng(32);
+    const ForcePath sorted(config);
+    Cloud c = pcops_test::uniform_cloud(rng, 1, 5000, 3, -1.0f, 1.0f);
+    expect_same(c, params_of(10, 3));
+    c.at(0, 9, 1) = std::nanf("");
+    expect_same(c, params_of(10, 3));
+  }
+}
+
+TEST(CudaFurthestPointSample, SortedKernelsEveryBlockSizeAndRound) {
+  // Chunk i of a block belongs to lane (i / W) % 32 of warp i % W, round i / (32 W): fewer chunks
+  // than warps, one partial round, several rounds (1.1M points: 269 chunks a block; 4.5M: 1099,
+  // i.e. 5 of 8 rounds at 256 threads, 3 of 4 at 512; 1024 threads fall back to 512).
+  std::mt19937 rng(33);
+  std::vector<Cloud> clouds;
+  for (int64_t n : {300, 70000, 1100000}) clouds.push_back(pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f));
+  clouds.push_back(pcops_test::duplicate_cloud(rng, 30000, 37));
+  Cloud bad = pcops_test::uniform_cloud(rng, 1, 9000, 3, -1.0f, 1.0f);
+  bad.at(0, 4321, 2) = INFINITY;
+  clouds.push_back(bad);
+  Cloud sorted_cloud = pcops_test::uniform_cloud(rng, 1, 50000, 3);
+  pcops_test::spatial_sort(sorted_cloud);
+  clouds.push_back(sorted_cloud);
+  const Cloud huge = pcops_test::uniform_cloud(rng, 1, 4500000, 3, -1.0f, 1.0f);
+  for (const char* config : {"sorted", "sorted:256", "sorted:512", "sorted:1024", "sorted-list"}) {
+    SCOPED_TRACE(config);
+    const ForcePath sorted(config);
+    for (const Cloud& c : clouds) expect_same(c, params_of(std::min<int64_t>(c.count, 400), c.count / 3));
+    expect_same(huge, params_of(48, 5));
+  }
 }
 
 TEST(CudaFurthestPointSample, SortedPathSizesTiesAndRules) {
