@@ -789,7 +789,9 @@ __global__ void __launch_bounds__(FpsGridPolicy::kThreads, 1)
 struct FpsSortedPolicy {
   static constexpr int kCluster = 16;
   static constexpr int kThreads = 1024;  // the list kernel
-  static constexpr int kThreads2 = 512;  // the one-barrier kernel, up to 256 chunks per block
+  static constexpr int kThreads2 = 512;  // the one-barrier kernel
+  static constexpr int kMaxRounds2 = 4;  // its chunks per lane (registers), else the list kernel
+  static constexpr int kFoldChunks = 2;  // chunks folded at once by a warp (rounds <= 2)
   static constexpr int kChunk = 256;  // points per chunk: 8 per lane of the warp that folds it
   static constexpr int kPerLane = kChunk / 32;
   static constexpr int kMortonBits = 10;  // per axis
@@ -922,63 +924,89 @@ __global__ void __launch_bounds__(256)
   }
 }
 
-// One warp folds (or, at step 0, initialises) chunk `c` and writes its summary into `meta`.
-// Returns the chunk's winner key, with its index in `widx` (uniform over the warp).
-template <bool kFinite, bool kInit>
-__device__ __forceinline__ int fps_sorted_chunk(const float4* __restrict__ pts, float* __restrict__ mg, int64_t c,
-                                                float cx, float cy, float cz, bool skip, int lane, ChunkMeta& meta,
-                                                unsigned& widx) {
+// A chunk's winner (largest m, smallest original index; key kNoKey: no point) with its
+// coordinates, and (at step 0) the chunk's bounding box. Uniform over the folding warp.
+struct ChunkWinner {
+  int key;
+  unsigned idx;
+  float x, y, z;
+  float lo[3], hi[3];
+};
+
+// One warp folds (or, at step 0, initialises) the NC chunks c[0..NC) at once: every load of all
+// of them is issued before the first fold, so NC chunks cost about one memory round trip.
+template <bool kFinite, bool kInit, int NC>
+__device__ __forceinline__ void fps_fold_chunks(const float4* __restrict__ pts, float* __restrict__ mg,
+                                                const int64_t (&c)[NC], float cx, float cy, float cz, bool skip,
+                                                int lane, ChunkWinner (&w)[NC]) {
   constexpr int L = FpsSortedPolicy::kPerLane;
-  const int64_t p0 = c * FpsSortedPolicy::kChunk + lane;
-  float4 v[L];
-  float mm[L];
+  float4 v[NC][L];
+  float mm[NC][L];
 #pragma unroll
-  for (int u = 0; u < L; ++u) v[u] = pts[p0 + u * 32];
-  if constexpr (!kInit) {
+  for (int n = 0; n < NC; ++n) {
+    const int64_t p0 = c[n] * FpsSortedPolicy::kChunk + lane;
 #pragma unroll
-    for (int u = 0; u < L; ++u) mm[u] = mg[p0 + u * 32];
-  }
-  int bkey = kNoKey;
-  unsigned bidx = kNoIndex;
-  float bx = 0.0f, by = 0.0f, bz = 0.0f;
-  float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+    for (int u = 0; u < L; ++u) v[n][u] = pts[p0 + u * 32];
+    if constexpr (!kInit) {
 #pragma unroll
-  for (int u = 0; u < L; ++u) {
-    const unsigned idx = __float_as_uint(v[u].w);
-    if constexpr (kInit) {
-      mm[u] = (!skip || eligible(v[u].x, v[u].y, v[u].z)) ? INFINITY : -1.0f;
-      if (idx != kNoIndex) {
-        lo[0] = fminf(lo[0], v[u].x), lo[1] = fminf(lo[1], v[u].y), lo[2] = fminf(lo[2], v[u].z);
-        hi[0] = fmaxf(hi[0], v[u].x), hi[1] = fmaxf(hi[1], v[u].y), hi[2] = fmaxf(hi[2], v[u].z);
-      }
-    } else {
-      mm[u] = fold_as<kFinite>(mm[u], common::squared_distance3(cx, cy, cz, v[u].x, v[u].y, v[u].z));
+      for (int u = 0; u < L; ++u) mm[n][u] = mg[p0 + u * 32];
     }
-    const int key = idx == kNoIndex ? kNoKey : key_of(mm[u]);
-    if (key > bkey || (key == bkey && idx < bidx)) bkey = key, bidx = idx, bx = v[u].x, by = v[u].y, bz = v[u].z;
   }
 #pragma unroll
-  for (int u = 0; u < L; ++u) mg[p0 + u * 32] = mm[u];
-  int wkey;
-  warp_argmax(bkey, bidx, wkey, widx);
-  const int src = __ffs(__ballot_sync(kFull, bkey == wkey && bidx == widx)) - 1;
-  bx = __shfl_sync(kFull, bx, src);
-  by = __shfl_sync(kFull, by, src);
-  bz = __shfl_sync(kFull, bz, src);
-  if constexpr (kInit) {
-    int safe = 1;
-    box_merge(lo, hi, safe, kFull);
+  for (int n = 0; n < NC; ++n) {
+    const int64_t p0 = c[n] * FpsSortedPolicy::kChunk + lane;
+    int bkey = kNoKey;
+    unsigned bidx = kNoIndex;
+    float bx = 0.0f, by = 0.0f, bz = 0.0f;
+    float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
+#pragma unroll
+    for (int u = 0; u < L; ++u) {
+      const float4 q = v[n][u];
+      const unsigned idx = __float_as_uint(q.w);
+      if constexpr (kInit) {
+        mm[n][u] = (!skip || eligible(q.x, q.y, q.z)) ? INFINITY : -1.0f;
+        if (idx != kNoIndex) {
+          lo[0] = fminf(lo[0], q.x), lo[1] = fminf(lo[1], q.y), lo[2] = fminf(lo[2], q.z);
+          hi[0] = fmaxf(hi[0], q.x), hi[1] = fmaxf(hi[1], q.y), hi[2] = fmaxf(hi[2], q.z);
+        }
+      } else {
+        mm[n][u] = fold_as<kFinite>(mm[n][u], common::squared_distance3(cx, cy, cz, q.x, q.y, q.z));
+      }
+      const int key = idx == kNoIndex ? kNoKey : key_of(mm[n][u]);
+      if (key > bkey || (key == bkey && idx < bidx)) bkey = key, bidx = idx, bx = q.x, by = q.y, bz = q.z;
+    }
+#pragma unroll
+    for (int u = 0; u < L; ++u) mg[p0 + u * 32] = mm[n][u];
+    warp_argmax(bkey, bidx, w[n].key, w[n].idx);
+    const int src = __ffs(__ballot_sync(kFull, bkey == w[n].key && bidx == w[n].idx)) - 1;
+    w[n].x = __shfl_sync(kFull, bx, src);
+    w[n].y = __shfl_sync(kFull, by, src);
+    w[n].z = __shfl_sync(kFull, bz, src);
+    if constexpr (kInit) {
+      int safe = 1;
+      box_merge(lo, hi, safe, kFull);
+    }
+#pragma unroll
+    for (int d = 0; d < 3; ++d) w[n].lo[d] = lo[d], w[n].hi[d] = hi[d];
   }
+}
+
+// One warp folds (or, at step 0, initialises) chunk `c` and writes its summary into `meta`.
+template <bool kFinite, bool kInit>
+__device__ __forceinline__ void fps_sorted_chunk(const float4* __restrict__ pts, float* __restrict__ mg, int64_t c,
+                                                 float cx, float cy, float cz, bool skip, int lane, ChunkMeta& meta) {
+  const int64_t cs[1] = {c};
+  ChunkWinner w[1];
+  fps_fold_chunks<kFinite, kInit, 1>(pts, mg, cs, cx, cy, cz, skip, lane, w);
   if (lane == 0) {
     if constexpr (kInit) {
-      for (int d = 0; d < 3; ++d) meta.lo[d] = lo[d], meta.hi[d] = hi[d];
+      for (int d = 0; d < 3; ++d) meta.lo[d] = w[0].lo[d], meta.hi[d] = w[0].hi[d];
     }
-    meta.maxm = wkey == kNoKey ? -INFINITY : __int_as_float(wkey);
-    meta.key = wkey;
-    meta.idx = widx;
-    meta.wx = bx, meta.wy = by, meta.wz = bz;
+    meta.maxm = w[0].key == kNoKey ? -INFINITY : __int_as_float(w[0].key);
+    meta.key = w[0].key;
+    meta.idx = w[0].idx;
+    meta.wx = w[0].x, meta.wy = w[0].y, meta.wz = w[0].z;
   }
-  return wkey;
 }
 
 __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
@@ -1011,10 +1039,8 @@ __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
   int* list = reinterpret_cast<int*>(meta + ((chunks + C - 1) / C));
   const bool finite = cloud->safe != 0;
   const bool skip = A.skip;
-  unsigned unused;
   for (int i = warp; i < cpb; i += W)
-    fps_sorted_chunk<true, true>(pts, mg, rank + static_cast<int64_t>(C) * i, 0.0f, 0.0f, 0.0f, skip, lane, meta[i],
-                                 unused);
+    fps_sorted_chunk<true, true>(pts, mg, rank + static_cast<int64_t>(C) * i, 0.0f, 0.0f, 0.0f, skip, lane, meta[i]);
   float cx = coord(A, info, info.start, 0), cy = coord(A, info, info.start, 1), cz = coord(A, info, info.start, 2);
   if (rank == 0 && tid == 0) o[0] = info.first + info.start;
   if (tid == 0) {
@@ -1057,8 +1083,7 @@ __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
       if (tid == 0) nact[par ^ 1] = 0;  // read last at step t - 1, before this step's barrier
       for (int a = warp; a < na; a += W) {
         const int i = list[a];
-        fps_sorted_chunk<kFinite, false>(pts, mg, rank + static_cast<int64_t>(C) * i, cx, cy, cz, skip, lane, meta[i],
-                                         unused);
+        fps_sorted_chunk<kFinite, false>(pts, mg, rank + static_cast<int64_t>(C) * i, cx, cy, cz, skip, lane, meta[i]);
       }
       __syncthreads();
       // (c) Block argmax over the chunk winners.
@@ -1100,12 +1125,12 @@ __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
 
 // Sorted path, one barrier a step: chunk i of a block belongs to lane (i / W) % 32 of warp i % W
 // (round i / (32 W)), so the chunks around the newest centre, consecutive in i, spread over the
-// warps. Every lane keeps its chunks' box and winner (key, index) in registers; per step a warp
-// tests its chunks, folds the reachable ones itself (the whole warp per chunk, in ballot order),
-// and reduces its chunk winners; one __syncthreads, then warp 0 reduces the W warp winners and
-// sends the block winner (the exchange of the big-cluster path). No list, no atomics and no scan
-// of the chunk summaries in shared memory (which keep only the winners' coordinates).
-template <int T, int R>
+// warps. Every lane keeps its chunks' box and winner (key, index, coordinates) in registers, and
+// no other warp reads them: per step a warp tests its chunks, folds the reachable ones itself (the
+// whole warp, NC chunks at a time) and reduces its chunk winners into red_*[par]; one
+// __syncthreads, then warp 0 reduces the W warp winners and sends the block winner (the exchange
+// of the big-cluster path). No shared chunk summaries, list, atomics or scan.
+template <int T, int R, int NC>
 __global__ void __launch_bounds__(T, 1)
     fps_sorted2_kernel(FpsArgs A, const float4* __restrict__ pts, float* __restrict__ mg, const SortedCloud* cloud,
                        int64_t chunks) {
@@ -1113,10 +1138,10 @@ __global__ void __launch_bounds__(T, 1)
   constexpr int W = T / 32;
   constexpr unsigned kStepBytes = C * kBlockRecordBytes;
   static_assert(W <= 32 && C <= 32, "one warp winner / block record per lane");
-  extern __shared__ float4 dyn[];
+  static_assert(NC == 1 || NC == 2, "one or two chunks per fold");
   __shared__ int red_key[2][W];
   __shared__ unsigned red_idx[2][W];
-  __shared__ int red_pos[2][W];
+  __shared__ float red_xyz[2][3][W];
   __shared__ WarpSlot slots[2][C];
   __shared__ unsigned long long bars[2];
 
@@ -1130,47 +1155,47 @@ __global__ void __launch_bounds__(T, 1)
   if (info.steps <= 0) return;  // uniform over the cluster, before any remote access
 
   const int cpb = static_cast<int>((chunks - rank + C - 1) / C);  // this block's chunks: rank + C * i
-  ChunkMeta* meta = reinterpret_cast<ChunkMeta*>(dyn);
   const bool finite = cloud->safe != 0;
   const bool skip = A.skip;
-  unsigned unused;
-  for (int i = warp; i < cpb; i += W)
-    fps_sorted_chunk<true, true>(pts, mg, rank + static_cast<int64_t>(C) * i, 0.0f, 0.0f, 0.0f, skip, lane, meta[i],
-                                 unused);
+  // This lane's chunks (round r: i = warp + W * (lane + 32 r)), initialised by this warp.
+  float lo[R][3], hi[R][3], wx[R], wy[R], wz[R];
+  int key[R];
+  unsigned idx[R];
+  const auto global_chunk = [&](int r, int owner) { return rank + int64_t{C} * (warp + W * (owner + 32 * r)); };
+  const auto owns = [&](int r, int owner) { return warp + W * (owner + 32 * r) < cpb; };
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    key[r] = kNoKey;
+    idx[r] = kNoIndex;
+    wx[r] = wy[r] = wz[r] = 0.0f;
+    for (int d = 0; d < 3; ++d) lo[r][d] = 0.0f, hi[r][d] = 0.0f;
+    for (int s = 0; s < 32 && owns(r, s); ++s) {
+      const int64_t cs[1] = {global_chunk(r, s)};
+      ChunkWinner w[1];
+      fps_fold_chunks<true, true, 1>(pts, mg, cs, 0.0f, 0.0f, 0.0f, skip, lane, w);
+      if (lane == s) {
+        key[r] = w[0].key, idx[r] = w[0].idx, wx[r] = w[0].x, wy[r] = w[0].y, wz[r] = w[0].z;
+        for (int d = 0; d < 3; ++d) lo[r][d] = w[0].lo[d], hi[r][d] = w[0].hi[d];
+      }
+    }
+  }
   float cx = coord(A, info, info.start, 0), cy = coord(A, info, info.start, 1), cz = coord(A, info, info.start, 2);
   if (rank == 0 && tid == 0) o[0] = info.first + info.start;
   if (tid == 0) init_step_barriers(bars, kStepBytes);
   cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();  // every block started, mbarriers initialised, chunk summaries ready
-
-  // This lane's chunks (round r: i = warp + W * (lane + 32 r)) in registers.
-  float lo[R][3], hi[R][3];
-  int key[R];
-  unsigned idx[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    const int i = warp + W * (lane + 32 * r);
-    key[r] = kNoKey;
-    idx[r] = kNoIndex;
-    for (int d = 0; d < 3; ++d) lo[r][d] = 0.0f, hi[r][d] = 0.0f;
-    if (i < cpb) {
-      key[r] = meta[i].key;
-      idx[r] = meta[i].idx;
-      for (int d = 0; d < 3; ++d) lo[r][d] = meta[i].lo[d], hi[r][d] = meta[i].hi[d];
-    }
-  }
+  cluster.sync();  // every block started, mbarriers initialised (m of every point written)
 
   const auto run = [&](auto finite_c) {
     constexpr bool kFinite = decltype(finite_c)::value;
     for (int64_t t = 1; t < info.steps; ++t) {
       const int par = static_cast<int>(t & 1);
-      int bkey = kNoKey, bpos = -1;
+      int bkey = kNoKey;
       unsigned bidx = kNoIndex;
+      float bx = 0.0f, by = 0.0f, bz = 0.0f;
 #pragma unroll
       for (int r = 0; r < R; ++r) {
-        const int i = warp + W * (lane + 32 * r);
         bool act = false;
-        if (i < cpb) {
+        if (owns(r, lane)) {
           if constexpr (kFinite) {
             const float maxm = key[r] == kNoKey ? -INFINITY : __int_as_float(key[r]);
             const float qx = fminf(fmaxf(cx, lo[r][0]), hi[r][0]);
@@ -1182,26 +1207,42 @@ __global__ void __launch_bounds__(T, 1)
           }
         }
         unsigned mask = __ballot_sync(kFull, act);
-        while (mask != 0) {  // uniform over the warp
-          const int src = __ffs(mask) - 1;
+        while (mask != 0) {  // uniform over the warp: the reachable chunks, NC at a time
+          int s[2];
+          s[0] = __ffs(mask) - 1;
           mask &= mask - 1;
-          const int ci = warp + W * (src + 32 * r);
-          unsigned fidx;
-          const int fkey = fps_sorted_chunk<kFinite, false>(pts, mg, rank + static_cast<int64_t>(C) * ci, cx, cy, cz,
-                                                            skip, lane, meta[ci], fidx);
-          if (lane == src) key[r] = fkey, idx[r] = fidx;
+          ChunkWinner w[2];
+          if (NC == 2 && mask != 0) {
+            s[1] = __ffs(mask) - 1;
+            mask &= mask - 1;
+            const int64_t cs[2] = {global_chunk(r, s[0]), global_chunk(r, s[1])};
+            fps_fold_chunks<kFinite, false, 2>(pts, mg, cs, cx, cy, cz, skip, lane, w);
+          } else {
+            s[1] = -1;
+            const int64_t cs[1] = {global_chunk(r, s[0])};
+            ChunkWinner w1[1];
+            fps_fold_chunks<kFinite, false, 1>(pts, mg, cs, cx, cy, cz, skip, lane, w1);
+            w[0] = w1[0];
+          }
+#pragma unroll
+          for (int n = 0; n < 2; ++n) {
+            if (lane == s[n]) key[r] = w[n].key, idx[r] = w[n].idx, wx[r] = w[n].x, wy[r] = w[n].y, wz[r] = w[n].z;
+          }
         }
-        if (i < cpb && (key[r] > bkey || (key[r] == bkey && idx[r] < bidx))) bkey = key[r], bidx = idx[r], bpos = i;
+        if (owns(r, lane) && (key[r] > bkey || (key[r] == bkey && idx[r] < bidx)))
+          bkey = key[r], bidx = idx[r], bx = wx[r], by = wy[r], bz = wz[r];
       }
       int wkey;
       unsigned widx;
       warp_argmax(bkey, bidx, wkey, widx);
       int src = __ffs(__ballot_sync(kFull, bkey == wkey && bidx == widx)) - 1;
-      const int wpos = __shfl_sync(kFull, bpos, src);
+      bx = __shfl_sync(kFull, bx, src);
+      by = __shfl_sync(kFull, by, src);
+      bz = __shfl_sync(kFull, bz, src);
       if (lane == 0) {
         red_key[par][warp] = wkey;
         red_idx[par][warp] = widx;
-        red_pos[par][warp] = wpos;
+        red_xyz[par][0][warp] = bx, red_xyz[par][1][warp] = by, red_xyz[par][2][warp] = bz;
       }
       // red_*[par] is rewritten at step t + 2, after every block's step t + 1 record arrived,
       // which warp 0 of each block sends after this block's step t + 1 barrier.
@@ -1211,9 +1252,7 @@ __global__ void __launch_bounds__(T, 1)
         const unsigned x = lane < W ? red_idx[par][lane] : kNoIndex;
         warp_argmax(k, x, wkey, widx);
         src = __ffs(__ballot_sync(kFull, k == wkey && x == widx)) - 1;
-        const int pos = __shfl_sync(kFull, lane < W ? red_pos[par][lane] : -1, src);
-        float px = 0.0f, py = 0.0f, pz = 0.0f;
-        if (pos >= 0) px = meta[pos].wx, py = meta[pos].wy, pz = meta[pos].wz;
+        const float px = red_xyz[par][0][src], py = red_xyz[par][1][src], pz = red_xyz[par][2][src];
         send_block_winner<C>(slots, bars, par, rank, lane, wkey, widx, px, py, pz);
       }
       widx = receive_cluster_winner<C>(slots, bars, par, t, tid, lane, kStepBytes, cx, cy, cz);
@@ -1455,44 +1494,32 @@ bool sorted_launch_config(const CudaContext& ctx, K kernel, int threads, size_t 
   return clusters >= 1;
 }
 
-// The one-barrier kernel for `per_block` chunks per block with `threads` threads (0: the
-// policy's choice); calls f(kernel, threads) with the instantiation whose rounds cover them.
+// The one-barrier kernel for `per_block` chunks per block (at most kMaxRounds2 rounds of
+// kThreads2 chunks; false beyond); calls f(kernel, threads). nc: chunks per fold (0: the policy's).
 template <class F>
-bool with_sorted2_kernel(int64_t per_block, int threads, F&& f) {
+bool with_sorted2_kernel(int64_t per_block, int nc, F&& f) {
   using P = FpsSortedPolicy;
-  if (threads == 0) threads = per_block <= 256 ? P::kThreads2 : per_block <= 2048 ? 256 : 512;
-  const int64_t r = detail::ceil_div(per_block, int64_t{threads});
-  switch (threads) {
-    case 256:
-      if (r <= 1) return f(fps_sorted2_kernel<256, 1>, 256);
-      if (r <= 2) return f(fps_sorted2_kernel<256, 2>, 256);
-      if (r <= 4) return f(fps_sorted2_kernel<256, 4>, 256);
-      if (r <= 8) return f(fps_sorted2_kernel<256, 8>, 256);
-      break;
-    case 512:
-      if (r <= 1) return f(fps_sorted2_kernel<512, 1>, 512);
-      if (r <= 2) return f(fps_sorted2_kernel<512, 2>, 512);
-      if (r <= 4) return f(fps_sorted2_kernel<512, 4>, 512);
-      break;
-    case 1024:
-      if (r <= 1) return f(fps_sorted2_kernel<1024, 1>, 1024);  // two rounds would spill
-      break;
-  }
-  // Too many chunks for this block size's rounds: a smaller block with more rounds.
-  if (threads > 256) return with_sorted2_kernel(per_block, threads / 2, f);
+  constexpr int T = P::kThreads2;
+  const int64_t r = detail::ceil_div(per_block, int64_t{T});
+  if (nc == 0) nc = P::kFoldChunks;
+  if (r <= 1) return nc == 1 ? f(fps_sorted2_kernel<T, 1, 1>, T) : f(fps_sorted2_kernel<T, 1, 2>, T);
+  if (r <= 2) return nc == 1 ? f(fps_sorted2_kernel<T, 2, 1>, T) : f(fps_sorted2_kernel<T, 2, 2>, T);
+  if (r <= 4) return f(fps_sorted2_kernel<T, 4, 1>, T);
   return false;
 }
 
 // Sorted path for one cloud of N slots; returns false when its chunk summaries do not fit in
 // shared memory (more than about 16M points) or the cluster cannot be resident (the grid or
-// streaming path takes the cloud then). threads: the one-barrier kernel's block size (0: the
-// policy's), -1: the list kernel.
-bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, int64_t N, int threads) {
+// streaming path takes the cloud then). variant: -1 the list kernel; else the one-barrier kernel
+// folding `variant` chunks at a time (0: the policy's), or the list kernel past its rounds.
+bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, int64_t N, int variant) {
   using P = FpsSortedPolicy;
   const int64_t chunks = detail::ceil_div(N, int64_t{P::kChunk});
   const int64_t per_block = detail::ceil_div(chunks, int64_t{P::kCluster});
-  const size_t smem = static_cast<size_t>(per_block) * (sizeof(ChunkMeta) + (threads < 0 ? sizeof(int) : 0));
-  if (smem > P::kMaxSmem || N >= int64_t{1} << 31) return false;
+  if (N >= int64_t{1} << 31) return false;
+  const bool list = variant < 0 || per_block > int64_t{P::kThreads2} * P::kMaxRounds2;
+  const size_t smem = list ? static_cast<size_t>(per_block) * (sizeof(ChunkMeta) + sizeof(int)) : 0;
+  if (smem > P::kMaxSmem) return false;
   SortedLaunch L;
   const void* chosen = nullptr;
   const auto pick = [&](auto kernel, int t) {
@@ -1500,8 +1527,7 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
     chosen = reinterpret_cast<const void*>(kernel);
     return true;
   };
-  if (!(threads < 0 ? pick(fps_sorted_kernel, P::kThreads) : with_sorted2_kernel(per_block, threads, pick)))
-    return false;
+  if (!(list ? pick(fps_sorted_kernel, P::kThreads) : with_sorted2_kernel(per_block, variant, pick))) return false;
   const cudaStream_t stream = detail::stream_of(ctx);
   // Bounding box and safety flag.
   float* partial = ws.alloc<float>(P::kBoxBlocks * 8);
@@ -1538,8 +1564,8 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
 
 // Tuning override for benchmarks (environment PCOPS_CUDA_FPS_CONFIG, read at every call):
 // "cluster:C" (cluster path with C blocks), "cluster-nocopy:C" (the same without the cloud copy), "big:T" (big-cluster path, T threads per block),
-// "grid:G" (grid path, G blocks per cloud), "sorted" (sorted path, one cloud; "sorted:T" with T threads per
-// block, "sorted-list" the list kernel), "stream". Unset: the measured choice below.
+// "grid:G" (grid path, G blocks per cloud), "sorted" (sorted path, one cloud; "sorted:NC" the one-barrier
+// kernel folding NC chunks at a time, "sorted-list" the list kernel), "stream". Unset: the measured choice below.
 struct FpsOverride {
   std::string path;
   int value = 0;

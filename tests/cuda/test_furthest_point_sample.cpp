@@ -193,8 +193,8 @@ TEST(CudaFurthestPointSample, MillionPointShell) {
 }
 
 TEST(CudaFurthestPointSample, SortedPathShortRunForSanitizers) {
-  // The one-barrier kernel (default and smallest block size) and the list kernel.
-  for (const char* config : {"sorted", "sorted:256", "sorted-list"}) {
+  // The one-barrier kernel (one and two chunks per fold) and the list kernel.
+  for (const char* config : {"sorted:1", "sorted:2", "sorted-list"}) {
     SCOPED_TRACE(config);
     std::mt19937 rng(32);
     const ForcePath sorted(config);
@@ -205,10 +205,10 @@ TEST(CudaFurthestPointSample, SortedPathShortRunForSanitizers) {
   }
 }
 
-TEST(CudaFurthestPointSample, SortedKernelsEveryBlockSizeAndRound) {
-  // Chunk i of a block belongs to lane (i / W) % 32 of warp i % W, round i / (32 W): fewer chunks
-  // than warps, one partial round, several rounds (1.1M points: 269 chunks a block; 4.5M: 1099,
-  // i.e. 5 of 8 rounds at 256 threads, 3 of 4 at 512; 1024 threads fall back to 512).
+TEST(CudaFurthestPointSample, SortedKernelsEveryRoundAndFoldWidth) {
+  // Chunk i of a block belongs to lane (i / W) % 32 of warp i % W, round i / (32 W), W = 16:
+  // fewer chunks than warps, one partial round, two rounds (1.1M points: 269 chunks a block),
+  // three of four rounds (4.5M: 1099); one or two chunks per fold; the list kernel.
   std::mt19937 rng(33);
   std::vector<Cloud> clouds;
   for (int64_t n : {300, 70000, 1100000}) clouds.push_back(pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f));
@@ -220,7 +220,7 @@ TEST(CudaFurthestPointSample, SortedKernelsEveryBlockSizeAndRound) {
   pcops_test::spatial_sort(sorted_cloud);
   clouds.push_back(sorted_cloud);
   const Cloud huge = pcops_test::uniform_cloud(rng, 1, 4500000, 3, -1.0f, 1.0f);
-  for (const char* config : {"sorted", "sorted:256", "sorted:512", "sorted:1024", "sorted-list"}) {
+  for (const char* config : {"sorted", "sorted:1", "sorted:2", "sorted-list"}) {
     SCOPED_TRACE(config);
     const ForcePath sorted(config);
     for (const Cloud& c : clouds) expect_same(c, params_of(std::min<int64_t>(c.count, 400), c.count / 3));
