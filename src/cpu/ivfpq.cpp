@@ -3,8 +3,9 @@
 // Hot loops: distances from one vector to many columns (coarse centroids, codewords) run over a
 // transposed [dim, columns] layout, blocked by kBlock columns so every block's accumulators stay in
 // vector registers and each column keeps the contract's coordinate order (vectorised across
-// columns, never within a sum). AVX2 intrinsics (chosen at run time) or scalar code, never FMA:
-// both compute the same bits.
+// columns, never within a sum). AVX-512 or AVX2 intrinsics (chosen at run time) or scalar code,
+// never a fused multiply-add (the AVX-512 kernels issue some additions as fma(p, 1, acc), which
+// rounds once, as the addition does): all compute the same bits.
 // Search parallelises over queries, add/encode over vectors, k-means assignment over points.
 #include "pcops/ivfpq.hpp"
 
@@ -19,6 +20,7 @@
 #include <limits>
 #include <ostream>
 #include <random>
+#include <type_traits>
 #include <utility>
 
 #include "cpu/ivfpq_isa.hpp"
@@ -35,6 +37,8 @@ namespace pcops {
 namespace {
 
 constexpr int64_t kBlock = 16;
+constexpr int64_t kTableBatch = 4;  // residual tables built at once by the search
+constexpr int64_t kBoundTerms = 4;  // terms of each code summed before the bounded scan's test
 constexpr int64_t kK = IvfPqIndex::kCodewords;
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
@@ -121,7 +125,7 @@ __attribute__((target("avx2"))) void ip_columns_avx2(const float* x, int64_t d, 
 // Four vectors x[0..3] (row stride xs) against the same columns: out[r * stride + j]. Each
 // (vector, column) sum is the single-vector one, so the bits are too; the column loads are shared.
 __attribute__((target("avx2"))) void columns4_avx2(const float* x, int64_t xs, int64_t d, const float* cT,
-                                                    int64_t stride, bool ip, float* out) {
+                                                    int64_t stride, bool ip, float* out, int64_t os) {
   for (int64_t j0 = 0; j0 < stride; j0 += kBlock) {
     const float* col = cT + j0;
     __m256 a[4][2];
@@ -155,17 +159,123 @@ __attribute__((target("avx2"))) void columns4_avx2(const float* x, int64_t xs, i
       }
     }
     for (int r = 0; r < 4; ++r) {
-      _mm256_storeu_ps(out + r * stride + j0, a[r][0]);
-      _mm256_storeu_ps(out + r * stride + j0 + 8, a[r][1]);
+      _mm256_storeu_ps(out + r * os + j0, a[r][0]);
+      _mm256_storeu_ps(out + r * os + j0 + 8, a[r][1]);
     }
   }
 }
 
+// AVX-512 kernels. R vectors x[r * xs] against the same columns (their loads shared), out[r * os +
+// j]; each (vector, column) sum is the single-vector one: coordinate order, separate multiply and
+// add. Every other accumulation is issued as fma(p, 1, acc): p * 1 is exact, so its one rounding is
+// that of the addition acc + p and the bits are the same, while the additions share the FMA pipes
+// with the multiplications (otherwise the two add pipes bound these loops: a subtraction and an
+// addition per term).
+template <int R, int W, bool kIp>
+__attribute__((target("avx512f"))) inline void multi_block_avx512(const float* x, int64_t xs, int64_t d,
+                                                                   const float* col, int64_t stride, float* out,
+                                                                   int64_t os) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  __m512 a[R][W];
+  {
+    __m512 c[W];
+    for (int w = 0; w < W; ++w) c[w] = _mm512_loadu_ps(col + 16 * w);
+    for (int r = 0; r < R; ++r) {
+      const __m512 xi = _mm512_set1_ps(x[r * xs]);
+      for (int w = 0; w < W; ++w) {
+        if (kIp) {
+          a[r][w] = _mm512_mul_ps(xi, c[w]);
+        } else {
+          const __m512 t = _mm512_sub_ps(xi, c[w]);
+          a[r][w] = _mm512_mul_ps(t, t);
+        }
+      }
+    }
+  }
+  for (int64_t i = 1; i < d; ++i) {
+    const float* row = col + i * stride;
+    __m512 c[W];
+    for (int w = 0; w < W; ++w) c[w] = _mm512_loadu_ps(row + 16 * w);
+    for (int r = 0; r < R; ++r) {
+      const __m512 xi = _mm512_set1_ps(x[r * xs + i]);
+      for (int w = 0; w < W; ++w) {
+        __m512 p;
+        if (kIp) {
+          p = _mm512_mul_ps(xi, c[w]);
+        } else {
+          const __m512 t = _mm512_sub_ps(xi, c[w]);
+          p = _mm512_mul_ps(t, t);
+        }
+        a[r][w] = ((r * W + w + i) & 1) ? _mm512_fmadd_ps(p, one, a[r][w]) : _mm512_add_ps(a[r][w], p);
+      }
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int w = 0; w < W; ++w) _mm512_storeu_ps(out + r * os + 16 * w, a[r][w]);
+}
+
+// All columns of cT [d, stride] (stride a multiple of 16), 64 per step.
+template <int R, bool kIp>
+__attribute__((target("avx512f"))) void multi_avx512(const float* x, int64_t xs, int64_t d, const float* cT,
+                                                      int64_t stride, float* out, int64_t os) {
+  int64_t j0 = 0;
+  for (; j0 + 64 <= stride; j0 += 64) multi_block_avx512<R, 4, kIp>(x, xs, d, cT + j0, stride, out + j0, os);
+  for (; j0 < stride; j0 += 16) multi_block_avx512<R, 1, kIp>(x, xs, d, cT + j0, stride, out + j0, os);
+}
+
+// L2 with d = kD small (the sub-quantizers' dsub): the R vectors' coordinates are broadcast once,
+// then 16 columns per step.
+template <int R, int kD>
+__attribute__((target("avx512f"))) void l2_small_avx512(const float* x, int64_t xs, const float* cT, int64_t stride,
+                                                         float* out, int64_t os) {
+  const __m512 one = _mm512_set1_ps(1.0f);
+  __m512 xb[R][kD];
+  for (int r = 0; r < R; ++r)
+    for (int i = 0; i < kD; ++i) xb[r][i] = _mm512_set1_ps(x[r * xs + i]);
+  for (int64_t j0 = 0; j0 < stride; j0 += 16) {
+    const float* col = cT + j0;
+    __m512 a[R];
+    {
+      const __m512 c = _mm512_loadu_ps(col);
+      for (int r = 0; r < R; ++r) {
+        const __m512 t = _mm512_sub_ps(xb[r][0], c);
+        a[r] = _mm512_mul_ps(t, t);
+      }
+    }
+    for (int i = 1; i < kD; ++i) {
+      const __m512 c = _mm512_loadu_ps(col + i * stride);
+      for (int r = 0; r < R; ++r) {
+        const __m512 t = _mm512_sub_ps(xb[r][i], c);
+        const __m512 p = _mm512_mul_ps(t, t);
+        a[r] = ((r + i) & 1) ? _mm512_fmadd_ps(p, one, a[r]) : _mm512_add_ps(a[r], p);
+      }
+    }
+    for (int r = 0; r < R; ++r) _mm512_storeu_ps(out + r * os + j0, a[r]);
+  }
+}
+
+template <int R>
+void l2_many_avx512(const float* x, int64_t xs, int64_t d, const float* cT, int64_t stride, float* out, int64_t os) {
+  switch (d) {
+    case 1: return l2_small_avx512<R, 1>(x, xs, cT, stride, out, os);
+    case 2: return l2_small_avx512<R, 2>(x, xs, cT, stride, out, os);
+    case 4: return l2_small_avx512<R, 4>(x, xs, cT, stride, out, os);
+    case 8: return l2_small_avx512<R, 8>(x, xs, cT, stride, out, os);
+    default: return multi_avx512<R, false>(x, xs, d, cT, stride, out, os);
+  }
+}
+
 std::atomic<bool> g_force_scalar{false};
+std::atomic<bool> g_force_avx2{false};
 
 bool has_avx2() {
   static const bool yes = __builtin_cpu_supports("avx2");
   return yes && !g_force_scalar.load(std::memory_order_relaxed);
+}
+
+bool has_avx512() {
+  static const bool yes = __builtin_cpu_supports("avx512f");
+  return yes && !g_force_scalar.load(std::memory_order_relaxed) && !g_force_avx2.load(std::memory_order_relaxed);
 }
 #endif
 
@@ -198,15 +308,40 @@ struct Columns {
     }
   }
   void distances(const float* x, bool ip, float* out) const {
+#if PCOPS_IVFPQ_X86
+    if (has_avx512()) return distances_upto4(x, 0, 1, ip, out);
+#endif
     (ip ? ip_columns : l2_columns)(x, d, t.data(), stride, out);
   }
-  // distances() of `count` <= 4 vectors (rows of stride xs) into out[r * stride]; four at once
-  // share the column loads (the same bits as one at a time).
-  void distances_upto4(const float* x, int64_t xs, int64_t count, bool ip, float* out) const {
+  // distances() of `count` <= 4 vectors (rows of stride xs) into out[r * os] (os: stride when
+  // omitted); vectors at once share the column loads (the same bits as one at a time).
+  void distances_upto4(const float* x, int64_t xs, int64_t count, bool ip, float* out, int64_t os = 0) const {
+    if (os == 0) os = stride;
 #if PCOPS_IVFPQ_X86
-    if (count == 4 && has_avx2()) return columns4_avx2(x, xs, d, t.data(), stride, ip, out);
+    if (has_avx512()) {
+      // The coarse table (large d) four vectors at a time; small d (the sub-quantizers): broadcast
+      // coordinates.
+      const float* c = t.data();
+      if (ip) {
+        switch (count) {
+          case 4: return multi_avx512<4, true>(x, xs, d, c, stride, out, os);
+          case 3: return multi_avx512<3, true>(x, xs, d, c, stride, out, os);
+          case 2: return multi_avx512<2, true>(x, xs, d, c, stride, out, os);
+          case 1: return multi_avx512<1, true>(x, xs, d, c, stride, out, os);
+          default: return;
+        }
+      }
+      switch (count) {
+        case 4: return l2_many_avx512<4>(x, xs, d, c, stride, out, os);
+        case 3: return l2_many_avx512<3>(x, xs, d, c, stride, out, os);
+        case 2: return l2_many_avx512<2>(x, xs, d, c, stride, out, os);
+        case 1: return l2_many_avx512<1>(x, xs, d, c, stride, out, os);
+        default: return;
+      }
+    }
+    if (count == 4 && has_avx2()) return columns4_avx2(x, xs, d, t.data(), stride, ip, out, os);
 #endif
-    for (int64_t r = 0; r < count; ++r) distances(x + r * xs, ip, out + r * stride);
+    for (int64_t r = 0; r < count; ++r) distances(x + r * xs, ip, out + r * os);
   }
   int64_t best_of(const float* dist, bool ip) const {
     int64_t best = 0;
@@ -227,15 +362,11 @@ struct Columns {
   }
   // nearest() of `count` vectors (rows of stride xs) into out; scratch holds 4 * stride floats.
   void nearest_many(const float* x, int64_t xs, int64_t count, bool ip, float* scratch, int64_t* out) const {
-    int64_t i = 0;
-#if PCOPS_IVFPQ_X86
-    if (has_avx2())
-      for (; i + 4 <= count; i += 4) {
-        columns4_avx2(x + i * xs, xs, d, t.data(), stride, ip, scratch);
-        for (int r = 0; r < 4; ++r) out[i + r] = best_of(scratch + r * stride, ip);
-      }
-#endif
-    for (; i < count; ++i) out[i] = nearest(x + i * xs, ip, scratch);
+    for (int64_t i = 0; i < count; i += 4) {
+      const int64_t nb = std::min<int64_t>(4, count - i);
+      distances_upto4(x + i * xs, xs, nb, ip, scratch);
+      for (int64_t r = 0; r < nb; ++r) out[i + r] = best_of(scratch + r * stride, ip);
+    }
   }
 };
 
@@ -329,6 +460,159 @@ inline bool worse_than(const Candidate& a, const Candidate& b) {  // heap order:
   return a.key < b.key || (a.key == b.key && a.id < b.id);
 }
 
+// Adds the table terms of bytes [0, kBytes) of the words w0..w3 (codewords kFirst .. kFirst +
+// kBytes - 1 of four codes; lut points at sub-quantizer kFirst) to the four running sums, each in
+// codeword order.
+template <int kBytes, class W>
+inline void add_terms4(W w0, W w1, W w2, W w3, const float* lut, float& s0, float& s1, float& s2, float& s3) {
+  for (int j = 0; j < kBytes; ++j) {
+    const float* lm = lut + j * kK;
+    s0 = s0 + lm[(w0 >> (8 * j)) & 0xFF];
+    s1 = s1 + lm[(w1 >> (8 * j)) & 0xFF];
+    s2 = s2 + lm[(w2 >> (8 * j)) & 0xFF];
+    s3 = s3 + lm[(w3 >> (8 * j)) & 0xFF];
+  }
+}
+
+// The rest of four codes' sums, codewords kP .. kM - 1 (s0..s3 hold the sums of the first kP).
+template <int64_t kM, int64_t kP>
+inline void finish4(const uint8_t* c0, const uint8_t* c1, const uint8_t* c2, const uint8_t* c3, const float* lut,
+                    float& s0, float& s1, float& s2, float& s3) {
+  static_assert(kP == 4 || kP % 8 == 0);
+  int64_t m = kP;
+  if constexpr (kP % 8 == 4) {
+    uint32_t w0, w1, w2, w3;
+    std::memcpy(&w0, c0 + 4, 4);
+    std::memcpy(&w1, c1 + 4, 4);
+    std::memcpy(&w2, c2 + 4, 4);
+    std::memcpy(&w3, c3 + 4, 4);
+    add_terms4<4>(w0, w1, w2, w3, lut + 4 * kK, s0, s1, s2, s3);
+    m = 8;
+  }
+  for (; m < kM; m += 8) {
+    uint64_t w0, w1, w2, w3;
+    std::memcpy(&w0, c0 + m, 8);
+    std::memcpy(&w1, c1 + m, 8);
+    std::memcpy(&w2, c2 + m, 8);
+    std::memcpy(&w3, c3 + m, 8);
+    add_terms4<8>(w0, w1, w2, w3, lut + m * kK, s0, s1, s2, s3);
+  }
+}
+
+// The scan of L2 tables of squares with a bound: every table entry is +0 or more and correctly
+// rounded addition is monotone, so the sum of a code's first kP terms is a lower bound of its
+// full sum (and of its distance d = fl(+0 + sum) = sum). Once the heap holds k candidates, a code
+// whose partial sum exceeds the heap's largest key (strictly: an equal key may still enter by id)
+// cannot enter and is not finished. The others resume their sums where they stopped, so every
+// distance computed has the contract's bits; the result is the unpruned scan's.
+template <int64_t kM, int64_t kP>
+void scan_list_bounded(const uint8_t* code, int64_t size, const float* lut, float d0, const int64_t* ids, int64_t k,
+                       std::vector<Candidate>& heap) {
+  constexpr int64_t kChunk = 64;
+  float part[kChunk + 3], dist[kChunk];
+  int32_t surv[kChunk + 4];
+  for (int64_t i0 = 0; i0 < size; i0 += kChunk) {
+    const int64_t n = std::min(kChunk, size - i0);
+    const uint8_t* cc = code + i0 * kM;
+    int64_t ns = 0;
+    if (static_cast<int64_t>(heap.size()) < k) {  // filling: no bound yet, every code is finished
+      for (int64_t i = 0; i < n; ++i) {
+        part[i] = 0.0f;
+        surv[i] = static_cast<int32_t>(i);
+      }
+      ns = n;
+    } else {
+      const float thr = heap.front().key;
+      int64_t i = 0;
+      for (; i + 4 <= n; i += 4) {  // the first kP terms of four codes, their survivors kept
+        const uint8_t* c = cc + i * kM;
+        using W = std::conditional_t<kP == 4, uint32_t, uint64_t>;
+        W w0, w1, w2, w3;
+        std::memcpy(&w0, c, sizeof(W));
+        std::memcpy(&w1, c + kM, sizeof(W));
+        std::memcpy(&w2, c + 2 * kM, sizeof(W));
+        std::memcpy(&w3, c + 3 * kM, sizeof(W));
+        float s0 = lut[w0 & 0xFF], s1 = lut[w1 & 0xFF], s2 = lut[w2 & 0xFF], s3 = lut[w3 & 0xFF];
+        constexpr int kRest = static_cast<int>(std::min<int64_t>(kP, 8)) - 1;
+        add_terms4<kRest>(w0 >> 8, w1 >> 8, w2 >> 8, w3 >> 8, lut + kK, s0, s1, s2, s3);
+        for (int64_t m = 8; m < kP; m += 8) {
+          uint64_t v0, v1, v2, v3;
+          std::memcpy(&v0, c + m, 8);
+          std::memcpy(&v1, c + kM + m, 8);
+          std::memcpy(&v2, c + 2 * kM + m, 8);
+          std::memcpy(&v3, c + 3 * kM + m, 8);
+          add_terms4<8>(v0, v1, v2, v3, lut + m * kK, s0, s1, s2, s3);
+        }
+        part[i] = s0;
+        part[i + 1] = s1;
+        part[i + 2] = s2;
+        part[i + 3] = s3;
+        surv[ns] = static_cast<int32_t>(i);
+        ns += s0 <= thr;
+        surv[ns] = static_cast<int32_t>(i + 1);
+        ns += s1 <= thr;
+        surv[ns] = static_cast<int32_t>(i + 2);
+        ns += s2 <= thr;
+        surv[ns] = static_cast<int32_t>(i + 3);
+        ns += s3 <= thr;
+      }
+      for (; i < n; ++i) {
+        const uint8_t* c = cc + i * kM;
+        float s = lut[c[0]];
+        for (int64_t m = 1; m < kP; ++m) s = s + lut[m * kK + c[m]];
+        part[i] = s;
+        surv[ns] = static_cast<int32_t>(i);
+        ns += s <= thr;
+      }
+    }
+    // The survivors' remaining terms (all terms while filling: part = +0 then stands for "no
+    // terms yet" and is replaced by the first term below).
+    const bool fresh = ns > 0 && static_cast<int64_t>(heap.size()) < k;
+    int64_t j = 0;
+    if (fresh) {
+      for (; j < ns; ++j) {
+        const uint8_t* c = cc + surv[j] * kM;
+        float s = lut[c[0]];
+        for (int64_t m = 1; m < kM; ++m) s = s + lut[m * kK + c[m]];
+        dist[j] = d0 + s;
+      }
+    } else {
+      for (; j + 4 <= ns; j += 4) {
+        const int32_t r0 = surv[j], r1 = surv[j + 1], r2 = surv[j + 2], r3 = surv[j + 3];
+        float s0 = part[r0], s1 = part[r1], s2 = part[r2], s3 = part[r3];
+        finish4<kM, kP>(cc + r0 * kM, cc + r1 * kM, cc + r2 * kM, cc + r3 * kM, lut, s0, s1, s2, s3);
+        dist[j] = d0 + s0;
+        dist[j + 1] = d0 + s1;
+        dist[j + 2] = d0 + s2;
+        dist[j + 3] = d0 + s3;
+      }
+      for (; j < ns; ++j) {
+        const uint8_t* c = cc + surv[j] * kM;
+        float s = part[surv[j]];
+        for (int64_t m = kP; m < kM; ++m) s = s + lut[m * kK + c[m]];
+        dist[j] = d0 + s;
+      }
+    }
+    j = 0;
+    for (; j < ns && static_cast<int64_t>(heap.size()) < k; ++j) {  // filling
+      heap.push_back(Candidate{dist[j], ids[i0 + surv[j]]});
+      std::push_heap(heap.begin(), heap.end(), worse_than);
+    }
+    if (j == ns) continue;
+    float thr = heap.front().key;
+    for (; j < ns; ++j) {
+      if (!(dist[j] <= thr)) continue;
+      const Candidate cand{dist[j], ids[i0 + surv[j]]};
+      if (worse_than(cand, heap.front())) {
+        std::pop_heap(heap.begin(), heap.end(), worse_than);
+        heap.back() = cand;
+        std::push_heap(heap.begin(), heap.end(), worse_than);
+        thr = heap.front().key;
+      }
+    }
+  }
+}
+
 // Scans one list's codes [size, M] into the (key, id) heap of the k best (worst on top).
 // kM > 0: M known at compile time; 0: runtime M.
 // kPlain: the keys need no rank_key (L2 tables of squares: every entry is +0 or more, d0 is +0,
@@ -337,6 +621,9 @@ template <int64_t kM, bool kPlain>
 void scan_list(const uint8_t* code, int64_t size, int64_t M_rt, const float* lut, float d0, bool ip,
                const int64_t* ids, int64_t k, std::vector<Candidate>& heap) {
   if (k == 0) return;
+  if constexpr (kPlain && kM > 0 && kM % 8 == 0) {
+    return scan_list_bounded<kM, kBoundTerms>(code, size, lut, d0, ids, k, heap);
+  }
   const auto key = [ip](float v) { return kPlain ? v : rank_key(v, ip); };
   const int64_t M = kM > 0 ? kM : M_rt;
   constexpr int64_t kChunk = 64;  // distances first (independent sums overlap), then the heap
@@ -672,8 +959,8 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
     // Coarse distances of four queries at a time (the centroids stream through once per four).
     std::vector<float> coarse4(static_cast<size_t>(4 * t.coarse.stride));
     std::vector<int64_t> order(static_cast<size_t>(p.nlist));
-    std::vector<float> residual(static_cast<size_t>(p.dim));
-    std::vector<float> lut(static_cast<size_t>(M * kK));
+    std::vector<float> residual(static_cast<size_t>(kTableBatch * p.dim));
+    std::vector<float> lut(static_cast<size_t>(kTableBatch * M * kK));
     std::vector<float> term2(static_cast<size_t>(use_term1 ? M * kK : 0));
     std::vector<Candidate> heap;
     heap.reserve(static_cast<size_t>(std::min<int64_t>(k, ntotal_) + 1));
@@ -698,39 +985,57 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
           t.sub[static_cast<size_t>(m)].distances(q + m * dsub, true, term2.data() + m * kK);
         for (float& v : term2) v = -2.0f * v;
       }
-      for (int64_t r = 0; r < nprobe; ++r) {
-        const int64_t l = order[static_cast<size_t>(r)];
-        const std::vector<int64_t>& lid = ids_[static_cast<size_t>(l)];
-        const int64_t size = static_cast<int64_t>(lid.size());
-        if (size == 0) continue;
-        const float* c = centroids_.data() + l * p.dim;
-        float d0 = ip && p.by_residual ? coarse[static_cast<size_t>(l)] : 0.0f;
-        if (use_term1) {
-          d0 = coarse[static_cast<size_t>(l)];  // |q - c_l|^2
-          const float* t1 = term1_all + l * M * kK;
-          if (r + 1 < nprobe) {  // the next list's table slab streams in while this list is scanned
-            const float* next = term1_all + order[static_cast<size_t>(r + 1)] * M * kK;
-            for (int64_t i = 0; i < M * kK; i += 16) __builtin_prefetch(next + i, 0, 1);
-          }
-          for (int64_t i = 0; i < M * kK; ++i) lut[static_cast<size_t>(i)] = t1[i] + term2[static_cast<size_t>(i)];
-        } else if (per_list_lut) {
-          for (int64_t i = 0; i < p.dim; ++i) residual[static_cast<size_t>(i)] = q[i] - c[i];
-          for (int64_t m = 0; m < M; ++m)
-            t.sub[static_cast<size_t>(m)].distances(residual.data() + m * dsub, false, lut.data() + m * kK);
+      // The residual tables of up to four probed lists at a time (the codebooks stream through
+      // once per four; the same bits as one at a time), then their scans in probe order.
+      const bool residual_tables = per_list_lut && !use_term1;
+      const int64_t batch = residual_tables ? kTableBatch : 1;
+      for (int64_t r = 0; r < nprobe;) {
+        int64_t lists[kTableBatch];
+        int64_t nb = 0;
+        for (; r < nprobe && nb < batch; ++r) {
+          const int64_t l = order[static_cast<size_t>(r)];
+          if (!ids_[static_cast<size_t>(l)].empty()) lists[nb++] = l;
         }
-        if (half_tables && per_list_lut) round_to_half(lut.data(), M * kK);
-        const uint8_t* code = codes_[static_cast<size_t>(l)].data();
-        const auto scan = [&](auto plain) {
-          constexpr bool kPlain = decltype(plain)::value;
-          switch (M) {  // compile-time M for the common sizes (same arithmetic, unrolled)
-            case 8: scan_list<8, kPlain>(code, size, M, lut.data(), d0, ip, lid.data(), k, heap); break;
-            case 16: scan_list<16, kPlain>(code, size, M, lut.data(), d0, ip, lid.data(), k, heap); break;
-            case 32: scan_list<32, kPlain>(code, size, M, lut.data(), d0, ip, lid.data(), k, heap); break;
-            default: scan_list<0, kPlain>(code, size, M, lut.data(), d0, ip, lid.data(), k, heap); break;
+        if (residual_tables && nb > 0) {
+          for (int64_t j = 0; j < nb; ++j) {
+            const float* c = centroids_.data() + lists[j] * p.dim;
+            float* res = residual.data() + j * p.dim;
+            for (int64_t i = 0; i < p.dim; ++i) res[i] = q[i] - c[i];
           }
-        };
-        if (!ip && !use_term1) scan(std::true_type{});
-        else scan(std::false_type{});
+          for (int64_t m = 0; m < M; ++m)
+            t.sub[static_cast<size_t>(m)].distances_upto4(residual.data() + m * dsub, p.dim, nb, false,
+                                                          lut.data() + m * kK, M * kK);
+          if (half_tables) round_to_half(lut.data(), nb * M * kK);
+        }
+        for (int64_t j = 0; j < nb; ++j) {
+          const int64_t l = lists[j];
+          const std::vector<int64_t>& lid = ids_[static_cast<size_t>(l)];
+          const int64_t size = static_cast<int64_t>(lid.size());
+          const float* table = residual_tables ? lut.data() + j * M * kK : lut.data();
+          float d0 = ip && p.by_residual ? coarse[static_cast<size_t>(l)] : 0.0f;
+          if (use_term1) {
+            d0 = coarse[static_cast<size_t>(l)];  // |q - c_l|^2
+            const float* t1 = term1_all + l * M * kK;
+            if (r < nprobe) {  // the next list's table slab streams in while this list is scanned
+              const float* next = term1_all + order[static_cast<size_t>(r)] * M * kK;
+              for (int64_t i = 0; i < M * kK; i += 16) __builtin_prefetch(next + i, 0, 1);
+            }
+            for (int64_t i = 0; i < M * kK; ++i) lut[static_cast<size_t>(i)] = t1[i] + term2[static_cast<size_t>(i)];
+            if (half_tables) round_to_half(lut.data(), M * kK);
+          }
+          const uint8_t* code = codes_[static_cast<size_t>(l)].data();
+          const auto scan = [&](auto plain) {
+            constexpr bool kPlain = decltype(plain)::value;
+            switch (M) {  // compile-time M for the common sizes (same arithmetic, unrolled)
+              case 8: scan_list<8, kPlain>(code, size, M, table, d0, ip, lid.data(), k, heap); break;
+              case 16: scan_list<16, kPlain>(code, size, M, table, d0, ip, lid.data(), k, heap); break;
+              case 32: scan_list<32, kPlain>(code, size, M, table, d0, ip, lid.data(), k, heap); break;
+              default: scan_list<0, kPlain>(code, size, M, table, d0, ip, lid.data(), k, heap); break;
+            }
+          };
+          if (!ip && !use_term1) scan(std::true_type{});
+          else scan(std::false_type{});
+        }
       }
       std::sort_heap(heap.begin(), heap.end(), worse_than);
       float* dq = distances + qi * k;
@@ -900,6 +1205,14 @@ namespace cpu::ivfpq_detail {
 bool force_scalar(bool on) {
 #if PCOPS_IVFPQ_X86
   return g_force_scalar.exchange(on);
+#else
+  (void)on;
+  return true;
+#endif
+}
+bool force_avx2(bool on) {
+#if PCOPS_IVFPQ_X86
+  return g_force_avx2.exchange(on);
 #else
   (void)on;
   return true;

@@ -215,6 +215,51 @@ TEST_P(IvfPqVariants, ScalarKernelsGiveTheSameBits) {
   EXPECT_EQ(run(true), run(false));
 }
 
+// Every kernel width (scalar, AVX2, AVX-512 where the CPU has them) gives the same quantizers,
+// codes and search results, bit for bit: sub-quantizer widths with their own AVX-512 kernels
+// (dsub 1, 2, 4, 8) and the generic one (3, 16), coarse tables that end in partial 64-column steps
+// (nlist 37, 70), batches of one to four residual tables (nprobe 1 to 6), float16 and precomputed
+// tables; the default width also against the brute force.
+TEST_P(IvfPqVariants, EveryKernelWidthGivesTheSameBits) {
+  namespace isa = pcops::cpu::ivfpq_detail;
+  const auto [metric, by_residual] = GetParam();
+  struct Shape {
+    int64_t dim, nlist, M;
+  };
+  for (const Shape s : {Shape{16, 37, 16}, Shape{32, 70, 16}, Shape{24, 37, 8}, Shape{64, 70, 16}, Shape{64, 37, 16},
+                        Shape{48, 37, 3}, Shape{32, 70, 2}}) {
+    const IvfPqParams p{s.dim, s.nlist, s.M, 8, metric, by_residual};
+    const auto x = clustered(900, s.dim, 9, 61);
+    const auto q = clustered(13, s.dim, 9, 62);
+    const int64_t nq = 13, k = 7;
+    using Result = std::tuple<std::vector<float>, std::vector<float>, std::vector<float>, std::vector<int64_t>>;
+    auto run = [&](bool scalar, bool avx2) {
+      const bool s0 = isa::force_scalar(scalar), a0 = isa::force_avx2(avx2);
+      IvfPqIndex index = trained(p, x);
+      index.add(ctx(), x.data(), 900);
+      std::vector<float> d;
+      std::vector<int64_t> l;
+      for (int64_t nprobe : {1, 2, 3, 4, 5, 6})
+        for (bool pre : {false, true})
+          for (bool half : {false, true}) {
+            std::vector<float> dd(static_cast<size_t>(nq * k));
+            std::vector<int64_t> ll(static_cast<size_t>(nq * k));
+            index.search(ctx(), q.data(), nq, k, nprobe, dd.data(), ll.data(), pre, half);
+            d.insert(d.end(), dd.begin(), dd.end());
+            l.insert(l.end(), ll.begin(), ll.end());
+          }
+      if (!scalar && !avx2)
+        for (int64_t nprobe : {1, 5}) expect_search_matches_brute(index, q, k, nprobe);
+      isa::force_scalar(s0);
+      isa::force_avx2(a0);
+      return Result(index.centroids(), index.codebooks(), d, l);
+    };
+    const Result automatic = run(false, false);
+    EXPECT_TRUE(run(true, false) == automatic) << "scalar, dim " << s.dim << " M " << s.M;
+    EXPECT_TRUE(run(false, true) == automatic) << "AVX2, dim " << s.dim << " M " << s.M;
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Metrics, IvfPqVariants,
                          ::testing::Combine(::testing::Values(IvfPqMetric::L2, IvfPqMetric::InnerProduct),
                                             ::testing::Bool()));
@@ -301,6 +346,47 @@ TEST(IvfPq, TiesOrderByIdAndPadding) {
   EXPECT_EQ(dist[0], dist[1]);
   EXPECT_EQ(dist[1], dist[2]);
   EXPECT_TRUE(std::isinf(dist[3]) && dist[3] > 0);
+}
+
+// The bounded L2 scan (a code whose first terms already exceed the k-th key is not finished) on
+// exact small-integer distances full of ties: codewords (j / 4, 0) per sub-quantizer, the query at
+// the only populated centroid, vectors that are exact codeword concatenations under shuffled ids.
+// Partial sums equal to the threshold (later terms zero: equal keys decided by id), equal to it
+// with later terms added (beyond it), and every code with the same partial sum.
+TEST(IvfPq, BoundedScanKeepsTiesAtTheThreshold) {
+  for (const int64_t M : {8, 16, 32})
+    for (int variant = 0; variant < 3; ++variant) {
+      const int64_t dim = 2 * M, n = 611;
+      IvfPqIndex index(IvfPqParams{dim, 3, M});
+      std::vector<float> cent(static_cast<size_t>(3 * dim), 0.0f), books(static_cast<size_t>(M * 256 * 2), 0.0f);
+      for (int64_t i = 0; i < dim; ++i) {
+        cent[static_cast<size_t>(dim + i)] = 1000.0f;  // list 1: far away, list 2: a duplicate of list 0
+      }
+      for (int64_t m = 0; m < M; ++m)
+        for (int64_t j = 0; j < 256; ++j) books[static_cast<size_t>((m * 256 + j) * 2)] = 0.25f * static_cast<float>(j);
+      index.set_quantizers(cent.data(), books.data());
+      std::mt19937 rng(static_cast<uint32_t>(71 + variant));
+      std::vector<float> x(static_cast<size_t>(n * dim), 0.0f);
+      std::vector<int64_t> ids(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) {
+        ids[static_cast<size_t>(i)] = i;
+        for (int64_t m = 0; m < M; ++m) {
+          int64_t c;
+          if (variant == 0) c = m < 4 ? rng() % 4 : (rng() % 8 == 0 ? rng() % 2 : 0);  // mostly zero tails
+          else if (variant == 1) c = m < 4 ? 1 : rng() % 2;  // every partial sum equal
+          else c = rng() % 3;
+          x[static_cast<size_t>(i * dim + 2 * m)] = 0.25f * static_cast<float>(c);
+        }
+        if (i % 50 == 7)  // a few in the far list
+          for (int64_t d = 0; d < dim; ++d) x[static_cast<size_t>(i * dim + d)] += 1000.0f;
+      }
+      std::shuffle(ids.begin(), ids.end(), rng);
+      index.add(ctx(), x.data(), n, ids.data());
+      ASSERT_EQ(index.list_size(2), 0);  // ties go to the smaller list
+      const std::vector<float> q(static_cast<size_t>(dim), 0.0f);
+      for (int64_t nprobe : {1, 2, 3})
+        for (int64_t k : {1, 5, 10, 37, 200}) expect_search_matches_brute(index, q, k, nprobe);
+    }
 }
 
 TEST(IvfPq, SaveLoadRoundTripRemoveReset) {
