@@ -41,7 +41,10 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <map>
+#include <mutex>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "common/distance.hpp"
@@ -770,17 +773,20 @@ __global__ void __launch_bounds__(FpsGridPolicy::kThreads, 1)
 
 // ---------------------------------------------------------------------------------------------
 // Sorted path (D = 3, one dense cloud of more than kMinPoints points, or forced). The cloud is
-// first sorted along a Morton curve (bounding box, 30-bit codes, a stable radix sort, a gather into
-// (x, y, z, index) records) and cut into chunks of kChunk consecutive sorted points, dealt out to
-// the 16 blocks of one non-portable cluster (chunk c to block c mod 16). Every block keeps per
-// chunk its bounding box, its largest m and its winner (largest m, smallest original index, and
-// the winner's coordinates) in shared memory; m itself lives in global memory (L2). Per step, a
+// first bucketed into the cells of a 128^3 grid over its bounding box in Morton order of the cells
+// (a counting sort into (x, y, z, index) records) and cut into chunks of kChunk consecutive
+// points, dealt out to the 16 blocks of one non-portable cluster (chunk c to block c mod 16).
+// Every chunk has a bounding box, a largest m and a winner (largest m, smallest original index,
+// and the winner's coordinates); m itself lives in global memory (L2). Two kernels: the
+// one-barrier kernel (fps_sorted2_kernel, below; the default up to kMaxRounds2 rounds of chunks
+// per lane) keeps the summaries in the owning lanes' registers, the list kernel
+// (fps_sorted_kernel, any chunk count) in shared memory. Per step, a
 // chunk is folded only when the newest centre can change one of its m: the lower bound
 // lb = squared_distance3(c, clamp(c, box)) is computed with the contract's own operations, and
 // correctly rounded operations are monotone, so lb <= s_j for every point j of the chunk; when
 // lb >= the chunk's largest m, fminf(m_j, s_j) == m_j for all of them and the chunk keeps its
-// winner. A step: (a) every thread tests its chunks and appends the reachable ones to a list,
-// (b) a warp folds each listed chunk, (c) a block argmax over the chunk winners, then the cluster
+// winner. A step of the list kernel: (a) every thread tests its chunks and appends the reachable
+// ones to a list, (b) a warp folds each listed chunk, (c) a block argmax over the chunk winners, then the cluster
 // exchange of the big-cluster path. Late in a run only the few chunks around the newest centre
 // are folded. The fold is the same per point, so the result is the contract's bit for bit.
 // Clouds with a coordinate that is not finite or not below 2^61 fold every chunk at every step
@@ -794,7 +800,7 @@ struct FpsSortedPolicy {
   static constexpr int kFoldChunks = 2;  // chunks folded at once by a warp (rounds <= 2)
   static constexpr int kChunk = 256;  // points per chunk: 8 per lane of the warp that folds it
   static constexpr int kPerLane = kChunk / 32;
-  static constexpr int kMortonBits = 10;  // per axis
+  static constexpr int kCellBits = 7;  // per axis: 2^21 cells (about 12 points a cell on a 1M shell)
   static constexpr int kBoxBlocks = 264;  // blocks of the bounding-box pass
   static constexpr size_t kMaxSmem = 200 * 1024;
   // Single clouds above this size take the sorted path by default. Measured on an H200 (1024
@@ -879,48 +885,47 @@ __global__ void __launch_bounds__(32) fps_box_final_kernel(const float* partial,
   }
 }
 
-// Morton code of every point (slots past the cloud's length: 2^30, sorted last); a cloud
-// that is not safe gets code 0 everywhere (it is folded in full at every step, in any order).
+// Bucketing of the cloud into the cells of a 2^kCellBits-per-axis grid over its bounding box,
+// in Morton order of the cells (a counting sort: histogram, exclusive scan, placement). Only the
+// chunks' compactness depends on the order, never a result (the fold and the tie rule do not
+// depend on where a point sits), so points of one cell are placed in any order (atomics). A
+// cloud that is not safe is folded in full at every step: its points stay in index order.
+__device__ __forceinline__ unsigned fps_cell_of(const FpsArgs& A, const CloudRef& info, const SortedCloud* cloud,
+                                                int64_t j) {
+  constexpr int kBits = FpsSortedPolicy::kCellBits;
+  constexpr float kCells = static_cast<float>((1 << kBits) - 1);
+  unsigned code = 0;
+#pragma unroll
+  for (int d = 0; d < 3; ++d) {
+    const float ext = cloud->hi[d] - cloud->lo[d];
+    const float scale = ext > 0.0f ? kCells / ext : 0.0f;
+    const float q = fminf(fmaxf((coord(A, info, j, d) - cloud->lo[d]) * scale, 0.0f), kCells);
+    code |= common::spread_bits10(static_cast<unsigned>(q)) << d;
+  }
+  return code;
+}
+
+// Cell counts (safe clouds); the padding records past the cloud (index kNoIndex).
 __global__ void __launch_bounds__(256)
-    fps_morton_kernel(FpsArgs A, const SortedCloud* cloud, int64_t count, unsigned* keys, unsigned* vals) {
+    fps_cell_count_kernel(FpsArgs A, const SortedCloud* cloud, int64_t padded, unsigned* counts, float4* pts) {
   const CloudRef info = cloud_ref(A, 0);
   const bool safe = cloud->safe != 0;
-  constexpr float kCells = static_cast<float>((1 << FpsSortedPolicy::kMortonBits) - 1);
-  float lo[3], scale[3];
-  for (int d = 0; d < 3; ++d) {
-    lo[d] = cloud->lo[d];
-    const float ext = cloud->hi[d] - cloud->lo[d];
-    scale[d] = ext > 0.0f ? kCells / ext : 0.0f;
-  }
-  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < count; j += int64_t{gridDim.x} * blockDim.x) {
-    unsigned code = 1u << 30;
-    if (j < info.n) {
-      code = 0;
-      if (safe) {
-#pragma unroll
-        for (int d = 0; d < 3; ++d) {
-          const float q = fminf(fmaxf((coord(A, info, j, d) - lo[d]) * scale[d], 0.0f), kCells);
-          code |= common::spread_bits10(static_cast<unsigned>(q)) << d;
-        }
-      }
-    }
-    keys[j] = code;
-    vals[j] = static_cast<unsigned>(j);
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < padded; j += int64_t{gridDim.x} * blockDim.x) {
+    if (j >= info.n) pts[j] = make_float4(0.0f, 0.0f, 0.0f, __uint_as_float(kNoIndex));
+    else if (safe) atomicAdd(counts + fps_cell_of(A, info, cloud, j), 1u);
   }
 }
 
-// Sorted records (x, y, z, original index as bits); slots past the cloud: index kNoIndex.
+// Records (x, y, z, original index as bits) at their cell's next slot (cursor: the exclusive
+// scan of the counts); a cloud that is not safe keeps index order.
 __global__ void __launch_bounds__(256)
-    fps_gather_kernel(FpsArgs A, const unsigned* perm, int64_t count, int64_t padded, float4* pts) {
+    fps_cell_place_kernel(FpsArgs A, const SortedCloud* cloud, unsigned* cursor, float4* pts) {
   const CloudRef info = cloud_ref(A, 0);
-  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < padded; p += int64_t{gridDim.x} * blockDim.x) {
-    float4 r = make_float4(0.0f, 0.0f, 0.0f, __uint_as_float(kNoIndex));
-    if (p < count) {
-      const unsigned j = perm[p];
-      if (static_cast<int64_t>(j) < info.n)
-        r = make_float4(coord(A, info, j, 0), coord(A, info, j, 1), coord(A, info, j, 2), __uint_as_float(j));
-    }
-    pts[p] = r;
+  const bool safe = cloud->safe != 0;
+  for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < info.n; j += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t p = safe ? atomicAdd(cursor + fps_cell_of(A, info, cloud, j), 1u) : j;
+    pts[p] = make_float4(coord(A, info, j, 0), coord(A, info, j, 1), coord(A, info, j, 2),
+                         __uint_as_float(static_cast<unsigned>(j)));
   }
 }
 
@@ -935,7 +940,9 @@ struct ChunkWinner {
 
 // One warp folds (or, at step 0, initialises) the NC chunks c[0..NC) at once: every load of all
 // of them is issued before the first fold, so NC chunks cost about one memory round trip.
-template <bool kFinite, bool kInit, int NC>
+// kInitFold: the initial m (+inf, or -1 for a skipped point) is folded with the centre at once
+// (step 0 and the fold of step 1 in one pass).
+template <bool kFinite, bool kInit, int NC, bool kInitFold = false>
 __device__ __forceinline__ void fps_fold_chunks(const float4* __restrict__ pts, float* __restrict__ mg,
                                                 const int64_t (&c)[NC], float cx, float cy, float cz, bool skip,
                                                 int lane, ChunkWinner (&w)[NC]) {
@@ -965,6 +972,7 @@ __device__ __forceinline__ void fps_fold_chunks(const float4* __restrict__ pts, 
       const unsigned idx = __float_as_uint(q.w);
       if constexpr (kInit) {
         mm[n][u] = (!skip || eligible(q.x, q.y, q.z)) ? INFINITY : -1.0f;
+        if constexpr (kInitFold) mm[n][u] = fold_as<kFinite>(mm[n][u], common::squared_distance3(cx, cy, cz, q.x, q.y, q.z));
         if (idx != kNoIndex) {
           lo[0] = fminf(lo[0], q.x), lo[1] = fminf(lo[1], q.y), lo[2] = fminf(lo[2], q.z);
           hi[0] = fmaxf(hi[0], q.x), hi[1] = fmaxf(hi[1], q.y), hi[2] = fmaxf(hi[2], q.z);
@@ -1163,30 +1171,43 @@ __global__ void __launch_bounds__(T, 1)
   unsigned idx[R];
   const auto global_chunk = [&](int r, int owner) { return rank + int64_t{C} * (warp + W * (owner + 32 * r)); };
   const auto owns = [&](int r, int owner) { return warp + W * (owner + 32 * r) < cpb; };
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    key[r] = kNoKey;
-    idx[r] = kNoIndex;
-    wx[r] = wy[r] = wz[r] = 0.0f;
-    for (int d = 0; d < 3; ++d) lo[r][d] = 0.0f, hi[r][d] = 0.0f;
-    for (int s = 0; s < 32 && owns(r, s); ++s) {
-      const int64_t cs[1] = {global_chunk(r, s)};
-      ChunkWinner w[1];
-      fps_fold_chunks<true, true, 1>(pts, mg, cs, 0.0f, 0.0f, 0.0f, skip, lane, w);
-      if (lane == s) {
-        key[r] = w[0].key, idx[r] = w[0].idx, wx[r] = w[0].x, wy[r] = w[0].y, wz[r] = w[0].z;
-        for (int d = 0; d < 3; ++d) lo[r][d] = w[0].lo[d], hi[r][d] = w[0].hi[d];
-      }
-    }
-  }
   float cx = coord(A, info, info.start, 0), cy = coord(A, info, info.start, 1), cz = coord(A, info, info.start, 2);
   if (rank == 0 && tid == 0) o[0] = info.first + info.start;
   if (tid == 0) init_step_barriers(bars, kStepBytes);
-  cg::cluster_group cluster = cg::this_cluster();
-  cluster.sync();  // every block started, mbarriers initialised (m of every point written)
 
   const auto run = [&](auto finite_c) {
     constexpr bool kFinite = decltype(finite_c)::value;
+    // Step 0 and step 1's fold (with the start point) in one pass over every chunk.
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      key[r] = kNoKey;
+      idx[r] = kNoIndex;
+      wx[r] = wy[r] = wz[r] = 0.0f;
+      for (int d = 0; d < 3; ++d) lo[r][d] = 0.0f, hi[r][d] = 0.0f;
+      for (int s = 0; s < 32 && owns(r, s); s += 2) {
+        ChunkWinner w[2];
+        const bool pair = s + 1 < 32 && owns(r, s + 1);
+        if (pair) {
+          const int64_t cs[2] = {global_chunk(r, s), global_chunk(r, s + 1)};
+          fps_fold_chunks<kFinite, true, 2, true>(pts, mg, cs, cx, cy, cz, skip, lane, w);
+        } else {
+          const int64_t cs[1] = {global_chunk(r, s)};
+          ChunkWinner w1[1];
+          fps_fold_chunks<kFinite, true, 1, true>(pts, mg, cs, cx, cy, cz, skip, lane, w1);
+          w[0] = w1[0];
+        }
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+          if (lane == s + n && (n == 0 || pair)) {
+            key[r] = w[n].key, idx[r] = w[n].idx, wx[r] = w[n].x, wy[r] = w[n].y, wz[r] = w[n].z;
+            for (int d = 0; d < 3; ++d) lo[r][d] = w[n].lo[d], hi[r][d] = w[n].hi[d];
+          }
+        }
+      }
+    }
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();  // every block started, mbarriers initialised
+
     for (int64_t t = 1; t < info.steps; ++t) {
       const int par = static_cast<int>(t & 1);
       int bkey = kNoKey;
@@ -1195,7 +1216,7 @@ __global__ void __launch_bounds__(T, 1)
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         bool act = false;
-        if (owns(r, lane)) {
+        if (t > 1 && owns(r, lane)) {  // step 1's fold was the initial pass
           if constexpr (kFinite) {
             const float maxm = key[r] == kNoKey ? -INFINITY : __int_as_float(key[r]);
             const float qx = fminf(fmaxf(cx, lo[r][0]), hi[r][0]);
@@ -1471,11 +1492,25 @@ struct SortedLaunch {
 
 // Prepares the launch of `kernel` with `threads` threads and `smem` bytes; false when the cluster
 // cannot be resident.
+// The attributes and the residency check are made once per (kernel, device, shared memory size):
+// the queries cost more host time than the launches of a whole run.
 template <class K>
 bool sorted_launch_config(const CudaContext& ctx, K kernel, int threads, size_t smem, SortedLaunch& L) {
   using P = FpsSortedPolicy;
-  PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+  int dev = 0;
+  PCOPS_CUDA_CHECK(cudaGetDevice(&dev));
+  static std::mutex mu;
+  static std::map<std::tuple<const void*, int, size_t>, bool> known;
+  const auto key = std::make_tuple(reinterpret_cast<const void*>(kernel), dev, smem);
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto it = known.find(key);
+    if (it != known.end() && !it->second) return false;
+    if (it == known.end()) {
+      PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeNonPortableClusterSizeAllowed, 1));
+    }
+  }
   L.attr[0].id = cudaLaunchAttributeClusterDimension;
   L.attr[0].val.clusterDim.x = P::kCluster;
   L.attr[0].val.clusterDim.y = 1;
@@ -1486,12 +1521,12 @@ bool sorted_launch_config(const CudaContext& ctx, K kernel, int threads, size_t 
   L.config.stream = detail::stream_of(ctx);
   L.config.attrs = L.attr;
   L.config.numAttrs = 1;
+  std::lock_guard<std::mutex> lock(mu);
+  const auto it = known.find(key);
+  if (it != known.end()) return it->second;
   int clusters = 0;
-  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &L.config) != cudaSuccess) {
-    (void)cudaGetLastError();
-    return false;
-  }
-  return clusters >= 1;
+  if (cudaOccupancyMaxActiveClusters(&clusters, kernel, &L.config) != cudaSuccess) (void)cudaGetLastError();
+  return known[key] = clusters >= 1;
 }
 
 // The one-barrier kernel for `per_block` chunks per block (at most kMaxRounds2 rounds of
@@ -1535,24 +1570,23 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
   detail::launch(ctx, fps_box_kernel, dim3(P::kBoxBlocks), dim3(256), 0, a, partial);
   detail::launch(ctx, fps_box_final_kernel, dim3(1), dim3(32), 0, static_cast<const float*>(partial),
                  static_cast<int>(P::kBoxBlocks), cloud);
-  // Morton codes (30 bits; slots past the cloud 2^30, last), stable sort, gather.
-  unsigned* keys = ws.alloc<unsigned>(N);
-  unsigned* keys_alt = ws.alloc<unsigned>(N);
-  unsigned* vals = ws.alloc<unsigned>(N);
-  unsigned* vals_alt = ws.alloc<unsigned>(N);
-  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(detail::ceil_div(N, int64_t{256}), 8192));
-  detail::launch(ctx, fps_morton_kernel, dim3(blocks), dim3(256), 0, a, static_cast<const SortedCloud*>(cloud), N,
-                 keys, vals);
-  cub::DoubleBuffer<unsigned> dk(keys, keys_alt), dv(vals, vals_alt);
-  size_t temp_bytes = 0;
-  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, dk, dv, N, 0, 31, stream));
-  void* temp = ws.bytes(temp_bytes);
-  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, dk, dv, N, 0, 31, stream));
+  // Counting sort into the cells (Morton order of the cells): counts, exclusive scan, placement.
+  constexpr int64_t kCells = int64_t{1} << (3 * P::kCellBits);
   const int64_t padded = chunks * P::kChunk;
   auto* pts = static_cast<float4*>(ws.bytes(static_cast<size_t>(padded) * sizeof(float4)));
   float* mg = ws.alloc<float>(padded);
-  detail::launch(ctx, fps_gather_kernel, dim3(blocks), dim3(256), 0, a, static_cast<const unsigned*>(dv.Current()), N,
-                 padded, pts);
+  unsigned* counts = ws.alloc<unsigned>(kCells);
+  unsigned* cursor = ws.alloc<unsigned>(kCells);
+  PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, kCells * sizeof(unsigned), stream));
+  const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(detail::ceil_div(padded, int64_t{256}), 8192));
+  detail::launch(ctx, fps_cell_count_kernel, dim3(blocks), dim3(256), 0, a, static_cast<const SortedCloud*>(cloud),
+                 padded, counts, pts);
+  size_t temp_bytes = 0;
+  PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, counts, cursor, kCells, stream));
+  void* temp = ws.bytes(temp_bytes);
+  PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, counts, cursor, kCells, stream));
+  detail::launch(ctx, fps_cell_place_kernel, dim3(blocks), dim3(256), 0, a, static_cast<const SortedCloud*>(cloud),
+                 cursor, pts);
   FpsArgs args = a;
   const float4* cpts = pts;
   const SortedCloud* ccloud = cloud;
