@@ -3,7 +3,8 @@
 (PCOPS_CUDA_FPS_CONFIG) on the issue's shapes with CUDA events (median), checks each result
 bitwise against the CPU backend,.
 
-Usage: PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so python benchmarks/scripts/fps_tune.py
+Usage: PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so python benchmarks/scripts/fps_tune.py [case...]
+       ... fps_tune.py steps    (1M shell: time against the sample count M, fixed cost and cost per step)
 """
 
 from __future__ import annotations
@@ -49,9 +50,21 @@ def timed(fn, reps=25):
     return statistics.median(ts)
 
 
+def steps(gen):
+    p = shell(1, 1_000_000, gen).cuda()
+    for cfg in ["", "sorted-list"]:
+        os.environ["PCOPS_CUDA_FPS_CONFIG"] = cfg
+        for m in [2, 16, 64, 256, 1024]:
+            ms = timed(lambda: pcops.furthest_point_sample(p, m), reps=15)
+            print(f"1M {cfg or 'default':12s} M={m:5d} {ms:8.3f} ms", flush=True)
+    os.environ.pop("PCOPS_CUDA_FPS_CONFIG", None)
+
+
 def main():
     gen = torch.Generator().manual_seed(7)
     only = sys.argv[1:]
+    if only == ["steps"]:
+        return steps(gen)
     for name, (b, n, configs) in CASES.items():
         if only and name not in only:
             continue
