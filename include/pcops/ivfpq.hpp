@@ -163,6 +163,13 @@ class IvfPqIndex {
   const std::vector<float>& term1() const;
   std::vector<std::vector<int64_t>> ids_;    // per list
   std::vector<std::vector<uint8_t>> codes_;  // per list, [size, M]
+  // The lists' codes in blocks of 64 vectors, sub-quantizer-major ([blocks, M, 64] per list), for
+  // the vectorised bound of the L2 scan; built by the first search that uses them and replaced
+  // (not rebuilt) by every change of the lists.
+  struct CodeBlocks;
+  std::shared_ptr<CodeBlocks> blocks_;
+  const std::vector<std::vector<uint8_t>>& code_blocks() const;
+  void lists_changed();
 };
 
 // ---- CUDA search (libpcops_cuda) ----

@@ -39,6 +39,7 @@ namespace {
 constexpr int64_t kBlock = 16;
 constexpr int64_t kTableBatch = 4;  // residual tables built at once by the search
 constexpr int64_t kBoundTerms = 4;  // terms of each code summed before the bounded scan's test
+constexpr int64_t kCodeBlock = 64;  // vectors per block of the sub-quantizer-major code copy
 constexpr int64_t kK = IvfPqIndex::kCodewords;
 
 int64_t round_up(int64_t n, int64_t m) { return (n + m - 1) / m * m; }
@@ -613,6 +614,106 @@ void scan_list_bounded(const uint8_t* code, int64_t size, const float* lut, floa
   }
 }
 
+// The exact sum of one code's table terms, in codeword order.
+inline float code_sum(const uint8_t* c, int64_t M, const float* lut) {
+  float s = lut[c[0]];
+  for (int64_t m = 1; m < M; ++m) s = s + lut[m * kK + c[m]];
+  return s;
+}
+
+// Offers (key, ids[i]) to the heap of the k best (worst on top); the id is read only when needed.
+inline void offer(std::vector<Candidate>& heap, int64_t k, float key, const int64_t* ids, int64_t i) {
+  if (static_cast<int64_t>(heap.size()) < k) {
+    heap.push_back(Candidate{key, ids[i]});
+    std::push_heap(heap.begin(), heap.end(), worse_than);
+    return;
+  }
+  if (!(key <= heap.front().key)) return;
+  const Candidate cand{key, ids[i]};
+  if (worse_than(cand, heap.front())) {
+    std::pop_heap(heap.begin(), heap.end(), worse_than);
+    heap.back() = cand;
+    std::push_heap(heap.begin(), heap.end(), worse_than);
+  }
+}
+
+#if PCOPS_IVFPQ_X86
+// The L2 scan of tables of squares with a vectorised bound (AVX-512 VBMI): once the heap holds k
+// candidates, the table is quantised down to bytes in units of 2^e (q = min(255, floor(entry /
+// 2^e)): exact, a power-of-two scaling), and 64 codes at a time add their M quantised terms with
+// unsigned saturation (blocks: the list's codes sub-quantizer-major, [blocks, M, 64]). The
+// saturated sum B satisfies B * 2^e <= the exact real sum of the code's entries, which is at most
+// (1 + u)^(M - 1) times the float sum in codeword order (nonnegative terms, u = 2^-24). A code with
+// B * 2^e > key * (1 + 4 M u) >= key * (1 + u)^(M - 1), key the heap's largest, has a distance
+// strictly greater than it and cannot enter; every other code's distance is computed exactly (the
+// contract's sum), so the result is the unbounded scan's. qlut: M * 256 bytes of scratch.
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void scan_list_quantized(
+    const uint8_t* blocks, const uint8_t* code, int64_t size, int64_t M, const float* lut, float d0,
+    const int64_t* ids, int64_t k, std::vector<Candidate>& heap, uint8_t* qlut) {
+  int64_t i = 0;
+  for (; i < size && static_cast<int64_t>(heap.size()) < k; ++i) offer(heap, k, d0 + code_sum(code + i * M, M, lut), ids, i);
+  if (i == size) return;
+  // Units of 2^e with the current k-th key at 128 to 256 units (clamped: inv and 2^e stay normal).
+  const float key0 = heap.front().key;
+  int e = 120;
+  if (key0 == 0.0f) e = -100;
+  else if (key0 < std::numeric_limits<float>::infinity()) e = std::clamp(std::ilogb(key0) - 7, -100, 120);
+  const float inv = std::ldexp(1.0f, -e);
+  const __m512 vinv = _mm512_set1_ps(inv), cap = _mm512_set1_ps(255.0f);
+  for (int64_t j = 0; j < M * kK; j += 16) {
+    // (The maskz forms: the plain ones pass an undefined vector GCC warns about.)
+    const __m512 q = _mm512_maskz_min_ps(0xFFFF, _mm512_mul_ps(_mm512_loadu_ps(lut + j), vinv), cap);
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qlut + j),
+                     _mm512_maskz_cvtusepi32_epi8(0xFFFF, _mm512_maskz_cvttps_epi32(0xFFFF, q)));
+  }
+  const double margin = 1.0 + 4.0 * static_cast<double>(M) * std::ldexp(1.0, -24);
+  const int64_t nblocks = (size + kCodeBlock - 1) / kCodeBlock;
+  for (int64_t b = i / kCodeBlock; b < nblocks; ++b) {
+    const int64_t base = b * kCodeBlock;
+    const int64_t lo = std::max(i, base) - base, hi = std::min(size - base, kCodeBlock);
+    uint64_t live = (hi == 64 ? ~uint64_t{0} : (uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1);
+    // B >= limit: pruned (limit * 2^e > key * margin).
+    const double x = static_cast<double>(heap.front().key) * margin * static_cast<double>(inv);
+    const int limit = x < 255.0 ? static_cast<int>(x) + 1 : 256;
+    const uint8_t* blk = blocks + b * M * kCodeBlock;
+    if (limit <= 255) {
+      // Two blocks ahead stream in meanwhile (the lists are read once per query: from L3 or memory).
+      const uint8_t* ahead = b + 2 < nblocks ? blk + 2 * M * kCodeBlock : blk;
+      __m512i acc = _mm512_setzero_si512();
+      for (int64_t m = 0; m < M; ++m) {
+        const __m512i idx = _mm512_loadu_si512(blk + m * kCodeBlock);
+        _mm_prefetch(reinterpret_cast<const char*>(ahead + m * kCodeBlock), _MM_HINT_T0);
+        const uint8_t* qm = qlut + m * kK;
+        const __m512i low = _mm512_permutex2var_epi8(_mm512_loadu_si512(qm), idx, _mm512_loadu_si512(qm + 64));
+        const __m512i high = _mm512_permutex2var_epi8(_mm512_loadu_si512(qm + 128), idx, _mm512_loadu_si512(qm + 192));
+        acc = _mm512_adds_epu8(acc, _mm512_mask_blend_epi8(_mm512_movepi8_mask(idx), low, high));
+      }
+      live &= _mm512_cmplt_epu8_mask(acc, _mm512_set1_epi8(static_cast<char>(limit)));
+    }
+    // The survivors' exact sums, from the block just read (four at a time: independent chains).
+    while (live != 0) {
+      int64_t j[4];
+      int n = 0;
+      for (; n < 4 && live != 0; ++n, live &= live - 1) j[n] = std::countr_zero(live);
+      float s[4];
+      for (int r = 0; r < 4; ++r) s[r] = lut[blk[j[r < n ? r : 0]]];
+      for (int64_t m = 1; m < M; ++m) {
+        const float* lm = lut + m * kK;
+        const uint8_t* row = blk + m * kCodeBlock;
+        for (int r = 0; r < 4; ++r) s[r] = s[r] + lm[row[j[r < n ? r : 0]]];
+      }
+      for (int r = 0; r < n; ++r) offer(heap, k, d0 + s[r], ids, base + j[r]);
+    }
+  }
+}
+
+bool has_vbmi() {
+  static const bool yes = __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+                          __builtin_cpu_supports("avx512vbmi");
+  return yes && !g_force_scalar.load(std::memory_order_relaxed) && !g_force_avx2.load(std::memory_order_relaxed);
+}
+#endif
+
 // Scans one list's codes [size, M] into the (key, id) heap of the k best (worst on top).
 // kM > 0: M known at compile time; 0: runtime M.
 // kPlain: the keys need no rank_key (L2 tables of squares: every entry is +0 or more, d0 is +0,
@@ -695,6 +796,36 @@ void scan_list(const uint8_t* code, int64_t size, int64_t M_rt, const float* lut
   }
 }
 
+struct ListKey {
+  float key;
+  int64_t list;
+};
+inline bool ranks_before(const ListKey& a, const ListKey& b) {  // heap order: the last-ranked on top
+  return a.key < b.key || (a.key == b.key && a.list < b.list);
+}
+
+// Replaces the last-ranked of the heap sel by (key, list); returns the new last-ranked key.
+[[gnu::noinline]] float replace_last(std::vector<ListKey>& sel, float key, int64_t list) {
+  std::pop_heap(sel.begin(), sel.end(), ranks_before);
+  sel.back() = ListKey{key, list};
+  std::push_heap(sel.begin(), sel.end(), ranks_before);
+  return sel.front().key;
+}
+
+// The nprobe lists ranked first by (key, list), in that order, into sel: one pass over the lists in
+// ascending order keeping the nprobe best in a heap. A later list ranks after an equal key, so once
+// the heap is full only a strictly smaller key enters. keys [nlist] are never NaN.
+void select_lists(const float* keys, int64_t nlist, int64_t nprobe, std::vector<ListKey>& sel) {
+  sel.clear();
+  int64_t l = 0;
+  for (; l < nprobe; ++l) sel.push_back(ListKey{keys[l], l});
+  std::make_heap(sel.begin(), sel.end(), ranks_before);
+  float thr = sel.front().key;
+  for (; l < nlist; ++l)
+    if (keys[l] < thr) [[unlikely]] thr = replace_last(sel, keys[l], l);
+  std::sort_heap(sel.begin(), sel.end(), ranks_before);
+}
+
 // Quantizer tables derived from the trained parameters (rebuilt on training / loading).
 struct Tables {
   Columns coarse;
@@ -707,6 +838,7 @@ IvfPqIndex::IvfPqIndex(const IvfPqParams& params) : params_(params) {
   core::validate_ivfpq_params(params_);
   ids_.resize(static_cast<size_t>(params_.nlist));
   codes_.resize(static_cast<size_t>(params_.nlist));
+  lists_changed();
 }
 
 void IvfPqIndex::check_trained(const char* what) const {
@@ -718,6 +850,34 @@ struct IvfPqIndex::Term1 {
   bool ready = false;
   std::vector<float> table;
 };
+
+struct IvfPqIndex::CodeBlocks {
+  std::mutex mutex;
+  bool ready = false;
+  std::vector<std::vector<uint8_t>> lists;
+};
+
+void IvfPqIndex::lists_changed() {
+  blocks_ = std::make_shared<CodeBlocks>();  // copies made before keep theirs
+}
+
+const std::vector<std::vector<uint8_t>>& IvfPqIndex::code_blocks() const {
+  const std::lock_guard<std::mutex> lock(blocks_->mutex);
+  if (blocks_->ready) return blocks_->lists;
+  const int64_t M = params_.M;
+  blocks_->lists.resize(static_cast<size_t>(params_.nlist));
+  for (size_t l = 0; l < codes_.size(); ++l) {
+    const std::vector<uint8_t>& c = codes_[l];
+    const int64_t size = static_cast<int64_t>(ids_[l].size());
+    std::vector<uint8_t>& b = blocks_->lists[l];
+    b.assign(static_cast<size_t>((size + kCodeBlock - 1) / kCodeBlock * M * kCodeBlock), 0);
+    for (int64_t i = 0; i < size; ++i)
+      for (int64_t m = 0; m < M; ++m)
+        b[static_cast<size_t>(((i / kCodeBlock) * M + m) * kCodeBlock + i % kCodeBlock)] = c[static_cast<size_t>(i * M + m)];
+  }
+  blocks_->ready = true;
+  return blocks_->lists;
+}
 
 void IvfPqIndex::prepare_tables() {
   trained_ = true;
@@ -926,6 +1086,7 @@ void IvfPqIndex::append(const int64_t* lists, const uint8_t* codes, int64_t n, c
     codes_[l].insert(codes_[l].end(), codes + i * params_.M, codes + (i + 1) * params_.M);
   }
   ntotal_ += n;
+  lists_changed();
 }
 
 // Half tables: every entry rounded to the nearest float16 (ties to even, overflow to infinity)
@@ -954,11 +1115,21 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
   const float* term1_all = use_term1 ? term1().data() : nullptr;
   const Tables t = make_tables(p, centroids_, codebooks_);
   const int64_t M = p.M, dsub = this->dsub();
+#if PCOPS_IVFPQ_X86
+  // The L2 scans without precomputed terms bound their codes with the vectorised quantised sums.
+  const bool quantized_bound = !ip && !use_term1 && has_vbmi();
+#else
+  const bool quantized_bound = false;
+#endif
+  const std::vector<std::vector<uint8_t>>* blocks = quantized_bound ? &code_blocks() : nullptr;
   const float pad = ip ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
   parallel_for(ctx, 0, nq, 1, [&](int64_t b, int64_t e) {
     // Coarse distances of four queries at a time (the centroids stream through once per four).
     std::vector<float> coarse4(static_cast<size_t>(4 * t.coarse.stride));
-    std::vector<int64_t> order(static_cast<size_t>(p.nlist));
+    std::vector<ListKey> probe;
+    probe.reserve(static_cast<size_t>(nprobe));
+    std::vector<float> coarse_keys(static_cast<size_t>(ip ? p.nlist : 0));
+    std::vector<uint8_t> qlut(static_cast<size_t>(quantized_bound ? M * kK : 0));
     std::vector<float> residual(static_cast<size_t>(kTableBatch * p.dim));
     std::vector<float> lut(static_cast<size_t>(kTableBatch * M * kK));
     std::vector<float> term2(static_cast<size_t>(use_term1 ? M * kK : 0));
@@ -969,12 +1140,14 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
       const int64_t slot = (qi - b) % 4;
       if (slot == 0) t.coarse.distances_upto4(q, p.dim, std::min<int64_t>(4, e - qi), ip, coarse4.data());
       const float* coarse = coarse4.data() + slot * t.coarse.stride;
-      for (int64_t l = 0; l < p.nlist; ++l) order[static_cast<size_t>(l)] = l;
-      auto list_before = [&](int64_t a, int64_t c) {
-        const float ka = rank_key(coarse[static_cast<size_t>(a)], ip), kc = rank_key(coarse[static_cast<size_t>(c)], ip);
-        return ka < kc || (ka == kc && a < c);
-      };
-      std::partial_sort(order.begin(), order.begin() + nprobe, order.end(), list_before);
+      // The probed lists. L2 coarse distances are sums of squares (+0 or more, never NaN): their
+      // own keys; inner products go through rank_key.
+      const float* keys = coarse;
+      if (ip) {
+        for (int64_t l = 0; l < p.nlist; ++l) coarse_keys[static_cast<size_t>(l)] = rank_key(coarse[l], true);
+        keys = coarse_keys.data();
+      }
+      select_lists(keys, p.nlist, nprobe, probe);
       heap.clear();
       if (!per_list_lut) {
         for (int64_t m = 0; m < M; ++m) t.sub[static_cast<size_t>(m)].distances(q + m * dsub, ip, lut.data() + m * kK);
@@ -993,7 +1166,7 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
         int64_t lists[kTableBatch];
         int64_t nb = 0;
         for (; r < nprobe && nb < batch; ++r) {
-          const int64_t l = order[static_cast<size_t>(r)];
+          const int64_t l = probe[static_cast<size_t>(r)].list;
           if (!ids_[static_cast<size_t>(l)].empty()) lists[nb++] = l;
         }
         if (residual_tables && nb > 0) {
@@ -1017,7 +1190,7 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
             d0 = coarse[static_cast<size_t>(l)];  // |q - c_l|^2
             const float* t1 = term1_all + l * M * kK;
             if (r < nprobe) {  // the next list's table slab streams in while this list is scanned
-              const float* next = term1_all + order[static_cast<size_t>(r)] * M * kK;
+              const float* next = term1_all + probe[static_cast<size_t>(r)].list * M * kK;
               for (int64_t i = 0; i < M * kK; i += 16) __builtin_prefetch(next + i, 0, 1);
             }
             for (int64_t i = 0; i < M * kK; ++i) lut[static_cast<size_t>(i)] = t1[i] + term2[static_cast<size_t>(i)];
@@ -1033,8 +1206,18 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
               default: scan_list<0, kPlain>(code, size, M, table, d0, ip, lid.data(), k, heap); break;
             }
           };
-          if (!ip && !use_term1) scan(std::true_type{});
-          else scan(std::false_type{});
+          if (!ip && !use_term1) {
+#if PCOPS_IVFPQ_X86
+            if (quantized_bound) {
+              scan_list_quantized((*blocks)[static_cast<size_t>(l)].data(), code, size, M, table, d0, lid.data(), k,
+                                  heap, qlut.data());
+              continue;
+            }
+#endif
+            scan(std::true_type{});
+          } else {
+            scan(std::false_type{});
+          }
         }
       }
       std::sort_heap(heap.begin(), heap.end(), worse_than);
@@ -1077,6 +1260,7 @@ int64_t IvfPqIndex::remove_ids(const int64_t* ids, int64_t n) {
     lc.resize(w * M);
   }
   ntotal_ -= removed;
+  if (removed > 0) lists_changed();
   return removed;
 }
 
@@ -1084,6 +1268,7 @@ void IvfPqIndex::reset() {
   for (auto& v : ids_) v.clear();
   for (auto& v : codes_) v.clear();
   ntotal_ = 0;
+  lists_changed();
 }
 
 int64_t IvfPqIndex::list_size(int64_t list) const {
@@ -1192,6 +1377,7 @@ IvfPqIndex IvfPqIndex::load(std::istream& in) {
     get(in, lc.data(), lc.size());
     index.ntotal_ += size;
   }
+  index.lists_changed();
   return index;
 }
 

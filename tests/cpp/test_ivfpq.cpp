@@ -348,14 +348,19 @@ TEST(IvfPq, TiesOrderByIdAndPadding) {
   EXPECT_TRUE(std::isinf(dist[3]) && dist[3] > 0);
 }
 
-// The bounded L2 scan (a code whose first terms already exceed the k-th key is not finished) on
-// exact small-integer distances full of ties: codewords (j / 4, 0) per sub-quantizer, the query at
-// the only populated centroid, vectors that are exact codeword concatenations under shuffled ids.
-// Partial sums equal to the threshold (later terms zero: equal keys decided by id), equal to it
-// with later terms added (beyond it), and every code with the same partial sum.
+// The bounded L2 scans (a code whose first terms, or whose quantised terms, already exceed the
+// k-th key is not finished; the scalar / AVX2 and the AVX-512 VBMI forms) on exact small-integer
+// distances full of ties: codewords (j / 4, 0) per sub-quantizer, the query at the only populated
+// centroid, vectors that are exact codeword concatenations under shuffled ids. Partial sums equal
+// to the threshold (later terms zero: equal keys decided by id), equal to it with later terms added
+// (beyond it), every code with the same partial sum, a k-th key of zero (many codes at distance
+// 0), and codes far beyond the quantised range (saturated sums).
 TEST(IvfPq, BoundedScanKeepsTiesAtTheThreshold) {
+  namespace isa = pcops::cpu::ivfpq_detail;
+  for (const bool avx2 : {false, true})
   for (const int64_t M : {8, 16, 32})
-    for (int variant = 0; variant < 3; ++variant) {
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool a0 = isa::force_avx2(avx2);
       const int64_t dim = 2 * M, n = 611;
       IvfPqIndex index(IvfPqParams{dim, 3, M});
       std::vector<float> cent(static_cast<size_t>(3 * dim), 0.0f), books(static_cast<size_t>(M * 256 * 2), 0.0f);
@@ -374,7 +379,8 @@ TEST(IvfPq, BoundedScanKeepsTiesAtTheThreshold) {
           int64_t c;
           if (variant == 0) c = m < 4 ? rng() % 4 : (rng() % 8 == 0 ? rng() % 2 : 0);  // mostly zero tails
           else if (variant == 1) c = m < 4 ? 1 : rng() % 2;  // every partial sum equal
-          else c = rng() % 3;
+          else if (variant == 2) c = rng() % 3;
+          else c = rng() % 3 == 0 ? 0 : (rng() % 2 == 0 ? 1 : 255);  // zeros and saturating terms
           x[static_cast<size_t>(i * dim + 2 * m)] = 0.25f * static_cast<float>(c);
         }
         if (i % 50 == 7)  // a few in the far list
@@ -386,7 +392,76 @@ TEST(IvfPq, BoundedScanKeepsTiesAtTheThreshold) {
       const std::vector<float> q(static_cast<size_t>(dim), 0.0f);
       for (int64_t nprobe : {1, 2, 3})
         for (int64_t k : {1, 5, 10, 37, 200}) expect_search_matches_brute(index, q, k, nprobe);
+      isa::force_avx2(a0);
     }
+}
+
+// The bounded scans at the ends of float's range: distances that overflow to +inf (a k-th key of
+// +inf: nothing can be pruned) and subnormal ones (the quantisation's smallest unit), against the
+// brute force.
+TEST(IvfPq, BoundedScanAtTheEndsOfTheRange) {
+  namespace isa = pcops::cpu::ivfpq_detail;
+  for (const bool avx2 : {false, true})
+    for (const float scale : {1e19f, 1e-21f, 1.0f}) {
+      const bool a0 = isa::force_avx2(avx2);
+      const int64_t dim = 32, n = 700;
+      auto x = clustered(n, dim, 6, 81);
+      for (float& v : x) v *= scale;
+      IvfPqIndex index = trained(IvfPqParams{dim, 4, 16}, x);
+      index.add(ctx(), x.data(), n);
+      auto q = clustered(9, dim, 6, 82);
+      for (float& v : q) v *= scale;
+      for (int64_t k : {1, 10, 100}) expect_search_matches_brute(index, q, k, 2);
+      isa::force_avx2(a0);
+    }
+}
+
+// List selection with the cut inside a group of equal coarse keys: 32 centroids +-4 e_i, all at
+// the same distance (and inner product 0) from queries at the origin, every list populated; ties
+// go to the smaller list, for every nprobe up to nlist, both metrics.
+TEST(IvfPq, ListSelectionTiesGoToTheSmallerList) {
+  const int64_t dim = 16, nlist = 32;
+  std::vector<float> cent(static_cast<size_t>(nlist * dim), 0.0f);
+  for (int64_t l = 0; l < nlist; ++l) cent[static_cast<size_t>(l * dim + l / 2)] = l % 2 == 0 ? 4.0f : -4.0f;
+  auto x = clustered(640, dim, 1, 93);  // noise around a centre, moved onto each centroid
+  for (int64_t i = 0; i < 640; ++i)
+    for (int64_t d = 0; d < dim; ++d)
+      x[static_cast<size_t>(i * dim + d)] = 0.1f * (x[static_cast<size_t>(i * dim + d)] - 5.0f) +
+                                            cent[static_cast<size_t>((i % nlist) * dim + d)];
+  for (IvfPqMetric metric : {IvfPqMetric::L2, IvfPqMetric::InnerProduct}) {
+    IvfPqIndex index = trained(IvfPqParams{dim, nlist, 8, 8, metric, true}, x);
+    std::vector<float> books(index.codebooks());
+    index = IvfPqIndex(IvfPqParams{dim, nlist, 8, 8, metric, true});
+    index.set_quantizers(cent.data(), books.data());
+    index.add(ctx(), x.data(), 640);
+    for (int64_t l = 0; l < nlist; ++l) ASSERT_GT(index.list_size(l), 0);
+    std::vector<float> q(static_cast<size_t>(3 * dim), 0.0f);
+    q[static_cast<size_t>(dim + 3)] = 1e-3f;  // a near tie
+    for (int64_t nprobe : {1, 2, 5, 16, 31, 32}) expect_search_matches_brute(index, q, 25, nprobe);
+  }
+}
+
+// The lists' sub-quantizer-major copy follows every change of the lists (add, remove_ids, reset)
+// and a copy of the index keeps its own.
+TEST(IvfPq, CodeBlocksFollowTheLists) {
+  const int64_t dim = 32, n = 900;
+  const auto x = clustered(n, dim, 8, 91);
+  const auto q = clustered(11, dim, 8, 92);
+  IvfPqIndex index = trained(IvfPqParams{dim, 5, 16}, x);
+  index.add(ctx(), x.data(), 300);
+  expect_search_matches_brute(index, q, 10, 2);
+  IvfPqIndex copy = index;
+  index.add(ctx(), x.data() + 300 * dim, 600);
+  expect_search_matches_brute(index, q, 10, 2);
+  expect_search_matches_brute(copy, q, 10, 2);
+  std::vector<int64_t> gone;
+  for (int64_t i = 0; i < n; i += 3) gone.push_back(i);
+  EXPECT_EQ(index.remove_ids(gone.data(), static_cast<int64_t>(gone.size())), 300);
+  expect_search_matches_brute(index, q, 10, 3);
+  index.reset();
+  index.add(ctx(), x.data() + 100 * dim, 77);
+  expect_search_matches_brute(index, q, 10, 5);
+  expect_search_matches_brute(copy, q, 10, 2);
 }
 
 TEST(IvfPq, SaveLoadRoundTripRemoveReset) {
