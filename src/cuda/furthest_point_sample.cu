@@ -797,7 +797,6 @@ struct FpsSortedPolicy {
   static constexpr int kThreads = 1024;  // the list kernel
   static constexpr int kThreads2 = 512;  // the one-barrier kernel
   static constexpr int kMaxRounds2 = 4;  // its chunks per lane (registers), else the list kernel
-  static constexpr int kFoldChunks = 2;  // chunks folded at once by a warp (rounds <= 2)
   static constexpr int kChunk = 256;  // points per chunk: 8 per lane of the warp that folds it
   static constexpr int kPerLane = kChunk / 32;
   static constexpr int kCellBits = 7;  // per axis: 2^21 cells (about 12 points a cell on a 1M shell)
@@ -942,16 +941,16 @@ struct ChunkWinner {
 // of them is issued before the first fold, so NC chunks cost about one memory round trip.
 // kInitFold: the initial m (+inf, or -1 for a skipped point) is folded with the centre at once
 // (step 0 and the fold of step 1 in one pass).
-template <bool kFinite, bool kInit, int NC, bool kInitFold = false>
+template <bool kFinite, bool kInit, int NC, bool kInitFold = false, int L = FpsSortedPolicy::kPerLane>
 __device__ __forceinline__ void fps_fold_chunks(const float4* __restrict__ pts, float* __restrict__ mg,
                                                 const int64_t (&c)[NC], float cx, float cy, float cz, bool skip,
                                                 int lane, ChunkWinner (&w)[NC]) {
-  constexpr int L = FpsSortedPolicy::kPerLane;
+  // L points per lane: chunks of 32 L points.
   float4 v[NC][L];
   float mm[NC][L];
 #pragma unroll
   for (int n = 0; n < NC; ++n) {
-    const int64_t p0 = c[n] * FpsSortedPolicy::kChunk + lane;
+    const int64_t p0 = c[n] * (32 * L) + lane;
 #pragma unroll
     for (int u = 0; u < L; ++u) v[n][u] = pts[p0 + u * 32];
     if constexpr (!kInit) {
@@ -961,7 +960,7 @@ __device__ __forceinline__ void fps_fold_chunks(const float4* __restrict__ pts, 
   }
 #pragma unroll
   for (int n = 0; n < NC; ++n) {
-    const int64_t p0 = c[n] * FpsSortedPolicy::kChunk + lane;
+    const int64_t p0 = c[n] * (32 * L) + lane;
     int bkey = kNoKey;
     unsigned bidx = kNoIndex;
     float bx = 0.0f, by = 0.0f, bz = 0.0f;
@@ -1138,7 +1137,24 @@ __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
 // whole warp, NC chunks at a time) and reduces its chunk winners into red_*[par]; one
 // __syncthreads, then warp 0 reduces the W warp winners and sends the block winner (the exchange
 // of the big-cluster path). No shared chunk summaries, list, atomics or scan.
-template <int T, int R, int NC>
+#ifdef PCOPS_FPS_TRACE
+// Development build only (benchmarks/scripts/fps_trace.cu): clock64 stamps of steps
+// [kTraceFirst, kTraceFirst + kTraceSteps) per block: [0] loop top, [1 + w] warp w's fold done,
+// [33] after the barrier, [34] block winner sent, [35] cluster winner received.
+constexpr int kTraceFirst = 512, kTraceSteps = 64, kTraceSlots = 36;
+__device__ long long g_fps_trace[16 * kTraceSteps * kTraceSlots];
+#define PCOPS_FPS_STAMP(t, slot)                                                                      \
+  do {                                                                                                \
+    if ((t) >= kTraceFirst && (t) < kTraceFirst + kTraceSteps)                                        \
+      g_fps_trace[(blockIdx.x * kTraceSteps + ((t) - kTraceFirst)) * kTraceSlots + (slot)] = clock64(); \
+  } while (0)
+#else
+#define PCOPS_FPS_STAMP(t, slot) \
+  do {                           \
+  } while (0)
+#endif
+
+template <int T, int R, int NC, int L>
 __global__ void __launch_bounds__(T, 1)
     fps_sorted2_kernel(FpsArgs A, const float4* __restrict__ pts, float* __restrict__ mg, const SortedCloud* cloud,
                        int64_t chunks) {
@@ -1146,7 +1162,7 @@ __global__ void __launch_bounds__(T, 1)
   constexpr int W = T / 32;
   constexpr unsigned kStepBytes = C * kBlockRecordBytes;
   static_assert(W <= 32 && C <= 32, "one warp winner / block record per lane");
-  static_assert(NC == 1 || NC == 2, "one or two chunks per fold");
+  static_assert(NC >= 1 && NC <= 4, "one to four chunks per fold");
   __shared__ int red_key[2][W];
   __shared__ unsigned red_idx[2][W];
   __shared__ float red_xyz[2][3][W];
@@ -1175,6 +1191,38 @@ __global__ void __launch_bounds__(T, 1)
   if (rank == 0 && tid == 0) o[0] = info.first + info.start;
   if (tid == 0) init_step_barriers(bars, kStepBytes);
 
+  // Folds the chunks of round r owned by lanes sl[0..cnt) (cnt >= 1, the rest -1) in one memory
+  // round trip; the owners keep the new summaries (and, in the initial pass, the boxes).
+  const auto fold_group = [&](int r, const int (&sl)[NC], int cnt, auto init_c, auto finite_c) {
+    constexpr bool kInitial = decltype(init_c)::value, kFinite = decltype(finite_c)::value;
+    const auto go = [&](auto n_c) {
+      constexpr int N = decltype(n_c)::value;
+      if constexpr (N <= NC) {
+        int64_t cs[N];
+        ChunkWinner w[N];
+#pragma unroll
+        for (int n = 0; n < N; ++n) cs[n] = global_chunk(r, sl[n]);
+        fps_fold_chunks<kFinite, kInitial, N, kInitial, L>(pts, mg, cs, cx, cy, cz, skip, lane, w);
+#pragma unroll
+        for (int n = 0; n < N; ++n) {
+          if (lane == sl[n]) {
+            key[r] = w[n].key, idx[r] = w[n].idx, wx[r] = w[n].x, wy[r] = w[n].y, wz[r] = w[n].z;
+            if constexpr (kInitial) {
+              for (int d = 0; d < 3; ++d) lo[r][d] = w[n].lo[d], hi[r][d] = w[n].hi[d];
+            }
+          }
+        }
+      }
+    };
+    using std::integral_constant;
+    switch (cnt) {
+      case 1: go(integral_constant<int, 1>{}); break;
+      case 2: go(integral_constant<int, 2>{}); break;
+      case 3: go(integral_constant<int, 3>{}); break;
+      default: go(integral_constant<int, 4>{}); break;
+    }
+  };
+
   const auto run = [&](auto finite_c) {
     constexpr bool kFinite = decltype(finite_c)::value;
     // Step 0 and step 1's fold (with the start point) in one pass over every chunk.
@@ -1184,25 +1232,11 @@ __global__ void __launch_bounds__(T, 1)
       idx[r] = kNoIndex;
       wx[r] = wy[r] = wz[r] = 0.0f;
       for (int d = 0; d < 3; ++d) lo[r][d] = 0.0f, hi[r][d] = 0.0f;
-      for (int s = 0; s < 32 && owns(r, s); s += 2) {
-        ChunkWinner w[2];
-        const bool pair = s + 1 < 32 && owns(r, s + 1);
-        if (pair) {
-          const int64_t cs[2] = {global_chunk(r, s), global_chunk(r, s + 1)};
-          fps_fold_chunks<kFinite, true, 2, true>(pts, mg, cs, cx, cy, cz, skip, lane, w);
-        } else {
-          const int64_t cs[1] = {global_chunk(r, s)};
-          ChunkWinner w1[1];
-          fps_fold_chunks<kFinite, true, 1, true>(pts, mg, cs, cx, cy, cz, skip, lane, w1);
-          w[0] = w1[0];
-        }
-#pragma unroll
-        for (int n = 0; n < 2; ++n) {
-          if (lane == s + n && (n == 0 || pair)) {
-            key[r] = w[n].key, idx[r] = w[n].idx, wx[r] = w[n].x, wy[r] = w[n].y, wz[r] = w[n].z;
-            for (int d = 0; d < 3; ++d) lo[r][d] = w[n].lo[d], hi[r][d] = w[n].hi[d];
-          }
-        }
+      for (int s0 = 0; s0 < 32 && owns(r, s0); s0 += NC) {
+        int sl[NC];
+        int cnt = 0;
+        for (int n = 0; n < NC; ++n) sl[n] = s0 + n < 32 && owns(r, s0 + n) ? (++cnt, s0 + n) : -1;
+        fold_group(r, sl, cnt, std::true_type{}, finite_c);
       }
     }
     cg::cluster_group cluster = cg::this_cluster();
@@ -1213,6 +1247,7 @@ __global__ void __launch_bounds__(T, 1)
       int bkey = kNoKey;
       unsigned bidx = kNoIndex;
       float bx = 0.0f, by = 0.0f, bz = 0.0f;
+      if (tid == 0) PCOPS_FPS_STAMP(t, 0);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         bool act = false;
@@ -1229,26 +1264,14 @@ __global__ void __launch_bounds__(T, 1)
         }
         unsigned mask = __ballot_sync(kFull, act);
         while (mask != 0) {  // uniform over the warp: the reachable chunks, NC at a time
-          int s[2];
-          s[0] = __ffs(mask) - 1;
-          mask &= mask - 1;
-          ChunkWinner w[2];
-          if (NC == 2 && mask != 0) {
-            s[1] = __ffs(mask) - 1;
-            mask &= mask - 1;
-            const int64_t cs[2] = {global_chunk(r, s[0]), global_chunk(r, s[1])};
-            fps_fold_chunks<kFinite, false, 2>(pts, mg, cs, cx, cy, cz, skip, lane, w);
-          } else {
-            s[1] = -1;
-            const int64_t cs[1] = {global_chunk(r, s[0])};
-            ChunkWinner w1[1];
-            fps_fold_chunks<kFinite, false, 1>(pts, mg, cs, cx, cy, cz, skip, lane, w1);
-            w[0] = w1[0];
-          }
+          int sl[NC];
+          int cnt = 0;
 #pragma unroll
-          for (int n = 0; n < 2; ++n) {
-            if (lane == s[n]) key[r] = w[n].key, idx[r] = w[n].idx, wx[r] = w[n].x, wy[r] = w[n].y, wz[r] = w[n].z;
+          for (int n = 0; n < NC; ++n) {
+            sl[n] = -1;
+            if (mask != 0) sl[n] = __ffs(mask) - 1, mask &= mask - 1, ++cnt;
           }
+          fold_group(r, sl, cnt, std::false_type{}, finite_c);
         }
         if (owns(r, lane) && (key[r] > bkey || (key[r] == bkey && idx[r] < bidx)))
           bkey = key[r], bidx = idx[r], bx = wx[r], by = wy[r], bz = wz[r];
@@ -1264,10 +1287,12 @@ __global__ void __launch_bounds__(T, 1)
         red_key[par][warp] = wkey;
         red_idx[par][warp] = widx;
         red_xyz[par][0][warp] = bx, red_xyz[par][1][warp] = by, red_xyz[par][2][warp] = bz;
+        PCOPS_FPS_STAMP(t, 1 + warp);
       }
       // red_*[par] is rewritten at step t + 2, after every block's step t + 1 record arrived,
       // which warp 0 of each block sends after this block's step t + 1 barrier.
       __syncthreads();
+      if (tid == 0) PCOPS_FPS_STAMP(t, 33);
       if (warp == 0) {
         const int k = lane < W ? red_key[par][lane] : kNoKey;
         const unsigned x = lane < W ? red_idx[par][lane] : kNoIndex;
@@ -1275,8 +1300,10 @@ __global__ void __launch_bounds__(T, 1)
         src = __ffs(__ballot_sync(kFull, k == wkey && x == widx)) - 1;
         const float px = red_xyz[par][0][src], py = red_xyz[par][1][src], pz = red_xyz[par][2][src];
         send_block_winner<C>(slots, bars, par, rank, lane, wkey, widx, px, py, pz);
+        if (lane == 0) PCOPS_FPS_STAMP(t, 34);
       }
       widx = receive_cluster_winner<C>(slots, bars, par, t, tid, lane, kStepBytes, cx, cy, cz);
+      if (tid == 0) PCOPS_FPS_STAMP(t, 35);
       if (rank == 0 && tid == 0) o[t] = info.first + static_cast<int64_t>(widx);
     }
   };
@@ -1529,17 +1556,24 @@ bool sorted_launch_config(const CudaContext& ctx, K kernel, int threads, size_t 
   return known[key] = clusters >= 1;
 }
 
-// The one-barrier kernel for `per_block` chunks per block (at most kMaxRounds2 rounds of
-// kThreads2 chunks; false beyond); calls f(kernel, threads). nc: chunks per fold (0: the policy's).
-template <class F>
+// The one-barrier kernel for `per_block` chunks per block of 32 L points (at most kMaxRounds2
+// rounds of kThreads2 chunks; false beyond); calls f(kernel, threads). nc: chunks per fold (0:
+// the policy's: two chunks of 256 points, or four of 128, per memory round trip).
+template <int L, class F>
 bool with_sorted2_kernel(int64_t per_block, int nc, F&& f) {
   using P = FpsSortedPolicy;
   constexpr int T = P::kThreads2;
   const int64_t r = detail::ceil_div(per_block, int64_t{T});
-  if (nc == 0) nc = P::kFoldChunks;
-  if (r <= 1) return nc == 1 ? f(fps_sorted2_kernel<T, 1, 1>, T) : f(fps_sorted2_kernel<T, 1, 2>, T);
-  if (r <= 2) return nc == 1 ? f(fps_sorted2_kernel<T, 2, 1>, T) : f(fps_sorted2_kernel<T, 2, 2>, T);
-  if (r <= 4) return f(fps_sorted2_kernel<T, 4, 1>, T);
+  if (nc == 0) nc = L == 8 ? 2 : 4;
+  if (r <= 1) {
+    if (nc == 1) return f(fps_sorted2_kernel<T, 1, 1, L>, T);
+    if constexpr (L == 4) {  // four chunks of 128 points: the registers of two of 256
+      if (nc != 2) return f(fps_sorted2_kernel<T, 1, 4, L>, T);
+    }
+    return f(fps_sorted2_kernel<T, 1, 2, L>, T);
+  }
+  if (r <= 2) return nc == 1 ? f(fps_sorted2_kernel<T, 2, 1, L>, T) : f(fps_sorted2_kernel<T, 2, 2, L>, T);
+  if (r <= 4) return f(fps_sorted2_kernel<T, 4, 1, L>, T);
   return false;
 }
 
@@ -1547,12 +1581,16 @@ bool with_sorted2_kernel(int64_t per_block, int nc, F&& f) {
 // shared memory (more than about 16M points) or the cluster cannot be resident (the grid or
 // streaming path takes the cloud then). variant: -1 the list kernel; else the one-barrier kernel
 // folding `variant` chunks at a time (0: the policy's), or the list kernel past its rounds.
-bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, int64_t N, int variant) {
+// chunk: points per chunk of the one-barrier kernel (256 or 128; the list kernel: 256).
+bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, int64_t N, int variant,
+                int chunk = FpsSortedPolicy::kChunk) {
   using P = FpsSortedPolicy;
-  const int64_t chunks = detail::ceil_div(N, int64_t{P::kChunk});
-  const int64_t per_block = detail::ceil_div(chunks, int64_t{P::kCluster});
   if (N >= int64_t{1} << 31) return false;
-  const bool list = variant < 0 || per_block > int64_t{P::kThreads2} * P::kMaxRounds2;
+  const auto blocks_chunks = [&](int c) { return detail::ceil_div(detail::ceil_div(N, int64_t{c}), int64_t{P::kCluster}); };
+  const bool list = variant < 0 || blocks_chunks(P::kChunk) > int64_t{P::kThreads2} * P::kMaxRounds2;
+  if (list || blocks_chunks(chunk) > int64_t{P::kThreads2} * P::kMaxRounds2) chunk = P::kChunk;
+  const int64_t chunks = detail::ceil_div(N, int64_t{chunk});
+  const int64_t per_block = detail::ceil_div(chunks, int64_t{P::kCluster});
   const size_t smem = list ? static_cast<size_t>(per_block) * (sizeof(ChunkMeta) + sizeof(int)) : 0;
   if (smem > P::kMaxSmem) return false;
   SortedLaunch L;
@@ -1562,7 +1600,10 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
     chosen = reinterpret_cast<const void*>(kernel);
     return true;
   };
-  if (!(list ? pick(fps_sorted_kernel, P::kThreads) : with_sorted2_kernel(per_block, variant, pick))) return false;
+  const bool picked = list           ? pick(fps_sorted_kernel, P::kThreads)
+                      : chunk == 128 ? with_sorted2_kernel<4>(per_block, variant, pick)
+                                     : with_sorted2_kernel<8>(per_block, variant, pick);
+  if (!picked) return false;
   const cudaStream_t stream = detail::stream_of(ctx);
   // Bounding box and safety flag.
   float* partial = ws.alloc<float>(P::kBoxBlocks * 8);
@@ -1572,7 +1613,7 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
                  static_cast<int>(P::kBoxBlocks), cloud);
   // Counting sort into the cells (Morton order of the cells): counts, exclusive scan, placement.
   constexpr int64_t kCells = int64_t{1} << (3 * P::kCellBits);
-  const int64_t padded = chunks * P::kChunk;
+  const int64_t padded = chunks * chunk;
   auto* pts = static_cast<float4*>(ws.bytes(static_cast<size_t>(padded) * sizeof(float4)));
   float* mg = ws.alloc<float>(padded);
   unsigned* counts = ws.alloc<unsigned>(kCells);
@@ -1599,7 +1640,8 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
 // Tuning override for benchmarks (environment PCOPS_CUDA_FPS_CONFIG, read at every call):
 // "cluster:C" (cluster path with C blocks), "cluster-nocopy:C" (the same without the cloud copy), "big:T" (big-cluster path, T threads per block),
 // "grid:G" (grid path, G blocks per cloud), "sorted" (sorted path, one cloud; "sorted:NC" the one-barrier
-// kernel folding NC chunks at a time, "sorted-list" the list kernel), "stream". Unset: the measured choice below.
+// kernel folding NC chunks at a time, "sorted128[:NC]" the same with chunks of 128 points, "sorted-list" the
+// list kernel), "stream". Unset: the measured choice below.
 struct FpsOverride {
   std::string path;
   int value = 0;
@@ -1648,8 +1690,9 @@ void dispatch(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, i
   // Dense single clouds (a ragged single cloud would work the same way through cloud_ref, but has
   // not run on a GPU yet).
   if (D == 3 && B == 1 && a.ragged == nullptr &&
-      (ov.path.empty() ? N > FpsSortedPolicy::kMinPoints : ov.path == "sorted" || ov.path == "sorted-list") &&
-      run_sorted(ctx, ws, a, N, ov.path == "sorted-list" ? -1 : ov.value)) {
+      (ov.path.empty() ? N > FpsSortedPolicy::kMinPoints
+                       : ov.path == "sorted" || ov.path == "sorted128" || ov.path == "sorted-list") &&
+      run_sorted(ctx, ws, a, N, ov.path == "sorted-list" ? -1 : ov.value, ov.path == "sorted128" ? 128 : 256)) {
     return;
   }
   const int64_t grid_sms = std::min<int64_t>(sms, FpsGridPolicy::kMaxBlocks);

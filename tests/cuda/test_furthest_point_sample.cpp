@@ -194,7 +194,7 @@ TEST(CudaFurthestPointSample, MillionPointShell) {
 
 TEST(CudaFurthestPointSample, SortedPathShortRunForSanitizers) {
   // The one-barrier kernel (one and two chunks per fold) and the list kernel.
-  for (const char* config : {"sorted:1", "sorted:2", "sorted-list"}) {
+  for (const char* config : {"sorted:1", "sorted:2", "sorted128", "sorted-list"}) {
     SCOPED_TRACE(config);
     std::mt19937 rng(32);
     const ForcePath sorted(config);
@@ -208,7 +208,8 @@ TEST(CudaFurthestPointSample, SortedPathShortRunForSanitizers) {
 TEST(CudaFurthestPointSample, SortedKernelsEveryRoundAndFoldWidth) {
   // Chunk i of a block belongs to lane (i / W) % 32 of warp i % W, round i / (32 W), W = 16:
   // fewer chunks than warps, one partial round, two rounds (1.1M points: 269 chunks a block),
-  // three of four rounds (4.5M: 1099); one or two chunks per fold; the list kernel.
+  // three of four rounds (4.5M: 1099); one, two or four chunks per fold; chunks of 128 points
+  // (4.5M: past the rounds, chunks of 256); the list kernel.
   std::mt19937 rng(33);
   std::vector<Cloud> clouds;
   for (int64_t n : {300, 70000, 1100000}) clouds.push_back(pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f));
@@ -220,7 +221,7 @@ TEST(CudaFurthestPointSample, SortedKernelsEveryRoundAndFoldWidth) {
   pcops_test::spatial_sort(sorted_cloud);
   clouds.push_back(sorted_cloud);
   const Cloud huge = pcops_test::uniform_cloud(rng, 1, 4500000, 3, -1.0f, 1.0f);
-  for (const char* config : {"sorted", "sorted:1", "sorted:2", "sorted-list"}) {
+  for (const char* config : {"sorted", "sorted:1", "sorted:2", "sorted128", "sorted128:1", "sorted128:2", "sorted-list"}) {
     SCOPED_TRACE(config);
     const ForcePath sorted(config);
     for (const Cloud& c : clouds) expect_same(c, params_of(std::min<int64_t>(c.count, 400), c.count / 3));
