@@ -637,42 +637,68 @@ inline void offer(std::vector<Candidate>& heap, int64_t k, float key, const int6
   }
 }
 
+// A code waiting for its exact sum: its column in a sub-quantizer-major block (code byte m at
+// col[m * kCodeBlock]) and its index in the list.
+struct Pending {
+  const uint8_t* col;
+  int64_t index;
+};
+
+// The exact sums of the n pending codes, eight at a time (eight independent chains, each in
+// codeword order), offered to the heap in order.
+inline void finish_pending(const Pending* pend, int64_t n, int64_t M, const float* lut, float d0, const int64_t* ids,
+                           int64_t k, std::vector<Candidate>& heap) {
+  for (int64_t g = 0; g < n; g += 8) {
+    const int64_t cnt = std::min<int64_t>(8, n - g);
+    const uint8_t* col[8];
+    for (int r = 0; r < 8; ++r) col[r] = pend[g + (r < cnt ? r : 0)].col;
+    float s[8];
+    for (int r = 0; r < 8; ++r) s[r] = lut[col[r][0]];
+    for (int64_t m = 1; m < M; ++m) {
+      const float* lm = lut + m * kK;
+      for (int r = 0; r < 8; ++r) s[r] = s[r] + lm[col[r][m * kCodeBlock]];
+    }
+    for (int64_t r = 0; r < cnt; ++r) offer(heap, k, d0 + s[r], ids, pend[g + r].index);
+  }
+}
+
 #if PCOPS_IVFPQ_X86
 // The L2 scan of tables of squares with a vectorised bound (AVX-512 VBMI): once the heap holds k
-// candidates, the table is quantised down to bytes in units of 2^e (q = min(255, floor(entry /
-// 2^e)): exact, a power-of-two scaling), and 64 codes at a time add their M quantised terms with
-// unsigned saturation (blocks: the list's codes sub-quantizer-major, [blocks, M, 64]). The
-// saturated sum B satisfies B * 2^e <= the exact real sum of the code's entries, which is at most
-// (1 + u)^(M - 1) times the float sum in codeword order (nonnegative terms, u = 2^-24). A code with
-// B * 2^e > key * (1 + 4 M u) >= key * (1 + u)^(M - 1), key the heap's largest, has a distance
-// strictly greater than it and cannot enter; every other code's distance is computed exactly (the
-// contract's sum), so the result is the unbounded scan's. qlut: M * 256 bytes of scratch.
+// candidates, the table is quantised down to bytes (q = min(255, floor(fl(entry * inv))), for a
+// float inv that puts the k-th key near 252), and 64 codes at a time add their M quantised terms
+// with unsigned saturation (blocks: the list's codes sub-quantizer-major, [blocks, M, 64]). Each q
+// is at most entry * inv * (1 + u) (u = 2^-24: fl's rounding), so the saturated sum B satisfies
+// B / inv <= (1 + u) times the exact real sum of the code's entries, which is at most (1 + u)^(M-1)
+// times the float sum in codeword order (nonnegative terms). A code with B / inv > key * (1 + 4 (M
+// + 1) u) >= key * (1 + u)^M, key the heap's largest, has a distance strictly greater than it and
+// cannot enter; every other code's distance is computed exactly (the contract's sum), so the result
+// is the unbounded scan's. qlut: M * 256 bytes of scratch.
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void scan_list_quantized(
     const uint8_t* blocks, const uint8_t* code, int64_t size, int64_t M, const float* lut, float d0,
     const int64_t* ids, int64_t k, std::vector<Candidate>& heap, uint8_t* qlut) {
   int64_t i = 0;
   for (; i < size && static_cast<int64_t>(heap.size()) < k; ++i) offer(heap, k, d0 + code_sum(code + i * M, M, lut), ids, i);
   if (i == size) return;
-  // Units of 2^e with the current k-th key at 128 to 256 units (clamped: inv and 2^e stay normal).
-  const float key0 = heap.front().key;
-  int e = 120;
-  if (key0 == 0.0f) e = -100;
-  else if (key0 < std::numeric_limits<float>::infinity()) e = std::clamp(std::ilogb(key0) - 7, -100, 120);
-  const float inv = std::ldexp(1.0f, -e);
-  const __m512 vinv = _mm512_set1_ps(inv), cap = _mm512_set1_ps(255.0f);
+  // Units of 1 / inv with the current k-th key at about 252 units (inv clamped to [2^-100, 2^100]).
+  const double key0 = heap.front().key;
+  const float inv = static_cast<float>(std::clamp(key0 > 0.0 ? 252.0 / key0 : 0x1p100, 0x1p-100, 0x1p100));
+  // fl(entry * inv) truncated to an integer, then narrowed with unsigned saturation: at most 255,
+  // and values of 2^31 or more (+inf included) convert to 0x80000000, which saturates to 255 too.
+  // (The maskz forms: the plain ones pass an undefined vector GCC warns about.)
+  const __m512 vinv = _mm512_set1_ps(inv);
   for (int64_t j = 0; j < M * kK; j += 16) {
-    // (The maskz forms: the plain ones pass an undefined vector GCC warns about.)
-    const __m512 q = _mm512_maskz_min_ps(0xFFFF, _mm512_mul_ps(_mm512_loadu_ps(lut + j), vinv), cap);
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qlut + j),
-                     _mm512_maskz_cvtusepi32_epi8(0xFFFF, _mm512_maskz_cvttps_epi32(0xFFFF, q)));
+    const __m512i q = _mm512_maskz_cvttps_epi32(0xFFFF, _mm512_mul_ps(_mm512_loadu_ps(lut + j), vinv));
+    _mm_storeu_si128(reinterpret_cast<__m128i*>(qlut + j), _mm512_maskz_cvtusepi32_epi8(0xFFFF, q));
   }
-  const double margin = 1.0 + 4.0 * static_cast<double>(M) * std::ldexp(1.0, -24);
+  const double margin = 1.0 + 4.0 * static_cast<double>(M + 1) * 0x1p-24;
   const int64_t nblocks = (size + kCodeBlock - 1) / kCodeBlock;
+  Pending pending[kCodeBlock + 8];
+  int64_t np = 0;
   for (int64_t b = i / kCodeBlock; b < nblocks; ++b) {
     const int64_t base = b * kCodeBlock;
     const int64_t lo = std::max(i, base) - base, hi = std::min(size - base, kCodeBlock);
     uint64_t live = (hi == 64 ? ~uint64_t{0} : (uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1);
-    // B >= limit: pruned (limit * 2^e > key * margin).
+    // B >= limit: pruned (limit / inv > key * margin).
     const double x = static_cast<double>(heap.front().key) * margin * static_cast<double>(inv);
     const int limit = x < 255.0 ? static_cast<int>(x) + 1 : 256;
     const uint8_t* blk = blocks + b * M * kCodeBlock;
@@ -690,19 +716,16 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void scan_list_quantized(
       }
       live &= _mm512_cmplt_epu8_mask(acc, _mm512_set1_epi8(static_cast<char>(limit)));
     }
-    // The survivors' exact sums, from the block just read (four at a time: independent chains).
-    while (live != 0) {
-      int64_t j[4];
-      int n = 0;
-      for (; n < 4 && live != 0; ++n, live &= live - 1) j[n] = std::countr_zero(live);
-      float s[4];
-      for (int r = 0; r < 4; ++r) s[r] = lut[blk[j[r < n ? r : 0]]];
-      for (int64_t m = 1; m < M; ++m) {
-        const float* lm = lut + m * kK;
-        const uint8_t* row = blk + m * kCodeBlock;
-        for (int r = 0; r < 4; ++r) s[r] = s[r] + lm[row[j[r < n ? r : 0]]];
-      }
-      for (int r = 0; r < n; ++r) offer(heap, k, d0 + s[r], ids, base + j[r]);
+    // The survivors wait (their ids prefetched) until eight or more are pending: their exact sums
+    // then run eight at a time (independent chains) from their blocks, still in cache.
+    for (; live != 0; live &= live - 1) {
+      const int64_t j = std::countr_zero(live);
+      _mm_prefetch(reinterpret_cast<const char*>(ids + base + j), _MM_HINT_T0);
+      pending[np++] = Pending{blk + j, base + j};
+    }
+    if (np >= 8 || b + 1 == nblocks) {
+      finish_pending(pending, np, M, lut, d0, ids, k, heap);
+      np = 0;
     }
   }
 }
