@@ -1,19 +1,26 @@
 // torch.ops.pcops.{scatter, segment_csr, segment_coo, gather_csr, gather_coo}: CPU and CUDA
 // registrations (contract: include/pcops/scatter.hpp). The Python wrappers (pcops/ops/scatter.py)
-// broadcast the index and compute the output sizes, so every schema's output shape follows from
-// its arguments; `out` arguments here are start values (the ops never write their inputs).
+// broadcast the index (scatter also takes a 1-D index along dim as it is) and compute the output
+// sizes, so every schema's output shape follows from its arguments; `out` arguments here are
+// start values (the ops never write their inputs).
 // One implementation per op, templated on the backend: CpuBackend (the CPU operators validate
-// index / indptr values themselves) or CudaBackend (values live on the device: one statistics
-// kernel runs in stream order beside the reduction, whose kernels skip out-of-range indices and
-// clamp offsets (memory-safe for any values) and write only fresh tensors; the call then reads
-// the statistics with its one synchronisation and raises the CPU's error before returning, so
-// the caller's tensors are never written and nothing of a bad call is returned).
+// index / indptr values themselves) or CudaBackend (values live on the device: their statistics
+// are computed in stream order with the reduction (scatter, segment_coo and segment_csr compute
+// them themselves, fused with their own read of the index where they have one; the gathers run
+// one statistics kernel), whose kernels skip out-of-range indices and clamp offsets (memory-safe
+// for any values) and write only fresh tensors; the call then reads the statistics with its one
+// synchronisation and raises the CPU's error before returning, so the caller's tensors are never
+// written and nothing of a bad call is returned).
 #include "pcops/scatter.hpp"
 
 #include <string>
 #include <string_view>
 
 #include "common.hpp"
+
+#if PCOPS_TORCH_CUDA
+#include <c10/cuda/CUDAException.h>
+#endif
 
 namespace pcops::torch_binding {
 namespace {
@@ -64,10 +71,12 @@ void check_index(const at::Tensor& index, const char* name, const at::Tensor& sr
 }
 
 // The backend's operator for a context type (cpu:: for CpuContext, cuda:: for CudaContext).
+// scatter_on / segment_csr_on take the device statistics to compute (the Check's; the CPU
+// operators check the values themselves).
 template <class... A>
-void scatter_on(const CpuContext& c, A... a) { cpu::scatter(c, a...); }
+void scatter_on(const CpuContext& c, unsigned long long* /*stats*/, A... a) { cpu::scatter(c, a...); }
 template <class... A>
-void segment_csr_on(const CpuContext& c, A... a) { cpu::segment_csr(c, a...); }
+void segment_csr_on(const CpuContext& c, unsigned long long* /*stats*/, A... a) { cpu::segment_csr(c, a...); }
 template <class... A>
 void gather_csr_on(const CpuContext& c, A... a) { cpu::gather_csr(c, a...); }
 template <class... A>
@@ -80,17 +89,20 @@ struct CpuBackend {
   static CpuContext context(const at::Tensor&) { return cpu_context(); }
   // The CPU operators check index / indptr values themselves (pcops::Error).
   struct Check {
+    unsigned long long* stats() const { return nullptr; }
     void finish() const {}
   };
   static Check check_index(const at::Tensor&, int64_t, bool) { return {}; }
   static Check check_indptr(const at::Tensor&, int64_t) { return {}; }
+  static Check fused_index_check(const at::Tensor&, int64_t, bool) { return {}; }
+  static Check fused_indptr_check(const at::Tensor&, int64_t) { return {}; }
 };
 
 #if PCOPS_TORCH_CUDA
 template <class... A>
-void scatter_on(const CudaContext& c, A... a) { cuda::scatter(c, a...); }
+void scatter_on(const CudaContext& c, unsigned long long* stats, A... a) { cuda::scatter(c, a..., stats); }
 template <class... A>
-void segment_csr_on(const CudaContext& c, A... a) { cuda::segment_csr(c, a...); }
+void segment_csr_on(const CudaContext& c, unsigned long long* stats, A... a) { cuda::segment_csr(c, a..., stats); }
 template <class... A>
 void gather_csr_on(const CudaContext& c, A... a) { cuda::gather_csr(c, a...); }
 template <class... A>
@@ -105,20 +117,26 @@ namespace {
 struct CudaBackend {
   using Guard = c10::cuda::CUDAGuard;  // src's device: allocations and the current stream
   static CudaContext context(const at::Tensor& t) { return cuda_context(t); }
-  // The value checks of index / indptr rows: started before the reduction's kernels (same
-  // stream), finished after them with one synchronisation. The errors are the CPU operators'
-  // (IndexError / ValueError).
+  // The value checks of index / indptr rows: statistics computed in stream order with the
+  // reduction's kernels (by the operator itself when fused, else by one statistics kernel
+  // launched before them), read after them with one synchronisation. The errors are the CPU
+  // operators' (IndexError / ValueError).
   struct Check {
+    static constexpr int kWords = 5;  // cuda::index_value_stats's statistics
     enum class Kind { None, Index, Indptr };
     Kind kind = Kind::None;
-    at::Tensor stats;  // int64 [5] on the device, unsigned bits
+    c10::DataPtr words;  // kWords words on the device (torch's caching allocator)
+    cudaStream_t stream = nullptr;
     int64_t bound = 0;
     bool sorted = false;
+    unsigned long long* stats() const { return static_cast<unsigned long long*>(words.get()); }
     void finish() const {
       if (kind == Kind::None) return;
-      // SYNC: the one read of the statistics (after the kernels; nothing has been returned).
-      const at::Tensor h = stats.cpu();
-      const auto* u = reinterpret_cast<const uint64_t*>(h.data_ptr<int64_t>());
+      // SYNC: the one read of the statistics (after the kernels; nothing has been returned): a
+      // plain copy into host memory on the operator's stream, then a wait for it.
+      uint64_t u[kWords];
+      C10_CUDA_CHECK(cudaMemcpyAsync(u, words.get(), sizeof u, cudaMemcpyDeviceToHost, stream));
+      C10_CUDA_CHECK(cudaStreamSynchronize(stream));
       constexpr uint64_t kSign = uint64_t{1} << 63;
       auto lo = [&](int s) { return static_cast<int64_t>(~u[s] ^ kSign); };
       auto hi = [&](int s) { return static_cast<int64_t>(u[s] ^ kSign); };
@@ -134,26 +152,36 @@ struct CudaBackend {
       }
     }
   };
-  static Check start(const at::Tensor& rows, Check::Kind kind, int64_t bound, bool sorted) {
+  // The statistics' storage; the operator fills it (fused) unless `launch`.
+  static Check prepare(const at::Tensor& rows, Check::Kind kind, int64_t bound, bool sorted, bool launch) {
     Check c;
     if (rows.numel() == 0) return c;
     c.kind = kind;
     c.bound = bound;
     c.sorted = sorted;
-    c.stats = at::empty({5}, rows.options().dtype(at::kLong));
-    const int64_t len = rows.dim() == 0 ? 1 : rows.size(-1);
-    cuda::index_value_stats(cuda_context(rows), rows.data_ptr<int64_t>(), rows.numel() / len, len,
-                            reinterpret_cast<unsigned long long*>(c.stats.data_ptr<int64_t>()));
+    c.stream = c10::cuda::getCurrentCUDAStream(rows.device().index()).stream();
+    c.words = c10::cuda::CUDACachingAllocator::get()->allocate(Check::kWords * sizeof(unsigned long long));
+    if (launch) {
+      const int64_t len = rows.dim() == 0 ? 1 : rows.size(-1);
+      cuda::index_value_stats(cuda_context(rows), rows.data_ptr<int64_t>(), rows.numel() / len, len, c.stats());
+    }
     return c;
   }
   // index rows [rows, E] (contiguous): values in [0, size); with `sorted`, non-decreasing along
-  // the last dim.
+  // the last dim. check_index launches the statistics kernel; the fused checks leave the
+  // statistics to the operator (cuda::scatter's index_stats, cuda::segment_csr's indptr_stats).
   static Check check_index(const at::Tensor& idx, int64_t size, bool sorted) {
-    return start(idx, Check::Kind::Index, size, sorted);
+    return prepare(idx, Check::Kind::Index, size, sorted, true);
+  }
+  static Check fused_index_check(const at::Tensor& idx, int64_t size, bool sorted) {
+    return prepare(idx, Check::Kind::Index, size, sorted, false);
   }
   // indptr rows [rows, M + 1] (contiguous): 0 <= first, last <= count, non-decreasing.
   static Check check_indptr(const at::Tensor& ptr, int64_t count) {
-    return start(ptr, Check::Kind::Indptr, count, true);
+    return prepare(ptr, Check::Kind::Indptr, count, true, true);
+  }
+  static Check fused_indptr_check(const at::Tensor& ptr, int64_t count) {
+    return prepare(ptr, Check::Kind::Indptr, count, true, false);
   }
 };
 #endif
@@ -220,8 +248,11 @@ std::tuple<at::Tensor, at::Tensor> scatter_op(const at::Tensor& src_in, const at
   TORCH_CHECK_VALUE(src_in.dim() >= 1, "src: expected at least 1-D, got a 0-D tensor");
   dim = norm_dim(dim, src_in.dim());
   check_index(index, "index", src_in);
-  TORCH_CHECK_VALUE(index.sizes() == src_in.sizes(), "index: expected shape ", src_in.sizes(),
-                    " (broadcast to src), got ", index.sizes());
+  // A 1-D index of src.size(dim) entries runs along dim (torch_scatter's broadcast of a 1-D
+  // index), taken as it is: the Python wrapper then builds no broadcast view.
+  const bool along_dim = index.dim() == 1 && src_in.dim() > 1 && index.size(0) == src_in.size(dim);
+  TORCH_CHECK_VALUE(along_dim || index.sizes() == src_in.sizes(), "index: expected shape ", src_in.sizes(),
+                    " (broadcast to src) or [", src_in.size(dim), "] (along dim), got ", index.sizes());
   TORCH_CHECK_VALUE(dim_size >= 0, "dim_size: expected >= 0, got ", dim_size);
   const at::ScalarType ct = compute_type(src_in);
   const auto out_sizes = sizes_with(src_in, dim, dim_size);
@@ -233,14 +264,16 @@ std::tuple<at::Tensor, at::Tensor> scatter_op(const at::Tensor& src_in, const at
     const at::Tensor src = src_in.to(ct).contiguous();
     at::Tensor idx;
     int64_t index_outer = 1, index_inner = 1;
-    if (invariant(index, dim + 1, index.dim())) {
+    if (along_dim) {
+      idx = index.contiguous();
+    } else if (invariant(index, dim + 1, index.dim())) {
       std::tie(idx, index_outer) = leading_rows(index, dim);
     } else {
       idx = index.contiguous();
       index_outer = s.outer;
       index_inner = s.inner;
     }
-    const auto check = B::check_index(idx, dim_size, false);
+    const auto check = B::fused_index_check(idx, dim_size, false);
     ScatterParams p;
     p.reduce = reduce;
     p.accumulate = out_in.has_value();
@@ -248,8 +281,8 @@ std::tuple<at::Tensor, at::Tensor> scatter_op(const at::Tensor& src_in, const at
     translate_errors([&] {
       with_type(ct, [&](auto tag) {
         using T = decltype(tag);
-        scatter_on(B::context(src), p, s, src.data_ptr<T>(), idx.data_ptr<int64_t>(), index_outer, index_inner,
-                     out.data_ptr<T>(), is_minmax(reduce) ? arg.data_ptr<int64_t>() : nullptr);
+        scatter_on(B::context(src), check.stats(), p, s, src.data_ptr<T>(), idx.data_ptr<int64_t>(), index_outer,
+                   index_inner, out.data_ptr<T>(), is_minmax(reduce) ? arg.data_ptr<int64_t>() : nullptr);
       });
     });
     check.finish();
@@ -310,12 +343,12 @@ std::tuple<at::Tensor, at::Tensor> segment_csr_op(const at::Tensor& src_in, cons
   if (run) {
     const at::Tensor src = src_in.to(ct).contiguous();
     auto [ptr, rows] = expand_rows(indptr, src_in);
-    const auto check = B::check_indptr(ptr, s.src_rows);
+    const auto check = B::fused_indptr_check(ptr, s.src_rows);
     translate_errors([&] {
       with_type(ct, [&](auto tag) {
         using T = decltype(tag);
-        segment_csr_on(B::context(src), reduce, s, src.data_ptr<T>(), ptr.data_ptr<int64_t>(), rows, out.data_ptr<T>(),
-                         is_minmax(reduce) ? arg.data_ptr<int64_t>() : nullptr);
+        segment_csr_on(B::context(src), check.stats(), reduce, s, src.data_ptr<T>(), ptr.data_ptr<int64_t>(), rows,
+                       out.data_ptr<T>(), is_minmax(reduce) ? arg.data_ptr<int64_t>() : nullptr);
       });
     });
     check.finish();
@@ -343,7 +376,7 @@ std::tuple<at::Tensor, at::Tensor> segment_coo_op(const at::Tensor& src_in, cons
   if (s.outer > 0 && s.inner > 0 && dim_size > 0) {
     const at::Tensor src = src_in.to(ct).contiguous();
     auto [idx, rows] = expand_rows(index, src_in);
-    const auto check = B::check_index(idx, dim_size, true);
+    const auto check = B::fused_index_check(idx, dim_size, true);
     ScatterParams p;
     p.reduce = reduce;
     p.accumulate = out_in.has_value();
@@ -352,8 +385,8 @@ std::tuple<at::Tensor, at::Tensor> segment_coo_op(const at::Tensor& src_in, cons
     translate_errors([&] {
       with_type(ct, [&](auto tag) {
         using T = decltype(tag);
-        scatter_on(B::context(src), p, s, src.data_ptr<T>(), idx.data_ptr<int64_t>(), rows, 1, out.data_ptr<T>(),
-                     is_minmax(reduce) ? arg.data_ptr<int64_t>() : nullptr);
+        scatter_on(B::context(src), check.stats(), p, s, src.data_ptr<T>(), idx.data_ptr<int64_t>(), rows, 1,
+                   out.data_ptr<T>(), is_minmax(reduce) ? arg.data_ptr<int64_t>() : nullptr);
       });
     });
     check.finish();

@@ -108,9 +108,10 @@ PCOPS_SCATTER_DECLARE(uint8_t)
 #define PCOPS_SCATTER_DECLARE_CUDA(T)                                                             \
   void scatter(const CudaContext& ctx, const ScatterParams& params, const ReduceShape& shape,     \
                const T* src, const int64_t* index, int64_t index_outer, int64_t index_inner,     \
-               T* out, int64_t* arg);                                                             \
+               T* out, int64_t* arg, unsigned long long* index_stats = nullptr);                  \
   void segment_csr(const CudaContext& ctx, Reduce reduce, const ReduceShape& shape, const T* src, \
-                   const int64_t* indptr, int64_t indptr_outer, T* out, int64_t* arg);           \
+                   const int64_t* indptr, int64_t indptr_outer, T* out, int64_t* arg,            \
+                   unsigned long long* indptr_stats = nullptr);                                   \
   void gather_csr(const CudaContext& ctx, const ReduceShape& shape, const T* src,                \
                   const int64_t* indptr, int64_t indptr_outer, T* out);                          \
   void gather_coo(const CudaContext& ctx, const ReduceShape& shape, const T* src,                \
@@ -124,8 +125,16 @@ namespace cuda {
 // order by one thread (a warp for lists of 257 to C sources; one thread per chunk, then a combine,
 // beyond C), without float atomics. Shapes are checked here (Value errors); the VALUES of
 // index / indptr are NOT (that would need a device-to-host copy and a synchronisation: the torch
-// binding checks them before calling). An index outside [0, M) is skipped and offsets are
-// clamped to [0, rows], so bad values give wrong results, never out-of-bounds accesses.
+// binding checks them after launching, from statistics computed on the device). An index
+// outside [0, M) is skipped and offsets are clamped to [0, rows], so bad values give wrong
+// results, never out-of-bounds accesses.
+// index_stats / indptr_stats (optional, device memory, kIndexStats = 5 words): the value
+// statistics of index_value_stats below, computed in stream order by the call itself (any
+// previous contents are ignored), fused with its own pass over the index where there is one:
+// - scatter, index_inner == 1: those of the rows [index_outer, E] (index_value_stats(index,
+//   index_outer, E)); index_inner == inner (a destination per element): words [0] and [1] (min
+//   and max of every value) as index_value_stats gives for any rows, the row words unspecified.
+// - segment_csr: those of the rows [indptr_outer, M + 1].
 PCOPS_SCATTER_DECLARE_CUDA(float)
 PCOPS_SCATTER_DECLARE_CUDA(double)
 PCOPS_SCATTER_DECLARE_CUDA(int64_t)
@@ -134,10 +143,11 @@ PCOPS_SCATTER_DECLARE_CUDA(int16_t)
 PCOPS_SCATTER_DECLARE_CUDA(int8_t)
 PCOPS_SCATTER_DECLARE_CUDA(uint8_t)
 // Value statistics of int64 rows [rows, len] (index or indptr rows) into stats[5] (device memory,
-// enqueued on ctx's stream, no wait): biased min, max, min of column 0, max of column len - 1
-// (biased: the sign bit flipped, min stored complemented), and 1 where a row decreases. The torch
-// binding reads them after launching the reduction (one synchronisation) to raise the CPU's
-// errors for bad values; the reductions themselves skip out-of-range values.
+// enqueued on ctx's stream, no wait; previous contents ignored): biased min, max, min of column
+// 0, max of column len - 1 (biased: the sign bit flipped, min stored complemented), and 1 where a
+// row decreases. The torch binding reads them after launching the reduction (one
+// synchronisation) to raise the CPU's errors for bad values; the reductions themselves skip
+// out-of-range values.
 void index_value_stats(const CudaContext& ctx, const int64_t* values, int64_t rows, int64_t len,
                        unsigned long long* stats);
 }  // namespace cuda

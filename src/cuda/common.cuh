@@ -91,6 +91,32 @@ class Workspace {
   std::vector<void*> blocks_;
 };
 
+// Several workspace arrays in one allocation (one allocator call and one release instead of one
+// per array, which is host time on every operator call): reserve() each array's size, allocate()
+// once, then at() gives each array (every one starts on a 256-byte boundary).
+class WorkspaceLayout {
+ public:
+  static constexpr size_t kAlign = 256;
+  template <class T>
+  size_t reserve(int64_t count) {
+    return reserve_bytes(static_cast<size_t>(count < 0 ? 0 : count) * sizeof(T));
+  }
+  size_t reserve_bytes(size_t bytes) {
+    const size_t offset = size_;
+    size_ += (bytes + kAlign - 1) / kAlign * kAlign;
+    return offset;
+  }
+  void allocate(Workspace& ws) { base_ = static_cast<unsigned char*>(ws.bytes(size_)); }
+  template <class T>
+  T* at(size_t offset) const {
+    return reinterpret_cast<T*>(base_ + offset);
+  }
+
+ private:
+  size_t size_ = 0;
+  unsigned char* base_ = nullptr;
+};
+
 // Host-to-device copies of small tables through kernel arguments: a pageable cudaMemcpyAsync
 // first waits for the stream (the caller would stop running ahead of the GPU), and a pinned
 // staging buffer would need its own lifetime tracking; a launch's arguments are copied at launch.

@@ -79,7 +79,7 @@ __global__ void __launch_bounds__(GatherPolicy::kThreads)
     for (int cc = 0; cc < G; ++cc) acc[cc] = 0.0f;
     const int64_t lo = inv.offsets[b * N + n], hi = inv.offsets[b * N + n + 1];
     for (int64_t e = lo; e < hi; ++e) {
-      const int64_t m = inv.positions[e];
+      const int64_t m = inv.position(e);
 #pragma unroll
       for (int cc = 0; cc < G; ++cc)
         if (cc < cn) acc[cc] = common::add_rn(acc[cc], feature(grad_out, b, c0 + cc, m));

@@ -94,7 +94,7 @@ __global__ void __launch_bounds__(InterpPolicy::kThreads)
     for (int cc = 0; cc < G; ++cc) acc[cc] = 0.0f;
     const int64_t lo = inv.offsets[b * M + m], hi = inv.offsets[b * M + m + 1];
     for (int64_t e = lo; e < hi; ++e) {
-      const int64_t q = inv.positions[e], n = q / 3;
+      const int64_t q = inv.position(e), n = q / 3;
       const float w = point_value(weight, b, n, q - n * 3);
 #pragma unroll
       for (int cc = 0; cc < G; ++cc)

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -417,6 +418,271 @@ TEST(CudaScatter, ChunkRuleMillionSourceDestination) {
   const Case wide{2, 40000, 16, 33, false, false, 0.9, 0.001};  // 33 columns: a partial second warp
   scatter_matrix<float>({wide}, false, rng);
   scatter_matrix<double>({wide}, true, rng);
+}
+
+// Lists shared by the 32 lanes of a warp (K a multiple of 32, destinations per (o, e): the lanes
+// read the list's positions 32 at a time and keep 16 source loads in flight): lengths around
+// those rounds, through segment_csr (positions are the slots), scatter with a shuffled shared
+// index and with per-row index rows, with and without start values.
+template <class T>
+void expect_row_lists(std::mt19937& rng) {
+  const std::vector<int64_t> lengths = {0, 1, 2, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 100, 255, 256, 0, 3};
+  std::vector<int64_t> indptr{0};
+  for (int64_t n : lengths) indptr.push_back(indptr.back() + n);
+  const int64_t M = static_cast<int64_t>(lengths.size()), E = indptr.back();
+  std::vector<int64_t> grouped(static_cast<size_t>(E));
+  for (int64_t m = 0; m < M; ++m)
+    for (int64_t e = indptr[m]; e < indptr[m + 1]; ++e) grouped[e] = m;
+  for (int64_t K : {32, 64, 96}) {
+    const int64_t outer = K == 64 ? 3 : 2;
+    const ReduceShape s{outer, E, M, K};
+    expect_segment_csr_with<T>(s, indptr, rng);
+    std::vector<int64_t> shared = grouped, rows;
+    std::shuffle(shared.begin(), shared.end(), rng);
+    for (int64_t o = 0; o < outer; ++o) {
+      std::vector<int64_t> row = grouped;
+      std::shuffle(row.begin(), row.end(), rng);
+      rows.insert(rows.end(), row.begin(), row.end());
+    }
+    for (Reduce r : kReduces) {
+      for (bool acc : {false, true}) {
+        ScatterParams p;
+        p.reduce = r;
+        p.accumulate = acc;
+        expect_scatter_with<T>(s, p, shared, 1, 1, rng);
+        expect_scatter_with<T>(s, p, rows, outer, 1, rng);
+      }
+    }
+  }
+}
+
+TEST(CudaScatter, RowListsOfWarpWideColumns) {
+  std::mt19937 rng(811);
+  for_each_type([&](auto tag) { expect_row_lists<decltype(tag)>(rng); });
+}
+
+// Per-element destinations with K a multiple of 32: the lanes of a warp have different lists
+// there (the per-lane fold, not the shared-list one), short, medium and chunked lists.
+TEST(CudaScatter, PerElementDestinationsWarpWideColumns) {
+  std::mt19937 rng(812);
+  const std::vector<Case> cases = {
+      {2, 300, 7, 32, false, true},
+      {1, 700, 40, 64, true, true},
+      {2, 5000, 3, 32, true, true, 0.9},  // a concentrated destination: medium and chunked lists
+  };
+  scatter_matrix<float>(cases, false, rng);
+  scatter_matrix<double>(cases, false, rng);
+  scatter_matrix<int32_t>(cases, false, rng);
+  scatter_matrix<uint8_t>(cases, false, rng);
+}
+
+// ---------------------------------------------------------------------------------------------
+// The value statistics the torch binding checks (index_value_stats's five words), computed by
+// scatter / segment_csr themselves when asked (fused into the inverse index's keys pass for
+// unsorted destinations; a statistics kernel for sorted indices and offsets), against a host
+// computation of the same words, with good and bad values; the words are written whatever the
+// buffer held before (prefilled with garbage here).
+
+using Stats = std::array<unsigned long long, 5>;
+
+Stats host_stats(const std::vector<int64_t>& v, int64_t rows, int64_t len) {
+  Stats w{};
+  auto biased = [](int64_t x) { return static_cast<unsigned long long>(x) ^ (1ull << 63); };
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t j = 0; j < len; ++j) {
+      const int64_t x = v[static_cast<size_t>(r * len + j)];
+      w[0] = std::max(w[0], ~biased(x));
+      w[1] = std::max(w[1], biased(x));
+      if (j == 0) w[2] = std::max(w[2], ~biased(x));
+      if (j == len - 1) w[3] = std::max(w[3], biased(x));
+      if (j > 0 && x < v[static_cast<size_t>(r * len + j - 1)]) w[4] = 1;
+    }
+  }
+  return w;
+}
+
+// A device buffer for the five words, prefilled with garbage.
+DeviceBuffer<unsigned long long> stats_buffer() {
+  DeviceBuffer<unsigned long long> d(5);
+  d.fill(0xABABABABABABABABull);
+  return d;
+}
+
+Stats stats_of(const DeviceBuffer<unsigned long long>& d) {
+  const std::vector<unsigned long long> h = d.download();
+  Stats w{};
+  std::copy(h.begin(), h.end(), w.begin());
+  return w;
+}
+
+std::string stats_text(const Stats& w) {
+  std::string t;
+  for (unsigned long long x : w) t += std::to_string(x) + " ";
+  return t;
+}
+
+// rows x E indices in [0, M), with bad values planted when asked: negative and >= M ones at the
+// start, the end and in the middle of a row.
+std::vector<int64_t> stats_index(int64_t rows, int64_t E, int64_t M, bool bad, std::mt19937& rng) {
+  std::vector<int64_t> v = random_index(rows * E, M, 0.0, rng);
+  if (bad && !v.empty()) {
+    v.front() = -3;
+    v.back() = M + 7;
+    v[v.size() / 2] = std::numeric_limits<int64_t>::min();
+    v[v.size() / 3] = std::numeric_limits<int64_t>::max();
+  }
+  return v;
+}
+
+TEST(CudaScatterStats, FusedIntoTheUnsortedGrouping) {
+  std::mt19937 rng(820);
+  // Small and large rows: one keys block; several; more than the keys pass's grid (every block
+  // folds several passes), whose partials the offsets pass folds.
+  struct Shape {
+    int64_t outer, index_outer, E, M, K;
+  };
+  const std::vector<Shape> shapes = {{1, 1, 7, 3, 1},        {3, 3, 1000, 17, 2},   {2, 1, 300000, 500, 1},
+                                     {1, 1, 3000000, 10000, 1}, {2, 2, 40000, 64, 32}, {1, 1, 1, 1, 1}};
+  for (const Shape& sh : shapes) {
+    for (bool bad : {false, true}) {
+      const ReduceShape s{sh.outer, sh.E, sh.M, sh.K};
+      const std::vector<int64_t> index = stats_index(sh.index_outer, sh.E, sh.M, bad && sh.E > 1, rng);
+      const std::vector<float> src = random_values<float>(sh.outer * sh.E * sh.K, rng);
+      StreamContext sc;
+      DeviceBuffer<float> dsrc(src), dout(static_cast<size_t>(sh.outer * sh.M * sh.K));
+      DeviceBuffer<int64_t> didx(index);
+      DeviceBuffer<unsigned long long> dstats = stats_buffer();
+      ScatterParams p;
+      pcops::cuda::scatter(sc.ctx, p, s, dsrc.data(), didx.data(), sh.index_outer, 1, dout.data(), nullptr,
+                           dstats.data());
+      const Stats want = host_stats(index, sh.index_outer, sh.E), got = stats_of(dstats);
+      const std::string what = "E=" + std::to_string(sh.E) + " rows=" + std::to_string(sh.index_outer) +
+                               (bad ? " bad" : " good") + ": " + stats_text(got) + "vs " + stats_text(want);
+      EXPECT_EQ(got, want) << what;
+      // The same words as the standalone statistics kernel.
+      DeviceBuffer<unsigned long long> alone = stats_buffer();
+      pcops::cuda::index_value_stats(sc.ctx, didx.data(), sh.index_outer, sh.E, alone.data());
+      EXPECT_EQ(stats_of(alone), want) << what;
+      if (!bad) {
+        std::vector<float> cpu(static_cast<size_t>(sh.outer * sh.M * sh.K));
+        pcops::cpu::scatter({}, p, s, src.data(), index.data(), sh.index_outer, 1, cpu.data(), nullptr);
+        EXPECT_EQ(mismatches(dout.download(), cpu), 0) << what;
+      }
+    }
+  }
+}
+
+TEST(CudaScatterStats, SortedAndPerElementIndices) {
+  std::mt19937 rng(821);
+  for (int64_t E : {int64_t{50}, int64_t{20000}}) {  // the one-block and the many-block statistics kernel
+    for (int variant = 0; variant < 3; ++variant) {  // sorted rows; one row decreasing; bad values
+      const int64_t rows = 3, M = 40;
+      std::vector<int64_t> index = stats_index(rows, E, M, variant == 2, rng);
+      for (int64_t o = 0; o < rows; ++o) std::sort(index.begin() + o * E, index.begin() + (o + 1) * E);
+      if (variant == 1) index[E + 3] = index[E + 4] + 1;  // row 1 decreases after column 3
+      const ReduceShape s{rows, E, M, 2};
+      const std::vector<double> src = random_values<double>(rows * E * 2, rng);
+      StreamContext sc;
+      DeviceBuffer<double> dsrc(src), dout(static_cast<size_t>(rows * M * 2));
+      DeviceBuffer<int64_t> didx(index);
+      DeviceBuffer<unsigned long long> dstats = stats_buffer();
+      ScatterParams p;
+      p.sorted = true;
+      p.integer_mean = pcops::IntegerMean::Trunc;
+      pcops::cuda::scatter(sc.ctx, p, s, dsrc.data(), didx.data(), rows, 1, dout.data(), nullptr, dstats.data());
+      const Stats want = host_stats(index, rows, E), got = stats_of(dstats);
+      EXPECT_EQ(got, want) << "sorted E=" << E << " variant " << variant << ": " << stats_text(got);
+      EXPECT_EQ(got[4], variant == 1 ? 1u : 0u) << "sorted E=" << E << " variant " << variant;
+      if (variant == 0) {
+        std::vector<double> cpu(static_cast<size_t>(rows * M * 2));
+        pcops::cpu::scatter({}, p, s, src.data(), index.data(), rows, 1, cpu.data(), nullptr);
+        EXPECT_EQ(mismatches(dout.download(), cpu), 0) << "sorted E=" << E;
+      }
+    }
+  }
+  // Per-element destinations (index_inner == inner): words 0 and 1 (min and max) only.
+  for (bool bad : {false, true}) {
+    const int64_t outer = 2, E = 3000, M = 11, K = 32;
+    const ReduceShape s{outer, E, M, K};
+    const std::vector<int64_t> index = stats_index(outer * E, K, M, bad, rng);
+    const std::vector<float> src = random_values<float>(outer * E * K, rng);
+    StreamContext sc;
+    DeviceBuffer<float> dsrc(src), dout(static_cast<size_t>(outer * M * K));
+    DeviceBuffer<int64_t> didx(index);
+    DeviceBuffer<unsigned long long> dstats = stats_buffer();
+    ScatterParams p;
+    pcops::cuda::scatter(sc.ctx, p, s, dsrc.data(), didx.data(), outer, K, dout.data(), nullptr, dstats.data());
+    const Stats want = host_stats(index, 1, static_cast<int64_t>(index.size())), got = stats_of(dstats);
+    EXPECT_EQ(got[0], want[0]) << "per element" << (bad ? " bad" : "");
+    EXPECT_EQ(got[1], want[1]) << "per element" << (bad ? " bad" : "");
+    if (!bad) {
+      std::vector<float> cpu(static_cast<size_t>(outer * M * K));
+      pcops::cpu::scatter({}, p, s, src.data(), index.data(), outer, K, cpu.data(), nullptr);
+      EXPECT_EQ(mismatches(dout.download(), cpu), 0) << "per element";
+    }
+  }
+}
+
+TEST(CudaScatterStats, EmptyIndexAndNoOutputRows) {
+  std::mt19937 rng(822);
+  StreamContext sc;
+  DeviceBuffer<float> src(8), out(8);
+  src.fill(1.0f);
+  ScatterParams p;
+  {  // E == 0: no values, the identity words (zeros)
+    DeviceBuffer<int64_t> idx(1);
+    DeviceBuffer<unsigned long long> dstats = stats_buffer();
+    pcops::cuda::scatter(sc.ctx, p, ReduceShape{2, 0, 4, 1}, src.data(), idx.data(), 2, 1, out.data(), nullptr,
+                         dstats.data());
+    EXPECT_EQ(stats_of(dstats), Stats{}) << "empty index";
+  }
+  {  // segment_csr without segments (M == 0): the one offset per row is still described
+    const std::vector<int64_t> indptr = {0, 9};
+    DeviceBuffer<int64_t> ptr(indptr);
+    DeviceBuffer<unsigned long long> dstats = stats_buffer();
+    pcops::cuda::segment_csr(sc.ctx, Reduce::Sum, ReduceShape{2, 4, 0, 1}, src.data(), ptr.data(), 2, out.data(),
+                             nullptr, dstats.data());
+    EXPECT_EQ(stats_of(dstats), host_stats(indptr, 2, 1)) << "no segments";
+  }
+  {  // M == 0 (nothing to reduce): the index is still described (here: every value bad)
+    const std::vector<int64_t> index = stats_index(1, 6, 1, true, rng);
+    DeviceBuffer<int64_t> idx(index);
+    DeviceBuffer<unsigned long long> dstats = stats_buffer();
+    pcops::cuda::scatter(sc.ctx, p, ReduceShape{1, 6, 0, 1}, src.data(), idx.data(), 1, 1, out.data(), nullptr,
+                         dstats.data());
+    EXPECT_EQ(stats_of(dstats), host_stats(index, 1, 6)) << "M == 0";
+  }
+}
+
+TEST(CudaScatterStats, SegmentCsrOffsets) {
+  std::mt19937 rng(823);
+  for (int64_t M : {int64_t{40}, int64_t{40000}}) {  // one block; a memset and many blocks
+    for (int variant = 0; variant < 4; ++variant) {  // good; decreasing; last past E; first negative
+      const int64_t rows = 2, E = 5000, K = 3;
+      std::vector<int64_t> indptr = random_indptr(rows, M, E, rng);
+      if (variant == 1) indptr[M / 2] = indptr[M / 2 + 1] + 1;  // row 0 decreases after column M / 2
+      if (variant == 2) indptr[2 * M + 1] = E + 1;
+      if (variant == 3) indptr[M + 1] = -1;
+      const ReduceShape s{rows, E, M, K};
+      const std::vector<float> src = random_values<float>(rows * E * K, rng);
+      StreamContext sc;
+      DeviceBuffer<float> dsrc(src), dout(static_cast<size_t>(rows * M * K));
+      DeviceBuffer<int64_t> dptr(indptr);
+      DeviceBuffer<unsigned long long> dstats = stats_buffer();
+      pcops::cuda::segment_csr(sc.ctx, Reduce::Sum, s, dsrc.data(), dptr.data(), rows, dout.data(), nullptr,
+                               dstats.data());
+      const Stats want = host_stats(indptr, rows, M + 1), got = stats_of(dstats);
+      EXPECT_EQ(got, want) << "M=" << M << " variant " << variant << ": " << stats_text(got);
+      DeviceBuffer<unsigned long long> alone = stats_buffer();
+      pcops::cuda::index_value_stats(sc.ctx, dptr.data(), rows, M + 1, alone.data());
+      EXPECT_EQ(stats_of(alone), want) << "M=" << M << " variant " << variant;
+      if (variant == 0) {
+        std::vector<float> cpu(static_cast<size_t>(rows * M * K));
+        pcops::cpu::segment_csr({}, Reduce::Sum, s, src.data(), indptr.data(), rows, cpu.data(), nullptr);
+        EXPECT_EQ(mismatches(dout.download(), cpu), 0) << "M=" << M;
+      }
+    }
+  }
 }
 
 template <class T>
