@@ -239,6 +239,69 @@ def test_errors():
         pcops.scatter(torch.tensor([True, False]), torch.tensor([0, 0]))
 
 
+def test_one_dim_index_is_taken_as_it_is(gen):
+    # The op takes a 1-D index of src.size(dim) entries along dim as it is (the wrapper builds no
+    # broadcast view for it): the same results as the broadcast index, for every dim and reduce.
+    src = torch.randn(3, 20, 4, generator=gen)
+    for dim in (0, 1, 2, -1):
+        d = dim % 3
+        index = torch.randint(0, 5, (src.size(d),), generator=gen)
+        full = pcops.ops.scatter.broadcast(index, src, d)
+        for reduce in REDUCES:
+            got = torch.ops.pcops.scatter(src, index, dim, 6, reduce, None)
+            want = torch.ops.pcops.scatter(src, full, dim, 6, reduce, None)
+            assert torch.equal(got[0], want[0]) and torch.equal(got[1], want[1]), (dim, reduce)
+            wrapped = pcops.scatter(src, index, dim, dim_size=6, reduce=reduce)
+            assert torch.equal(wrapped, want[0]), (dim, reduce)
+    with pytest.raises(ValueError, match="along dim"):
+        torch.ops.pcops.scatter(src, torch.zeros(19, dtype=torch.long), 1, 6, "sum", None)
+    # A length-1 index still broadcasts (through the wrapper's view), and an empty src sizes 0.
+    one = pcops.scatter(src, torch.tensor([2]), 1, dim_size=3)
+    assert torch.equal(one, pcops.scatter(src, torch.full((20,), 2), 1, dim_size=3))
+    assert pcops.scatter(torch.zeros(0, 20), torch.ones(20, dtype=torch.long), 1).shape == (0, 0)
+    opcheck_src = torch.randn(6, 3, generator=gen, requires_grad=True)
+    for reduce in REDUCES:
+        torch.library.opcheck(torch.ops.pcops.scatter.default,
+                              (opcheck_src, torch.tensor([0, 2, 0, 1, 1, 2]), 0, 3, reduce, None))
+
+
+def test_calls_without_a_gradient_skip_autograd(gen):
+    # Without a gradient to record the wrappers call the ops below the autograd key: the same
+    # values, no graph; with one, the autograd formula as before (1-D index included).
+    src = torch.randn(30, 4, dtype=torch.float64, generator=gen)
+    index = torch.randint(0, 7, (30,), generator=gen)
+    ptr = torch.tensor([0, 4, 4, 13, 30])
+    plain = pcops.scatter(src, index, 0, dim_size=7, reduce="mean")
+    assert plain.grad_fn is None
+    leaf = src.clone().requires_grad_()
+    with torch.no_grad():
+        assert pcops.scatter(leaf, index, 0, dim_size=7).grad_fn is None
+        assert pcops.segment_csr(leaf, ptr).grad_fn is None
+    tracked = pcops.scatter(leaf, index, 0, dim_size=7, reduce="mean")
+    assert tracked.grad_fn is not None and torch.equal(tracked.detach(), plain)
+    assert pcops.segment_csr(leaf, ptr, reduce="max").grad_fn is not None
+    for reduce in REDUCES:
+        assert torch.autograd.gradcheck(lambda s: pcops.scatter(s, index, 0, dim_size=7, reduce=reduce),
+                                        (leaf,))
+
+
+def test_compiled_scatter_matches_eager(gen):
+    src = torch.randn(40, 8, generator=gen)
+    index = torch.randint(0, 9, (40,), generator=gen)
+
+    def fn(s, i):
+        segments = pcops.segment_csr(s, torch.tensor([0, 10, 40]))
+        return pcops.scatter(s, i, 0, dim_size=9, reduce="mean") + segments[:1]
+
+    compiled = torch.compile(fn, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(src, index), fn(src, index))
+    leaf = src.clone().requires_grad_()
+    compiled(leaf, index).sum().backward()
+    ref = src.clone().requires_grad_()
+    fn(ref, index).sum().backward()
+    assert torch.equal(leaf.grad, ref.grad)
+
+
 def test_opcheck(gen):
     src = torch.randn(6, 3, generator=gen, requires_grad=True)
     index = pcops.ops.scatter.broadcast(torch.tensor([0, 2, 0, 1, 1, 2]), src, 0)

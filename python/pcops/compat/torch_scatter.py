@@ -30,7 +30,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from pcops.ops.scatter import broadcast  # torch_scatter.utils.broadcast
+from pcops.ops.scatter import _call, broadcast  # broadcast: torch_scatter.utils.broadcast
 
 UPSTREAM_VERSION = "2.1.2"
 
@@ -56,23 +56,41 @@ torch_scatter = "torch_scatter"  # upstream exports its package name under this 
 
 
 
-def _size(index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int]) -> int:
+def _size(index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int],
+          empty: bool = False) -> int:
     if out is not None:
         return out.size(dim)
     if dim_size is not None:
         return dim_size
-    if index.numel() == 0:
+    if empty or index.numel() == 0:
         return 0
     return int(index.max()) + 1
+
+
+def _needs_grad(src: Tensor, out: Optional[Tensor] = None) -> bool:
+    return torch.is_grad_enabled() and (src.requires_grad or (out is not None and out.requires_grad))
+
+
+# The ops are called through pcops.ops.scatter._call (below the autograd key without a gradient to
+# record) except in TorchScript, which compiles only the plain calls (torch.jit.is_scripting()
+# branches are resolved while scripting).
 
 
 def _scatter_op(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int],
                 reduce: str) -> Tuple[Tensor, Tensor]:
     if dim < 0:
         dim = src.dim() + dim
-    index = broadcast(index, src, dim)
-    size = _size(index, dim, out, dim_size)
-    values, arg = torch.ops.pcops.scatter(src, index, dim, size, reduce, out)
+    if index.dim() == 1 and 0 <= dim < src.dim() and index.size(0) == src.size(dim):
+        # A 1-D index along dim goes to the op as it is (the broadcast it stands for); the sizes
+        # of an empty src are the broadcast's.
+        size = _size(index, dim, out, dim_size, empty=src.numel() == 0)
+    else:
+        index = broadcast(index, src, dim)
+        size = _size(index, dim, out, dim_size)
+    if torch.jit.is_scripting():
+        values, arg = torch.ops.pcops.scatter(src, index, dim, size, reduce, out)
+    else:
+        values, arg = _call(torch.ops.pcops.scatter, _needs_grad(src, out), src, index, dim, size, reduce, out)
     if out is not None:
         out.copy_(values)
         values = out
@@ -136,7 +154,10 @@ def scatter(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = N
 
 
 def _segment_csr_op(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str) -> Tuple[Tensor, Tensor]:
-    values, arg = torch.ops.pcops.segment_csr(src, indptr, reduce)
+    if torch.jit.is_scripting():
+        values, arg = torch.ops.pcops.segment_csr(src, indptr, reduce)
+    else:
+        values, arg = _call(torch.ops.pcops.segment_csr, _needs_grad(src), src, indptr, reduce)
     if out is not None:
         out.copy_(values)
         values = out
@@ -185,7 +206,10 @@ def gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Ten
         size = 0
     else:
         size = int(indptr.reshape(-1)[-1])
-    values = torch.ops.pcops.gather_csr(src, indptr, size, out)
+    if torch.jit.is_scripting():
+        values = torch.ops.pcops.gather_csr(src, indptr, size, out)
+    else:
+        values = _call(torch.ops.pcops.gather_csr, _needs_grad(src, out), src, indptr, size, out)
     if out is not None:
         out.copy_(values)
         values = out
@@ -199,7 +223,10 @@ def gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Ten
 def _segment_coo_op(src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Optional[int],
                     reduce: str) -> Tuple[Tensor, Tensor]:
     size = _size(index, index.dim() - 1, out, dim_size)
-    values, arg = torch.ops.pcops.segment_coo(src, index, size, reduce, out)
+    if torch.jit.is_scripting():
+        values, arg = torch.ops.pcops.segment_coo(src, index, size, reduce, out)
+    else:
+        values, arg = _call(torch.ops.pcops.segment_coo, _needs_grad(src, out), src, index, size, reduce, out)
     if out is not None:
         out.copy_(values)
         values = out
@@ -247,7 +274,10 @@ def segment_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None, dim_si
 
 
 def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tensor:
-    values = torch.ops.pcops.gather_coo(src, index)
+    if torch.jit.is_scripting():
+        values = torch.ops.pcops.gather_coo(src, index)
+    else:
+        values = _call(torch.ops.pcops.gather_coo, _needs_grad(src), src, index)
     if out is not None:
         out.copy_(values)
         values = out

@@ -46,14 +46,32 @@ def broadcast(src: Tensor, other: Tensor, dim: int) -> Tensor:
     return src.expand(other.size())
 
 
-def _out_size(index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int]) -> int:
+def _out_size(index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int],
+              empty: bool = False) -> int:
+    """``out``'s size along ``dim``, else ``dim_size``, else ``index.max() + 1`` (a
+    synchronisation on CUDA), or 0 when ``empty`` or the index is."""
     if out is not None:
         return out.size(dim)
     if dim_size is not None:
         return int(dim_size)
-    if index.numel() == 0:
+    if empty or index.numel() == 0:
         return 0
     return int(index.max()) + 1
+
+
+_below_autograd = torch._C._AutoDispatchBelowAutograd
+
+
+def _call(op, needs_grad: bool, *args):
+    """``op(*args)``; without a gradient to record (``needs_grad`` false: grad mode off, or no
+    differentiable input requires grad), below the autograd dispatch key, as the op's autograd
+    kernel itself would redispatch: that kernel is Python (torch.library.register_autograd), so
+    entering it costs a Python round trip on every call. Traced code (torch.compile / export)
+    takes the plain call."""
+    if needs_grad or torch.compiler.is_compiling():
+        return op(*args)
+    with _below_autograd():
+        return op(*args)
 
 
 def _finish(result: Tensor, out: Optional[Tensor]) -> Tensor:
@@ -74,11 +92,15 @@ def _scatter(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_si
     dim = dim + src.dim() if dim < 0 else dim
     if not 0 <= dim < src.dim():
         raise IndexError(f"dim: expected a value in [{-src.dim()}, {src.dim()}), got {dim}")
-    expanded = broadcast(index, src, dim)
+    if index.dim() == 1 and index.size(0) == src.size(dim):
+        expanded = index  # the op takes a 1-D index along dim as it is (no broadcast view)
+    else:
+        expanded = broadcast(index, src, dim)
     # index.max() (a synchronisation, only without out / dim_size) on the index as given: the
-    # broadcast view holds the same values (none when it is empty).
-    size = _out_size(index if expanded.numel() > 0 else expanded, dim, out, dim_size)
-    return torch.ops.pcops.scatter(src, expanded, dim, size, reduce, out)
+    # broadcast holds the same values (none when src is empty).
+    size = _out_size(index, dim, out, dim_size, empty=src.numel() == 0)
+    needs_grad = torch.is_grad_enabled() and (src.requires_grad or (out is not None and out.requires_grad))
+    return _call(torch.ops.pcops.scatter, needs_grad, src, expanded, dim, size, reduce, out)
 
 
 def scatter(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
@@ -128,7 +150,8 @@ def segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, reduc
 def _segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str) -> Tuple[Tensor, Tensor]:
     if reduce not in _SEGMENT_REDUCES:
         raise ValueError(f"reduce: expected one of {', '.join(_SEGMENT_REDUCES)}, got {reduce!r}")
-    values, arg = torch.ops.pcops.segment_csr(src, indptr, reduce)
+    needs_grad = torch.is_grad_enabled() and src.requires_grad
+    values, arg = _call(torch.ops.pcops.segment_csr, needs_grad, src, indptr, reduce)
     return _finish(values, out), arg
 
 
@@ -147,7 +170,8 @@ def _segment_coo(src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Op
         raise ValueError("index: expected at least 1-D, got a 0-D tensor")
     dim = index.dim() - 1
     size = _out_size(index, dim, out, dim_size)
-    values, arg = torch.ops.pcops.segment_coo(src, index, size, reduce, out)
+    needs_grad = torch.is_grad_enabled() and (src.requires_grad or (out is not None and out.requires_grad))
+    values, arg = _call(torch.ops.pcops.segment_coo, needs_grad, src, index, size, reduce, out)
     return _finish(values, out), arg
 
 
@@ -161,12 +185,14 @@ def gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Ten
         size = 0
     else:
         size = int(indptr.reshape(-1)[-1])
-    return _finish(torch.ops.pcops.gather_csr(src, indptr, size, out), out)
+    needs_grad = torch.is_grad_enabled() and (src.requires_grad or (out is not None and out.requires_grad))
+    return _finish(_call(torch.ops.pcops.gather_csr, needs_grad, src, indptr, size, out), out)
 
 
 def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """Inverse of :func:`segment_coo`: ``out[..., e, ...] = src[..., index[..., e], ...]``."""
-    return _finish(torch.ops.pcops.gather_coo(src, index), out)
+    needs_grad = torch.is_grad_enabled() and src.requires_grad
+    return _finish(_call(torch.ops.pcops.gather_coo, needs_grad, src, index), out)
 
 
 # --------------------------------------------------------------------------------------------
@@ -185,8 +211,10 @@ def _scatter_fake(src, index, dim, dim_size, reduce, out=None):
     _checks.indices(index, "index")
     torch._check_value(src.dim() >= 1, lambda: "src: expected at least 1-D, got a 0-D tensor")
     d = dim + src.dim() if dim < 0 else dim
-    torch._check_value(index.shape == src.shape, lambda: f"index: expected shape {tuple(src.shape)}, "
-                       f"got {tuple(index.shape)}")
+    along_dim = index.dim() == 1 and src.dim() > 1 and index.shape[0] == src.shape[d]
+    torch._check_value(along_dim or index.shape == src.shape,
+                       lambda: f"index: expected shape {tuple(src.shape)} (broadcast to src) or "
+                       f"[{src.shape[d]}] (along dim), got {tuple(index.shape)}")
     sizes = _with(src.shape, d, dim_size)
     arg_sizes = sizes if reduce in ("min", "max") else [0]
     return src.new_empty(sizes), src.new_empty(arg_sizes, dtype=torch.int64)
@@ -250,11 +278,21 @@ def _scatter_setup(ctx, inputs, output):
     ctx.set_materialize_grads(False)
 
 
+def _along(index: Tensor, dim: int, shape) -> Tensor:
+    """The op's index broadcast to ``shape`` (a 1-D index runs along ``dim``)."""
+    if index.dim() == len(shape):
+        return index
+    view = [1] * len(shape)
+    view[dim] = -1
+    return index.view(view).expand(shape)
+
+
 def _scatter_backward(ctx, grad_out, grad_arg):
     index, arg, src, values = ctx.saved_tensors
     if grad_out is None or not ctx.needs_input_grad[0]:
         return None, None, None, None, None, None
     dim, reduce = ctx.dim, ctx.reduce
+    index = _along(index, dim, ctx.src_shape)
     if reduce in ("sum", "add"):
         grad = grad_out.gather(dim, index)
     elif reduce == "mean":

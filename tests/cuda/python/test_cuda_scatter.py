@@ -214,6 +214,87 @@ def test_bad_values_raise_and_leave_out_untouched():
     assert good.tolist() == [[1, 1], [1, 1], [1, 1], [1, 1], [2, 2]]
 
 
+def test_value_checks_inside_the_reduction():
+    """scatter / segment_coo / segment_csr compute their value statistics themselves (fused into
+    the grouping's read of the index for unsorted destinations): a bad value anywhere in a long
+    index (first, middle, last entry; negative or past dim_size) raises the CPU's exception type
+    and the binding's message, and `out=` keeps its values; every index layout (1-D along dim,
+    per-row rows, per-element) and an empty index."""
+    E, M = 300_000, 50
+    src = torch.ones(E, 32, device=CUDA)
+    gen = torch.Generator().manual_seed(5)
+    for pos in (0, E // 2, E - 1):
+        for bad in (-1, M):
+            index = torch.randint(0, M, (E,), generator=gen)
+            index[pos] = bad
+            lo, hi = min(bad, int(index.min())), max(bad, int(index.max()))
+            out = torch.full((M, 32), 3.0, device=CUDA)
+            with pytest.raises(IndexError, match=rf"got values in \[{lo}, {hi}\]"):
+                pcops.scatter(src, index.to(CUDA), 0, out=out)
+            assert bool((out == 3.0).all())
+            with pytest.raises(IndexError):  # the CPU backend's exception type
+                pcops.scatter(torch.ones(E, 1), index, 0, dim_size=M)
+    per_row = torch.randint(0, M, (3, 4000, 1), generator=gen)
+    per_row[1, 1234, 0] = M + 3
+    with pytest.raises(IndexError, match=rf"got values in \[0, {M + 3}\]"):
+        pcops.scatter(torch.ones(3, 4000, 5, device=CUDA), per_row.to(CUDA), 1, dim_size=M)
+    per_element = torch.randint(0, M, (4000, 32), generator=gen)
+    per_element[17, 31] = -5
+    with pytest.raises(IndexError, match=rf"got values in \[-5, {M - 1}\]"):
+        pcops.scatter(torch.ones(4000, 32, device=CUDA), per_element.to(CUDA), 0, dim_size=M)
+    rows = torch.sort(torch.randint(0, M, (2, 30_000), generator=gen)).values
+    rows[1, 20_000] = rows[1, 20_001] + 1
+    with pytest.raises(ValueError, match="sorted"):
+        pcops.segment_coo(torch.ones(2, 30_000, 3, device=CUDA), rows.to(CUDA), dim_size=M + 1)
+    cuts = torch.sort(torch.randint(0, E, (20_000,), generator=gen)).values
+    ptr = torch.cat([torch.zeros(1, dtype=torch.long), cuts])
+    bad_ptr = ptr.clone()
+    bad_ptr[-1] = E + 1
+    with pytest.raises(IndexError, match=rf"first 0 and last {E + 1}"):
+        pcops.segment_csr(src, bad_ptr.to(CUDA))
+    bad_ptr = ptr.clone()
+    bad_ptr[10_000] = bad_ptr[10_001] + 1
+    with pytest.raises(ValueError, match="non-decreasing"):
+        pcops.segment_csr(src, bad_ptr.to(CUDA))
+    assert_same(pcops.segment_csr(src.cpu(), ptr), pcops.segment_csr(src, ptr.to(CUDA)))
+    empty = pcops.scatter(torch.ones(0, 32, device=CUDA), torch.zeros(0, dtype=torch.long, device=CUDA), 0,
+                          dim_size=4)
+    assert empty.shape == (4, 32) and not bool(empty.any())
+
+
+@pytest.mark.parametrize("width", [32, 64, 96])
+def test_warp_wide_columns_match_cpu(gen, width):
+    # Column counts that are multiples of 32: a warp's lanes fold one shared list (destinations
+    # per row), or their own lists (per-element destinations); uniform and concentrated.
+    for hot in (0.0, 0.9):
+        src = values(gen, (20_000, width), torch.float32)
+        index = indices(gen, (20_000,), 300, hot)
+        per_element = indices(gen, (20_000, width), 300, hot)
+        for reduce in REDUCES:
+            assert_same(pcops.scatter(src, index, 0, reduce=reduce),
+                        pcops.scatter(src.to(CUDA), index.to(CUDA), 0, reduce=reduce),
+                        f"{reduce} {width} {hot}")
+            assert_same(pcops.scatter(src, per_element, 0, dim_size=300, reduce=reduce),
+                        pcops.scatter(src.to(CUDA), per_element.to(CUDA), 0, dim_size=300, reduce=reduce),
+                        f"per element {reduce} {width} {hot}")
+        order = torch.sort(index, stable=True).indices
+        ptr = torch.cat([torch.zeros(1, dtype=torch.long), torch.bincount(index, minlength=300).cumsum(0)])
+        for reduce in ["sum", "mean", "min", "max"]:
+            assert_same(pcops.segment_csr(src[order], ptr, reduce=reduce),
+                        pcops.segment_csr(src[order].to(CUDA), ptr.to(CUDA), reduce=reduce), f"csr {reduce}")
+
+
+def test_no_grad_calls_match_tracked_ones(gen):
+    # The wrappers call the ops below the autograd key when no gradient is recorded: the same
+    # bits as the tracked call, on CUDA tensors too.
+    src = values(gen, (5000, 32), torch.float32).to(CUDA)
+    index = indices(gen, (5000,), 100).to(CUDA)
+    plain = pcops.scatter(src, index, 0, dim_size=100, reduce="mean")
+    tracked = pcops.scatter(src.clone().requires_grad_(), index, 0, dim_size=100, reduce="mean")
+    assert plain.grad_fn is None and tracked.grad_fn is not None
+    assert same_bits(plain, tracked.detach())
+
+
 def test_torch_scatter_standin_on_cuda(gen):
     import pcops.compat as compat
 
