@@ -457,9 +457,10 @@ struct Candidate {
   float key;
   int64_t id;
 };
-inline bool worse_than(const Candidate& a, const Candidate& b) {  // heap order: worst on top
+// Heap order, worst on top (a function object: the heap algorithms inline it).
+constexpr auto worse_than = [](const Candidate& a, const Candidate& b) {
   return a.key < b.key || (a.key == b.key && a.id < b.id);
-}
+};
 
 // Adds the table terms of bytes [0, kBytes) of the words w0..w3 (codewords kFirst .. kFirst +
 // kBytes - 1 of four codes; lut points at sub-quantizer kFirst) to the four running sums, each in
@@ -823,9 +824,10 @@ struct ListKey {
   float key;
   int64_t list;
 };
-inline bool ranks_before(const ListKey& a, const ListKey& b) {  // heap order: the last-ranked on top
+// Heap order, the last-ranked on top (a function object, inlined).
+constexpr auto ranks_before = [](const ListKey& a, const ListKey& b) {
   return a.key < b.key || (a.key == b.key && a.list < b.list);
-}
+};
 
 // Replaces the last-ranked of the heap sel by (key, list); returns the new last-ranked key.
 [[gnu::noinline]] float replace_last(std::vector<ListKey>& sel, float key, int64_t list) {
@@ -836,12 +838,28 @@ inline bool ranks_before(const ListKey& a, const ListKey& b) {  // heap order: t
 }
 
 // The nprobe lists ranked first by (key, list), in that order, into sel: one pass over the lists in
-// ascending order keeping the nprobe best in a heap. A later list ranks after an equal key, so once
-// the heap is full only a strictly smaller key enters. keys [nlist] are never NaN.
+// ascending order keeping the nprobe best. A later list ranks after an equal key, so once nprobe
+// are kept only a strictly smaller key enters. Up to 64 are kept sorted (an entering list moves
+// the larger keys up by one), more in a heap. keys [nlist] are never NaN.
 void select_lists(const float* keys, int64_t nlist, int64_t nprobe, std::vector<ListKey>& sel) {
   sel.clear();
   int64_t l = 0;
   for (; l < nprobe; ++l) sel.push_back(ListKey{keys[l], l});
+  if (nprobe <= 64) {
+    std::sort(sel.begin(), sel.end(), ranks_before);
+    ListKey* s = sel.data();
+    float thr = s[nprobe - 1].key;
+    for (; l < nlist; ++l) {
+      const float v = keys[l];
+      if (v < thr) [[unlikely]] {
+        int64_t pos = nprobe - 1;
+        for (; pos > 0 && s[pos - 1].key > v; --pos) s[pos] = s[pos - 1];
+        s[pos] = ListKey{v, l};
+        thr = s[nprobe - 1].key;
+      }
+    }
+    return;
+  }
   std::make_heap(sel.begin(), sel.end(), ranks_before);
   float thr = sel.front().key;
   for (; l < nlist; ++l)

@@ -416,11 +416,13 @@ TEST(IvfPq, BoundedScanAtTheEndsOfTheRange) {
     }
 }
 
-// List selection with the cut inside a group of equal coarse keys: 32 centroids +-4 e_i, all at
+// List selection with the cut inside a group of equal coarse keys: 2 dim centroids +-4 e_i, all at
 // the same distance (and inner product 0) from queries at the origin, every list populated; ties
-// go to the smaller list, for every nprobe up to nlist, both metrics.
+// go to the smaller list, for nprobe up to nlist (kept sorted up to 64, in a heap beyond), both
+// metrics.
 TEST(IvfPq, ListSelectionTiesGoToTheSmallerList) {
-  const int64_t dim = 16, nlist = 32;
+  for (const int64_t dim : {16, 64}) {
+  const int64_t nlist = 2 * dim;
   std::vector<float> cent(static_cast<size_t>(nlist * dim), 0.0f);
   for (int64_t l = 0; l < nlist; ++l) cent[static_cast<size_t>(l * dim + l / 2)] = l % 2 == 0 ? 4.0f : -4.0f;
   auto x = clustered(640, dim, 1, 93);  // noise around a centre, moved onto each centroid
@@ -430,15 +432,47 @@ TEST(IvfPq, ListSelectionTiesGoToTheSmallerList) {
                                             cent[static_cast<size_t>((i % nlist) * dim + d)];
   for (IvfPqMetric metric : {IvfPqMetric::L2, IvfPqMetric::InnerProduct}) {
     IvfPqIndex index = trained(IvfPqParams{dim, nlist, 8, 8, metric, true}, x);
-    std::vector<float> books(index.codebooks());
+    const std::vector<float> books(index.codebooks());
     index = IvfPqIndex(IvfPqParams{dim, nlist, 8, 8, metric, true});
     index.set_quantizers(cent.data(), books.data());
     index.add(ctx(), x.data(), 640);
     for (int64_t l = 0; l < nlist; ++l) ASSERT_GT(index.list_size(l), 0);
     std::vector<float> q(static_cast<size_t>(3 * dim), 0.0f);
     q[static_cast<size_t>(dim + 3)] = 1e-3f;  // a near tie
-    for (int64_t nprobe : {1, 2, 5, 16, 31, 32}) expect_search_matches_brute(index, q, 25, nprobe);
+    for (int64_t nprobe : {1, 2, 5, 16, 31, 32, 64, 65, 100, 127, 128})
+      if (nprobe <= nlist) expect_search_matches_brute(index, q, 25, nprobe);
   }
+  }
+}
+
+// List selection over keys of a few repeated values in shuffled list order (centroids +-a e_i, a
+// in 2..5: squared distances 4, 9, 16, 25 from the origin), so lists enter the kept set while equal
+// keys sit inside it and at its end: the entering one ranks after them.
+TEST(IvfPq, ListSelectionWithRepeatedKeys) {
+  const int64_t dim = 16, nlist = 128;
+  std::vector<int64_t> slot(nlist);
+  for (int64_t l = 0; l < nlist; ++l) slot[static_cast<size_t>(l)] = l;
+  std::mt19937 rng(95);
+  std::shuffle(slot.begin(), slot.end(), rng);
+  std::vector<float> cent(static_cast<size_t>(nlist * dim), 0.0f);
+  for (int64_t l = 0; l < nlist; ++l) {
+    const int64_t c = slot[static_cast<size_t>(l)];
+    cent[static_cast<size_t>(l * dim + (c / 2) % dim)] = (c % 2 == 0 ? 1.0f : -1.0f) * static_cast<float>(2 + c / 32);
+  }
+  auto x = clustered(1024, dim, 1, 96);
+  for (int64_t i = 0; i < 1024; ++i)
+    for (int64_t d = 0; d < dim; ++d)
+      x[static_cast<size_t>(i * dim + d)] = 0.01f * (x[static_cast<size_t>(i * dim + d)] - 5.0f) +
+                                            cent[static_cast<size_t>((i % nlist) * dim + d)];
+  IvfPqIndex index = trained(IvfPqParams{dim, nlist, 8}, x);
+  const std::vector<float> books(index.codebooks());
+  index = IvfPqIndex(IvfPqParams{dim, nlist, 8});
+  index.set_quantizers(cent.data(), books.data());
+  index.add(ctx(), x.data(), 1024);
+  for (int64_t l = 0; l < nlist; ++l) ASSERT_GT(index.list_size(l), 0);
+  const std::vector<float> q(static_cast<size_t>(dim), 0.0f);
+  for (int64_t nprobe : {3, 10, 20, 31, 33, 40, 63, 64, 65, 70, 100, 127})
+    expect_search_matches_brute(index, q, 1024, nprobe);  // every candidate: the probed lists show
 }
 
 // The lists' sub-quantizer-major copy follows every change of the lists (add, remove_ids, reset)
