@@ -646,7 +646,8 @@ struct Pending {
 };
 
 // The exact sums of the n pending codes, eight at a time (eight independent chains, each in
-// codeword order), offered to the heap in order.
+// codeword order), offered to the heap in order (as rank_key(d0 + sum) with kRankKey).
+template <bool kRankKey>
 inline void finish_pending(const Pending* pend, int64_t n, int64_t M, const float* lut, float d0, const int64_t* ids,
                            int64_t k, std::vector<Candidate>& heap) {
   for (int64_t g = 0; g < n; g += 8) {
@@ -659,39 +660,96 @@ inline void finish_pending(const Pending* pend, int64_t n, int64_t M, const floa
       const float* lm = lut + m * kK;
       for (int r = 0; r < 8; ++r) s[r] = s[r] + lm[col[r][m * kCodeBlock]];
     }
-    for (int64_t r = 0; r < cnt; ++r) offer(heap, k, d0 + s[r], ids, pend[g + r].index);
+    for (int64_t r = 0; r < cnt; ++r) {
+      const float d = d0 + s[r];
+      offer(heap, k, kRankKey ? rank_key(d, false) : d, ids, pend[g + r].index);
+    }
   }
 }
 
 #if PCOPS_IVFPQ_X86
-// The L2 scan of tables of squares with a vectorised bound (AVX-512 VBMI): once the heap holds k
-// candidates, the table is quantised down to bytes (q = min(255, floor(fl(entry * inv))), for a
-// float inv that puts the k-th key near 252), and 64 codes at a time add their M quantised terms
-// with unsigned saturation (blocks: the list's codes sub-quantizer-major, [blocks, M, 64]). Each q
-// is at most entry * inv * (1 + u) (u = 2^-24: fl's rounding), so the saturated sum B satisfies
-// B / inv <= (1 + u) times the exact real sum of the code's entries, which is at most (1 + u)^(M-1)
-// times the float sum in codeword order (nonnegative terms). A code with B / inv > key * (1 + 4 (M
-// + 1) u) >= key * (1 + u)^M, key the heap's largest, has a distance strictly greater than it and
-// cannot enter; every other code's distance is computed exactly (the contract's sum), so the result
-// is the unbounded scan's. qlut: M * 256 bytes of scratch.
-__attribute__((target("avx512f,avx512bw,avx512vbmi"))) void scan_list_quantized(
+// The L2 scan with a vectorised bound (AVX-512 VBMI). Once the heap holds k candidates, each
+// table row m is quantised down to bytes, q = min(255, floor(fl(t * inv))), where t is the entry
+// (kShift false: residual tables, every entry a sum of squares, +0 or more) or fl(entry - mn_m)
+// (kShift true: precomputed tables, entries of either sign; mn_m the row's smallest), for a float
+// inv that puts the k-th key's headroom near 252; 64 codes at a time add their M quantised terms
+// with unsigned saturation (blocks: the list's codes sub-quantizer-major, [blocks, M, 64]). With u
+// = 2^-24 (fl's rounding: fl(x) <= x (1 + u), fl(x) >= x / (1 + u) for x >= 0), the saturated sum
+// B satisfies B / inv <= (1 + u) sum t <= (1 + u)^2 sum (entry - mn) (real sums). kShift false:
+// the float sum in codeword order of M nonnegative terms is at least their real sum / (1 + u)^(M-1),
+// so a code with B / inv > key * (1 + 4 (M + 1) u) has a distance strictly greater than the heap's
+// largest key. kShift true: the distance fl(d0 + float sum) differs from d0 + the real sum by at
+// most E = 2 gamma_(M+1) (d0 + sum_m max |entry|) (gamma_n = n u / (1 - n u)), so a code with B /
+// inv > (key - d0 - sum mn + E) (1 + 2^-21) cannot enter; a list whose headroom key - d0 - sum mn + E
+// is negative is skipped whole (the key only falls). Every other code's distance is computed
+// exactly (the contract's sum), so the result is the unbounded scan's. qlut: M * 256 bytes of
+// scratch. Returns false (nothing done) for kShift tables with an entry or d0 that is not finite.
+template <bool kShift>
+__attribute__((target("avx512f,avx512bw,avx512vbmi"))) bool scan_list_quantized(
     const uint8_t* blocks, const uint8_t* code, int64_t size, int64_t M, const float* lut, float d0,
-    const int64_t* ids, int64_t k, std::vector<Candidate>& heap, uint8_t* qlut) {
+    const int64_t* ids, int64_t k, std::vector<Candidate>& heap, uint8_t* qlut, float* mins) {
+  constexpr double u = 0x1p-24;
+  double smn = 0.0, err = 0.0;
+  if constexpr (kShift) {
+    // Row minima and the largest magnitudes; (x - x) sums to 0 only when every entry is finite.
+    // (The maskz forms and the reductions through memory: GCC warns about the undefined vectors
+    // the plain forms pass.)
+    double amax = 0.0;
+    bool finite = true;
+    for (int64_t m = 0; m < M; ++m) {
+      __m512 mn = _mm512_set1_ps(std::numeric_limits<float>::infinity()), mx = _mm512_setzero_ps();
+      __m512 fin = _mm512_setzero_ps();
+      for (int64_t j = 0; j < kK; j += 16) {
+        const __m512 v = _mm512_loadu_ps(lut + m * kK + j);
+        fin = _mm512_add_ps(fin, _mm512_sub_ps(v, v));
+        mn = _mm512_maskz_min_ps(0xFFFF, mn, v);
+        mx = _mm512_maskz_max_ps(0xFFFF, mx, _mm512_abs_ps(v));
+      }
+      float lo[16], hi[16], zero[16];
+      _mm512_storeu_ps(lo, mn);
+      _mm512_storeu_ps(hi, mx);
+      _mm512_storeu_ps(zero, fin);
+      float a = lo[0], c = hi[0];
+      for (int r = 0; r < 16; ++r) {
+        a = std::min(a, lo[r]);
+        c = std::max(c, hi[r]);
+        finite = finite && zero[r] == 0.0f;
+      }
+      mins[m] = a;
+      smn += a;
+      amax += c;
+    }
+    // (Sums far from float's range only: the error bound below assumes no overflow.)
+    if (!finite || !(d0 + amax < 0x1p100)) return false;
+    const double gamma = static_cast<double>(M + 1) * u / (1.0 - static_cast<double>(M + 1) * u);
+    err = 2.0 * gamma * (d0 + amax);
+    err += 0x1p-50 * (d0 + amax + std::abs(smn));  // the double evaluation of the headroom
+  }
+  const auto key_of = [](float d) { return kShift ? rank_key(d, false) : d; };
   int64_t i = 0;
-  for (; i < size && static_cast<int64_t>(heap.size()) < k; ++i) offer(heap, k, d0 + code_sum(code + i * M, M, lut), ids, i);
-  if (i == size) return;
-  // Units of 1 / inv with the current k-th key at about 252 units (inv clamped to [2^-100, 2^100]).
-  const double key0 = heap.front().key;
-  const float inv = static_cast<float>(std::clamp(key0 > 0.0 ? 252.0 / key0 : 0x1p100, 0x1p-100, 0x1p100));
-  // fl(entry * inv) truncated to an integer, then narrowed with unsigned saturation: at most 255,
-  // and values of 2^31 or more (+inf included) convert to 0x80000000, which saturates to 255 too.
+  for (; i < size && static_cast<int64_t>(heap.size()) < k; ++i)
+    offer(heap, k, key_of(d0 + code_sum(code + i * M, M, lut)), ids, i);
+  if (i == size) return true;
+  // The headroom of the current k-th key, and the scale x = headroom * inv * margin (B > x: pruned).
+  const auto headroom = [&](double key) { return kShift ? key - d0 - smn + err + 0x1p-50 * std::abs(key) : key; };
+  const double margin = kShift ? 1.0 + 0x1p-21 : 1.0 + 4.0 * static_cast<double>(M + 1) * u;
+  const double room0 = headroom(heap.front().key);
+  if (room0 < 0.0) return true;  // kShift: no code of this list can enter
+  // Units of 1 / inv with the headroom at about 252 units (inv clamped to [2^-100, 2^100]).
+  const float inv = static_cast<float>(std::clamp(room0 > 0.0 ? 252.0 / room0 : 0x1p100, 0x1p-100, 0x1p100));
+  // fl(t * inv) truncated to an integer, then narrowed with unsigned saturation: at most 255, and
+  // values of 2^31 or more (+inf included) convert to 0x80000000, which saturates to 255 too.
   // (The maskz forms: the plain ones pass an undefined vector GCC warns about.)
   const __m512 vinv = _mm512_set1_ps(inv);
-  for (int64_t j = 0; j < M * kK; j += 16) {
-    const __m512i q = _mm512_maskz_cvttps_epi32(0xFFFF, _mm512_mul_ps(_mm512_loadu_ps(lut + j), vinv));
-    _mm_storeu_si128(reinterpret_cast<__m128i*>(qlut + j), _mm512_maskz_cvtusepi32_epi8(0xFFFF, q));
+  for (int64_t m = 0; m < M; ++m) {
+    const __m512 shift = _mm512_set1_ps(kShift ? mins[m] : 0.0f);
+    for (int64_t j = m * kK; j < (m + 1) * kK; j += 16) {
+      __m512 t = _mm512_loadu_ps(lut + j);
+      if (kShift) t = _mm512_sub_ps(t, shift);
+      const __m512i q = _mm512_maskz_cvttps_epi32(0xFFFF, _mm512_mul_ps(t, vinv));
+      _mm_storeu_si128(reinterpret_cast<__m128i*>(qlut + j), _mm512_maskz_cvtusepi32_epi8(0xFFFF, q));
+    }
   }
-  const double margin = 1.0 + 4.0 * static_cast<double>(M + 1) * 0x1p-24;
   const int64_t nblocks = (size + kCodeBlock - 1) / kCodeBlock;
   Pending pending[kCodeBlock + 8];
   int64_t np = 0;
@@ -699,8 +757,9 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void scan_list_quantized(
     const int64_t base = b * kCodeBlock;
     const int64_t lo = std::max(i, base) - base, hi = std::min(size - base, kCodeBlock);
     uint64_t live = (hi == 64 ? ~uint64_t{0} : (uint64_t{1} << hi) - 1) & ~((uint64_t{1} << lo) - 1);
-    // B >= limit: pruned (limit / inv > key * margin).
-    const double x = static_cast<double>(heap.front().key) * margin * static_cast<double>(inv);
+    // B >= limit: pruned (limit > headroom * inv * margin).
+    const double x = headroom(heap.front().key) * static_cast<double>(inv) * margin;
+    if (x < 0.0) break;  // kShift: nothing left in this list can enter
     const int limit = x < 255.0 ? static_cast<int>(x) + 1 : 256;
     const uint8_t* blk = blocks + b * M * kCodeBlock;
     if (limit <= 255) {
@@ -725,10 +784,12 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) void scan_list_quantized(
       pending[np++] = Pending{blk + j, base + j};
     }
     if (np >= 8 || b + 1 == nblocks) {
-      finish_pending(pending, np, M, lut, d0, ids, k, heap);
+      finish_pending<kShift>(pending, np, M, lut, d0, ids, k, heap);
       np = 0;
     }
   }
+  if (np > 0) finish_pending<kShift>(pending, np, M, lut, d0, ids, k, heap);
+  return true;
 }
 
 bool has_vbmi() {
@@ -1157,8 +1218,8 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
   const Tables t = make_tables(p, centroids_, codebooks_);
   const int64_t M = p.M, dsub = this->dsub();
 #if PCOPS_IVFPQ_X86
-  // The L2 scans without precomputed terms bound their codes with the vectorised quantised sums.
-  const bool quantized_bound = !ip && !use_term1 && has_vbmi();
+  // The L2 scans (residual or precomputed tables) bound their codes with vectorised quantised sums.
+  const bool quantized_bound = !ip && has_vbmi();
 #else
   const bool quantized_bound = false;
 #endif
@@ -1171,6 +1232,7 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
     probe.reserve(static_cast<size_t>(nprobe));
     std::vector<float> coarse_keys(static_cast<size_t>(ip ? p.nlist : 0));
     std::vector<uint8_t> qlut(static_cast<size_t>(quantized_bound ? M * kK : 0));
+    std::vector<float> row_min(static_cast<size_t>(quantized_bound ? M : 0));
     std::vector<float> residual(static_cast<size_t>(kTableBatch * p.dim));
     std::vector<float> lut(static_cast<size_t>(kTableBatch * M * kK));
     std::vector<float> term2(static_cast<size_t>(use_term1 ? M * kK : 0));
@@ -1247,18 +1309,20 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
               default: scan_list<0, kPlain>(code, size, M, table, d0, ip, lid.data(), k, heap); break;
             }
           };
-          if (!ip && !use_term1) {
 #if PCOPS_IVFPQ_X86
-            if (quantized_bound) {
-              scan_list_quantized((*blocks)[static_cast<size_t>(l)].data(), code, size, M, table, d0, lid.data(), k,
-                                  heap, qlut.data());
+          if (quantized_bound) {
+            const uint8_t* blk = (*blocks)[static_cast<size_t>(l)].data();
+            if (!use_term1) {
+              scan_list_quantized<false>(blk, code, size, M, table, d0, lid.data(), k, heap, qlut.data(), nullptr);
               continue;
             }
-#endif
-            scan(std::true_type{});
-          } else {
-            scan(std::false_type{});
+            if (scan_list_quantized<true>(blk, code, size, M, table, d0, lid.data(), k, heap, qlut.data(),
+                                          row_min.data()))
+              continue;
           }
+#endif
+          if (!ip && !use_term1) scan(std::true_type{});
+          else scan(std::false_type{});
         }
       }
       std::sort_heap(heap.begin(), heap.end(), worse_than);

@@ -149,6 +149,27 @@ void expect_search_matches_brute(const IvfPqIndex& index, const std::vector<floa
   }
 }
 
+// Distances and labels of a search, concatenated.
+std::pair<std::vector<float>, std::vector<int64_t>> search_bits(const IvfPqIndex& index, const std::vector<float>& q,
+                                                                int64_t k, int64_t nprobe, bool pre, bool half = false) {
+  const int64_t nq = static_cast<int64_t>(q.size()) / index.params().dim;
+  std::vector<float> d(static_cast<size_t>(nq * k));
+  std::vector<int64_t> l(static_cast<size_t>(nq * k));
+  index.search(ctx(), q.data(), nq, k, nprobe, d.data(), l.data(), pre, half);
+  return {d, l};
+}
+
+// The precomputed-table searches (no brute force of their own) of the automatic kernels against
+// the forced AVX2 ones, whose scan has no bound: the same bits.
+void expect_precomputed_unbounded(const IvfPqIndex& index, const std::vector<float>& q, int64_t k, int64_t nprobe) {
+  namespace isa = pcops::cpu::ivfpq_detail;
+  const auto a = search_bits(index, q, k, nprobe, true);
+  const bool before = isa::force_avx2(true);
+  const auto b = search_bits(index, q, k, nprobe, true);
+  isa::force_avx2(before);
+  ASSERT_TRUE(a == b) << "k " << k << " nprobe " << nprobe;
+}
+
 IvfPqIndex trained(IvfPqParams p, const std::vector<float>& x, uint64_t seed = 7) {
   IvfPqIndex index(p);
   pcops::IvfPqTrainParams tp;
@@ -349,7 +370,8 @@ TEST(IvfPq, TiesOrderByIdAndPadding) {
 }
 
 // The bounded L2 scans (a code whose first terms, or whose quantised terms, already exceed the
-// k-th key is not finished; the scalar / AVX2 and the AVX-512 VBMI forms) on exact small-integer
+// k-th key is not finished; the scalar / AVX2 and the AVX-512 VBMI forms, the latter also over
+// precomputed tables, against the unbounded scan) on exact small-integer
 // distances full of ties: codewords (j / 4, 0) per sub-quantizer, the query at the only populated
 // centroid, vectors that are exact codeword concatenations under shuffled ids. Partial sums equal
 // to the threshold (later terms zero: equal keys decided by id), equal to it with later terms added
@@ -391,14 +413,18 @@ TEST(IvfPq, BoundedScanKeepsTiesAtTheThreshold) {
       ASSERT_EQ(index.list_size(2), 0);  // ties go to the smaller list
       const std::vector<float> q(static_cast<size_t>(dim), 0.0f);
       for (int64_t nprobe : {1, 2, 3})
-        for (int64_t k : {1, 5, 10, 37, 200}) expect_search_matches_brute(index, q, k, nprobe);
+        for (int64_t k : {1, 5, 10, 37, 200}) {
+          expect_search_matches_brute(index, q, k, nprobe);
+          if (!avx2) expect_precomputed_unbounded(index, q, k, nprobe);
+        }
       isa::force_avx2(a0);
     }
 }
 
 // The bounded scans at the ends of float's range: distances that overflow to +inf (a k-th key of
-// +inf: nothing can be pruned) and subnormal ones (the quantisation's smallest unit), against the
-// brute force.
+// +inf: nothing can be pruned; precomputed tables with infinite entries: no bound) and subnormal
+// ones (the quantisation's smallest unit), against the brute force (precomputed tables: against
+// the unbounded scan).
 TEST(IvfPq, BoundedScanAtTheEndsOfTheRange) {
   namespace isa = pcops::cpu::ivfpq_detail;
   for (const bool avx2 : {false, true})
@@ -411,7 +437,10 @@ TEST(IvfPq, BoundedScanAtTheEndsOfTheRange) {
       index.add(ctx(), x.data(), n);
       auto q = clustered(9, dim, 6, 82);
       for (float& v : q) v *= scale;
-      for (int64_t k : {1, 10, 100}) expect_search_matches_brute(index, q, k, 2);
+      for (int64_t k : {1, 10, 100}) {
+        expect_search_matches_brute(index, q, k, 2);
+        if (!avx2) expect_precomputed_unbounded(index, q, k, 3);
+      }
       isa::force_avx2(a0);
     }
 }
