@@ -668,6 +668,53 @@ inline void finish_pending(const Pending* pend, int64_t n, int64_t M, const floa
 }
 
 #if PCOPS_IVFPQ_X86
+// A table's rows [M, 256]: their minima, the sum of the minima and of the rows' largest
+// magnitudes (in double), and whether every entry is finite.
+struct RowStats {
+  float* mins;
+  double min_sum = 0.0, abs_sum = 0.0;
+  bool finite = true;
+};
+
+// The statistics of table rows; with t1 and t2, the table is first lut = t1 + t2 (per entry: the
+// precomputed tables' sum), written as it is read. (x - x) sums to 0 only when every x is finite.
+// (The maskz forms and the reductions through memory: GCC warns about the undefined vectors the
+// plain forms pass.)
+__attribute__((target("avx512f"))) void row_stats_avx512(float* lut, const float* t1, const float* t2, int64_t M,
+                                                          RowStats& rows) {
+  rows.min_sum = rows.abs_sum = 0.0;
+  rows.finite = true;
+  for (int64_t m = 0; m < M; ++m) {
+    __m512 mn = _mm512_set1_ps(std::numeric_limits<float>::infinity()), mx = _mm512_setzero_ps();
+    __m512 fin = _mm512_setzero_ps();
+    for (int64_t j = m * kK; j < (m + 1) * kK; j += 16) {
+      __m512 v;
+      if (t1 != nullptr) {
+        v = _mm512_add_ps(_mm512_loadu_ps(t1 + j), _mm512_loadu_ps(t2 + j));
+        _mm512_storeu_ps(lut + j, v);
+      } else {
+        v = _mm512_loadu_ps(lut + j);
+      }
+      fin = _mm512_add_ps(fin, _mm512_sub_ps(v, v));
+      mn = _mm512_maskz_min_ps(0xFFFF, mn, v);
+      mx = _mm512_maskz_max_ps(0xFFFF, mx, _mm512_abs_ps(v));
+    }
+    float lo[16], hi[16], zero[16];
+    _mm512_storeu_ps(lo, mn);
+    _mm512_storeu_ps(hi, mx);
+    _mm512_storeu_ps(zero, fin);
+    float a = lo[0], c = hi[0];
+    for (int r = 0; r < 16; ++r) {
+      a = std::min(a, lo[r]);
+      c = std::max(c, hi[r]);
+      rows.finite = rows.finite && zero[r] == 0.0f;
+    }
+    rows.mins[m] = a;
+    rows.min_sum += a;
+    rows.abs_sum += c;
+  }
+}
+
 // The L2 scan with a vectorised bound (AVX-512 VBMI). Once the heap holds k candidates, each
 // table row m is quantised down to bytes, q = min(255, floor(fl(t * inv))), where t is the entry
 // (kShift false: residual tables, every entry a sum of squares, +0 or more) or fl(entry - mn_m)
@@ -683,47 +730,21 @@ inline void finish_pending(const Pending* pend, int64_t n, int64_t M, const floa
 // inv > (key - d0 - sum mn + E) (1 + 2^-21) cannot enter; a list whose headroom key - d0 - sum mn + E
 // is negative is skipped whole (the key only falls). Every other code's distance is computed
 // exactly (the contract's sum), so the result is the unbounded scan's. qlut: M * 256 bytes of
-// scratch. Returns false (nothing done) for kShift tables with an entry or d0 that is not finite.
+// scratch; rows (kShift): the table's row statistics. Returns false (nothing done) for kShift
+// tables with an entry or d0 that is not finite.
 template <bool kShift>
 __attribute__((target("avx512f,avx512bw,avx512vbmi"))) bool scan_list_quantized(
     const uint8_t* blocks, const uint8_t* code, int64_t size, int64_t M, const float* lut, float d0,
-    const int64_t* ids, int64_t k, std::vector<Candidate>& heap, uint8_t* qlut, float* mins) {
+    const int64_t* ids, int64_t k, std::vector<Candidate>& heap, uint8_t* qlut, const RowStats* rows) {
   constexpr double u = 0x1p-24;
   double smn = 0.0, err = 0.0;
   if constexpr (kShift) {
-    // Row minima and the largest magnitudes; (x - x) sums to 0 only when every entry is finite.
-    // (The maskz forms and the reductions through memory: GCC warns about the undefined vectors
-    // the plain forms pass.)
-    double amax = 0.0;
-    bool finite = true;
-    for (int64_t m = 0; m < M; ++m) {
-      __m512 mn = _mm512_set1_ps(std::numeric_limits<float>::infinity()), mx = _mm512_setzero_ps();
-      __m512 fin = _mm512_setzero_ps();
-      for (int64_t j = 0; j < kK; j += 16) {
-        const __m512 v = _mm512_loadu_ps(lut + m * kK + j);
-        fin = _mm512_add_ps(fin, _mm512_sub_ps(v, v));
-        mn = _mm512_maskz_min_ps(0xFFFF, mn, v);
-        mx = _mm512_maskz_max_ps(0xFFFF, mx, _mm512_abs_ps(v));
-      }
-      float lo[16], hi[16], zero[16];
-      _mm512_storeu_ps(lo, mn);
-      _mm512_storeu_ps(hi, mx);
-      _mm512_storeu_ps(zero, fin);
-      float a = lo[0], c = hi[0];
-      for (int r = 0; r < 16; ++r) {
-        a = std::min(a, lo[r]);
-        c = std::max(c, hi[r]);
-        finite = finite && zero[r] == 0.0f;
-      }
-      mins[m] = a;
-      smn += a;
-      amax += c;
-    }
+    smn = rows->min_sum;
     // (Sums far from float's range only: the error bound below assumes no overflow.)
-    if (!finite || !(d0 + amax < 0x1p100)) return false;
+    if (!rows->finite || !(d0 + rows->abs_sum < 0x1p100)) return false;
     const double gamma = static_cast<double>(M + 1) * u / (1.0 - static_cast<double>(M + 1) * u);
-    err = 2.0 * gamma * (d0 + amax);
-    err += 0x1p-50 * (d0 + amax + std::abs(smn));  // the double evaluation of the headroom
+    err = 2.0 * gamma * (d0 + rows->abs_sum);
+    err += 0x1p-50 * (d0 + rows->abs_sum + std::abs(smn));  // the double evaluation of the headroom
   }
   const auto key_of = [](float d) { return kShift ? rank_key(d, false) : d; };
   int64_t i = 0;
@@ -742,7 +763,7 @@ __attribute__((target("avx512f,avx512bw,avx512vbmi"))) bool scan_list_quantized(
   // (The maskz forms: the plain ones pass an undefined vector GCC warns about.)
   const __m512 vinv = _mm512_set1_ps(inv);
   for (int64_t m = 0; m < M; ++m) {
-    const __m512 shift = _mm512_set1_ps(kShift ? mins[m] : 0.0f);
+    const __m512 shift = _mm512_set1_ps(kShift ? rows->mins[m] : 0.0f);
     for (int64_t j = m * kK; j < (m + 1) * kK; j += 16) {
       __m512 t = _mm512_loadu_ps(lut + j);
       if (kShift) t = _mm512_sub_ps(t, shift);
@@ -1233,6 +1254,9 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
     std::vector<float> coarse_keys(static_cast<size_t>(ip ? p.nlist : 0));
     std::vector<uint8_t> qlut(static_cast<size_t>(quantized_bound ? M * kK : 0));
     std::vector<float> row_min(static_cast<size_t>(quantized_bound ? M : 0));
+#if PCOPS_IVFPQ_X86
+    RowStats row_stats{row_min.data()};
+#endif
     std::vector<float> residual(static_cast<size_t>(kTableBatch * p.dim));
     std::vector<float> lut(static_cast<size_t>(kTableBatch * M * kK));
     std::vector<float> term2(static_cast<size_t>(use_term1 ? M * kK : 0));
@@ -1296,8 +1320,18 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
               const float* next = term1_all + probe[static_cast<size_t>(r)].list * M * kK;
               for (int64_t i = 0; i < M * kK; i += 16) __builtin_prefetch(next + i, 0, 1);
             }
-            for (int64_t i = 0; i < M * kK; ++i) lut[static_cast<size_t>(i)] = t1[i] + term2[static_cast<size_t>(i)];
-            if (half_tables) round_to_half(lut.data(), M * kK);
+#if PCOPS_IVFPQ_X86
+            if (quantized_bound && !half_tables) {  // the sum and the rows' statistics in one pass
+              row_stats_avx512(lut.data(), t1, term2.data(), M, row_stats);
+            } else
+#endif
+            {
+              for (int64_t i = 0; i < M * kK; ++i) lut[static_cast<size_t>(i)] = t1[i] + term2[static_cast<size_t>(i)];
+              if (half_tables) round_to_half(lut.data(), M * kK);
+#if PCOPS_IVFPQ_X86
+              if (quantized_bound) row_stats_avx512(lut.data(), nullptr, nullptr, M, row_stats);
+#endif
+            }
           }
           const uint8_t* code = codes_[static_cast<size_t>(l)].data();
           const auto scan = [&](auto plain) {
@@ -1317,7 +1351,7 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
               continue;
             }
             if (scan_list_quantized<true>(blk, code, size, M, table, d0, lid.data(), k, heap, qlut.data(),
-                                          row_min.data()))
+                                          &row_stats))
               continue;
           }
 #endif
