@@ -19,7 +19,7 @@ import pcops
 
 CASES = {
     "100k": (1, 100_000, ["", "grid"]),
-    "1M": (1, 1_000_000, ["", "sorted-list", "sorted:1", "sorted:2", "sorted128", "sorted128:2", "sorted128:1"]),
+    "1M": (1, 1_000_000, ["", "sorted-list", "sorted:1", "sorted:4", "sorted256"]),
     "4M": (1, 4_000_000, ["", "sorted-list", "sorted128"]),
     "B16x8192": (16, 8192, ["", "cluster-nocopy:8", "cluster:4", "cluster-nocopy:4"]),
     "B32x4096": (32, 4096, ["", "cluster-nocopy:4"]),
@@ -52,7 +52,7 @@ def timed(fn, reps=25):
 
 def steps(gen):
     p = shell(1, 1_000_000, gen).cuda()
-    for cfg in ["", "sorted128", "sorted-list"]:
+    for cfg in ["", "sorted256", "sorted-list"]:
         os.environ["PCOPS_CUDA_FPS_CONFIG"] = cfg
         for m in [2, 16, 64, 256, 1024]:
             ms = timed(lambda: pcops.furthest_point_sample(p, m), reps=15)

@@ -797,7 +797,9 @@ struct FpsSortedPolicy {
   static constexpr int kThreads = 1024;  // the list kernel
   static constexpr int kThreads2 = 512;  // the one-barrier kernel
   static constexpr int kMaxRounds2 = 4;  // its chunks per lane (registers), else the list kernel
+  static constexpr bool kOneWaiter = true;  // only warp 0 polls the exchange's mbarrier
   static constexpr int kChunk = 256;  // points per chunk: 8 per lane of the warp that folds it
+  static constexpr int kChunkSmall = 128;  // the one-barrier kernel's chunks while one round holds them
   static constexpr int kPerLane = kChunk / 32;
   static constexpr int kCellBits = 7;  // per axis: 2^21 cells (about 12 points a cell on a 1M shell)
   static constexpr int kBoxBlocks = 264;  // blocks of the bounding-box pass
@@ -1157,7 +1159,7 @@ __device__ long long g_fps_trace[16 * kTraceSteps * kTraceSlots];
 template <int T, int R, int NC, int L>
 __global__ void __launch_bounds__(T, 1)
     fps_sorted2_kernel(FpsArgs A, const float4* __restrict__ pts, float* __restrict__ mg, const SortedCloud* cloud,
-                       int64_t chunks) {
+                       int64_t chunks, bool one_waiter) {
   constexpr int C = FpsSortedPolicy::kCluster;
   constexpr int W = T / 32;
   constexpr unsigned kStepBytes = C * kBlockRecordBytes;
@@ -1168,6 +1170,7 @@ __global__ void __launch_bounds__(T, 1)
   __shared__ float red_xyz[2][3][W];
   __shared__ WarpSlot slots[2][C];
   __shared__ unsigned long long bars[2];
+  __shared__ float4 centre;  // one_waiter: the cluster winner (x, y, z, index bits)
 
   const int rank = blockIdx.x;
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -1301,8 +1304,21 @@ __global__ void __launch_bounds__(T, 1)
         const float px = red_xyz[par][0][src], py = red_xyz[par][1][src], pz = red_xyz[par][2][src];
         send_block_winner<C>(slots, bars, par, rank, lane, wkey, widx, px, py, pz);
         if (lane == 0) PCOPS_FPS_STAMP(t, 34);
+        if (one_waiter) {
+          widx = receive_cluster_winner<C>(slots, bars, par, t, tid, lane, kStepBytes, cx, cy, cz);
+          if (lane == 0) centre = make_float4(cx, cy, cz, __uint_as_float(widx));
+        }
       }
-      widx = receive_cluster_winner<C>(slots, bars, par, t, tid, lane, kStepBytes, cx, cy, cz);
+      if (one_waiter) {
+        // Only warp 0 polls the mbarrier; the others wait at the barrier (no issue slots taken
+        // from warp 0's reduce, send and receive), then read the winner it wrote.
+        __syncthreads();
+        const float4 c4 = centre;
+        cx = c4.x, cy = c4.y, cz = c4.z;
+        widx = __float_as_uint(c4.w);
+      } else {
+        widx = receive_cluster_winner<C>(slots, bars, par, t, tid, lane, kStepBytes, cx, cy, cz);
+      }
       if (tid == 0) PCOPS_FPS_STAMP(t, 35);
       if (rank == 0 && tid == 0) o[t] = info.first + static_cast<int64_t>(widx);
     }
@@ -1558,13 +1574,14 @@ bool sorted_launch_config(const CudaContext& ctx, K kernel, int threads, size_t 
 
 // The one-barrier kernel for `per_block` chunks per block of 32 L points (at most kMaxRounds2
 // rounds of kThreads2 chunks; false beyond); calls f(kernel, threads). nc: chunks per fold (0:
-// the policy's: two chunks of 256 points, or four of 128, per memory round trip).
+// the policy's, two per memory round trip; measured on 1M points with chunks of 128: 1.66 ms
+// with two, 1.72 with one, 1.80 with four).
 template <int L, class F>
 bool with_sorted2_kernel(int64_t per_block, int nc, F&& f) {
   using P = FpsSortedPolicy;
   constexpr int T = P::kThreads2;
   const int64_t r = detail::ceil_div(per_block, int64_t{T});
-  if (nc == 0) nc = L == 8 ? 2 : 4;
+  if (nc == 0) nc = 2;
   if (r <= 1) {
     if (nc == 1) return f(fps_sorted2_kernel<T, 1, 1, L>, T);
     if constexpr (L == 4) {  // four chunks of 128 points: the registers of two of 256
@@ -1581,12 +1598,16 @@ bool with_sorted2_kernel(int64_t per_block, int nc, F&& f) {
 // shared memory (more than about 16M points) or the cluster cannot be resident (the grid or
 // streaming path takes the cloud then). variant: -1 the list kernel; else the one-barrier kernel
 // folding `variant` chunks at a time (0: the policy's), or the list kernel past its rounds.
-// chunk: points per chunk of the one-barrier kernel (256 or 128; the list kernel: 256).
+// chunk: points per chunk of the one-barrier kernel (0: 128 while one round holds them, else 256;
+// the list kernel: 256).
 bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, int64_t N, int variant,
-                int chunk = FpsSortedPolicy::kChunk) {
+                int chunk = 0) {
   using P = FpsSortedPolicy;
   if (N >= int64_t{1} << 31) return false;
   const auto blocks_chunks = [&](int c) { return detail::ceil_div(detail::ceil_div(N, int64_t{c}), int64_t{P::kCluster}); };
+  // 1M points: 1.66 ms with chunks of 128 (one round) vs 1.72 with 256; 4M: 3.40 ms with 128
+  // (four rounds) vs 3.03 with 256 (two).
+  if (chunk == 0) chunk = blocks_chunks(P::kChunkSmall) <= P::kThreads2 ? P::kChunkSmall : P::kChunk;
   const bool list = variant < 0 || blocks_chunks(P::kChunk) > int64_t{P::kThreads2} * P::kMaxRounds2;
   if (list || blocks_chunks(chunk) > int64_t{P::kThreads2} * P::kMaxRounds2) chunk = P::kChunk;
   const int64_t chunks = detail::ceil_div(N, int64_t{chunk});
@@ -1632,7 +1653,9 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
   const float4* cpts = pts;
   const SortedCloud* ccloud = cloud;
   int64_t nchunks = chunks;
-  void* params[] = {&args, &cpts, &mg, &ccloud, &nchunks};
+  bool one_waiter = P::kOneWaiter;
+  if (const char* e = std::getenv("PCOPS_CUDA_FPS_WAITERS"); e != nullptr && *e != 0) one_waiter = std::atoi(e) == 1;
+  void* params[] = {&args, &cpts, &mg, &ccloud, &nchunks, &one_waiter};
   PCOPS_CUDA_CHECK(cudaLaunchKernelExC(&L.config, chosen, params));
   return true;
 }
@@ -1640,8 +1663,9 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
 // Tuning override for benchmarks (environment PCOPS_CUDA_FPS_CONFIG, read at every call):
 // "cluster:C" (cluster path with C blocks), "cluster-nocopy:C" (the same without the cloud copy), "big:T" (big-cluster path, T threads per block),
 // "grid:G" (grid path, G blocks per cloud), "sorted" (sorted path, one cloud; "sorted:NC" the one-barrier
-// kernel folding NC chunks at a time, "sorted128[:NC]" the same with chunks of 128 points, "sorted-list" the
-// list kernel), "stream". Unset: the measured choice below.
+// kernel folding NC chunks at a time, "sorted128[:NC]" / "sorted256[:NC]" the same with chunks of 128 / 256
+// points, "sorted-list" the list kernel), "stream". PCOPS_CUDA_FPS_WAITERS=0: every warp of the
+// one-barrier kernel polls the exchange's mbarrier (1: warp 0 alone, the default). Unset: the measured choice below.
 struct FpsOverride {
   std::string path;
   int value = 0;
@@ -1691,8 +1715,10 @@ void dispatch(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, i
   // not run on a GPU yet).
   if (D == 3 && B == 1 && a.ragged == nullptr &&
       (ov.path.empty() ? N > FpsSortedPolicy::kMinPoints
-                       : ov.path == "sorted" || ov.path == "sorted128" || ov.path == "sorted-list") &&
-      run_sorted(ctx, ws, a, N, ov.path == "sorted-list" ? -1 : ov.value, ov.path == "sorted128" ? 128 : 256)) {
+                       : ov.path == "sorted" || ov.path == "sorted128" || ov.path == "sorted256" ||
+                             ov.path == "sorted-list") &&
+      run_sorted(ctx, ws, a, N, ov.path == "sorted-list" ? -1 : ov.value,
+                 ov.path == "sorted128" ? 128 : ov.path == "sorted256" ? 256 : 0)) {
     return;
   }
   const int64_t grid_sms = std::min<int64_t>(sms, FpsGridPolicy::kMaxBlocks);
