@@ -213,8 +213,7 @@ TEST(CudaFurthestPointSample, SortedKernelsEveryRoundAndFoldWidth) {
   // Chunk i of a block belongs to lane (i / W) % 32 of warp i % W, round i / (32 W), W = 16:
   // fewer chunks than warps, one partial round, two rounds (1.1M points: 269 chunks a block),
   // three of four rounds (4.5M: 1099 chunks of 256); one, two or four chunks per fold; chunks of
-  // 128 points (the default while one round holds them) and 256; the list kernel. The exchange
-  // with every warp polling as well (PCOPS_CUDA_FPS_WAITERS=0).
+  // 128 points (the default while one round holds them) and 256; the list kernel.
   std::mt19937 rng(33);
   std::vector<Cloud> clouds;
   for (int64_t n : {300, 70000, 1100000}) clouds.push_back(pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f));
@@ -232,12 +231,6 @@ TEST(CudaFurthestPointSample, SortedKernelsEveryRoundAndFoldWidth) {
     for (const Cloud& c : clouds) expect_same(c, params_of(std::min<int64_t>(c.count, 400), c.count / 3));
     expect_same(huge, params_of(48, 5));
   }
-  setenv("PCOPS_CUDA_FPS_WAITERS", "0", 1);
-  {
-    const ForcePath sorted("sorted");
-    for (const Cloud& c : clouds) expect_same(c, params_of(std::min<int64_t>(c.count, 300), 1));
-  }
-  unsetenv("PCOPS_CUDA_FPS_WAITERS");
 }
 
 TEST(CudaFurthestPointSample, SortedPathSizesTiesAndRules) {
