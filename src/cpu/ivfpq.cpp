@@ -518,10 +518,7 @@ void scan_list_bounded(const uint8_t* code, int64_t size, const float* lut, floa
     const uint8_t* cc = code + i0 * kM;
     int64_t ns = 0;
     if (static_cast<int64_t>(heap.size()) < k) {  // filling: no bound yet, every code is finished
-      for (int64_t i = 0; i < n; ++i) {
-        part[i] = 0.0f;
-        surv[i] = static_cast<int32_t>(i);
-      }
+      for (int64_t i = 0; i < n; ++i) surv[i] = static_cast<int32_t>(i);
       ns = n;
     } else {
       const float thr = heap.front().key;
@@ -567,8 +564,7 @@ void scan_list_bounded(const uint8_t* code, int64_t size, const float* lut, floa
         ns += s <= thr;
       }
     }
-    // The survivors' remaining terms (all terms while filling: part = +0 then stands for "no
-    // terms yet" and is replaced by the first term below).
+    // The survivors' remaining terms (all their terms while filling).
     const bool fresh = ns > 0 && static_cast<int64_t>(heap.size()) < k;
     int64_t j = 0;
     if (fresh) {
@@ -1244,7 +1240,7 @@ void IvfPqIndex::search(const CpuContext& ctx, const float* queries, int64_t nq,
 #else
   const bool quantized_bound = false;
 #endif
-  const std::vector<std::vector<uint8_t>>* blocks = quantized_bound ? &code_blocks() : nullptr;
+  [[maybe_unused]] const std::vector<std::vector<uint8_t>>* blocks = quantized_bound ? &code_blocks() : nullptr;
   const float pad = ip ? -std::numeric_limits<float>::infinity() : std::numeric_limits<float>::infinity();
   parallel_for(ctx, 0, nq, 1, [&](int64_t b, int64_t e) {
     // Coarse distances of four queries at a time (the centroids stream through once per four).
