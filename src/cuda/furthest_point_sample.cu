@@ -1017,6 +1017,19 @@ __device__ __forceinline__ void fps_sorted_chunk(const float4* __restrict__ pts,
   }
 }
 
+// The sorted kernels' prologue: block 0 pads the output slots past the cloud's steps with -1;
+// returns this block's chunk count (its chunks are rank + kCluster * i), or -1 when the cloud has
+// no steps.
+__device__ __forceinline__ int sorted_block_chunks(const FpsArgs& A, const CloudRef& info, int64_t chunks,
+                                                   int threads) {
+  constexpr int C = FpsSortedPolicy::kCluster;
+  if (blockIdx.x == 0) {
+    for (int64_t t = (info.steps > 0 ? info.steps : 0) + threadIdx.x; t < A.M; t += threads) info.o[t] = -1;
+  }
+  if (info.steps <= 0) return -1;
+  return static_cast<int>((chunks - blockIdx.x + C - 1) / C);
+}
+
 __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
     fps_sorted_kernel(FpsArgs A, const float4* __restrict__ pts, float* __restrict__ mg, const SortedCloud* cloud,
                       int64_t chunks) {
@@ -1037,12 +1050,8 @@ __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const CloudRef info = cloud_ref(A, 0);
   int64_t* o = info.o;
-  if (rank == 0) {
-    for (int64_t t = (info.steps > 0 ? info.steps : 0) + tid; t < A.M; t += T) o[t] = -1;
-  }
-  if (info.steps <= 0) return;  // uniform over the cluster, before any remote access
-
-  const int cpb = static_cast<int>((chunks - rank + C - 1) / C);  // this block's chunks: rank + C * i
+  const int cpb = sorted_block_chunks(A, info, chunks, T);
+  if (cpb < 0) return;  // uniform over the cluster, before any remote access
   ChunkMeta* meta = reinterpret_cast<ChunkMeta*>(dyn);
   int* list = reinterpret_cast<int*>(meta + ((chunks + C - 1) / C));
   const bool finite = cloud->safe != 0;
@@ -1174,12 +1183,8 @@ __global__ void __launch_bounds__(T, 1)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const CloudRef info = cloud_ref(A, 0);
   int64_t* o = info.o;
-  if (rank == 0) {
-    for (int64_t t = (info.steps > 0 ? info.steps : 0) + tid; t < A.M; t += T) o[t] = -1;
-  }
-  if (info.steps <= 0) return;  // uniform over the cluster, before any remote access
-
-  const int cpb = static_cast<int>((chunks - rank + C - 1) / C);  // this block's chunks: rank + C * i
+  const int cpb = sorted_block_chunks(A, info, chunks, T);
+  if (cpb < 0) return;  // uniform over the cluster, before any remote access
   const bool finite = cloud->safe != 0;
   const bool skip = A.skip;
   // This lane's chunks (round r: i = warp + W * (lane + 32 r)), initialised by this warp.

@@ -309,21 +309,34 @@ TEST(CudaScatter, SegmentCsrEmptyAndLongSegments) {
   });
 }
 
+// Lists of the given lengths, one after the other: their offsets (indptr) and each source's list
+// (grouped, non-decreasing).
+struct Lists {
+  std::vector<int64_t> indptr{0};
+  std::vector<int64_t> grouped;
+  int64_t M = 0, E = 0;
+};
+Lists lists_of(const std::vector<int64_t>& lengths) {
+  Lists l;
+  for (int64_t n : lengths) l.indptr.push_back(l.indptr.back() + n);
+  l.M = static_cast<int64_t>(lengths.size());
+  l.E = l.indptr.back();
+  l.grouped.resize(static_cast<size_t>(l.E));
+  for (int64_t m = 0; m < l.M; ++m)
+    for (int64_t e = l.indptr[m]; e < l.indptr[m + 1]; ++e) l.grouped[e] = m;
+  return l;
+}
+
 // Lists around the warp path's threshold (256 sources) and its 128-source load rounds, every
 // reduction, through segment_csr (explicit lengths) and scatter (the same groups, shuffled order
 // of sources with accumulate).
 template <class T>
 void expect_long_lists(std::mt19937& rng) {
-  const std::vector<int64_t> lengths = {0, 1, 255, 256, 257, 383, 384, 385, 1000, 2049};
-  std::vector<int64_t> indptr{0};
-  for (int64_t n : lengths) indptr.push_back(indptr.back() + n);
-  const int64_t M = static_cast<int64_t>(lengths.size()), E = indptr.back();
+  const auto [indptr, grouped, M, E] = lists_of({0, 1, 255, 256, 257, 383, 384, 385, 1000, 2049});
   for (int64_t K : {1, 3, 32}) {
     const ReduceShape s{2, E, M, K};
     expect_segment_csr_with<T>(s, indptr, rng);
-    std::vector<int64_t> index(static_cast<size_t>(E));
-    for (int64_t m = 0; m < M; ++m)
-      for (int64_t e = indptr[m]; e < indptr[m + 1]; ++e) index[e] = m;
+    std::vector<int64_t> index = grouped;
     std::shuffle(index.begin(), index.end(), rng);
     for (Reduce r : kReduces) {
       ScatterParams p;
@@ -354,13 +367,8 @@ constexpr int64_t kChunk = 2048;
 
 template <class T>
 void expect_chunked_lists(std::mt19937& rng) {
-  const std::vector<int64_t> lengths = {kChunk - 1, kChunk, kChunk + 1, 2 * kChunk, 3 * kChunk + 5, 4 * kChunk + 1, 7, 0};
-  std::vector<int64_t> indptr{0};
-  for (int64_t n : lengths) indptr.push_back(indptr.back() + n);
-  const int64_t M = static_cast<int64_t>(lengths.size()), E = indptr.back();
-  std::vector<int64_t> grouped(static_cast<size_t>(E));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t e = indptr[m]; e < indptr[m + 1]; ++e) grouped[e] = m;
+  const auto [indptr, grouped, M, E] =
+      lists_of({kChunk - 1, kChunk, kChunk + 1, 2 * kChunk, 3 * kChunk + 5, 4 * kChunk + 1, 7, 0});
   for (int64_t K : {1, 3, 33}) {
     const ReduceShape s{K > 3 ? 1 : 2, E, M, K};
     expect_segment_csr_with<T>(s, indptr, rng);
@@ -426,13 +434,8 @@ TEST(CudaScatter, ChunkRuleMillionSourceDestination) {
 // index and with per-row index rows, with and without start values.
 template <class T>
 void expect_row_lists(std::mt19937& rng) {
-  const std::vector<int64_t> lengths = {0, 1, 2, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 100, 255, 256, 0, 3};
-  std::vector<int64_t> indptr{0};
-  for (int64_t n : lengths) indptr.push_back(indptr.back() + n);
-  const int64_t M = static_cast<int64_t>(lengths.size()), E = indptr.back();
-  std::vector<int64_t> grouped(static_cast<size_t>(E));
-  for (int64_t m = 0; m < M; ++m)
-    for (int64_t e = indptr[m]; e < indptr[m + 1]; ++e) grouped[e] = m;
+  const auto [indptr, grouped, M, E] =
+      lists_of({0, 1, 2, 15, 16, 17, 31, 32, 33, 47, 48, 63, 64, 65, 100, 255, 256, 0, 3});
   for (int64_t K : {32, 64, 96}) {
     const int64_t outer = K == 64 ? 3 : 2;
     const ReduceShape s{outer, E, M, K};
