@@ -48,15 +48,15 @@ if has pytest; then
 fi
 if has sanitize; then
   # The sanitizers run the CUDA gtest on its small cases (large clouds take too long under them).
-  FILTER=${PCOPS_SANITIZE_FILTER:--*Large*:*Million*:*GridPath*:*BigClusterPath*:*ExchangeTags*:*AllPoints*:*Timing*:*Shell200k*:*Shell100k*:*RealClouds*:*SortedPath*:*SortedKernels*}
+  FILTER=${PCOPS_SANITIZE_FILTER:--*Large*:*Million*:*GridPath*:*BigClusterPath*:*ExchangeTags*:*AllPoints*:*Timing*:*Shell200k*:*Shell100k*:*RealClouds*:*SortedPathSizes*:*SortedKernels*}
   for tool in memcheck initcheck; do
     run_stage "sanitize_$tool" timeout ${PCOPS_SANITIZE_TIMEOUT:-200} compute-sanitizer --tool $tool \
       --error-exitcode 99 "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter="$FILTER"
   done
   # racecheck is much slower: the tests that cover every shared-memory kernel (warp top-k and grid
   # search of kNN, both ball-query paths, FPS cluster (distributed shared memory) and grid paths).
-  RACE=${PCOPS_RACECHECK_FILTER:-CudaKnn.UniformBothPaths:CudaKnn.DuplicateHeavyTies:CudaKnn.KEqualsNAndPathBoundaries:CudaBallQuery.UniformScanAllK:CudaBallQuery.GridUniformAndCellBoundaries:CudaBallQuery.GridDuplicatesOverflowTheBuffer:CudaBallQuery.BackwardMatchesCpuBits:CudaFurthestPointSample.ShortRunsOfEveryPathForSanitizers:CudaFurthestPointSample.SortedPathShortRunForSanitizers:CudaRadius.ExactTiesAtTheBoundary:CudaNearest.PathsTiesEmptyAndNonFinite:CudaThreeInterpolate.ManySourcesPerTargetAndPadding:CudaGroupPoints.BallQueryLikeNeighbourhoods:CudaNearestNeighbor.ExactTiesAndDuplicates:CudaIvfPq.SingleQueryAndCodeWidths:CudaIvfPq.CoarseTiesByListNumber:CudaVoxelize.KeyWidthsAndLongRuns:CudaScatter.ChunkRuleListsAroundTheChunkLength}
-  run_stage sanitize_racecheck timeout ${PCOPS_SANITIZE_TIMEOUT:-200} compute-sanitizer --tool racecheck \
+  RACE=${PCOPS_RACECHECK_FILTER:-CudaKnn.UniformBothPaths:CudaKnn.DuplicateHeavyTies:CudaKnn.KEqualsNAndPathBoundaries:CudaBallQuery.UniformScanAllK:CudaBallQuery.GridUniformAndCellBoundaries:CudaBallQuery.GridDuplicatesOverflowTheBuffer:CudaBallQuery.BackwardMatchesCpuBits:CudaFurthestPointSample.ShortRunsOfEveryPathForSanitizers:CudaFurthestPointSample.SortedPathShortRunForSanitizers:CudaRadius.ExactTiesAtTheBoundary:CudaNearest.PathsTiesEmptyAndNonFinite:CudaThreeInterpolate.ManySourcesPerTargetAndPadding:CudaGroupPoints.BallQueryLikeNeighbourhoods:CudaNearestNeighbor.ExactTiesAndDuplicates:CudaIvfPq.SingleQueryAndCodeWidths:CudaIvfPq.CoarseTiesByListNumber:CudaVoxelize.KeyWidthsAndLongRuns:CudaScatter.ChunkRuleListsAroundTheChunkLength:CudaScatterStats.*}
+  run_stage sanitize_racecheck timeout ${PCOPS_RACECHECK_TIMEOUT:-420} compute-sanitizer --tool racecheck \
     --racecheck-report all --error-exitcode 99 "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter="$RACE"
 fi
 if has bench; then
