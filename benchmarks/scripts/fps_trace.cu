@@ -49,7 +49,7 @@ int main(int argc, char** argv) {
       const long long* t = &tr[static_cast<size_t>((b * kTraceSteps + s) * kTraceSlots)];
       const long long* next = t + kTraceSlots;
       long long fold = 0;
-      for (int w = 1; w <= 16; ++w) fold = std::max(fold, t[w]);
+      for (int w = 1; w <= 32; ++w) fold = std::max(fold, t[w]);  // unwritten slots stay 0
       const double d[5] = {double(fold - t[0]), double(t[33] - fold), double(t[34] - t[33]), double(t[35] - t[34]),
                            double(next[0] - t[0])};
       for (int k = 0; k < 5; ++k) worst[k] = std::max(worst[k], d[k]);

@@ -1164,12 +1164,18 @@ __device__ long long g_fps_trace[16 * kTraceSteps * kTraceSlots];
   } while (0)
 #endif
 
-template <int T, int R, int NC, int L>
+//
+// kX (an experiment, override "sortedx"): warp 0 owns no chunk and issues no global store (no
+// fold, no output or trace writes), so its send cannot wait behind stores of its own; warps
+// 1..W-1 own the chunks.
+template <int T, int R, int NC, int L, bool kX = false>
 __global__ void __launch_bounds__(T, 1)
     fps_sorted2_kernel(FpsArgs A, const float4* __restrict__ pts, float* __restrict__ mg, const SortedCloud* cloud,
                        int64_t chunks) {
   constexpr int C = FpsSortedPolicy::kCluster;
   constexpr int W = T / 32;
+  constexpr int FW = kX ? W - 1 : W;        // the warps that own chunks
+  constexpr int kScribe = kX ? 32 : 0;      // the thread that writes outputs (and trace stamps)
   constexpr unsigned kStepBytes = C * kBlockRecordBytes;
   static_assert(W <= 32 && C <= 32, "one warp winner / block record per lane");
   static_assert(NC >= 1 && NC <= 4, "one to four chunks per fold");
@@ -1187,14 +1193,15 @@ __global__ void __launch_bounds__(T, 1)
   if (cpb < 0) return;  // uniform over the cluster, before any remote access
   const bool finite = cloud->safe != 0;
   const bool skip = A.skip;
-  // This lane's chunks (round r: i = warp + W * (lane + 32 r)), initialised by this warp.
+  // This lane's chunks (round r: i = fw + FW * (lane + 32 r)), initialised by this warp.
   float lo[R][3], hi[R][3], wx[R], wy[R], wz[R];
   int key[R];
   unsigned idx[R];
-  const auto global_chunk = [&](int r, int owner) { return rank + int64_t{C} * (warp + W * (owner + 32 * r)); };
-  const auto owns = [&](int r, int owner) { return warp + W * (owner + 32 * r) < cpb; };
+  const int fw = kX ? warp - 1 : warp;  // -1: the exchange warp
+  const auto global_chunk = [&](int r, int owner) { return rank + int64_t{C} * (fw + FW * (owner + 32 * r)); };
+  const auto owns = [&](int r, int owner) { return fw >= 0 && fw + FW * (owner + 32 * r) < cpb; };
   float cx = coord(A, info, info.start, 0), cy = coord(A, info, info.start, 1), cz = coord(A, info, info.start, 2);
-  if (rank == 0 && tid == 0) o[0] = info.first + info.start;
+  if (rank == 0 && tid == kScribe) o[0] = info.first + info.start;
   if (tid == 0) init_step_barriers(bars, kStepBytes);
 
   // Folds the chunks of round r owned by lanes sl[0..cnt) (cnt >= 1, the rest -1) in one memory
@@ -1253,7 +1260,7 @@ __global__ void __launch_bounds__(T, 1)
       int bkey = kNoKey;
       unsigned bidx = kNoIndex;
       float bx = 0.0f, by = 0.0f, bz = 0.0f;
-      if (tid == 0) PCOPS_FPS_STAMP(t, 0);
+      if (tid == kScribe) PCOPS_FPS_STAMP(t, 0);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         bool act = false;
@@ -1293,12 +1300,12 @@ __global__ void __launch_bounds__(T, 1)
         red_key[par][warp] = wkey;
         red_idx[par][warp] = widx;
         red_xyz[par][0][warp] = bx, red_xyz[par][1][warp] = by, red_xyz[par][2][warp] = bz;
-        PCOPS_FPS_STAMP(t, 1 + warp);
+        if (!kX || warp > 0) PCOPS_FPS_STAMP(t, 1 + warp);
       }
       // red_*[par] is rewritten at step t + 2, after every block's step t + 1 record arrived,
       // which warp 0 of each block sends after this block's step t + 1 barrier.
       __syncthreads();
-      if (tid == 0) PCOPS_FPS_STAMP(t, 33);
+      if (tid == kScribe) PCOPS_FPS_STAMP(t, 33);
       if (warp == 0) {
         const int k = lane < W ? red_key[par][lane] : kNoKey;
         const unsigned x = lane < W ? red_idx[par][lane] : kNoIndex;
@@ -1311,8 +1318,8 @@ __global__ void __launch_bounds__(T, 1)
       // Every warp polls the mbarrier (measured on 1M points: 1.57 ms; warp 0 alone, with the
       // others at a second barrier reading the winner from shared memory: 1.63 ms).
       widx = receive_cluster_winner<C>(slots, bars, par, t, tid, lane, kStepBytes, cx, cy, cz);
-      if (tid == 0) PCOPS_FPS_STAMP(t, 35);
-      if (rank == 0 && tid == 0) o[t] = info.first + static_cast<int64_t>(widx);
+      if (tid == kScribe) PCOPS_FPS_STAMP(t, 35);
+      if (rank == 0 && tid == kScribe) o[t] = info.first + static_cast<int64_t>(widx);
     }
   };
   if (finite) run(std::true_type{});
@@ -1586,6 +1593,8 @@ bool with_sorted2_kernel(int64_t per_block, int nc, F&& f) {
   return false;
 }
 
+constexpr int kSortedExchange = 100;  // run_sorted's variant: the exchange-warp experiment
+
 // Sorted path for one cloud of N slots; returns false when its chunk summaries do not fit in
 // shared memory (more than about 16M points) or the cluster cannot be resident (the grid or
 // streaming path takes the cloud then). variant: -1 the list kernel; else the one-barrier kernel
@@ -1600,6 +1609,7 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
   // 1M points: 1.66 ms with chunks of 128 (one round) vs 1.72 with 256; 4M: 3.40 ms with 128
   // (four rounds) vs 3.03 with 256 (two).
   if (chunk == 0) chunk = blocks_chunks(P::kChunkSmall) <= P::kThreads2 ? P::kChunkSmall : P::kChunk;
+  if (variant == kSortedExchange) chunk = P::kChunkSmall;
   const bool list = variant < 0 || blocks_chunks(P::kChunk) > int64_t{P::kThreads2} * P::kMaxRounds2;
   if (list || blocks_chunks(chunk) > int64_t{P::kThreads2} * P::kMaxRounds2) chunk = P::kChunk;
   const int64_t chunks = detail::ceil_div(N, int64_t{chunk});
@@ -1613,9 +1623,13 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
     chosen = reinterpret_cast<const void*>(kernel);
     return true;
   };
+  // The exchange-warp experiment: 16 warps own the chunks of 128 points (one round), a 17th sends.
+  const bool exchange = variant == kSortedExchange && chunk == 128 && per_block <= 16 * 32;
+  const int nc = variant == kSortedExchange ? 0 : variant;
   const bool picked = list           ? pick(fps_sorted_kernel, P::kThreads)
-                      : chunk == 128 ? with_sorted2_kernel<4>(per_block, variant, pick)
-                                     : with_sorted2_kernel<8>(per_block, variant, pick);
+                      : exchange     ? pick(fps_sorted2_kernel<17 * 32, 1, 2, 4, true>, 17 * 32)
+                      : chunk == 128 ? with_sorted2_kernel<4>(per_block, nc, pick)
+                                     : with_sorted2_kernel<8>(per_block, nc, pick);
   if (!picked) return false;
   const cudaStream_t stream = detail::stream_of(ctx);
   // Bounding box and safety flag.
@@ -1654,7 +1668,7 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
 // "cluster:C" (cluster path with C blocks), "cluster-nocopy:C" (the same without the cloud copy), "big:T" (big-cluster path, T threads per block),
 // "grid:G" (grid path, G blocks per cloud), "sorted" (sorted path, one cloud; "sorted:NC" the one-barrier
 // kernel folding NC chunks at a time, "sorted128[:NC]" / "sorted256[:NC]" the same with chunks of 128 / 256
-// points, "sorted-list" the list kernel), "stream". Unset: the measured choice below.
+// points, "sorted-list" the list kernel, "sortedx" the exchange-warp experiment), "stream". Unset: the measured choice below.
 struct FpsOverride {
   std::string path;
   int value = 0;
@@ -1705,8 +1719,8 @@ void dispatch(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, i
   if (D == 3 && B == 1 && a.ragged == nullptr &&
       (ov.path.empty() ? N > FpsSortedPolicy::kMinPoints
                        : ov.path == "sorted" || ov.path == "sorted128" || ov.path == "sorted256" ||
-                             ov.path == "sorted-list") &&
-      run_sorted(ctx, ws, a, N, ov.path == "sorted-list" ? -1 : ov.value,
+                             ov.path == "sorted-list" || ov.path == "sortedx") &&
+      run_sorted(ctx, ws, a, N, ov.path == "sorted-list" ? -1 : ov.path == "sortedx" ? kSortedExchange : ov.value,
                  ov.path == "sorted128" ? 128 : ov.path == "sorted256" ? 256 : 0)) {
     return;
   }
