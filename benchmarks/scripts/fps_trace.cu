@@ -27,8 +27,10 @@ int main(int argc, char** argv) {
   }
   float* dp = nullptr;
   int64_t* dout = nullptr;
-  cudaMalloc(&dp, h.size() * sizeof(float));
-  cudaMalloc(&dout, 1024 * sizeof(int64_t));
+  if (cudaMalloc(&dp, h.size() * sizeof(float)) != cudaSuccess || cudaMalloc(&dout, 1024 * sizeof(int64_t)) != cudaSuccess) {
+    std::fprintf(stderr, "fps_trace: no CUDA device memory (%s)\n", cudaGetErrorString(cudaGetLastError()));
+    return 1;
+  }
   cudaMemcpy(dp, h.data(), h.size() * sizeof(float), cudaMemcpyHostToDevice);
   const PointsView view{dp, 1, n, 3, 3 * n, 3, 1};
   FpsParams p;
