@@ -319,7 +319,7 @@ def main():
                              peers=not args.skip_peers)
     if args.json:
         args.json.parent.mkdir(parents=True, exist_ok=True)
-        args.json.write_text(json.dumps(dict(environment=environment(), args=vars(args) | {"json": str(args.json)},
+        args.json.write_text(json.dumps(dict(environment=environment(), args=vars(args) | {"json": args.json.name},
                                              results=rows), indent=2))
         print(f"wrote {args.json}")
 

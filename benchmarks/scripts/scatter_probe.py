@@ -200,7 +200,9 @@ def main(argv=None):
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     name = f"scatter-probe{'-cuda' if DEVICE.type == 'cuda' else ''}-{stamp}-{commit}.json"
     path = Path(args.out) if args.out else REPO / "benchmarks" / "results" / name
-    path.write_text(json.dumps({"env": env, "args": vars(args), "results": results}, indent=1))
+    # The output path is recorded by name only (no machine paths in committed results).
+    recorded = vars(args) | {"out": Path(args.out).name if args.out else None}
+    path.write_text(json.dumps({"env": env, "args": recorded, "results": results}, indent=1))
     print("wrote", path)
 
 
