@@ -23,6 +23,16 @@ def clustered(n: int, dim: int, clusters: int, rng: np.random.Generator, model=N
     return out, model
 
 
+def add_vector_args(ap, nq: int) -> None:
+    """The vector-set options that probe_vectors reads (both IVF-PQ probes)."""
+    ap.add_argument("--n", type=int, default=1_000_000)
+    ap.add_argument("--dim", type=int, default=128)
+    ap.add_argument("--nq", type=int, default=nq)
+    ap.add_argument("--ntrain", type=int, default=100_000)
+    ap.add_argument("--clusters", type=int, default=2000)
+    ap.add_argument("--vectors", default=None, help="a float32 [n, dim] .npy of real vectors (instead of synthetic)")
+
+
 def probe_vectors(args, rng: np.random.Generator):
     """(x [n, dim], queries [nq, dim], training sample) of an IVF-PQ probe: real vectors from
     ``args.vectors`` (held-out queries; args.n and args.dim follow the file) or clustered ones."""

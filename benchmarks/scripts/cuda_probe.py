@@ -27,6 +27,7 @@ import time
 import torch
 
 import pcops
+from probe_timing import cuda_times  # this directory
 
 
 def shell(n: int, batch: int, gen: torch.Generator) -> torch.Tensor:
@@ -36,23 +37,7 @@ def shell(n: int, batch: int, gen: torch.Generator) -> torch.Tensor:
 
 
 def cuda_median(fn, reps: int, warmup: int = 3, cap_s: float = 20.0) -> tuple[float, list[float], object]:
-    out = None
-    for _ in range(warmup):
-        out = fn()
-    torch.cuda.synchronize()
-    times = []
-    spent = 0.0
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        out = fn()
-        b.record()
-        b.synchronize()
-        t = a.elapsed_time(b) / 1e3
-        times.append(t)
-        spent += t
-        if spent > cap_s:
-            break
+    times, out = cuda_times(fn, reps, warmup, cap_s)
     return statistics.median(times), times, out
 
 

@@ -16,6 +16,7 @@ import sys
 import torch
 
 import pcops
+from probe_timing import cuda_times  # this directory
 
 CASES = {
     "100k": (1, 100_000, ["", "grid"]),
@@ -36,18 +37,8 @@ def shell(b, n, gen):
 
 
 def timed(fn, reps=25):
-    for _ in range(3):
-        fn()
-    torch.cuda.synchronize()
-    ts = []
-    for _ in range(reps):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        ts.append(a.elapsed_time(b))
-    return statistics.median(ts)
+    """Median CUDA-event time (ms) of ``reps`` calls after 3 warm-ups."""
+    return 1e3 * statistics.median(cuda_times(fn, reps, warmup=3)[0])
 
 
 def steps(gen):

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 import pcops
-from clustered_vectors import probe_vectors  # this directory
+from clustered_vectors import add_vector_args, probe_vectors  # this directory
 from probe_timing import cpu_median, cuda_median  # this directory
 
 REPO = Path(__file__).resolve().parents[2]
@@ -60,19 +60,14 @@ def recall(labels: torch.Tensor, truth: torch.Tensor, at: int) -> float:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--n", type=int, default=1_000_000)
-    ap.add_argument("--dim", type=int, default=128)
+    add_vector_args(ap, nq=10_000)
     ap.add_argument("--nlist", type=int, default=1024)
     ap.add_argument("--M", type=int, default=16)
-    ap.add_argument("--nq", type=int, default=10_000)
     ap.add_argument("--k", type=int, default=10)
-    ap.add_argument("--ntrain", type=int, default=100_000)
     ap.add_argument("--niter", type=int, default=10)
     ap.add_argument("--nprobe", type=int, nargs="+", default=[8, 32])
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--cpu-repeat", type=int, default=2)
-    ap.add_argument("--clusters", type=int, default=2000)
-    ap.add_argument("--vectors", default=None, help="a float32 [n, dim] .npy of real vectors")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
 

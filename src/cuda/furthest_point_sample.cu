@@ -890,16 +890,29 @@ __global__ void __launch_bounds__(32) fps_box_final_kernel(const float* partial,
 // chunks' compactness depends on the order, never a result (the fold and the tie rule do not
 // depend on where a point sits), so points of one cell are placed in any order (atomics). A
 // cloud that is not safe is folded in full at every step: its points stay in index order.
-__device__ __forceinline__ unsigned fps_cell_of(const FpsArgs& A, const CloudRef& info, const SortedCloud* cloud,
-                                                int64_t j) {
-  constexpr int kBits = FpsSortedPolicy::kCellBits;
-  constexpr float kCells = static_cast<float>((1 << kBits) - 1);
-  unsigned code = 0;
+struct CellGrid {
+  float lo[3], scale[3];
+};
+
+// The grid of the cloud's bounding box (once per thread).
+__device__ __forceinline__ CellGrid fps_cell_grid(const SortedCloud* cloud) {
+  constexpr float kCells = static_cast<float>((1 << FpsSortedPolicy::kCellBits) - 1);
+  CellGrid g;
 #pragma unroll
   for (int d = 0; d < 3; ++d) {
     const float ext = cloud->hi[d] - cloud->lo[d];
-    const float scale = ext > 0.0f ? kCells / ext : 0.0f;
-    const float q = fminf(fmaxf((coord(A, info, j, d) - cloud->lo[d]) * scale, 0.0f), kCells);
+    g.lo[d] = cloud->lo[d];
+    g.scale[d] = ext > 0.0f ? kCells / ext : 0.0f;
+  }
+  return g;
+}
+
+__device__ __forceinline__ unsigned fps_cell_of(const FpsArgs& A, const CloudRef& info, const CellGrid& g, int64_t j) {
+  constexpr float kCells = static_cast<float>((1 << FpsSortedPolicy::kCellBits) - 1);
+  unsigned code = 0;
+#pragma unroll
+  for (int d = 0; d < 3; ++d) {
+    const float q = fminf(fmaxf((coord(A, info, j, d) - g.lo[d]) * g.scale[d], 0.0f), kCells);
     code |= common::spread_bits10(static_cast<unsigned>(q)) << d;
   }
   return code;
@@ -910,9 +923,10 @@ __global__ void __launch_bounds__(256)
     fps_cell_count_kernel(FpsArgs A, const SortedCloud* cloud, int64_t padded, unsigned* counts, float4* pts) {
   const CloudRef info = cloud_ref(A, 0);
   const bool safe = cloud->safe != 0;
+  const CellGrid g = fps_cell_grid(cloud);
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < padded; j += int64_t{gridDim.x} * blockDim.x) {
     if (j >= info.n) pts[j] = make_float4(0.0f, 0.0f, 0.0f, __uint_as_float(kNoIndex));
-    else if (safe) atomicAdd(counts + fps_cell_of(A, info, cloud, j), 1u);
+    else if (safe) atomicAdd(counts + fps_cell_of(A, info, g, j), 1u);
   }
 }
 
@@ -922,8 +936,9 @@ __global__ void __launch_bounds__(256)
     fps_cell_place_kernel(FpsArgs A, const SortedCloud* cloud, unsigned* cursor, float4* pts) {
   const CloudRef info = cloud_ref(A, 0);
   const bool safe = cloud->safe != 0;
+  const CellGrid g = fps_cell_grid(cloud);
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < info.n; j += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t p = safe ? atomicAdd(cursor + fps_cell_of(A, info, cloud, j), 1u) : j;
+    const int64_t p = safe ? atomicAdd(cursor + fps_cell_of(A, info, g, j), 1u) : j;
     pts[p] = make_float4(coord(A, info, j, 0), coord(A, info, j, 1), coord(A, info, j, 2),
                          __uint_as_float(static_cast<unsigned>(j)));
   }

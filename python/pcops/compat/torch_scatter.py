@@ -30,7 +30,7 @@ from typing import Optional, Tuple
 import torch
 from torch import Tensor
 
-from pcops.ops.scatter import _call, broadcast  # broadcast: torch_scatter.utils.broadcast
+from pcops.ops.scatter import _call, _needs_grad, broadcast  # broadcast: torch_scatter.utils.broadcast
 
 UPSTREAM_VERSION = "2.1.2"
 
@@ -65,10 +65,6 @@ def _size(index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional[int
     if empty or index.numel() == 0:
         return 0
     return int(index.max()) + 1
-
-
-def _needs_grad(src: Tensor, out: Optional[Tensor] = None) -> bool:
-    return torch.is_grad_enabled() and (src.requires_grad or (out is not None and out.requires_grad))
 
 
 # The ops are called through pcops.ops.scatter._call (below the autograd key without a gradient to

@@ -62,6 +62,11 @@ def _out_size(index: Tensor, dim: int, out: Optional[Tensor], dim_size: Optional
 _below_autograd = torch._C._AutoDispatchBelowAutograd
 
 
+def _needs_grad(src: Tensor, out: Optional[Tensor] = None) -> bool:
+    """Whether a call on ``src`` (accumulating into ``out``) has a gradient to record."""
+    return torch.is_grad_enabled() and (src.requires_grad or (out is not None and out.requires_grad))
+
+
 def _call(op, needs_grad: bool, *args):
     """``op(*args)``; without a gradient to record (``needs_grad`` false: grad mode off, or no
     differentiable input requires grad), below the autograd dispatch key, as the op's autograd
@@ -99,8 +104,7 @@ def _scatter(src: Tensor, index: Tensor, dim: int, out: Optional[Tensor], dim_si
     # index.max() (a synchronisation, only without out / dim_size) on the index as given: the
     # broadcast holds the same values (none when src is empty).
     size = _out_size(index, dim, out, dim_size, empty=src.numel() == 0)
-    needs_grad = torch.is_grad_enabled() and (src.requires_grad or (out is not None and out.requires_grad))
-    return _call(torch.ops.pcops.scatter, needs_grad, src, expanded, dim, size, reduce, out)
+    return _call(torch.ops.pcops.scatter, _needs_grad(src, out), src, expanded, dim, size, reduce, out)
 
 
 def scatter(src: Tensor, index: Tensor, dim: int = -1, out: Optional[Tensor] = None,
@@ -150,8 +154,7 @@ def segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None, reduc
 def _segment_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor], reduce: str) -> Tuple[Tensor, Tensor]:
     if reduce not in _SEGMENT_REDUCES:
         raise ValueError(f"reduce: expected one of {', '.join(_SEGMENT_REDUCES)}, got {reduce!r}")
-    needs_grad = torch.is_grad_enabled() and src.requires_grad
-    values, arg = _call(torch.ops.pcops.segment_csr, needs_grad, src, indptr, reduce)
+    values, arg = _call(torch.ops.pcops.segment_csr, _needs_grad(src), src, indptr, reduce)
     return _finish(values, out), arg
 
 
@@ -170,8 +173,7 @@ def _segment_coo(src: Tensor, index: Tensor, out: Optional[Tensor], dim_size: Op
         raise ValueError("index: expected at least 1-D, got a 0-D tensor")
     dim = index.dim() - 1
     size = _out_size(index, dim, out, dim_size)
-    needs_grad = torch.is_grad_enabled() and (src.requires_grad or (out is not None and out.requires_grad))
-    values, arg = _call(torch.ops.pcops.segment_coo, needs_grad, src, index, size, reduce, out)
+    values, arg = _call(torch.ops.pcops.segment_coo, _needs_grad(src, out), src, index, size, reduce, out)
     return _finish(values, out), arg
 
 
@@ -185,14 +187,12 @@ def gather_csr(src: Tensor, indptr: Tensor, out: Optional[Tensor] = None) -> Ten
         size = 0
     else:
         size = int(indptr.reshape(-1)[-1])
-    needs_grad = torch.is_grad_enabled() and (src.requires_grad or (out is not None and out.requires_grad))
-    return _finish(_call(torch.ops.pcops.gather_csr, needs_grad, src, indptr, size, out), out)
+    return _finish(_call(torch.ops.pcops.gather_csr, _needs_grad(src, out), src, indptr, size, out), out)
 
 
 def gather_coo(src: Tensor, index: Tensor, out: Optional[Tensor] = None) -> Tensor:
     """Inverse of :func:`segment_coo`: ``out[..., e, ...] = src[..., index[..., e], ...]``."""
-    needs_grad = torch.is_grad_enabled() and src.requires_grad
-    return _finish(_call(torch.ops.pcops.gather_coo, needs_grad, src, index), out)
+    return _finish(_call(torch.ops.pcops.gather_coo, _needs_grad(src), src, index), out)
 
 
 # --------------------------------------------------------------------------------------------
