@@ -42,23 +42,24 @@ int main(int argc, char** argv) {
   using pc::kTraceSteps;
   std::vector<long long> tr(16 * kTraceSteps * kTraceSlots);
   cudaMemcpyFromSymbol(tr.data(), pc::g_fps_trace, tr.size() * sizeof(long long));
-  const char* names[] = {"test + fold (slowest warp)", "barrier after the slowest warp", "warp 0: reduce + send",
-                         "wait for the cluster winner", "whole step (slowest block)"};
-  std::vector<std::vector<double>> ph(5);
+  constexpr int kPhases = 6;
+  const char* names[kPhases] = {"test + fold (slowest warp)", "barrier after the slowest warp", "warp 0: reduce",
+                                "warp 0: send", "wait for the cluster winner", "whole step (slowest block)"};
+  std::vector<std::vector<double>> ph(kPhases);
   for (int s = 0; s + 1 < kTraceSteps; ++s) {
-    double worst[5] = {0, 0, 0, 0, 0};
+    double worst[kPhases] = {};
     for (int b = 0; b < 16; ++b) {
       const long long* t = &tr[static_cast<size_t>((b * kTraceSteps + s) * kTraceSlots)];
       const long long* next = t + kTraceSlots;
       long long fold = 0;
       for (int w = 1; w <= 32; ++w) fold = std::max(fold, t[w]);  // unwritten slots stay 0
-      const double d[5] = {double(fold - t[0]), double(t[33] - fold), double(t[34] - t[33]), double(t[35] - t[34]),
-                           double(next[0] - t[0])};
-      for (int k = 0; k < 5; ++k) worst[k] = std::max(worst[k], d[k]);
+      const double d[kPhases] = {double(fold - t[0]),    double(t[33] - fold),    double(t[36] - t[33]),
+                                 double(t[34] - t[36]), double(t[35] - t[34]), double(next[0] - t[0])};
+      for (int k = 0; k < kPhases; ++k) worst[k] = std::max(worst[k], d[k]);
     }
-    for (int k = 0; k < 5; ++k) ph[static_cast<size_t>(k)].push_back(worst[k]);
+    for (int k = 0; k < kPhases; ++k) ph[static_cast<size_t>(k)].push_back(worst[k]);
   }
-  for (int k = 0; k < 5; ++k) {
+  for (int k = 0; k < kPhases; ++k) {
     auto v = ph[static_cast<size_t>(k)];
     std::sort(v.begin(), v.end());
     std::printf("%-34s median %7.0f  p90 %7.0f cycles\n", names[k], v[v.size() / 2], v[v.size() * 9 / 10]);

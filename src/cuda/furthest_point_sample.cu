@@ -234,16 +234,22 @@ __device__ __forceinline__ void wait_step_and_rearm(unsigned bar, int64_t t, int
 // Bytes of one block record (16 + 4 by st.async below), so C * kBlockRecordBytes per step.
 constexpr unsigned kBlockRecordBytes = 20;
 
+// send_block_record: the same record to block `dest` only (the caller covers every block).
+template <int C>
+__device__ __forceinline__ void send_block_record(WarpSlot (&slots)[2][C], unsigned long long (&bars)[2], int par,
+                                                  int rank, int dest, int key, unsigned idx, float x, float y,
+                                                  float z) {
+  const unsigned dst = cluster_addr(smem_addr(&slots[par][rank]), static_cast<unsigned>(dest));
+  const unsigned bar = cluster_addr(smem_addr(&bars[par]), static_cast<unsigned>(dest));
+  st_async(dst, make_int4(key, static_cast<int>(idx), __float_as_int(x), __float_as_int(y)), bar);
+  st_async(dst + 16, __float_as_int(z), bar);
+}
+
 template <int C>
 __device__ __forceinline__ void send_block_winner(WarpSlot (&slots)[2][C], unsigned long long (&bars)[2], int par,
                                                   int rank, int lane, int key, unsigned idx, float x, float y,
                                                   float z) {
-  if (lane < C) {
-    const unsigned dst = cluster_addr(smem_addr(&slots[par][rank]), static_cast<unsigned>(lane));
-    const unsigned bar = cluster_addr(smem_addr(&bars[par]), static_cast<unsigned>(lane));
-    st_async(dst, make_int4(key, static_cast<int>(idx), __float_as_int(x), __float_as_int(y)), bar);
-    st_async(dst + 16, __float_as_int(z), bar);
-  }
+  if (lane < C) send_block_record<C>(slots, bars, par, rank, lane, key, idx, x, y, z);
 }
 
 // receive_cluster_winner: waits until all C records of step t arrived (wait_step_and_rearm) and
@@ -1165,8 +1171,9 @@ __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
 #ifdef PCOPS_FPS_TRACE
 // Development build only (benchmarks/scripts/fps_trace.cu): clock64 stamps of steps
 // [kTraceFirst, kTraceFirst + kTraceSteps) per block: [0] loop top, [1 + w] warp w's fold done,
-// [33] after the barrier, [34] block winner sent, [35] cluster winner received.
-constexpr int kTraceFirst = 512, kTraceSteps = 64, kTraceSlots = 36;
+// [33] after the barrier, [34] block winner sent, [35] cluster winner received, [36] block winner
+// reduced (before the send).
+constexpr int kTraceFirst = 512, kTraceSteps = 64, kTraceSlots = 37;
 __device__ long long g_fps_trace[16 * kTraceSteps * kTraceSlots];
 #define PCOPS_FPS_STAMP(t, slot)                                                                      \
   do {                                                                                                \
@@ -1180,20 +1187,20 @@ __device__ long long g_fps_trace[16 * kTraceSteps * kTraceSlots];
 #endif
 
 //
-// kX (an experiment, override "sortedx"): warp 0 owns no chunk and issues no global store (no
-// fold, no output or trace writes), so its send cannot wait behind stores of its own; warps
-// 1..W-1 own the chunks.
-template <int T, int R, int NC, int L, bool kX = false>
+// kSplit (an experiment, override "sorted-split"): after the barrier every warp reduces the warp
+// winners, and warp w alone sends the block record to block w (one st.async pair per warp instead
+// of sixteen lanes' pairs from warp 0). Tried and dropped: a 17th warp that owns no chunk and
+// issues no global store sends (1.61 ms against 1.62 on 1M points; a slower step in the trace).
+template <int T, int R, int NC, int L, bool kSplit = false>
 __global__ void __launch_bounds__(T, 1)
     fps_sorted2_kernel(FpsArgs A, const float4* __restrict__ pts, float* __restrict__ mg, const SortedCloud* cloud,
                        int64_t chunks) {
   constexpr int C = FpsSortedPolicy::kCluster;
   constexpr int W = T / 32;
-  constexpr int FW = kX ? W - 1 : W;        // the warps that own chunks
-  constexpr int kScribe = kX ? 32 : 0;      // the thread that writes outputs (and trace stamps)
   constexpr unsigned kStepBytes = C * kBlockRecordBytes;
   static_assert(W <= 32 && C <= 32, "one warp winner / block record per lane");
   static_assert(NC >= 1 && NC <= 4, "one to four chunks per fold");
+  static_assert(!kSplit || W >= C, "a sending warp per block");
   __shared__ int red_key[2][W];
   __shared__ unsigned red_idx[2][W];
   __shared__ float red_xyz[2][3][W];
@@ -1208,15 +1215,14 @@ __global__ void __launch_bounds__(T, 1)
   if (cpb < 0) return;  // uniform over the cluster, before any remote access
   const bool finite = cloud->safe != 0;
   const bool skip = A.skip;
-  // This lane's chunks (round r: i = fw + FW * (lane + 32 r)), initialised by this warp.
+  // This lane's chunks (round r: i = warp + W * (lane + 32 r)), initialised by this warp.
   float lo[R][3], hi[R][3], wx[R], wy[R], wz[R];
   int key[R];
   unsigned idx[R];
-  const int fw = kX ? warp - 1 : warp;  // -1: the exchange warp
-  const auto global_chunk = [&](int r, int owner) { return rank + int64_t{C} * (fw + FW * (owner + 32 * r)); };
-  const auto owns = [&](int r, int owner) { return fw >= 0 && fw + FW * (owner + 32 * r) < cpb; };
+  const auto global_chunk = [&](int r, int owner) { return rank + int64_t{C} * (warp + W * (owner + 32 * r)); };
+  const auto owns = [&](int r, int owner) { return warp + W * (owner + 32 * r) < cpb; };
   float cx = coord(A, info, info.start, 0), cy = coord(A, info, info.start, 1), cz = coord(A, info, info.start, 2);
-  if (rank == 0 && tid == kScribe) o[0] = info.first + info.start;
+  if (rank == 0 && tid == 0) o[0] = info.first + info.start;
   if (tid == 0) init_step_barriers(bars, kStepBytes);
 
   // Folds the chunks of round r owned by lanes sl[0..cnt) (cnt >= 1, the rest -1) in one memory
@@ -1275,7 +1281,7 @@ __global__ void __launch_bounds__(T, 1)
       int bkey = kNoKey;
       unsigned bidx = kNoIndex;
       float bx = 0.0f, by = 0.0f, bz = 0.0f;
-      if (tid == kScribe) PCOPS_FPS_STAMP(t, 0);
+      if (tid == 0) PCOPS_FPS_STAMP(t, 0);
 #pragma unroll
       for (int r = 0; r < R; ++r) {
         bool act = false;
@@ -1315,26 +1321,31 @@ __global__ void __launch_bounds__(T, 1)
         red_key[par][warp] = wkey;
         red_idx[par][warp] = widx;
         red_xyz[par][0][warp] = bx, red_xyz[par][1][warp] = by, red_xyz[par][2][warp] = bz;
-        if (!kX || warp > 0) PCOPS_FPS_STAMP(t, 1 + warp);
+        PCOPS_FPS_STAMP(t, 1 + warp);
       }
       // red_*[par] is rewritten at step t + 2, after every block's step t + 1 record arrived,
       // which warp 0 of each block sends after this block's step t + 1 barrier.
       __syncthreads();
-      if (tid == kScribe) PCOPS_FPS_STAMP(t, 33);
-      if (warp == 0) {
+      if (tid == 0) PCOPS_FPS_STAMP(t, 33);
+      if (kSplit || warp == 0) {
         const int k = lane < W ? red_key[par][lane] : kNoKey;
         const unsigned x = lane < W ? red_idx[par][lane] : kNoIndex;
         warp_argmax(k, x, wkey, widx);
         src = __ffs(__ballot_sync(kFull, k == wkey && x == widx)) - 1;
         const float px = red_xyz[par][0][src], py = red_xyz[par][1][src], pz = red_xyz[par][2][src];
-        send_block_winner<C>(slots, bars, par, rank, lane, wkey, widx, px, py, pz);
-        if (lane == 0) PCOPS_FPS_STAMP(t, 34);
+        if (tid == 0) PCOPS_FPS_STAMP(t, 36);
+        if constexpr (kSplit) {
+          if (lane == 0 && warp < C) send_block_record<C>(slots, bars, par, rank, warp, wkey, widx, px, py, pz);
+        } else {
+          send_block_winner<C>(slots, bars, par, rank, lane, wkey, widx, px, py, pz);
+        }
+        if (tid == 0) PCOPS_FPS_STAMP(t, 34);
       }
       // Every warp polls the mbarrier (measured on 1M points: 1.57 ms; warp 0 alone, with the
       // others at a second barrier reading the winner from shared memory: 1.63 ms).
       widx = receive_cluster_winner<C>(slots, bars, par, t, tid, lane, kStepBytes, cx, cy, cz);
-      if (tid == kScribe) PCOPS_FPS_STAMP(t, 35);
-      if (rank == 0 && tid == kScribe) o[t] = info.first + static_cast<int64_t>(widx);
+      if (tid == 0) PCOPS_FPS_STAMP(t, 35);
+      if (rank == 0 && tid == 0) o[t] = info.first + static_cast<int64_t>(widx);
     }
   };
   if (finite) run(std::true_type{});
@@ -1608,7 +1619,7 @@ bool with_sorted2_kernel(int64_t per_block, int nc, F&& f) {
   return false;
 }
 
-constexpr int kSortedExchange = 100;  // run_sorted's variant: the exchange-warp experiment
+constexpr int kSortedSplit = 100;  // run_sorted's variant: the split-send experiment
 
 // Sorted path for one cloud of N slots; returns false when its chunk summaries do not fit in
 // shared memory (more than about 16M points) or the cluster cannot be resident (the grid or
@@ -1624,7 +1635,6 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
   // 1M points: 1.66 ms with chunks of 128 (one round) vs 1.72 with 256; 4M: 3.40 ms with 128
   // (four rounds) vs 3.03 with 256 (two).
   if (chunk == 0) chunk = blocks_chunks(P::kChunkSmall) <= P::kThreads2 ? P::kChunkSmall : P::kChunk;
-  if (variant == kSortedExchange) chunk = P::kChunkSmall;
   const bool list = variant < 0 || blocks_chunks(P::kChunk) > int64_t{P::kThreads2} * P::kMaxRounds2;
   if (list || blocks_chunks(chunk) > int64_t{P::kThreads2} * P::kMaxRounds2) chunk = P::kChunk;
   const int64_t chunks = detail::ceil_div(N, int64_t{chunk});
@@ -1638,11 +1648,11 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
     chosen = reinterpret_cast<const void*>(kernel);
     return true;
   };
-  // The exchange-warp experiment: 16 warps own the chunks of 128 points (one round), a 17th sends.
-  const bool exchange = variant == kSortedExchange && chunk == 128 && per_block <= 16 * 32;
-  const int nc = variant == kSortedExchange ? 0 : variant;
+  // The split-send experiment: chunks of 128 points in one round, two per fold.
+  const bool split = variant == kSortedSplit && chunk == 128 && per_block <= P::kThreads2;
+  const int nc = variant == kSortedSplit ? 0 : variant;
   const bool picked = list           ? pick(fps_sorted_kernel, P::kThreads)
-                      : exchange     ? pick(fps_sorted2_kernel<17 * 32, 1, 2, 4, true>, 17 * 32)
+                      : split        ? pick(fps_sorted2_kernel<P::kThreads2, 1, 2, 4, true>, P::kThreads2)
                       : chunk == 128 ? with_sorted2_kernel<4>(per_block, nc, pick)
                                      : with_sorted2_kernel<8>(per_block, nc, pick);
   if (!picked) return false;
@@ -1683,7 +1693,7 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
 // "cluster:C" (cluster path with C blocks), "cluster-nocopy:C" (the same without the cloud copy), "big:T" (big-cluster path, T threads per block),
 // "grid:G" (grid path, G blocks per cloud), "sorted" (sorted path, one cloud; "sorted:NC" the one-barrier
 // kernel folding NC chunks at a time, "sorted128[:NC]" / "sorted256[:NC]" the same with chunks of 128 / 256
-// points, "sorted-list" the list kernel, "sortedx" the exchange-warp experiment), "stream". Unset: the measured choice below.
+// points, "sorted-list" the list kernel, "sorted-split" the split-send experiment), "stream". Unset: the measured choice below.
 struct FpsOverride {
   std::string path;
   int value = 0;
@@ -1734,8 +1744,8 @@ void dispatch(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, i
   if (D == 3 && B == 1 && a.ragged == nullptr &&
       (ov.path.empty() ? N > FpsSortedPolicy::kMinPoints
                        : ov.path == "sorted" || ov.path == "sorted128" || ov.path == "sorted256" ||
-                             ov.path == "sorted-list" || ov.path == "sortedx") &&
-      run_sorted(ctx, ws, a, N, ov.path == "sorted-list" ? -1 : ov.path == "sortedx" ? kSortedExchange : ov.value,
+                             ov.path == "sorted-list" || ov.path == "sorted-split") &&
+      run_sorted(ctx, ws, a, N, ov.path == "sorted-list" ? -1 : ov.path == "sorted-split" ? kSortedSplit : ov.value,
                  ov.path == "sorted128" ? 128 : ov.path == "sorted256" ? 256 : 0)) {
     return;
   }
