@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Tuning probe of the CUDA furthest point sampling paths: times every forced path configuration
 (PCOPS_CUDA_FPS_CONFIG) on the issue's shapes with CUDA events (median), checks each result
-bitwise against the CPU backend,.
+bitwise against the CPU backend.
 
 Usage: PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so python benchmarks/scripts/fps_tune.py [case...]
        ... fps_tune.py steps    (1M shell: time against the sample count M, fixed cost and cost per step)
