@@ -962,11 +962,12 @@ struct ChunkWinner {
 // One warp folds (or, at step 0, initialises) the NC chunks c[0..NC) at once: every load of all
 // of them is issued before the first fold, so NC chunks cost about one memory round trip.
 // kInitFold: the initial m (+inf, or -1 for a skipped point) is folded with the centre at once
-// (step 0 and the fold of step 1 in one pass).
+// (step 0 and the fold of step 1 in one pass). keep: when not null, the new m go there instead of
+// to mg (the caller stores them later, off the step's critical path).
 template <bool kFinite, bool kInit, int NC, bool kInitFold = false, int L = FpsSortedPolicy::kPerLane>
 __device__ __forceinline__ void fps_fold_chunks(const float4* __restrict__ pts, float* __restrict__ mg,
                                                 const int64_t (&c)[NC], float cx, float cy, float cz, bool skip,
-                                                int lane, ChunkWinner (&w)[NC]) {
+                                                int lane, ChunkWinner (&w)[NC], float (*keep)[L] = nullptr) {
   // L points per lane: chunks of 32 L points.
   float4 v[NC][L];
   float mm[NC][L];
@@ -1004,8 +1005,13 @@ __device__ __forceinline__ void fps_fold_chunks(const float4* __restrict__ pts, 
       const int key = idx == kNoIndex ? kNoKey : key_of(mm[n][u]);
       if (key > bkey || (key == bkey && idx < bidx)) bkey = key, bidx = idx, bx = q.x, by = q.y, bz = q.z;
     }
+    if (keep != nullptr) {
 #pragma unroll
-    for (int u = 0; u < L; ++u) mg[p0 + u * 32] = mm[n][u];
+      for (int u = 0; u < L; ++u) keep[n][u] = mm[n][u];
+    } else {
+#pragma unroll
+      for (int u = 0; u < L; ++u) mg[p0 + u * 32] = mm[n][u];
+    }
     warp_argmax(bkey, bidx, w[n].key, w[n].idx);
     const int src = __ffs(__ballot_sync(kFull, bkey == w[n].key && bidx == w[n].idx)) - 1;
     w[n].x = __shfl_sync(kFull, bx, src);
@@ -1191,7 +1197,11 @@ __device__ long long g_fps_trace[16 * kTraceSteps * kTraceSlots];
 // winners, and warp w alone sends the block record to block w (one st.async pair per warp instead
 // of sixteen lanes' pairs from warp 0). Tried and dropped: a 17th warp that owns no chunk and
 // issues no global store sends (1.61 ms against 1.62 on 1M points; a slower step in the trace).
-template <int T, int R, int NC, int L, bool kSplit = false>
+//
+// kDefer (an experiment, overrides "sorted-defer" / "sorted-sd" with kSplit): a fold keeps its new
+// m in registers and stores them before the next fold or after the block record is sent, so the
+// stores do not queue ahead of the reduction's shared-memory loads.
+template <int T, int R, int NC, int L, bool kSplit = false, bool kDefer = false>
 __global__ void __launch_bounds__(T, 1)
     fps_sorted2_kernel(FpsArgs A, const float4* __restrict__ pts, float* __restrict__ mg, const SortedCloud* cloud,
                        int64_t chunks) {
@@ -1224,6 +1234,22 @@ __global__ void __launch_bounds__(T, 1)
   float cx = coord(A, info, info.start, 0), cy = coord(A, info, info.start, 1), cz = coord(A, info, info.start, 2);
   if (rank == 0 && tid == 0) o[0] = info.first + info.start;
   if (tid == 0) init_step_barriers(bars, kStepBytes);
+  // kDefer: the m of the warp's last fold (pn chunks, lane offsets pp), not yet stored.
+  float pm[NC][L];
+  int64_t pp[NC];
+  int pn = 0;
+  const auto flush = [&] {
+    if constexpr (kDefer) {
+#pragma unroll
+      for (int n = 0; n < NC; ++n) {
+        if (n < pn) {
+#pragma unroll
+          for (int u = 0; u < L; ++u) mg[pp[n] + u * 32] = pm[n][u];
+        }
+      }
+      pn = 0;
+    }
+  };
 
   // Folds the chunks of round r owned by lanes sl[0..cnt) (cnt >= 1, the rest -1) in one memory
   // round trip; the owners keep the new summaries (and, in the initial pass, the boxes).
@@ -1236,7 +1262,15 @@ __global__ void __launch_bounds__(T, 1)
         ChunkWinner w[N];
 #pragma unroll
         for (int n = 0; n < N; ++n) cs[n] = global_chunk(r, sl[n]);
-        fps_fold_chunks<kFinite, kInitial, N, kInitial, L>(pts, mg, cs, cx, cy, cz, skip, lane, w);
+        if constexpr (kDefer && !kInitial) {
+          flush();
+          fps_fold_chunks<kFinite, kInitial, N, kInitial, L>(pts, mg, cs, cx, cy, cz, skip, lane, w, pm);
+#pragma unroll
+          for (int n = 0; n < N; ++n) pp[n] = cs[n] * (32 * L) + lane;
+          pn = N;
+        } else {
+          fps_fold_chunks<kFinite, kInitial, N, kInitial, L>(pts, mg, cs, cx, cy, cz, skip, lane, w);
+        }
 #pragma unroll
         for (int n = 0; n < N; ++n) {
           if (lane == sl[n]) {
@@ -1341,6 +1375,7 @@ __global__ void __launch_bounds__(T, 1)
         }
         if (tid == 0) PCOPS_FPS_STAMP(t, 34);
       }
+      flush();
       // Every warp polls the mbarrier (measured on 1M points: 1.57 ms; warp 0 alone, with the
       // others at a second barrier reading the winner from shared memory: 1.63 ms).
       widx = receive_cluster_winner<C>(slots, bars, par, t, tid, lane, kStepBytes, cx, cy, cz);
@@ -1619,7 +1654,8 @@ bool with_sorted2_kernel(int64_t per_block, int nc, F&& f) {
   return false;
 }
 
-constexpr int kSortedSplit = 100;  // run_sorted's variant: the split-send experiment
+// run_sorted's variants: the split-send and deferred-store experiments.
+constexpr int kSortedSplit = 100, kSortedDefer = 101, kSortedSplitDefer = 102;
 
 // Sorted path for one cloud of N slots; returns false when its chunk summaries do not fit in
 // shared memory (more than about 16M points) or the cluster cannot be resident (the grid or
@@ -1648,11 +1684,17 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
     chosen = reinterpret_cast<const void*>(kernel);
     return true;
   };
-  // The split-send experiment: chunks of 128 points in one round, two per fold.
-  const bool split = variant == kSortedSplit && chunk == 128 && per_block <= P::kThreads2;
-  const int nc = variant == kSortedSplit ? 0 : variant;
+  // The experiments: chunks of 128 points in one round, two per fold.
+  const bool exp = variant >= kSortedSplit && chunk == 128 && per_block <= P::kThreads2;
+  const int nc = variant >= kSortedSplit ? 0 : variant;
+  const auto experiment = [&] {
+    constexpr int T = P::kThreads2;
+    return variant == kSortedSplit ? pick(fps_sorted2_kernel<T, 1, 2, 4, true, false>, T)
+           : variant == kSortedDefer ? pick(fps_sorted2_kernel<T, 1, 2, 4, false, true>, T)
+                                     : pick(fps_sorted2_kernel<T, 1, 2, 4, true, true>, T);
+  };
   const bool picked = list           ? pick(fps_sorted_kernel, P::kThreads)
-                      : split        ? pick(fps_sorted2_kernel<P::kThreads2, 1, 2, 4, true>, P::kThreads2)
+                      : exp          ? experiment()
                       : chunk == 128 ? with_sorted2_kernel<4>(per_block, nc, pick)
                                      : with_sorted2_kernel<8>(per_block, nc, pick);
   if (!picked) return false;
@@ -1693,7 +1735,7 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
 // "cluster:C" (cluster path with C blocks), "cluster-nocopy:C" (the same without the cloud copy), "big:T" (big-cluster path, T threads per block),
 // "grid:G" (grid path, G blocks per cloud), "sorted" (sorted path, one cloud; "sorted:NC" the one-barrier
 // kernel folding NC chunks at a time, "sorted128[:NC]" / "sorted256[:NC]" the same with chunks of 128 / 256
-// points, "sorted-list" the list kernel, "sorted-split" the split-send experiment), "stream". Unset: the measured choice below.
+// points, "sorted-list" the list kernel, "sorted-split" / "sorted-defer" / "sorted-sd" the split-send, deferred-store and combined experiments), "stream". Unset: the measured choice below.
 struct FpsOverride {
   std::string path;
   int value = 0;
@@ -1744,8 +1786,11 @@ void dispatch(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, i
   if (D == 3 && B == 1 && a.ragged == nullptr &&
       (ov.path.empty() ? N > FpsSortedPolicy::kMinPoints
                        : ov.path == "sorted" || ov.path == "sorted128" || ov.path == "sorted256" ||
-                             ov.path == "sorted-list" || ov.path == "sorted-split") &&
-      run_sorted(ctx, ws, a, N, ov.path == "sorted-list" ? -1 : ov.path == "sorted-split" ? kSortedSplit : ov.value,
+                             ov.path == "sorted-list" || ov.path == "sorted-split" || ov.path == "sorted-defer" ||
+                             ov.path == "sorted-sd") &&
+      run_sorted(ctx, ws, a, N, ov.path == "sorted-list" ? -1 : ov.path == "sorted-split" ? kSortedSplit
+                                                    : ov.path == "sorted-defer" ? kSortedDefer
+                                                    : ov.path == "sorted-sd" ? kSortedSplitDefer : ov.value,
                  ov.path == "sorted128" ? 128 : ov.path == "sorted256" ? 256 : 0)) {
     return;
   }

@@ -196,7 +196,7 @@ TEST(CudaFurthestPointSample, SortedPathShortRunForSanitizers) {
   // The one-barrier kernel: the default, chunks of 256 folded one at a time, chunks of 128 folded
   // four at a time, the exchange-warp experiment. PCOPS_TEST_FPS_SORTED_CONFIG=<config> runs
   // that one alone (racecheck is slow).
-  std::vector<std::string> configs = {"sorted", "sorted256:1", "sorted128:4", "sorted-split"};
+  std::vector<std::string> configs = {"sorted", "sorted256:1", "sorted128:4", "sorted-split", "sorted-defer", "sorted-sd"};
   if (const char* only = std::getenv("PCOPS_TEST_FPS_SORTED_CONFIG"); only != nullptr && *only != 0) configs = {only};
   for (const std::string& config_s : configs) {
     const char* config = config_s.c_str();
@@ -228,7 +228,7 @@ TEST(CudaFurthestPointSample, SortedKernelsEveryRoundAndFoldWidth) {
   pcops_test::spatial_sort(sorted_cloud);
   clouds.push_back(sorted_cloud);
   const Cloud huge = pcops_test::uniform_cloud(rng, 1, 4500000, 3, -1.0f, 1.0f);
-  for (const char* config : {"sorted", "sorted:1", "sorted:4", "sorted256", "sorted256:1", "sorted-split", "sorted-list"}) {
+  for (const char* config : {"sorted", "sorted:1", "sorted:4", "sorted256", "sorted256:1", "sorted-split", "sorted-defer", "sorted-sd", "sorted-list"}) {
     SCOPED_TRACE(config);
     const ForcePath sorted(config);
     for (const Cloud& c : clouds) expect_same(c, params_of(std::min<int64_t>(c.count, 400), c.count / 3));
