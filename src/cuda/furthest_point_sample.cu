@@ -962,12 +962,11 @@ struct ChunkWinner {
 // One warp folds (or, at step 0, initialises) the NC chunks c[0..NC) at once: every load of all
 // of them is issued before the first fold, so NC chunks cost about one memory round trip.
 // kInitFold: the initial m (+inf, or -1 for a skipped point) is folded with the centre at once
-// (step 0 and the fold of step 1 in one pass). keep: when not null, the new m go there instead of
-// to mg (the caller stores them later, off the step's critical path).
+// (step 0 and the fold of step 1 in one pass).
 template <bool kFinite, bool kInit, int NC, bool kInitFold = false, int L = FpsSortedPolicy::kPerLane>
 __device__ __forceinline__ void fps_fold_chunks(const float4* __restrict__ pts, float* __restrict__ mg,
                                                 const int64_t (&c)[NC], float cx, float cy, float cz, bool skip,
-                                                int lane, ChunkWinner (&w)[NC], float (*keep)[L] = nullptr) {
+                                                int lane, ChunkWinner (&w)[NC]) {
   // L points per lane: chunks of 32 L points.
   float4 v[NC][L];
   float mm[NC][L];
@@ -1005,13 +1004,8 @@ __device__ __forceinline__ void fps_fold_chunks(const float4* __restrict__ pts, 
       const int key = idx == kNoIndex ? kNoKey : key_of(mm[n][u]);
       if (key > bkey || (key == bkey && idx < bidx)) bkey = key, bidx = idx, bx = q.x, by = q.y, bz = q.z;
     }
-    if (keep != nullptr) {
 #pragma unroll
-      for (int u = 0; u < L; ++u) keep[n][u] = mm[n][u];
-    } else {
-#pragma unroll
-      for (int u = 0; u < L; ++u) mg[p0 + u * 32] = mm[n][u];
-    }
+    for (int u = 0; u < L; ++u) mg[p0 + u * 32] = mm[n][u];
     warp_argmax(bkey, bidx, w[n].key, w[n].idx);
     const int src = __ffs(__ballot_sync(kFull, bkey == w[n].key && bidx == w[n].idx)) - 1;
     w[n].x = __shfl_sync(kFull, bx, src);
@@ -1193,15 +1187,13 @@ __device__ long long g_fps_trace[16 * kTraceSteps * kTraceSlots];
 #endif
 
 //
-// kSplit (an experiment, override "sorted-split"): after the barrier every warp reduces the warp
-// winners, and warp w alone sends the block record to block w (one st.async pair per warp instead
-// of sixteen lanes' pairs from warp 0). Tried and dropped: a 17th warp that owns no chunk and
-// issues no global store sends (1.61 ms against 1.62 on 1M points; a slower step in the trace).
-//
-// kDefer (an experiment, overrides "sorted-defer" / "sorted-sd" with kSplit): a fold keeps its new
-// m in registers and stores them before the next fold or after the block record is sent, so the
-// stores do not queue ahead of the reduction's shared-memory loads.
-template <int T, int R, int NC, int L, bool kSplit = false, bool kDefer = false>
+// The send is split: after the barrier every warp reduces the warp winners, and warp w alone
+// sends the block record to block w (one st.async pair per warp). Measured on 1M points (H200,
+// 1024 samples, six runs): 1.47-1.55 ms against 1.60-1.68 ms when warp 0 reduces and its lanes
+// send to all 16 blocks. Tried and dropped: a 17th warp that owns no chunk and issues no global
+// store sends the record (1.61 ms against 1.62); a fold keeping its new m in registers until the
+// record is sent (1.64-1.70 ms; with the split send 1.51-1.57 ms).
+template <int T, int R, int NC, int L>
 __global__ void __launch_bounds__(T, 1)
     fps_sorted2_kernel(FpsArgs A, const float4* __restrict__ pts, float* __restrict__ mg, const SortedCloud* cloud,
                        int64_t chunks) {
@@ -1210,7 +1202,7 @@ __global__ void __launch_bounds__(T, 1)
   constexpr unsigned kStepBytes = C * kBlockRecordBytes;
   static_assert(W <= 32 && C <= 32, "one warp winner / block record per lane");
   static_assert(NC >= 1 && NC <= 4, "one to four chunks per fold");
-  static_assert(!kSplit || W >= C, "a sending warp per block");
+  static_assert(W >= C, "a sending warp per block");
   __shared__ int red_key[2][W];
   __shared__ unsigned red_idx[2][W];
   __shared__ float red_xyz[2][3][W];
@@ -1234,22 +1226,6 @@ __global__ void __launch_bounds__(T, 1)
   float cx = coord(A, info, info.start, 0), cy = coord(A, info, info.start, 1), cz = coord(A, info, info.start, 2);
   if (rank == 0 && tid == 0) o[0] = info.first + info.start;
   if (tid == 0) init_step_barriers(bars, kStepBytes);
-  // kDefer: the m of the warp's last fold (pn chunks, lane offsets pp), not yet stored.
-  float pm[NC][L];
-  int64_t pp[NC];
-  int pn = 0;
-  const auto flush = [&] {
-    if constexpr (kDefer) {
-#pragma unroll
-      for (int n = 0; n < NC; ++n) {
-        if (n < pn) {
-#pragma unroll
-          for (int u = 0; u < L; ++u) mg[pp[n] + u * 32] = pm[n][u];
-        }
-      }
-      pn = 0;
-    }
-  };
 
   // Folds the chunks of round r owned by lanes sl[0..cnt) (cnt >= 1, the rest -1) in one memory
   // round trip; the owners keep the new summaries (and, in the initial pass, the boxes).
@@ -1262,15 +1238,7 @@ __global__ void __launch_bounds__(T, 1)
         ChunkWinner w[N];
 #pragma unroll
         for (int n = 0; n < N; ++n) cs[n] = global_chunk(r, sl[n]);
-        if constexpr (kDefer && !kInitial) {
-          flush();
-          fps_fold_chunks<kFinite, kInitial, N, kInitial, L>(pts, mg, cs, cx, cy, cz, skip, lane, w, pm);
-#pragma unroll
-          for (int n = 0; n < N; ++n) pp[n] = cs[n] * (32 * L) + lane;
-          pn = N;
-        } else {
-          fps_fold_chunks<kFinite, kInitial, N, kInitial, L>(pts, mg, cs, cx, cy, cz, skip, lane, w);
-        }
+        fps_fold_chunks<kFinite, kInitial, N, kInitial, L>(pts, mg, cs, cx, cy, cz, skip, lane, w);
 #pragma unroll
         for (int n = 0; n < N; ++n) {
           if (lane == sl[n]) {
@@ -1361,21 +1329,16 @@ __global__ void __launch_bounds__(T, 1)
       // which warp 0 of each block sends after this block's step t + 1 barrier.
       __syncthreads();
       if (tid == 0) PCOPS_FPS_STAMP(t, 33);
-      if (kSplit || warp == 0) {
+      {
         const int k = lane < W ? red_key[par][lane] : kNoKey;
         const unsigned x = lane < W ? red_idx[par][lane] : kNoIndex;
         warp_argmax(k, x, wkey, widx);
         src = __ffs(__ballot_sync(kFull, k == wkey && x == widx)) - 1;
         const float px = red_xyz[par][0][src], py = red_xyz[par][1][src], pz = red_xyz[par][2][src];
         if (tid == 0) PCOPS_FPS_STAMP(t, 36);
-        if constexpr (kSplit) {
-          if (lane == 0 && warp < C) send_block_record<C>(slots, bars, par, rank, warp, wkey, widx, px, py, pz);
-        } else {
-          send_block_winner<C>(slots, bars, par, rank, lane, wkey, widx, px, py, pz);
-        }
+        if (lane == 0 && warp < C) send_block_record<C>(slots, bars, par, rank, warp, wkey, widx, px, py, pz);
         if (tid == 0) PCOPS_FPS_STAMP(t, 34);
       }
-      flush();
       // Every warp polls the mbarrier (measured on 1M points: 1.57 ms; warp 0 alone, with the
       // others at a second barrier reading the winner from shared memory: 1.63 ms).
       widx = receive_cluster_winner<C>(slots, bars, par, t, tid, lane, kStepBytes, cx, cy, cz);
@@ -1654,8 +1617,6 @@ bool with_sorted2_kernel(int64_t per_block, int nc, F&& f) {
   return false;
 }
 
-// run_sorted's variants: the split-send and deferred-store experiments.
-constexpr int kSortedSplit = 100, kSortedDefer = 101, kSortedSplitDefer = 102;
 
 // Sorted path for one cloud of N slots; returns false when its chunk summaries do not fit in
 // shared memory (more than about 16M points) or the cluster cannot be resident (the grid or
@@ -1684,17 +1645,8 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
     chosen = reinterpret_cast<const void*>(kernel);
     return true;
   };
-  // The experiments: chunks of 128 points in one round, two per fold.
-  const bool exp = variant >= kSortedSplit && chunk == 128 && per_block <= P::kThreads2;
-  const int nc = variant >= kSortedSplit ? 0 : variant;
-  const auto experiment = [&] {
-    constexpr int T = P::kThreads2;
-    return variant == kSortedSplit ? pick(fps_sorted2_kernel<T, 1, 2, 4, true, false>, T)
-           : variant == kSortedDefer ? pick(fps_sorted2_kernel<T, 1, 2, 4, false, true>, T)
-                                     : pick(fps_sorted2_kernel<T, 1, 2, 4, true, true>, T);
-  };
+  const int nc = variant;
   const bool picked = list           ? pick(fps_sorted_kernel, P::kThreads)
-                      : exp          ? experiment()
                       : chunk == 128 ? with_sorted2_kernel<4>(per_block, nc, pick)
                                      : with_sorted2_kernel<8>(per_block, nc, pick);
   if (!picked) return false;
@@ -1735,7 +1687,7 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
 // "cluster:C" (cluster path with C blocks), "cluster-nocopy:C" (the same without the cloud copy), "big:T" (big-cluster path, T threads per block),
 // "grid:G" (grid path, G blocks per cloud), "sorted" (sorted path, one cloud; "sorted:NC" the one-barrier
 // kernel folding NC chunks at a time, "sorted128[:NC]" / "sorted256[:NC]" the same with chunks of 128 / 256
-// points, "sorted-list" the list kernel, "sorted-split" / "sorted-defer" / "sorted-sd" the split-send, deferred-store and combined experiments), "stream". Unset: the measured choice below.
+// points, "sorted-list" the list kernel), "stream". Unset: the measured choice below.
 struct FpsOverride {
   std::string path;
   int value = 0;
@@ -1786,11 +1738,8 @@ void dispatch(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, i
   if (D == 3 && B == 1 && a.ragged == nullptr &&
       (ov.path.empty() ? N > FpsSortedPolicy::kMinPoints
                        : ov.path == "sorted" || ov.path == "sorted128" || ov.path == "sorted256" ||
-                             ov.path == "sorted-list" || ov.path == "sorted-split" || ov.path == "sorted-defer" ||
-                             ov.path == "sorted-sd") &&
-      run_sorted(ctx, ws, a, N, ov.path == "sorted-list" ? -1 : ov.path == "sorted-split" ? kSortedSplit
-                                                    : ov.path == "sorted-defer" ? kSortedDefer
-                                                    : ov.path == "sorted-sd" ? kSortedSplitDefer : ov.value,
+                             ov.path == "sorted-list") &&
+      run_sorted(ctx, ws, a, N, ov.path == "sorted-list" ? -1 : ov.value,
                  ov.path == "sorted128" ? 128 : ov.path == "sorted256" ? 256 : 0)) {
     return;
   }

@@ -65,7 +65,7 @@ if has bench; then
   # The per-phase cost of a sorted-path FPS step (development build of the kernel with clock64 stamps).
   run_stage fps_trace bash -c "nvcc -std=c++20 -O3 -arch=sm_90 -DPCOPS_FPS_TRACE -Iinclude -Isrc \
     benchmarks/scripts/fps_trace.cu $BUILD/libpcops_cuda.a $BUILD/libpcops.a -o $OUT/fps_trace && \
-    for c in sorted sorted-split sorted-sd; do echo \"-- \$c\"; PCOPS_CUDA_FPS_CONFIG=\$c timeout 60 $OUT/fps_trace; done"
+    for c in sorted sorted256; do echo \"-- \$c\"; PCOPS_CUDA_FPS_CONFIG=\$c timeout 60 $OUT/fps_trace; done"
   run_stage cuda_bench timeout ${PCOPS_BENCH_TIMEOUT:-300} $PY -m pcops.cli bench --device cuda --no-progress \
     --out "$OUT" --docs "$OUT/benchmarks-cuda.md" --ops fps,knn,ball_query --clouds sphere,scan \
     --sizes ${PCOPS_BENCH_SIZES:-100k,1M}
