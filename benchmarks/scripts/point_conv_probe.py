@@ -6,11 +6,17 @@ Triplets: a real mesh of the data set sampled on its faces (--points), k nearest
 (--k) and a 3 x 3 x 3 grid of kernel cells (27 matrices). Every time is the median of --repeat
 runs after one warm-up; beside the peer the max abs difference from pcops' output is recorded.
 On CUDA the peak allocated memory of each variant is recorded too (torch.cuda.max_memory_allocated
-above the inputs). JSON goes to benchmarks/results/point-conv-probe[-cuda]-<date>-<commit>.json.
+above the inputs). --dtype sets the features' and weights' dtype for both sides (the peer's GEMMs
+then run on the tensor cores too), --mode pcops' mode ("fast": the tensor-core path for 16-bit
+inputs); --no-backward times the forward only. JSON goes to
+benchmarks/results/point-conv-probe[-cuda]-<date>-<commit>.json.
 
     PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \
         python benchmarks/scripts/point_conv_probe.py [--points 20000] [--k 16] [--channels 32,64] \
-            [--device cuda]
+            [--device cuda] [--dtype bfloat16 --mode fast]
+
+ScanNet-like sizes on an H200: --device cuda --points 165000 --k 16 --channels 32,64,128,256,512
+--dtype bfloat16 --mode fast.
 """
 
 from __future__ import annotations
@@ -76,8 +82,12 @@ def main():
     ap.add_argument("--channels", default="32,64")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    ap.add_argument("--mode", default="exact", choices=["exact", "fast"])
+    ap.add_argument("--no-backward", action="store_true")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    dtype = getattr(torch, args.dtype)
     device = torch.device(args.device)
 
     cloud = None
@@ -104,12 +114,12 @@ def main():
     rows = []
     gen = torch.Generator().manual_seed(0)
     for c in [int(x) for x in args.channels.split(",")]:
-        f = (torch.rand(n, c, generator=gen) * 2 - 1).to(device)
-        w = ((torch.rand(K, c, c, generator=gen) * 2 - 1) / (c * args.k) ** 0.5).to(device)
-        g = torch.rand(n, c, generator=gen).to(device)
+        f = (torch.rand(n, c, generator=gen) * 2 - 1).to(device, dtype)
+        w = ((torch.rand(K, c, c, generator=gen) * 2 - 1) / (c * args.k) ** 0.5).to(device, dtype)
+        g = torch.rand(n, c, generator=gen).to(device, dtype)
 
         def ours_fwd():
-            return pcops.point_conv(f, w, triplets, n)
+            return pcops.point_conv(f, w, triplets, n, mode=args.mode)
 
         def peer_fwd():
             return gather_gemm_scatter(f, w, triplets, n, groups)
@@ -120,19 +130,32 @@ def main():
                 torch.autograd.grad(fn(fr, wr), (fr, wr), g)
             return run
 
-        ours_fb = fwd_bwd(lambda a, b: pcops.point_conv(a, b, triplets, n))
+        ours_fb = fwd_bwd(lambda a, b: pcops.point_conv(a, b, triplets, n, mode=args.mode))
         peer_fb = fwd_bwd(lambda a, b: gather_gemm_scatter(a, b, triplets, n, groups))
-        diff = float((ours_fwd() - peer_fwd()).abs().max())
+        ours_out, peer_out = ours_fwd().float(), peer_fwd().float()
+        # The float64 value, to show each side's error.
+        ref = gather_gemm_scatter(f.double(), w.double(), triplets, n, groups)
+        flops = 2.0 * triplets.shape[0] * c * c
         row = {
-            "channels": c, "points": n, "triplets": int(triplets.shape[0]),
+            "channels": c, "points": n, "triplets": int(triplets.shape[0]), "dtype": args.dtype,
+            "mode": args.mode,
             "pcops_forward_s": median_time(ours_fwd, args.repeat, device),
             "peer_forward_s": median_time(peer_fwd, args.repeat, device),
-            "pcops_forward_backward_s": median_time(ours_fb, args.repeat, device),
-            "peer_forward_backward_s": median_time(peer_fb, args.repeat, device),
-            "peer_max_abs_diff": diff,
+            "peer_max_abs_diff": float((ours_out - peer_out).abs().max()),
+            "pcops_max_abs_err": float((ours_out.double() - ref).abs().max()),
+            "peer_max_abs_err": float((peer_out.double() - ref).abs().max()),
+            "max_abs_value": float(ref.abs().max()),
             "pcops_forward_peak_bytes": peak_bytes(ours_fwd, device),
             "peer_forward_peak_bytes": peak_bytes(peer_fwd, device),
         }
+        del ref
+        row["pcops_forward_tflops"] = flops / row["pcops_forward_s"] / 1e12
+        row["peer_forward_tflops"] = flops / row["peer_forward_s"] / 1e12
+        if not args.no_backward:
+            row["pcops_forward_backward_s"] = median_time(ours_fb, args.repeat, device)
+            row["peer_forward_backward_s"] = median_time(peer_fb, args.repeat, device)
+            row["pcops_forward_backward_peak_bytes"] = peak_bytes(ours_fb, device)
+            row["peer_forward_backward_peak_bytes"] = peak_bytes(peer_fb, device)
         rows.append(row)
         print(json.dumps(row), flush=True)
 

@@ -35,12 +35,17 @@ inline at::Tensor as_points(const at::Tensor& t, const char* name, int64_t rank 
 
 // Per-point values (features, weights, gradients) in float32 (float16 / bfloat16 converted
 // exactly), contiguous, of the given rank.
-inline at::Tensor as_values(const at::Tensor& t, const char* name, int64_t rank, const char* shape) {
+// The rank and dtype checks of as_values, without the conversion.
+inline void check_values(const at::Tensor& t, const char* name, int64_t rank, const char* shape) {
   TORCH_CHECK_VALUE(t.dim() == rank, name, ": expected a ", rank, "-D tensor ", shape, ", got shape ", t.sizes());
   const auto st = t.scalar_type();
   TORCH_CHECK_TYPE(st == at::kFloat || st == at::kHalf || st == at::kBFloat16, name,
                    ": expected float32, float16 or bfloat16 values, got ", st,
                    " (float64 and integer tensors are not supported; convert with .float())");
+}
+
+inline at::Tensor as_values(const at::Tensor& t, const char* name, int64_t rank, const char* shape) {
+  check_values(t, name, rank, shape);
   // .contiguous() after .to(): to() keeps a same-dtype tensor as it is when its suggested memory
   // format is already "contiguous", which includes expanded (stride 0) and transposed tensors.
   return t.to(at::kFloat).contiguous();

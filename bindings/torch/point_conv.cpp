@@ -12,13 +12,20 @@ struct Inputs {
   PointConvShape shape;
 };
 
+// convert false: features and weights are checked but kept as they are (the tensor-core path
+// reads them in their 16-bit dtype; no float32 copies).
 Inputs point_conv_inputs(const at::Tensor& features_in, const at::Tensor& weights_in,
-                         const at::Tensor& triplets_in, int64_t num_out) {
+                         const at::Tensor& triplets_in, int64_t num_out, bool convert = true) {
   check_same_device(features_in, "features", weights_in, "weights");
   check_same_device(features_in, "features", triplets_in, "triplets");
   Inputs in;
-  in.features = as_values(features_in, "features", 2, "[N_in, C_in]");
-  in.weights = as_values(weights_in, "weights", 3, "[K, C_out, C_in]");
+  const auto values = [&](const at::Tensor& t, const char* name, int64_t rank, const char* shape) {
+    if (convert) return as_values(t, name, rank, shape);
+    check_values(t, name, rank, shape);
+    return t.contiguous();
+  };
+  in.features = values(features_in, "features", 2, "[N_in, C_in]");
+  in.weights = values(weights_in, "weights", 3, "[K, C_out, C_in]");
   TORCH_CHECK_VALUE(in.weights.size(2) == in.features.size(1), "weights: expected shape [K, C_out, ",
                     in.features.size(1), "] (C_in of features), got ", weights_in.sizes());
   TORCH_CHECK_TYPE(triplets_in.scalar_type() == at::kLong, "triplets: expected an int64 tensor, got ",
@@ -32,6 +39,39 @@ Inputs point_conv_inputs(const at::Tensor& features_in, const at::Tensor& weight
   check_output_size("num_out", num_out, num_out, in.weights.size(1));
   return in;
 }
+
+// "exact" (the contract's order, float32) or "fast" (CUDA tensor cores for 16-bit inputs).
+bool fast_mode(c10::string_view mode) {
+  TORCH_CHECK_VALUE(mode == "exact" || mode == "fast", "mode: expected \"exact\" or \"fast\", got \"",
+                    std::string(mode), "\"");
+  return mode == "fast";
+}
+
+#if PCOPS_TORCH_CUDA
+// The tensor-core path takes the call: fast mode, CUDA, features and weights of one 16-bit
+// dtype, a supported shape and 16-byte aligned rows (the kernels load 16 bytes at a time).
+bool use_mma(bool fast, const at::Tensor& features, const at::Tensor& weights, const PointConvShape& shape) {
+  const auto st = features.scalar_type();
+  const auto aligned = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
+  return fast && features.is_cuda() && (st == at::kHalf || st == at::kBFloat16) && weights.scalar_type() == st &&
+         cuda::point_conv_mma_supported(shape) && features.is_contiguous() && weights.is_contiguous() &&
+         aligned(features) && aligned(weights);
+}
+
+Half16 half16_of(const at::Tensor& t) { return t.scalar_type() == at::kHalf ? Half16::kFloat16 : Half16::kBFloat16; }
+
+// in: unconverted inputs (point_conv_inputs with convert false).
+at::Tensor point_conv_tensor_cores(const Inputs& in, int64_t num_out) {
+  const at::Tensor& f = in.features;
+  const at::Tensor& w = in.weights;
+  at::Tensor out = at::empty({num_out, in.shape.channels_out}, f.options());
+  translate_errors([&] {
+    cuda::point_conv_mma(cuda_context(f), in.shape, half16_of(f), f.data_ptr(), w.data_ptr(),
+                         in.triplets.data_ptr<int64_t>(), out.data_ptr());
+  });
+  return out;
+}
+#endif
 
 // CUDA triplets are range-checked here, on the host, before any kernel runs (the CPU core
 // checks its own).
@@ -50,7 +90,19 @@ void check_triplet_ranges(const Inputs& in) {
 
 template <class Run>
 at::Tensor point_conv_impl(const at::Tensor& features_in, const at::Tensor& weights_in,
-                           const at::Tensor& triplets_in, int64_t num_out, Run run) {
+                           const at::Tensor& triplets_in, int64_t num_out, c10::string_view mode, Run run) {
+  const bool fast = fast_mode(mode);
+#if PCOPS_TORCH_CUDA
+  {
+    const Inputs raw = point_conv_inputs(features_in, weights_in, triplets_in, num_out, /*convert=*/false);
+    if (use_mma(fast, raw.features, raw.weights, raw.shape)) {
+      check_triplet_ranges(raw);
+      return point_conv_tensor_cores(raw, num_out);
+    }
+  }
+#else
+  (void)fast;
+#endif
   const Inputs in = point_conv_inputs(features_in, weights_in, triplets_in, num_out);
   check_triplet_ranges(in);
   at::Tensor out = at::empty({num_out, in.shape.channels_out}, in.features.options());
@@ -66,8 +118,36 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_impl(const at::Tensor& gr
                                                             const at::Tensor& features_in,
                                                             const at::Tensor& weights_in,
                                                             const at::Tensor& triplets_in, int64_t num_out,
-                                                            bool need_features, bool need_weights, Run run) {
+                                                            bool need_features, bool need_weights,
+                                                            c10::string_view mode, Run run) {
+  const bool fast = fast_mode(mode);
+  (void)fast;  // CPU-only builds
   check_same_device(features_in, "features", grad_out_in, "grad_out");
+#if PCOPS_TORCH_CUDA
+  const Inputs raw = point_conv_inputs(features_in, weights_in, triplets_in, num_out, /*convert=*/false);
+  if (use_mma(fast, raw.features, raw.weights, raw.shape)) {
+    check_values(grad_out_in, "grad_out", 2, "[N_out, C_out]");
+    TORCH_CHECK_VALUE(grad_out_in.size(0) == num_out && grad_out_in.size(1) == raw.shape.channels_out,
+                      "grad_out: expected shape [", num_out, ", ", raw.shape.channels_out, "], got ",
+                      grad_out_in.sizes());
+    check_triplet_ranges(raw);
+    const Inputs& in = raw;
+    // grad_out in the features' 16-bit dtype (the forward's output dtype).
+    const at::Tensor& f = in.features;
+    const at::Tensor& w = in.weights;
+    const at::Tensor g = grad_out_in.to(f.scalar_type()).contiguous();
+    at::Tensor gf = need_features ? at::empty(f.sizes(), f.options()) : at::zeros(f.sizes(), f.options());
+    at::Tensor gw = need_weights ? at::empty(w.sizes(), w.options()) : at::zeros(w.sizes(), w.options());
+    if (reinterpret_cast<uintptr_t>(g.data_ptr()) % 16 == 0) {
+      translate_errors([&] {
+        cuda::point_conv_mma_backward(cuda_context(f), in.shape, half16_of(f), g.data_ptr(), f.data_ptr(),
+                                      w.data_ptr(), in.triplets.data_ptr<int64_t>(),
+                                      need_features ? gf.data_ptr() : nullptr, need_weights ? gw.data_ptr() : nullptr);
+      });
+      return {gf, gw};
+    }
+  }
+#endif
   const Inputs in = point_conv_inputs(features_in, weights_in, triplets_in, num_out);
   const at::Tensor grad_out = as_values(grad_out_in, "grad_out", 2, "[N_out, C_out]");
   TORCH_CHECK_VALUE(grad_out.size(0) == num_out && grad_out.size(1) == in.shape.channels_out,
@@ -88,16 +168,17 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_impl(const at::Tensor& gr
 }
 
 at::Tensor point_conv_cpu(const at::Tensor& features, const at::Tensor& weights, const at::Tensor& triplets,
-                          int64_t num_out) {
-  return point_conv_impl(features, weights, triplets, num_out, [](const at::Tensor&, auto&&... a) {
+                          int64_t num_out, c10::string_view mode) {
+  return point_conv_impl(features, weights, triplets, num_out, mode, [](const at::Tensor&, auto&&... a) {
     cpu::point_conv(cpu_context(), a...);
   });
 }
 
 std::tuple<at::Tensor, at::Tensor> point_conv_backward_cpu(const at::Tensor& grad_out, const at::Tensor& features,
                                                            const at::Tensor& weights, const at::Tensor& triplets,
-                                                           int64_t num_out, bool need_features, bool need_weights) {
-  return point_conv_backward_impl(grad_out, features, weights, triplets, num_out, need_features, need_weights,
+                                                           int64_t num_out, bool need_features, bool need_weights,
+                                                           c10::string_view mode) {
+  return point_conv_backward_impl(grad_out, features, weights, triplets, num_out, need_features, need_weights, mode,
                                   [](const at::Tensor&, auto&&... a) {
                                     cpu::point_conv_backward(cpu_context(), a...);
                                   });
@@ -105,18 +186,19 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_cpu(const at::Tensor& gra
 
 #if PCOPS_TORCH_CUDA
 at::Tensor point_conv_cuda(const at::Tensor& features, const at::Tensor& weights, const at::Tensor& triplets,
-                           int64_t num_out) {
+                           int64_t num_out, c10::string_view mode) {
   const c10::cuda::CUDAGuard guard(features.device());
-  return point_conv_impl(features, weights, triplets, num_out, [](const at::Tensor& t, auto&&... a) {
+  return point_conv_impl(features, weights, triplets, num_out, mode, [](const at::Tensor& t, auto&&... a) {
     cuda::point_conv(cuda_context(t), a...);
   });
 }
 
 std::tuple<at::Tensor, at::Tensor> point_conv_backward_cuda(const at::Tensor& grad_out, const at::Tensor& features,
                                                             const at::Tensor& weights, const at::Tensor& triplets,
-                                                            int64_t num_out, bool need_features, bool need_weights) {
+                                                            int64_t num_out, bool need_features, bool need_weights,
+                                                            c10::string_view mode) {
   const c10::cuda::CUDAGuard guard(features.device());
-  return point_conv_backward_impl(grad_out, features, weights, triplets, num_out, need_features, need_weights,
+  return point_conv_backward_impl(grad_out, features, weights, triplets, num_out, need_features, need_weights, mode,
                                   [](const at::Tensor& t, auto&&... a) {
                                     cuda::point_conv_backward(cuda_context(t), a...);
                                   });
@@ -126,10 +208,11 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_cuda(const at::Tensor& gr
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(pcops, m) {
-  m.def("point_conv(Tensor features, Tensor weights, Tensor triplets, int num_out) -> Tensor");
+  m.def("point_conv(Tensor features, Tensor weights, Tensor triplets, int num_out, str mode=\"exact\") -> Tensor");
   m.def(
       "_point_conv_backward(Tensor grad_out, Tensor features, Tensor weights, Tensor triplets, int num_out, "
-      "bool need_features=True, bool need_weights=True) -> (Tensor grad_features, Tensor grad_weights)");
+      "bool need_features=True, bool need_weights=True, str mode=\"exact\") -> (Tensor grad_features, "
+      "Tensor grad_weights)");
 }
 
 TORCH_LIBRARY_IMPL(pcops, CPU, m) {

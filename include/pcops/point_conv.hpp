@@ -26,6 +26,9 @@
 
 namespace pcops {
 
+// The 16-bit element types of the CUDA tensor-core path.
+enum class Half16 { kFloat16, kBFloat16 };
+
 struct PointConvShape {
   int64_t num_in = 0;        // N_in: rows of features
   int64_t num_out = 0;       // N_out: rows of the output
@@ -65,6 +68,25 @@ void point_conv(const CudaContext& ctx, const PointConvShape& shape, const float
 void point_conv_backward(const CudaContext& ctx, const PointConvShape& shape, const float* grad_out,
                          const float* features, const float* weights, const int64_t* triplets,
                          float* grad_features, float* grad_weights);
+
+// Tensor-core path (the "fast" mode): features, weights, grad_out and every output in one 16-bit
+// type. Products are exact in float32 and every sum is float32 in a fixed order (MMA chains over
+// the channels, then the triplets of a destination row in ascending (k, source row) order), so
+// the results are deterministic run to run and do not depend on the order of the triplet rows;
+// they are not bitwise equal to the exact path (other summation order, one rounding of the
+// result to 16 bits). Needs point_conv_mma_supported(shape) (C_in and C_out multiples of 8, fewer
+// than 2^31 rows and triplets) and 16-byte aligned buffers; std::invalid_argument otherwise.
+// Extra memory: two 64-bit sort keys per triplet plus the sort's temporary storage, one offset
+// per (tile of 64 destination rows, k), and for grad_features a transposed copy of the weights.
+bool point_conv_mma_supported(const PointConvShape& shape);
+
+void point_conv_mma(const CudaContext& ctx, const PointConvShape& shape, Half16 type, const void* features,
+                    const void* weights, const int64_t* triplets, void* out);
+
+// grad_features [N_in, C_in] and grad_weights [K, C_out, C_in] (either may be nullptr).
+void point_conv_mma_backward(const CudaContext& ctx, const PointConvShape& shape, Half16 type,
+                             const void* grad_out, const void* features, const void* weights,
+                             const int64_t* triplets, void* grad_features, void* grad_weights);
 }  // namespace cuda
 
 }  // namespace pcops

@@ -22,12 +22,19 @@ class PointConv(torch.nn.Module):
         out_channels: ``C_out``.
         kernel_size: ``t``; the module holds ``K = t^3`` matrices (one per kernel cell).
         bias: add a learnable bias per output channel.
+        mode: ``"exact"`` or ``"fast"`` (tensor cores on CUDA for float16 / bfloat16 features
+            and weights, e.g. under ``.half()`` / ``.bfloat16()``); see :func:`pcops.point_conv`.
 
     Shapes: ``forward(features [N_in, C_in], triplets [T, 3], num_out=None) -> [N_out, C_out]``.
     """
 
-    def __init__(self, in_channels: int, out_channels: int, kernel_size: int = 3, bias: bool = True):
+    def __init__(
+        self, in_channels: int, out_channels: int, kernel_size: int = 3, bias: bool = True, mode: str = "exact"
+    ):
         super().__init__()
+        if mode not in ("exact", "fast"):
+            raise ValueError(f'PointConv: mode: expected "exact" or "fast", got {mode!r}')
+        self.mode = mode
         if in_channels < 1 or out_channels < 1 or kernel_size < 1:
             raise ValueError(
                 f"PointConv: expected positive sizes, got in_channels={in_channels}, "
@@ -53,11 +60,11 @@ class PointConv(torch.nn.Module):
     def forward(
         self, features: torch.Tensor, triplets: torch.Tensor, num_out: int | None = None
     ) -> torch.Tensor:
-        out = point_conv(features, self.weight, triplets, num_out)
+        out = point_conv(features, self.weight, triplets, num_out, mode=self.mode)
         return out + self.bias if self.bias is not None else out
 
     def extra_repr(self) -> str:
         return (
             f"{self.in_channels}, {self.out_channels}, kernel_size={self.kernel_size}, "
-            f"bias={self.bias is not None}"
+            f"bias={self.bias is not None}, mode={self.mode!r}"
         )

@@ -1,7 +1,10 @@
 // CUDA point_conv and its backward against the CPU backend: bitwise equal outputs and gradients
 // (sentinel-prefilled, so unwritten slots show), shuffled triplet order, duplicates, empty rows
 // and empty triplet sets, channel counts around the thread-block size; out-of-range triplets are
-// skipped without memory errors (run under compute-sanitizer).
+// skipped without memory errors (run under compute-sanitizer). The tensor-core path (bfloat16)
+// against a float64 reference of its 16-bit inputs, run to run equal, with long runs of one
+// destination row, partial tiles and invalid triplets (skipped).
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
@@ -130,6 +133,84 @@ TEST(CudaPointConv, OutOfRangeTripletsAreSkipped) {
   expect_bitwise(gpu.out, cpu.out, "forward");
   expect_bitwise(gpu.gf, cpu.gf, "grad_features");
   expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
+}
+
+using Bf16 = __nv_bfloat16;
+
+std::vector<Bf16> to_bf16(const std::vector<float>& v) {
+  std::vector<Bf16> r(v.size());
+  for (size_t n = 0; n < v.size(); ++n) r[n] = __float2bfloat16_rn(v[n]);
+  return r;
+}
+
+std::vector<double> to_double(const std::vector<Bf16>& v) {
+  std::vector<double> r(v.size());
+  for (size_t n = 0; n < v.size(); ++n) r[n] = static_cast<double>(__bfloat162float(v[n]));
+  return r;
+}
+
+struct Mma {
+  std::vector<Bf16> out, gf, gw;
+};
+
+Mma run_mma(const Case& c, const std::vector<Bf16>& f, const std::vector<Bf16>& w, const std::vector<Bf16>& g) {
+  StreamContext sc;
+  DeviceBuffer<Bf16> df(f), dw(w), dg(g);
+  DeviceBuffer<int64_t> t(c.t);
+  DeviceBuffer<Bf16> out(c.s.num_out * c.s.channels_out), gf(f.size()), gw(w.size());
+  pcops::cuda::point_conv_mma(sc.ctx, c.s, pcops::Half16::kBFloat16, df.data(), dw.data(), t.data(), out.data());
+  pcops::cuda::point_conv_mma_backward(sc.ctx, c.s, pcops::Half16::kBFloat16, dg.data(), df.data(), dw.data(),
+                                       t.data(), gf.data(), gw.data());
+  return Mma{out.download(), gf.download(), gw.download()};
+}
+
+// |got - ref| <= 2^-8 |ref| (one bfloat16 rounding) + terms * 2^-23 * sum |term| (float32 sums).
+void expect_close(const std::vector<Bf16>& got, const std::vector<double>& ref, const std::vector<double>& mag,
+                  double terms, const char* what) {
+  ASSERT_EQ(got.size(), ref.size());
+  for (size_t n = 0; n < got.size(); ++n) {
+    const double v = static_cast<double>(__bfloat162float(got[n]));
+    ASSERT_LE(std::abs(v - ref[n]), std::ldexp(std::abs(ref[n]), -8) + terms * std::ldexp(mag[n], -23))
+        << what << " at " << n << ": " << v << " vs " << ref[n];
+  }
+}
+
+TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
+  std::mt19937 rng(23);
+  for (const auto& sh : std::vector<std::vector<int64_t>>{{300, 200, 40, 24, 27, 5000}, {90, 70, 8, 136, 4, 2000}}) {
+    Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
+    const pcops::PointConvShape s = c.s;
+    ASSERT_TRUE(pcops::cuda::point_conv_mma_supported(s));
+    for (int64_t r = 0; r < 150; ++r) c.t[r * 3] = 5, c.t[r * 3 + 2] = 1;  // a run over three chunks
+    Case bad = c;  // invalid triplets are never visited
+    const int64_t junk[][3] = {{s.num_out, 0, 0}, {0, -1, 0}, {0, 0, s.kernels}};
+    for (const auto& b : junk) bad.t.insert(bad.t.end(), b, b + 3);
+    bad.s.triplets += 3;
+    const auto f = to_bf16(c.f), w = to_bf16(c.w), g = to_bf16(c.g);
+    const Mma a = run_mma(c, f, w, g), b = run_mma(bad, f, w, g);
+    EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0);
+    EXPECT_EQ(std::memcmp(a.gf.data(), b.gf.data(), a.gf.size() * 2), 0);
+    EXPECT_EQ(std::memcmp(a.gw.data(), b.gw.data(), a.gw.size() * 2), 0);
+    const auto F = to_double(f), W = to_double(w), G = to_double(g);
+    const int64_t ci = s.channels_in, co = s.channels_out;
+    std::vector<double> out(s.num_out * co), om(out.size()), gf(F.size()), gfm(F.size()), gw(W.size()), gwm(W.size());
+    std::vector<int64_t> per_i(s.num_out), per_j(s.num_in), per_k(s.kernels);
+    for (int64_t r = 0; r < s.triplets; ++r) {
+      const int64_t i = c.t[r * 3], j = c.t[r * 3 + 1], k = c.t[r * 3 + 2];
+      ++per_i[i], ++per_j[j], ++per_k[k];
+      for (int64_t o = 0; o < co; ++o)
+        for (int64_t ch = 0; ch < ci; ++ch) {
+          const double wv = W[(k * co + o) * ci + ch], fv = F[j * ci + ch], gv = G[i * co + o];
+          out[i * co + o] += wv * fv, om[i * co + o] += std::abs(wv * fv);
+          gf[j * ci + ch] += wv * gv, gfm[j * ci + ch] += std::abs(wv * gv);
+          gw[(k * co + o) * ci + ch] += gv * fv, gwm[(k * co + o) * ci + ch] += std::abs(gv * fv);
+        }
+    }
+    const auto longest = [](const std::vector<int64_t>& v) { return static_cast<double>(*std::max_element(v.begin(), v.end())); };
+    expect_close(a.out, out, om, longest(per_i) + ci, "forward");
+    expect_close(a.gf, gf, gfm, longest(per_j) + co, "grad_features");
+    expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights");
+  }
 }
 
 }  // namespace

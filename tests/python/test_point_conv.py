@@ -182,6 +182,37 @@ def test_opcheck(gen):
         )
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_fast_mode_on_cpu_is_the_exact_path(dtype, gen):
+    # The tensor-core path is CUDA's; on the CPU "fast" runs the contract, bit for bit.
+    features, weights, triplets = _inputs(gen, c_in=16, c_out=8, dtype=dtype)
+    grad = torch.rand(30, 8, generator=gen).to(dtype)
+    results = []
+    for mode in ("exact", "fast"):
+        f, w = features.clone().requires_grad_(), weights.clone().requires_grad_()
+        out = pcops.point_conv(f, w, triplets, 30, mode=mode)
+        results.append((out, *torch.autograd.grad(out, (f, w), grad)))
+    for a, b in zip(*results):
+        assert a.dtype == dtype and torch.equal(a, b)
+    layer = pcops.nn.PointConv(16, 8, kernel_size=3, mode="fast")
+    assert "mode='fast'" in repr(layer)
+    assert torch.equal(layer(features.float(), triplets, 30),
+                       pcops.point_conv(features.float(), layer.weight, triplets, 30) + layer.bias)
+
+
+def test_mode_errors(gen):
+    features, weights, triplets = _inputs(gen)
+    with pytest.raises(ValueError, match="mode"):
+        pcops.point_conv(features, weights, triplets, 30, mode="tf32")
+    with pytest.raises(ValueError, match="mode"):
+        torch.ops.pcops.point_conv(features, weights, triplets, 30, "tf32")
+    with pytest.raises(ValueError, match="mode"):
+        torch.ops.pcops._point_conv_backward(torch.zeros(30, 5), features, weights, triplets, 30, True, True, "")
+    with pytest.raises(ValueError, match="mode"):
+        pcops.nn.PointConv(6, 5, mode="half")
+    torch.library.opcheck(torch.ops.pcops.point_conv.default, (features, weights, triplets, 30, "fast"))
+
+
 def test_triplets_from_ball_query(gen):
     pts = torch.rand(200, 3, generator=gen)
     radius, t = 0.2, 3

@@ -7,8 +7,16 @@ import torch
 from pcops.ops import _checks
 
 
+MODES = ("exact", "fast")
+
+
 def point_conv(
-    features: torch.Tensor, weights: torch.Tensor, triplets: torch.Tensor, num_out: int | None = None
+    features: torch.Tensor,
+    weights: torch.Tensor,
+    triplets: torch.Tensor,
+    num_out: int | None = None,
+    *,
+    mode: str = "exact",
 ) -> torch.Tensor:
     """``out[i] = sum over triplets (i, j, k) of weights[k] @ features[j]``.
 
@@ -24,6 +32,12 @@ def point_conv(
         triplets: ``[T, 3]`` int64 rows ``(i, j, k)`` with ``0 <= i < num_out``,
             ``0 <= j < N_in``, ``0 <= k < K`` (see :func:`point_conv_triplets`).
         num_out: number of output points ``N_out``; default ``N_in`` (same points in and out).
+        mode: ``"exact"`` (default): the contract above, float32 arithmetic in a fixed order,
+            bitwise equal on CPU and CUDA. ``"fast"``: on CUDA with float16 or bfloat16
+            features and weights (one dtype, ``C_in`` and ``C_out`` multiples of 8), the tensor
+            cores: products exact in float32, float32 sums in another fixed order (still
+            deterministic run to run and independent of the triplet rows' order, not bitwise
+            equal to ``"exact"``), the backward too. Any other case runs ``"exact"``.
 
     Returns:
         ``[N_out, C_out]`` in the dtype of ``features``; rows without triplets are zero.
@@ -39,7 +53,13 @@ def point_conv(
     if num_out is None:
         num_out = features.shape[0] if isinstance(features, torch.Tensor) and features.dim() >= 1 else 0
     num_out = _checks.integer(num_out, "num_out")
-    return torch.ops.pcops.point_conv(features, weights, triplets, num_out)
+    _check_mode(mode)
+    return torch.ops.pcops.point_conv(features, weights, triplets, num_out, mode)
+
+
+def _check_mode(mode):
+    if mode not in MODES:
+        raise ValueError(f'mode: expected "exact" or "fast", got {mode!r}')
 
 
 def point_conv_triplets(
@@ -123,13 +143,16 @@ def _check_inputs(features, weights, triplets, num_out):
 
 
 @torch.library.register_fake("pcops::point_conv")
-def _fake(features, weights, triplets, num_out):
+def _fake(features, weights, triplets, num_out, mode="exact"):
+    _check_mode(mode)
     _check_inputs(features, weights, triplets, num_out)
     return features.new_empty((num_out, weights.shape[1]))
 
 
 @torch.library.register_fake("pcops::_point_conv_backward")
-def _fake_backward(grad_out, features, weights, triplets, num_out, need_features=True, need_weights=True):
+def _fake_backward(grad_out, features, weights, triplets, num_out, need_features=True, need_weights=True,
+                   mode="exact"):
+    _check_mode(mode)
     _checks.same_device(features, "features", grad_out, "grad_out")
     _check_inputs(features, weights, triplets, num_out)
     _checks.values(grad_out, "grad_out", 2, "[N_out, C_out]")
@@ -141,9 +164,10 @@ def _fake_backward(grad_out, features, weights, triplets, num_out, need_features
 
 
 def _setup_context(ctx, inputs, output):
-    features, weights, triplets, num_out = inputs
+    features, weights, triplets, num_out, mode = inputs
     ctx.save_for_backward(features, weights, triplets)
     ctx.num_out = num_out
+    ctx.mode = mode
     ctx.set_materialize_grads(False)
 
 
@@ -151,11 +175,11 @@ def _backward(ctx, grad_out):
     features, weights, triplets = ctx.saved_tensors
     need_features, need_weights = ctx.needs_input_grad[0], ctx.needs_input_grad[1]
     if grad_out is None or not (need_features or need_weights):
-        return None, None, None, None
+        return None, None, None, None, None
     gf, gw = torch.ops.pcops._point_conv_backward(
-        grad_out, features, weights, triplets, ctx.num_out, need_features, need_weights
+        grad_out, features, weights, triplets, ctx.num_out, need_features, need_weights, ctx.mode
     )
-    return (gf if need_features else None), (gw if need_weights else None), None, None
+    return (gf if need_features else None), (gw if need_weights else None), None, None, None
 
 
 torch.library.register_autograd("pcops::point_conv", _backward, setup_context=_setup_context)
@@ -170,9 +194,10 @@ torch.library.register_autograd("pcops::point_conv", _backward, setup_context=_s
 # Written with the operators themselves, so higher orders work too. An output that was not
 # requested (need_* false) is a constant zero tensor and gets no gradient.
 def _setup_context_backward(ctx, inputs, output):
-    grad_out, features, weights, triplets, num_out, need_features, need_weights = inputs
+    grad_out, features, weights, triplets, num_out, need_features, need_weights, mode = inputs
     ctx.save_for_backward(grad_out, features, weights, triplets)
     ctx.num_out = num_out
+    ctx.mode = mode
     ctx.need = (need_features, need_weights)
     ctx.set_materialize_grads(False)
 
@@ -187,19 +212,19 @@ def _backward_backward(ctx, grad_gf, grad_gw):
     if need[0] and (a is not None or b is not None):
         parts = []
         if a is not None:
-            parts.append(point_conv(a, weights, triplets, ctx.num_out).float())
+            parts.append(point_conv(a, weights, triplets, ctx.num_out, mode=ctx.mode).float())
         if b is not None:
-            parts.append(point_conv(features, b, triplets, ctx.num_out).float())
+            parts.append(point_conv(features, b, triplets, ctx.num_out, mode=ctx.mode).float())
         d_grad = (parts[0] if len(parts) == 1 else parts[0] + parts[1]).to(grad_out.dtype)
     if need[1] and b is not None:
         d_features = torch.ops.pcops._point_conv_backward(
-            grad_out, features, b, triplets, ctx.num_out, True, False
+            grad_out, features, b, triplets, ctx.num_out, True, False, ctx.mode
         )[0].to(features.dtype)
     if need[2] and a is not None:
         d_weights = torch.ops.pcops._point_conv_backward(
-            grad_out, a, weights, triplets, ctx.num_out, False, True
+            grad_out, a, weights, triplets, ctx.num_out, False, True, ctx.mode
         )[1].to(weights.dtype)
-    return d_grad, d_features, d_weights, None, None, None, None
+    return d_grad, d_features, d_weights, None, None, None, None, None
 
 
 torch.library.register_autograd(

@@ -50,3 +50,146 @@ def test_out_of_range_raises_index_error(gen):
     t[5, 2] = 27
     with pytest.raises(IndexError, match="triplets"):
         pcops.point_conv(f.cuda(), w.cuda(), t.cuda(), 30)
+
+
+# ---- mode="fast": the tensor-core path for float16 / bfloat16 ----
+
+def _reference(f, w, t, n_out, g=None):
+    """float64 forward (and, with g, both gradients) of the 16-bit inputs, with the sums of
+    absolute terms that bound the float32 accumulation error."""
+    f64, w64 = f.double().cpu(), w.double().cpu()
+    i, j, k = (t[:, c].cpu() for c in range(3))
+    prod = torch.einsum("toc,tc->to", w64[k], f64[j])
+    out = torch.zeros(n_out, w.shape[1], dtype=torch.float64).index_add_(0, i, prod)
+    mag = torch.zeros_like(out).index_add_(0, i, torch.einsum("toc,tc->to", w64[k].abs(), f64[j].abs()))
+    if g is None:
+        return out, mag
+    g64 = g.double().cpu()
+    gf = torch.zeros_like(f64).index_add_(0, j, torch.einsum("toc,to->tc", w64[k], g64[i]))
+    gfm = torch.zeros_like(f64).index_add_(0, j, torch.einsum("toc,to->tc", w64[k].abs(), g64[i].abs()))
+    gw = torch.zeros_like(w64).index_add_(0, k, torch.einsum("to,tc->toc", g64[i], f64[j]))
+    gwm = torch.zeros_like(w64).index_add_(0, k, torch.einsum("to,tc->toc", g64[i].abs(), f64[j].abs()))
+    return out, mag, gf, gfm, gw, gwm
+
+
+def _chain(t, col, count):
+    """The longest sum of one element: the most triplets that share a value of column ``col``."""
+    return int(torch.bincount(t[:, col].cpu(), minlength=count).max()) if t.shape[0] else 0
+
+
+def _close(got, ref, mag, dtype, terms):
+    """got (16-bit) within one rounding to dtype of the float64 value, plus the float32 error of a
+    sum of ``terms`` terms (at most one unit in the last place of float32 per addition)."""
+    rel = 2.0**-8 if dtype == torch.bfloat16 else 2.0**-11
+    err = (got.double().cpu() - ref).abs()
+    bound = rel * ref.abs() + terms * 2.0**-23 * mag + 1e-30
+    assert bool((err <= bound).all()), float((err - bound).max())
+
+
+FAST_SHAPES = [
+    # n_in, n_out, c_in, c_out, K, T
+    (3000, 2500, 64, 96, 27, 60000),   # two channel blocks of the output, partial tiles
+    (700, 700, 32, 32, 27, 20000),     # small channels (64-wide channel blocks)
+    (500, 130, 136, 8, 8, 9000),       # C_in not a multiple of 32, C_out = 8
+    (64, 64, 512, 520, 1, 3000),       # long channel loops, C_out past a multiple of 128
+    (100, 80, 16, 24, 125, 5000),      # many kernel cells
+]
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", FAST_SHAPES)
+def test_fast_mode_forward_and_gradients_against_float64(shape, dtype, gen):
+    n_in, n_out, c_in, c_out, K, T = shape
+    f, w, t = _inputs(gen, n_in, n_out, c_in, c_out, K, T)
+    f, w = f.to(dtype), (w / (c_in**0.5)).to(dtype)
+    g = (torch.rand(n_out, c_out, generator=gen) * 2 - 1).to(dtype)
+    fd, wd = f.cuda().requires_grad_(), w.cuda().requires_grad_()
+    out = pcops.point_conv(fd, wd, t.cuda(), n_out, mode="fast")
+    assert out.dtype == dtype and out.shape == (n_out, c_out)
+    gf, gw = torch.autograd.grad(out, (fd, wd), g.cuda())
+    assert gf.dtype == dtype and gw.dtype == dtype
+    ref, mag, rgf, rgfm, rgw, rgwm = _reference(f, w, t, n_out, g)
+    _close(out, ref, mag, dtype, _chain(t, 0, n_out) + c_in)
+    _close(gf, rgf, rgfm, dtype, _chain(t, 1, n_in) + c_out)
+    _close(gw, rgw, rgwm, dtype, _chain(t, 2, K))
+
+
+def test_fast_mode_is_deterministic_and_independent_of_triplet_order(gen):
+    f, w, t = _inputs(gen, 4000, 3000, 64, 64, 27, 80000)
+    # Long runs: output 7 sees 300 triplets through one kernel cell (several chunks of rows).
+    t[:300, 0], t[:300, 2] = 7, 3
+    f, w, t = f.bfloat16().cuda(), (w / 8).bfloat16().cuda(), t.cuda()
+    g = torch.rand(3000, 64, generator=gen).bfloat16().cuda()
+    runs = []
+    for perm in (None, None, torch.randperm(t.shape[0], generator=gen).cuda()):
+        tt = t if perm is None else t[perm]
+        fd, wd = f.clone().requires_grad_(), w.clone().requires_grad_()
+        out = pcops.point_conv(fd, wd, tt, 3000, mode="fast")
+        runs.append((out, *torch.autograd.grad(out, (fd, wd), g)))
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other):
+            assert same_bits(a, b)
+    ref, mag = _reference(f, w, t, 3000)
+    _close(runs[0][0], ref, mag, torch.bfloat16, _chain(t, 0, 3000) + 64)
+
+
+def test_fast_mode_differs_from_exact_only_by_rounding(gen):
+    f, w, t = _inputs(gen, 2000, 2000, 128, 128, 27, 50000)
+    f, w, t = f.half().cuda(), (w / 11).half().cuda(), t.cuda()
+    fast = pcops.point_conv(f, w, t, 2000, mode="fast")
+    exact = pcops.point_conv(f, w, t, 2000, mode="exact")
+    assert not torch.equal(fast, exact)  # the tensor cores ran (other sums, other roundings)
+    ref, mag = _reference(f, w, t, 2000)
+    _close(fast, ref, mag, torch.float16, _chain(t, 0, 2000) + 128)
+    _close(exact, ref, mag, torch.float16, _chain(t, 0, 2000) + 128)
+
+
+def test_fast_mode_empty_and_fallbacks(gen):
+    f, w, t = _inputs(gen, 50, 40, 16, 16, 27, 0)
+    out = pcops.point_conv(f.half().cuda(), w.half().cuda(), t.cuda(), 40, mode="fast")
+    assert out.dtype == torch.float16 and torch.equal(out, torch.zeros_like(out))
+    # Rows without triplets are zero; a shape the tensor cores cannot take (C_in = 6) and float32
+    # inputs run the exact path, bitwise equal to the CPU.
+    for c_in, dtype in ((6, torch.float16), (16, torch.float32)):
+        f, w, t = _inputs(gen, 50, 40, c_in, 16, 27, 300)
+        f, w = f.to(dtype), w.to(dtype)
+        got = pcops.point_conv(f.cuda(), w.cuda(), t.cuda(), 40, mode="fast")
+        assert same_bits(got, pcops.point_conv(f, w, t, 40))
+    f, w, t = _inputs(gen, 50, 40, 16, 16, 27, 300)
+    t[:, 0] = t[:, 0] % 20
+    out = pcops.point_conv(f.half().cuda(), w.half().cuda(), t.cuda(), 40, mode="fast")
+    assert torch.equal(out[20:], torch.zeros_like(out[20:])) and bool(out[:20].abs().sum() > 0)
+
+
+def test_fast_mode_errors(gen):
+    f, w, t = _inputs(gen, 40, 30, 16, 8, 27, 400)
+    f, w = f.half().cuda(), w.half().cuda()
+    bad = t.clone()
+    bad[5, 1] = 40
+    with pytest.raises(IndexError, match="triplets"):
+        pcops.point_conv(f, w, bad.cuda(), 30, mode="fast")
+    with pytest.raises(ValueError, match="mode"):
+        pcops.point_conv(f, w, t.cuda(), 30, mode="tensor")
+    with pytest.raises(ValueError, match="mode"):
+        torch.ops.pcops.point_conv(f, w, t.cuda(), 30, "tensor")
+
+
+def test_fast_module_trains_in_bfloat16(gen):
+    pts = torch.rand(3000, 3, generator=gen)
+    _, idx = pcops.knn(pts[None], pts[None], 12)
+    trip = pcops.point_conv_triplets(pts, pts, idx[0], 0.05, 3).cuda()
+    torch.manual_seed(0)
+    net = torch.nn.ModuleList([pcops.nn.PointConv(8, 32, mode="fast"), pcops.nn.PointConv(32, 8, mode="fast")])
+    net = net.cuda().bfloat16()
+    x = torch.cat([pts, torch.ones(3000, 5)], 1).cuda().bfloat16()
+    target = torch.sin(6 * pts[:, :1]).cuda().expand(3000, 8).bfloat16()
+    opt = torch.optim.Adam(net.parameters(), lr=3e-3)
+    losses = []
+    for _ in range(60):
+        y = net[1](torch.relu(net[0](x, trip)), trip)
+        loss = (y.float() - target.float()).pow(2).mean()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    assert losses[-1] < 0.3 * losses[0]

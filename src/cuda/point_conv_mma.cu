@@ -1,0 +1,583 @@
+// CUDA point_conv, tensor-core path (the "fast" mode of docs/ops/point_conv.md): float16 or
+// bfloat16 features and weights, products exact in float32 (mma.sync m16n8k16 with float32
+// accumulators), sums in float32 in a fixed order per output element, so the result is
+// deterministic run to run and independent of the order of the triplet rows, but not bitwise
+// equal to the exact path (the tensor cores group the channel sums their own way).
+//
+// MVMR (forward; grad_features is the same kernel with W transposed and the roles of i and j
+// exchanged), output-stationary with no atomics and no extra global memory beyond the sort:
+// - The triplets are sorted once by a composite key (tile of BM destination rows, k, destination
+//   row, source row): one CUB radix sort of 64-bit keys, no values (the key holds everything the
+//   kernel needs). A binary search per (tile, k) gives the segment offsets.
+// - One block per (tile of BM destination rows, block of BN destination channels) keeps the
+//   tile's float32 sums in shared memory. For each k it takes the segment's triplets in chunks of
+//   MC rows: the chunk's source rows are gathered (cp.async, BK channels at a time, double
+//   buffered) and multiplied with W_k (BN x BK) on the tensor cores, so every MMA row is a
+//   triplet, never padding for an absent neighbour; the chunk's MC x BN products go to shared
+//   memory and one thread per channel adds each run of equal destination rows (in row order)
+//   into the tile's sums. k ascending, chunks in order: a fixed order for every element.
+// VVOR (grad_weights): one block per (k, BO x BC block of W_k) folds kernel k's triplets in
+// (i, j) order, 32 at a time, as one MMA chain: gathered rows of grad_out and features, both
+// loaded transposed by ldmatrix.trans.
+#include <cub/cub.cuh>
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <stdexcept>
+
+#include "cuda/common.cuh"
+#include "pcops/point_conv.hpp"
+
+namespace pcops::cuda {
+namespace {
+
+struct MvmrPolicy {
+  static constexpr int kThreads = 256;  // 8 warps: 2 (rows) x 4 (channels)
+  static constexpr int BM = 64;         // destination rows per tile (6 bits of the key)
+  static constexpr int kLocalBits = 6;
+  static constexpr int MC = 64;  // triplet rows per chunk
+  static constexpr int BK = 32;  // source channels per stage
+  static constexpr int kPad = 8;  // halves of padding per shared row (conflict-free ldmatrix)
+};
+
+struct VvorPolicy {
+  static constexpr int kThreads = 256;  // 8 warps: 2 (o) x 4 (c)
+  static constexpr int BO = 128;
+  static constexpr int BC = 128;
+  static constexpr int KT = 32;  // triplets per stage
+  static constexpr int kPad = 8;
+};
+
+int bits_for(int64_t max_value) {
+  int b = 1;
+  while (b < 63 && (static_cast<uint64_t>(max_value) >> b) != 0) ++b;
+  return b;
+}
+
+// Key layout of the MVMR sort: (segment = tile * K + k, local destination row, source row).
+struct MvmrKey {
+  int src_bits, seg_bits;
+  int64_t tiles, segments;  // segments = tiles * K; key segment `segments`: an invalid triplet
+};
+
+MvmrKey mvmr_key(int64_t n_dst, int64_t n_src, int64_t K) {
+  MvmrKey m;
+  m.tiles = detail::ceil_div(n_dst, MvmrPolicy::BM);
+  m.segments = m.tiles * K;
+  m.src_bits = bits_for(std::max<int64_t>(n_src - 1, 1));
+  m.seg_bits = bits_for(m.segments);  // one more value: the invalid triplets
+  return m;
+}
+
+int vvor_bits(const PointConvShape& s) {
+  return bits_for(s.kernels) + bits_for(std::max<int64_t>(s.num_out - 1, 1)) +
+         bits_for(std::max<int64_t>(s.num_in - 1, 1));
+}
+
+template <class T>
+struct Elem;
+template <>
+struct Elem<__half> {
+  static __device__ __forceinline__ __half from(float v) { return __float2half_rn(v); }
+};
+template <>
+struct Elem<__nv_bfloat16> {
+  static __device__ __forceinline__ __nv_bfloat16 from(float v) { return __float2bfloat16_rn(v); }
+};
+
+__device__ __forceinline__ unsigned smem_u32(const void* p) {
+  return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared; src_bytes 0 fills zeros (rows past the chunk, channels past C).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(smem_u32(p)));
+}
+
+template <class T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm volatile(
+        "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
+        "{%0, %1, %2, %3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// keys[p] for triplet p: (segment << (6 + src_bits)) | (local destination row << src_bits) | source
+// row, or the segment `segments` (never visited) for a triplet out of range.
+__global__ void mvmr_keys_kernel(const int64_t* __restrict__ t, int64_t T, int dst_col, int src_col,
+                                 int64_t n_dst, int64_t n_src, int64_t K, MvmrKey m, uint64_t* __restrict__ keys) {
+  PCOPS_CUDA_GRID_STRIDE(p, T) {
+    const int64_t d = t[p * 3 + dst_col], s = t[p * 3 + src_col], k = t[p * 3 + 2];
+    const bool ok = d >= 0 && d < n_dst && s >= 0 && s < n_src && k >= 0 && k < K;
+    const uint64_t seg = ok ? static_cast<uint64_t>((d / MvmrPolicy::BM) * K + k) : static_cast<uint64_t>(m.segments);
+    const uint64_t local = ok ? static_cast<uint64_t>(d % MvmrPolicy::BM) : 0;
+    keys[p] = (seg << (MvmrPolicy::kLocalBits + m.src_bits)) | (local << m.src_bits) | (ok ? static_cast<uint64_t>(s) : 0);
+  }
+}
+
+// offsets[q] = the first sorted position whose key's high part (key >> shift) is >= q, q = 0..rows.
+__global__ void key_offsets_kernel(const uint64_t* __restrict__ sorted, int64_t T, int shift, int64_t rows,
+                                   int64_t* __restrict__ offsets) {
+  PCOPS_CUDA_GRID_STRIDE(q, rows + 1) {
+    int64_t lo = 0, hi = T;
+    while (lo < hi) {
+      const int64_t mid = lo + (hi - lo) / 2;
+      if ((sorted[mid] >> shift) < static_cast<uint64_t>(q)) lo = mid + 1;
+      else hi = mid;
+    }
+    offsets[q] = lo;
+  }
+}
+
+// dst[r, o] = sum over the triplets of r (sorted keys) of mat[k, o, :] . src[s, :]; mat [K, n_out_c,
+// n_in_c] (rows contiguous over the source channels). Grid (tiles, ceil(n_out_c / BN)).
+template <class T, int BN>
+__global__ void __launch_bounds__(MvmrPolicy::kThreads)
+    mvmr_mma_kernel(const uint64_t* __restrict__ keys, const int64_t* __restrict__ seg_off, MvmrKey m, int64_t K,
+                    const T* __restrict__ src, int64_t n_in_c, const T* __restrict__ mat, int64_t n_out_c,
+                    int64_t n_dst, T* __restrict__ dst) {
+  using P = MvmrPolicy;
+  constexpr int BM = P::BM, MC = P::MC, BK = P::BK, LD = BK + P::kPad;
+  constexpr int NF = BN / 32;      // n8 fragments per warp (a warp covers BN / 4 channels)
+  constexpr int PLD = BN + 8;      // floats per row of the products
+  static_assert(BN == 64 || BN == 128, "BN");
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* As = reinterpret_cast<T*>(smem);                         // [2][MC][LD]
+  T* Bs = As + 2 * MC * LD;                                    // [2][BN][LD]
+  float* Ps = reinterpret_cast<float*>(Bs + 2 * BN * LD);      // [MC][PLD]
+  float* Os = Ps + MC * PLD;                                   // [BM][BN]
+  int* rows_s = reinterpret_cast<int*>(Os + BM * BN);          // [MC] local destination rows
+
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 2, wn = warp & 3;
+  const int64_t tile = blockIdx.x;
+  const int64_t o0 = int64_t{blockIdx.y} * BN;
+  const int64_t nb = (n_in_c + BK - 1) / BK;
+  const uint64_t src_mask = (uint64_t{1} << m.src_bits) - 1;
+
+  for (int e = tid; e < BM * BN; e += P::kThreads) Os[e] = 0.0f;
+
+  // The chunk sequence: segments k = 0..K-1 of this tile, MC triplets at a time.
+  const int64_t* so = seg_off + tile * K;
+  struct Chunk {
+    int64_t k, q, n;  // k == K: past the end
+  };
+  const auto first_chunk = [&](int64_t k) {
+    while (k < K && so[k + 1] == so[k]) ++k;
+    Chunk c{k, 0, 0};
+    if (k < K) c.q = so[k], c.n = so[k + 1] - so[k] < MC ? so[k + 1] - so[k] : MC;
+    return c;
+  };
+  const auto next_chunk = [&](const Chunk& c) {
+    const int64_t q = c.q + c.n;
+    if (q < so[c.k + 1]) return Chunk{c.k, q, so[c.k + 1] - q < MC ? so[c.k + 1] - q : MC};
+    return first_chunk(c.k + 1);
+  };
+
+  // Stage loads: the chunk's source rows (channels b*BK ..) and W_k's block (BN x BK).
+  const auto load_stage = [&](const Chunk& c, int64_t b, int buf) {
+    T* as = As + buf * MC * LD;
+    T* bs = Bs + buf * BN * LD;
+    const int64_t c0 = b * BK;
+    for (int e = tid; e < MC * (BK / 8); e += P::kThreads) {
+      const int r = e / (BK / 8), seg = e % (BK / 8);
+      const int64_t ch = c0 + seg * 8;
+      const bool ok = r < c.n && ch < n_in_c;
+      const int64_t s = ok ? static_cast<int64_t>(keys[c.q + r] & src_mask) : 0;
+      cp_async16(as + r * LD + seg * 8, src + (ok ? s * n_in_c + ch : 0), ok ? 16 : 0);
+    }
+    for (int e = tid; e < BN * (BK / 8); e += P::kThreads) {
+      const int r = e / (BK / 8), seg = e % (BK / 8);
+      const int64_t ch = c0 + seg * 8, o = o0 + r;
+      const bool ok = o < n_out_c && ch < n_in_c;
+      cp_async16(bs + r * LD + seg * 8, mat + (ok ? (c.k * n_out_c + o) * n_in_c + ch : 0), ok ? 16 : 0);
+    }
+  };
+
+  float acc[2][NF][4];
+  const auto zero_acc = [&] {
+#pragma unroll
+    for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NF; ++ni)
+#pragma unroll
+        for (int x = 0; x < 4; ++x) acc[mi][ni][x] = 0.0f;
+  };
+  zero_acc();
+
+  Chunk cur = first_chunk(0);
+  if (cur.k < K) {
+    load_stage(cur, 0, 0);
+    cp_async_commit();
+  }
+  int64_t b = 0;
+  int buf = 0;
+  int my_row = 0;  // thread r < n: the local destination row of chunk row r
+  while (cur.k < K) {
+    // Prefetch the next stage.
+    Chunk nxt = cur;
+    int64_t nbk = b + 1;
+    if (nbk == nb) nxt = next_chunk(cur), nbk = 0;
+    if (nxt.k < K) load_stage(nxt, nbk, buf ^ 1);
+    cp_async_commit();
+    if (b == 0 && tid < cur.n) my_row = static_cast<int>((keys[cur.q + tid] >> m.src_bits) & (BM - 1));
+    cp_async_wait<1>();
+    __syncthreads();
+    const T* as = As + buf * MC * LD;
+    const T* bs = Bs + buf * BN * LD;
+#pragma unroll
+    for (int kk = 0; kk < BK; kk += 16) {
+      unsigned bf[NF][2];
+#pragma unroll
+      for (int nj = 0; nj < NF; nj += 2) {
+        unsigned r[4];
+        const int n = wn * (BN / 4) + nj * 8 + (lane & 7) + ((lane >> 4) << 3);
+        ldmatrix_x4(r, bs + n * LD + kk + (((lane >> 3) & 1) << 3));
+        bf[nj][0] = r[0], bf[nj][1] = r[1], bf[nj + 1][0] = r[2], bf[nj + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi) {
+        const int row0 = wm * 32 + mi * 16;
+        if (row0 < cur.n) {  // warp-uniform: fragments wholly past the chunk are skipped
+          unsigned a[4];
+          ldmatrix_x4(a, as + (row0 + (lane & 15)) * LD + kk + ((lane >> 4) << 3));
+#pragma unroll
+          for (int ni = 0; ni < NF; ++ni) mma16816<T>(acc[mi][ni], a, bf[ni][0], bf[ni][1]);
+        }
+      }
+    }
+    __syncthreads();  // the buffer is refilled next iteration
+    if (b == nb - 1) {
+      // The chunk's products (rows < n) to shared memory, then one thread per channel adds each
+      // run of equal destination rows, in row order, into the tile's sums.
+      const int g = lane >> 2, q4 = lane & 3;
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int ni = 0; ni < NF; ++ni) {
+          const int r = wm * 32 + mi * 16 + g, col = wn * (BN / 4) + ni * 8 + 2 * q4;
+          Ps[r * PLD + col] = acc[mi][ni][0], Ps[r * PLD + col + 1] = acc[mi][ni][1];
+          Ps[(r + 8) * PLD + col] = acc[mi][ni][2], Ps[(r + 8) * PLD + col + 1] = acc[mi][ni][3];
+        }
+      if (tid < cur.n) rows_s[tid] = my_row;
+      __syncthreads();
+      if (tid < BN) {
+        const int n = static_cast<int>(cur.n);
+        int row = rows_s[0];
+        float run = Ps[tid];
+        for (int r = 1; r < n; ++r) {
+          const int rr = rows_s[r];
+          const float v = Ps[r * PLD + tid];
+          if (rr != row) {
+            Os[row * BN + tid] += run;
+            row = rr, run = v;
+          } else {
+            run += v;
+          }
+        }
+        Os[row * BN + tid] += run;
+      }
+      __syncthreads();
+      zero_acc();
+      cur = nxt;
+      b = 0;
+    } else {
+      ++b;
+    }
+    buf ^= 1;
+  }
+  cp_async_wait<0>();
+  __syncthreads();
+  for (int e = tid; e < BM * BN; e += P::kThreads) {
+    const int r = e / BN, col = e % BN;
+    const int64_t row = tile * BM + r, o = o0 + col;
+    if (row < n_dst && o < n_out_c) dst[row * n_out_c + o] = Elem<T>::from(Os[e]);
+  }
+}
+
+// wt[k, c, o] = w[k, o, c] (16-bit, bit copies).
+template <class T>
+__global__ void transpose16_kernel(const T* __restrict__ w, int64_t K, int64_t co, int64_t ci, T* __restrict__ wt) {
+  PCOPS_CUDA_GRID_STRIDE(q, K * co * ci) {
+    const int64_t k = q / (ci * co), rem = q - k * ci * co, c = rem / co, o = rem - c * co;
+    wt[q] = w[(k * co + o) * ci + c];
+  }
+}
+
+// keys[p] = (k, i, j) packed (k_bits above i_bits above j_bits), or all ones past the valid keys.
+__global__ void vvor_keys_kernel(const int64_t* __restrict__ t, int64_t T, int64_t n_out, int64_t n_in, int64_t K,
+                                 int i_bits, int j_bits, uint64_t* __restrict__ keys) {
+  PCOPS_CUDA_GRID_STRIDE(p, T) {
+    const int64_t i = t[p * 3], j = t[p * 3 + 1], k = t[p * 3 + 2];
+    const bool ok = i >= 0 && i < n_out && j >= 0 && j < n_in && k >= 0 && k < K;
+    keys[p] = ok ? (static_cast<uint64_t>(k) << (i_bits + j_bits)) | (static_cast<uint64_t>(i) << j_bits) |
+                       static_cast<uint64_t>(j)
+                 : (static_cast<uint64_t>(K) << (i_bits + j_bits));
+  }
+}
+
+// grad_w[k, o, c] = sum over kernel k's triplets (i, j order) of G[i, o] F[j, c]. Grid (K,
+// ceil(co / BO), ceil(ci / BC)).
+template <class T>
+__global__ void __launch_bounds__(VvorPolicy::kThreads)
+    vvor_mma_kernel(const uint64_t* __restrict__ keys, const int64_t* __restrict__ k_off, int i_bits, int j_bits,
+                    const T* __restrict__ G, int64_t co, const T* __restrict__ F, int64_t ci, T* __restrict__ gw) {
+  using P = VvorPolicy;
+  constexpr int BO = P::BO, BC = P::BC, KT = P::KT;
+  constexpr int LDG = BO + P::kPad, LDF = BC + P::kPad;
+  constexpr int MF = BO / 2 / 16, NF = BC / 4 / 8;  // warp tile (BO / 2) x (BC / 4)
+  extern __shared__ __align__(16) unsigned char smem[];
+  T* Gs = reinterpret_cast<T*>(smem);  // [2][KT][LDG]
+  T* Fs = Gs + 2 * KT * LDG;           // [2][KT][LDF]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int wm = warp >> 2, wn = warp & 3;
+  const int64_t k = blockIdx.x, oo = int64_t{blockIdx.y} * BO, cc = int64_t{blockIdx.z} * BC;
+  const int64_t p0 = k_off[k], p1 = k_off[k + 1];
+  const uint64_t jm = (uint64_t{1} << j_bits) - 1, im = (uint64_t{1} << i_bits) - 1;
+
+  const auto load_stage = [&](int64_t q, int buf) {
+    T* gs = Gs + buf * KT * LDG;
+    T* fs = Fs + buf * KT * LDF;
+    for (int e = tid; e < KT * (BO / 8); e += P::kThreads) {
+      const int r = e / (BO / 8), seg = e % (BO / 8);
+      const int64_t o = oo + seg * 8;
+      const bool ok = q + r < p1 && o < co;
+      const int64_t i = ok ? static_cast<int64_t>((keys[q + r] >> j_bits) & im) : 0;
+      cp_async16(gs + r * LDG + seg * 8, G + (ok ? i * co + o : 0), ok ? 16 : 0);
+    }
+    for (int e = tid; e < KT * (BC / 8); e += P::kThreads) {
+      const int r = e / (BC / 8), seg = e % (BC / 8);
+      const int64_t c = cc + seg * 8;
+      const bool ok = q + r < p1 && c < ci;
+      const int64_t j = ok ? static_cast<int64_t>(keys[q + r] & jm) : 0;
+      cp_async16(fs + r * LDF + seg * 8, F + (ok ? j * ci + c : 0), ok ? 16 : 0);
+    }
+  };
+
+  float acc[MF][NF][4];
+#pragma unroll
+  for (int mi = 0; mi < MF; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NF; ++ni)
+#pragma unroll
+      for (int x = 0; x < 4; ++x) acc[mi][ni][x] = 0.0f;
+
+  int buf = 0;
+  if (p0 < p1) {
+    load_stage(p0, 0);
+    cp_async_commit();
+  }
+  for (int64_t q = p0; q < p1; q += KT) {
+    if (q + KT < p1) load_stage(q + KT, buf ^ 1);
+    cp_async_commit();
+    cp_async_wait<1>();
+    __syncthreads();
+    const T* gs = Gs + buf * KT * LDG;
+    const T* fs = Fs + buf * KT * LDF;
+#pragma unroll
+    for (int kk = 0; kk < KT; kk += 16) {
+      unsigned bf[NF][2];
+#pragma unroll
+      for (int nj = 0; nj < NF; nj += 2) {
+        // Matrices (t 0-7, c 0-7), (t 8-15, c 0-7), (t 0-7, c 8-15), (t 8-15, c 8-15), transposed.
+        unsigned r[4];
+        const int mi4 = lane >> 3;
+        const int t = kk + (lane & 7) + ((mi4 & 1) << 3);
+        const int c = wn * (BC / 4) + nj * 8 + ((mi4 >> 1) << 3);
+        ldmatrix_x4_trans(r, fs + t * LDF + c);
+        bf[nj][0] = r[0], bf[nj][1] = r[1], bf[nj + 1][0] = r[2], bf[nj + 1][1] = r[3];
+      }
+#pragma unroll
+      for (int mi = 0; mi < MF; ++mi) {
+        // Matrices (o 0-7, t 0-7), (o 8-15, t 0-7), (o 0-7, t 8-15), (o 8-15, t 8-15), transposed.
+        unsigned a[4];
+        const int mi4 = lane >> 3;
+        const int t = kk + (lane & 7) + ((mi4 >> 1) << 3);
+        const int o = wm * (BO / 2) + mi * 16 + ((mi4 & 1) << 3);
+        ldmatrix_x4_trans(a, gs + t * LDG + o);
+#pragma unroll
+        for (int ni = 0; ni < NF; ++ni) mma16816<T>(acc[mi][ni], a, bf[ni][0], bf[ni][1]);
+      }
+    }
+    __syncthreads();
+    buf ^= 1;
+  }
+  cp_async_wait<0>();
+  const int g = lane >> 2, q4 = lane & 3;
+#pragma unroll
+  for (int mi = 0; mi < MF; ++mi)
+#pragma unroll
+    for (int ni = 0; ni < NF; ++ni)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const int64_t o = oo + wm * (BO / 2) + mi * 16 + g + 8 * h;
+        const int64_t c = cc + wn * (BC / 4) + ni * 8 + 2 * q4;
+        T* row = gw + (k * co + o) * ci;
+        if (o < co && c < ci) row[c] = Elem<T>::from(acc[mi][ni][2 * h]);
+        if (o < co && c + 1 < ci) row[c + 1] = Elem<T>::from(acc[mi][ni][2 * h + 1]);
+      }
+}
+
+template <class T, int BN>
+size_t mvmr_smem() {
+  using P = MvmrPolicy;
+  constexpr int LD = P::BK + P::kPad;
+  return sizeof(T) * (2 * P::MC * LD + 2 * BN * LD) + sizeof(float) * (P::MC * (BN + 8) + P::BM * BN) +
+         sizeof(int) * P::MC;
+}
+
+// One MVMR: dst rows n_dst (triplet column dst_col), source rows n_src (column src_col).
+template <class T>
+void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* triplets, int64_t T_, int dst_col,
+              int src_col, int64_t n_dst, int64_t n_src, int64_t K, const T* src, int64_t n_in_c, const T* mat,
+              int64_t n_out_c, T* dst) {
+  const cudaStream_t stream = detail::stream_of(ctx);
+  const MvmrKey m = mvmr_key(n_dst, n_src, K);
+  const int bits = m.seg_bits + MvmrPolicy::kLocalBits + m.src_bits;
+  auto* keys = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
+  auto* sorted = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
+  int64_t* seg_off = ws.alloc<int64_t>(m.segments + 1);
+  constexpr int NT = 256;
+  if (T_ > 0) {
+    detail::launch(ctx, mvmr_keys_kernel, dim3(detail::grid_blocks(T_, NT)), dim3(NT), 0, triplets, T_, dst_col,
+                   src_col, n_dst, n_src, K, m, keys);
+    size_t temp_bytes = 0;
+    PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, keys, sorted, T_, 0, bits, stream));
+    void* temp = ws.bytes(temp_bytes);
+    PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp, temp_bytes, keys, sorted, T_, 0, bits, stream));
+  }
+  detail::launch(ctx, key_offsets_kernel, dim3(detail::grid_blocks(m.segments + 1, NT)), dim3(NT), 0,
+                 static_cast<const uint64_t*>(sorted), T_, MvmrPolicy::kLocalBits + m.src_bits, m.segments, seg_off);
+  const auto go = [&](auto bn_c) {
+    constexpr int BN = decltype(bn_c)::value;
+    const size_t smem = mvmr_smem<T, BN>();
+    auto kernel = mvmr_mma_kernel<T, BN>;
+    PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles), static_cast<unsigned>(detail::ceil_div(n_out_c, BN))),
+                   dim3(MvmrPolicy::kThreads), smem, static_cast<const uint64_t*>(sorted),
+                   static_cast<const int64_t*>(seg_off), m, K, src, n_in_c, mat, n_out_c, n_dst, dst);
+  };
+  if (n_out_c <= 64) go(std::integral_constant<int, 64>{});
+  else go(std::integral_constant<int, 128>{});
+}
+
+template <class T>
+void forward_t(const CudaContext& ctx, const PointConvShape& s, const T* f, const T* w, const int64_t* t, T* out) {
+  detail::Workspace ws(ctx);
+  run_mvmr<T>(ctx, ws, t, s.triplets, 0, 1, s.num_out, s.num_in, s.kernels, f, s.channels_in, w, s.channels_out, out);
+}
+
+template <class T>
+void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, const T* f, const T* w, const int64_t* t,
+                T* gf, T* gw) {
+  detail::Workspace ws(ctx);
+  const int64_t K = s.kernels, Co = s.channels_out, Ci = s.channels_in;
+  constexpr int NT = 256;
+  if (gf != nullptr && s.num_in * Ci > 0) {
+    T* wt = ws.alloc<T>(std::max<int64_t>(K * Ci * Co, 1));
+    detail::launch(ctx, transpose16_kernel<T>, dim3(detail::grid_blocks(K * Ci * Co, NT)), dim3(NT), 0, w, K, Co,
+                   Ci, wt);
+    run_mvmr<T>(ctx, ws, t, s.triplets, 1, 0, s.num_in, s.num_out, K, g, Co, static_cast<const T*>(wt), Ci, gf);
+  }
+  if (gw != nullptr && K * Co * Ci > 0) {
+    const cudaStream_t stream = detail::stream_of(ctx);
+    const int i_bits = bits_for(std::max<int64_t>(s.num_out - 1, 1)), j_bits = bits_for(std::max<int64_t>(s.num_in - 1, 1));
+    const int bits = bits_for(K) + i_bits + j_bits;
+    const int64_t T_ = s.triplets;
+    auto* keys = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
+    auto* sorted = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
+    int64_t* k_off = ws.alloc<int64_t>(K + 1);
+    if (T_ > 0) {
+      detail::launch(ctx, vvor_keys_kernel, dim3(detail::grid_blocks(T_, NT)), dim3(NT), 0, t, T_, s.num_out,
+                     s.num_in, K, i_bits, j_bits, keys);
+      size_t temp_bytes = 0;
+      PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, keys, sorted, T_, 0, bits, stream));
+      void* temp = ws.bytes(temp_bytes);
+      PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp, temp_bytes, keys, sorted, T_, 0, bits, stream));
+    }
+    detail::launch(ctx, key_offsets_kernel, dim3(detail::grid_blocks(K + 1, NT)), dim3(NT), 0,
+                   static_cast<const uint64_t*>(sorted), T_, i_bits + j_bits, K, k_off);
+    using P = VvorPolicy;
+    const size_t smem = sizeof(T) * 2 * P::KT * (P::BO + P::kPad + P::BC + P::kPad);
+    auto kernel = vvor_mma_kernel<T>;
+    PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    detail::launch(ctx, kernel,
+                   dim3(static_cast<unsigned>(K), static_cast<unsigned>(detail::ceil_div(Co, P::BO)),
+                        static_cast<unsigned>(detail::ceil_div(Ci, P::BC))),
+                   dim3(P::kThreads), smem, static_cast<const uint64_t*>(sorted), static_cast<const int64_t*>(k_off),
+                   i_bits, j_bits, g, Co, f, Ci, gw);
+  }
+}
+
+}  // namespace
+
+bool point_conv_mma_supported(const PointConvShape& s) {
+  if (s.channels_in % 8 != 0 || s.channels_out % 8 != 0) return false;
+  if (s.num_in >= (int64_t{1} << 31) || s.num_out >= (int64_t{1} << 31) || s.triplets >= (int64_t{1} << 31)) return false;
+  if (s.kernels >= 65535) return false;  // grid.x of the weight-gradient kernel
+  const auto fits = [&](int64_t n_dst, int64_t n_src) {
+    const MvmrKey m = mvmr_key(n_dst, n_src, s.kernels);
+    return m.tiles < (int64_t{1} << 31) && m.seg_bits + MvmrPolicy::kLocalBits + m.src_bits <= 64;
+  };
+  return fits(s.num_out, s.num_in) && fits(s.num_in, s.num_out) && bits_for(s.kernels) + vvor_bits(s) <= 64;
+}
+
+void point_conv_mma(const CudaContext& ctx, const PointConvShape& s, Half16 type, const void* features,
+                    const void* weights, const int64_t* triplets, void* out) {
+  core::validate_point_conv(s);
+  if (!point_conv_mma_supported(s)) throw std::invalid_argument("pcops point_conv: shape not supported by the tensor-core path");
+  if (s.num_out * s.channels_out == 0) return;
+  if (type == Half16::kFloat16) {
+    forward_t(ctx, s, static_cast<const __half*>(features), static_cast<const __half*>(weights), triplets,
+              static_cast<__half*>(out));
+  } else {
+    forward_t(ctx, s, static_cast<const __nv_bfloat16*>(features), static_cast<const __nv_bfloat16*>(weights),
+              triplets, static_cast<__nv_bfloat16*>(out));
+  }
+}
+
+void point_conv_mma_backward(const CudaContext& ctx, const PointConvShape& s, Half16 type, const void* grad_out,
+                             const void* features, const void* weights, const int64_t* triplets,
+                             void* grad_features, void* grad_weights) {
+  core::validate_point_conv(s);
+  if (!point_conv_mma_supported(s)) throw std::invalid_argument("pcops point_conv: shape not supported by the tensor-core path");
+  if (type == Half16::kFloat16) {
+    backward_t(ctx, s, static_cast<const __half*>(grad_out), static_cast<const __half*>(features),
+               static_cast<const __half*>(weights), triplets, static_cast<__half*>(grad_features),
+               static_cast<__half*>(grad_weights));
+  } else {
+    using B = __nv_bfloat16;
+    backward_t(ctx, s, static_cast<const B*>(grad_out), static_cast<const B*>(features), static_cast<const B*>(weights),
+               triplets, static_cast<B*>(grad_features), static_cast<B*>(grad_weights));
+  }
+}
+
+}  // namespace pcops::cuda
