@@ -40,14 +40,20 @@ struct MvmrPolicy {
   static constexpr int MC = 64;  // triplet rows per chunk
   static constexpr int BK = 32;  // source channels per stage
   static constexpr int kPad = 8;  // halves of padding per shared row (conflict-free ldmatrix)
+  static constexpr int kStages = 3;  // cp.async pipeline depth
 };
 
 struct VvorPolicy {
   static constexpr int kThreads = 256;  // 8 warps: 2 (o) x 4 (c)
-  static constexpr int BO = 128;
-  static constexpr int BC = 128;
-  static constexpr int KT = 32;  // triplets per stage
+  static constexpr int KT = 32;         // triplets per stage
   static constexpr int kPad = 8;
+  static constexpr int kStages = 3;
+  // Slices of a kernel's triplets (float32 partials, summed in order): about one per kMinSlice
+  // triplets, at most kMaxSlices, and at most kPartialBytes of partials. Fixed by the shape
+  // alone, so the result does not depend on the device.
+  static constexpr int64_t kMinSlice = 4096;
+  static constexpr int64_t kMaxSlices = 64;
+  static constexpr int64_t kPartialBytes = int64_t{64} << 20;
 };
 
 int bits_for(int64_t max_value) {
@@ -159,20 +165,22 @@ __global__ void key_offsets_kernel(const uint64_t* __restrict__ sorted, int64_t 
 
 // dst[r, o] = sum over the triplets of r (sorted keys) of mat[k, o, :] . src[s, :]; mat [K, n_out_c,
 // n_in_c] (rows contiguous over the source channels). Grid (tiles, ceil(n_out_c / BN)).
+// Pipeline: the stages (chunk, BK channels) run kStages - 1 ahead through cp.async, one
+// __syncthreads per stage.
 template <class T, int BN>
 __global__ void __launch_bounds__(MvmrPolicy::kThreads)
     mvmr_mma_kernel(const uint64_t* __restrict__ keys, const int64_t* __restrict__ seg_off, MvmrKey m, int64_t K,
                     const T* __restrict__ src, int64_t n_in_c, const T* __restrict__ mat, int64_t n_out_c,
                     int64_t n_dst, T* __restrict__ dst) {
   using P = MvmrPolicy;
-  constexpr int BM = P::BM, MC = P::MC, BK = P::BK, LD = BK + P::kPad;
+  constexpr int BM = P::BM, MC = P::MC, BK = P::BK, LD = BK + P::kPad, S = P::kStages;
   constexpr int NF = BN / 32;      // n8 fragments per warp (a warp covers BN / 4 channels)
   constexpr int PLD = BN + 8;      // floats per row of the products
   static_assert(BN == 64 || BN == 128, "BN");
   extern __shared__ __align__(16) unsigned char smem[];
-  T* As = reinterpret_cast<T*>(smem);                         // [2][MC][LD]
-  T* Bs = As + 2 * MC * LD;                                    // [2][BN][LD]
-  float* Ps = reinterpret_cast<float*>(Bs + 2 * BN * LD);      // [MC][PLD]
+  T* As = reinterpret_cast<T*>(smem);                         // [S][MC][LD]
+  T* Bs = As + S * MC * LD;                                    // [S][BN][LD]
+  float* Ps = reinterpret_cast<float*>(Bs + S * BN * LD);      // [MC][PLD]
   float* Os = Ps + MC * PLD;                                   // [BM][BN]
   int* rows_s = reinterpret_cast<int*>(Os + BM * BN);          // [MC] local destination rows
 
@@ -185,34 +193,35 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads)
 
   for (int e = tid; e < BM * BN; e += P::kThreads) Os[e] = 0.0f;
 
-  // The chunk sequence: segments k = 0..K-1 of this tile, MC triplets at a time.
+  // The stage sequence: segments k = 0..K-1 of this tile, MC triplets a chunk, nb stages a chunk.
   const int64_t* so = seg_off + tile * K;
-  struct Chunk {
-    int64_t k, q, n;  // k == K: past the end
+  struct Stage {
+    int64_t k, q, n, b;  // k == K: past the end
   };
   const auto first_chunk = [&](int64_t k) {
     while (k < K && so[k + 1] == so[k]) ++k;
-    Chunk c{k, 0, 0};
+    Stage c{k, 0, 0, 0};
     if (k < K) c.q = so[k], c.n = so[k + 1] - so[k] < MC ? so[k + 1] - so[k] : MC;
     return c;
   };
-  const auto next_chunk = [&](const Chunk& c) {
+  const auto next_stage = [&](const Stage& c) {
+    if (c.b + 1 < nb) return Stage{c.k, c.q, c.n, c.b + 1};
     const int64_t q = c.q + c.n;
-    if (q < so[c.k + 1]) return Chunk{c.k, q, so[c.k + 1] - q < MC ? so[c.k + 1] - q : MC};
+    if (q < so[c.k + 1]) return Stage{c.k, q, so[c.k + 1] - q < MC ? so[c.k + 1] - q : MC, 0};
     return first_chunk(c.k + 1);
   };
 
-  // Stage loads: the chunk's source rows (channels b*BK ..) and W_k's block (BN x BK).
-  const auto load_stage = [&](const Chunk& c, int64_t b, int buf) {
+  // A stage's loads: the chunk's source rows (channels b*BK ..) and W_k's block (BN x BK).
+  const auto load_stage = [&](const Stage& c, int buf) {
     T* as = As + buf * MC * LD;
     T* bs = Bs + buf * BN * LD;
-    const int64_t c0 = b * BK;
+    const int64_t c0 = c.b * BK;
     for (int e = tid; e < MC * (BK / 8); e += P::kThreads) {
       const int r = e / (BK / 8), seg = e % (BK / 8);
       const int64_t ch = c0 + seg * 8;
       const bool ok = r < c.n && ch < n_in_c;
-      const int64_t s = ok ? static_cast<int64_t>(keys[c.q + r] & src_mask) : 0;
-      cp_async16(as + r * LD + seg * 8, src + (ok ? s * n_in_c + ch : 0), ok ? 16 : 0);
+      const int64_t sr = ok ? static_cast<int64_t>(keys[c.q + r] & src_mask) : 0;
+      cp_async16(as + r * LD + seg * 8, src + (ok ? sr * n_in_c + ch : 0), ok ? 16 : 0);
     }
     for (int e = tid; e < BN * (BK / 8); e += P::kThreads) {
       const int r = e / (BK / 8), seg = e % (BK / 8);
@@ -233,24 +242,27 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads)
   };
   zero_acc();
 
-  Chunk cur = first_chunk(0);
-  if (cur.k < K) {
-    load_stage(cur, 0, 0);
+  Stage cur = first_chunk(0), ld = cur;
+#pragma unroll
+  for (int st = 0; st < S - 1; ++st) {
+    if (ld.k < K) {
+      load_stage(ld, st);
+      ld = next_stage(ld);
+    }
     cp_async_commit();
   }
-  int64_t b = 0;
-  int buf = 0;
+  int buf = 0, ldbuf = S - 1;
   int my_row = 0;  // thread r < n: the local destination row of chunk row r
   while (cur.k < K) {
-    // Prefetch the next stage.
-    Chunk nxt = cur;
-    int64_t nbk = b + 1;
-    if (nbk == nb) nxt = next_chunk(cur), nbk = 0;
-    if (nxt.k < K) load_stage(nxt, nbk, buf ^ 1);
+    if (cur.b == 0 && tid < cur.n) my_row = static_cast<int>((keys[cur.q + tid] >> m.src_bits) & (BM - 1));
+    cp_async_wait<S - 2>();
+    __syncthreads();  // stage `cur` landed for all; every thread is done with the buffer refilled next
+    if (ld.k < K) {
+      load_stage(ld, ldbuf);
+      ld = next_stage(ld);
+    }
     cp_async_commit();
-    if (b == 0 && tid < cur.n) my_row = static_cast<int>((keys[cur.q + tid] >> m.src_bits) & (BM - 1));
-    cp_async_wait<1>();
-    __syncthreads();
+    ldbuf = ldbuf + 1 == S ? 0 : ldbuf + 1;
     const T* as = As + buf * MC * LD;
     const T* bs = Bs + buf * BN * LD;
 #pragma unroll
@@ -274,45 +286,59 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads)
         }
       }
     }
-    __syncthreads();  // the buffer is refilled next iteration
-    if (b == nb - 1) {
-      // The chunk's products (rows < n) to shared memory, then one thread per channel adds each
-      // run of equal destination rows, in row order, into the tile's sums.
+    buf = buf + 1 == S ? 0 : buf + 1;
+    if (cur.b == nb - 1) {
+      // The chunk's products to shared memory; then the rows are cut in two at a change of
+      // destination row near the middle, and one thread per (channel, half) adds each run of
+      // equal destination rows, in row order, into the tile's sums (the halves touch different
+      // rows). The next writes of Ps / rows_s come after at least one more barrier.
       const int g = lane >> 2, q4 = lane & 3;
 #pragma unroll
       for (int mi = 0; mi < 2; ++mi)
 #pragma unroll
         for (int ni = 0; ni < NF; ++ni) {
           const int r = wm * 32 + mi * 16 + g, col = wn * (BN / 4) + ni * 8 + 2 * q4;
-          Ps[r * PLD + col] = acc[mi][ni][0], Ps[r * PLD + col + 1] = acc[mi][ni][1];
-          Ps[(r + 8) * PLD + col] = acc[mi][ni][2], Ps[(r + 8) * PLD + col + 1] = acc[mi][ni][3];
+          *reinterpret_cast<float2*>(Ps + r * PLD + col) = make_float2(acc[mi][ni][0], acc[mi][ni][1]);
+          *reinterpret_cast<float2*>(Ps + (r + 8) * PLD + col) = make_float2(acc[mi][ni][2], acc[mi][ni][3]);
         }
       if (tid < cur.n) rows_s[tid] = my_row;
       __syncthreads();
-      if (tid < BN) {
-        const int n = static_cast<int>(cur.n);
-        int row = rows_s[0];
-        float run = Ps[tid];
-        for (int r = 1; r < n; ++r) {
+      const int n = static_cast<int>(cur.n);
+      int split = n / 2;
+      while (split > 0 && split < n && rows_s[split] == rows_s[split - 1]) ++split;
+      constexpr int kHalves = P::kThreads / BN;  // 2 (BN 128) or 4 (BN 64: quarters, cut alike)
+      const int col = tid % BN, part = tid / BN;
+      int lo = 0, hi = n;
+      if constexpr (kHalves == 2) {
+        lo = part == 0 ? 0 : split, hi = part == 0 ? split : n;
+      } else {
+        int cut[5] = {0, 0, split, 0, n};
+        for (int h = 1; h < 4; h += 2) {
+          const int a = cut[h - 1], z = h == 1 ? split : n;
+          int c = (a + z) / 2;
+          while (c > a && c < z && rows_s[c] == rows_s[c - 1]) ++c;
+          cut[h] = c;
+        }
+        lo = cut[part], hi = cut[part + 1];
+      }
+      if (lo < hi) {
+        int row = rows_s[lo];
+        float run = Ps[lo * PLD + col];
+        for (int r = lo + 1; r < hi; ++r) {
           const int rr = rows_s[r];
-          const float v = Ps[r * PLD + tid];
+          const float v = Ps[r * PLD + col];
           if (rr != row) {
-            Os[row * BN + tid] += run;
+            Os[row * BN + col] += run;
             row = rr, run = v;
           } else {
             run += v;
           }
         }
-        Os[row * BN + tid] += run;
+        Os[row * BN + col] += run;
       }
-      __syncthreads();
       zero_acc();
-      cur = nxt;
-      b = 0;
-    } else {
-      ++b;
     }
-    buf ^= 1;
+    cur = next_stage(cur);
   }
   cp_async_wait<0>();
   __syncthreads();
@@ -344,23 +370,30 @@ __global__ void vvor_keys_kernel(const int64_t* __restrict__ t, int64_t T, int64
   }
 }
 
-// grad_w[k, o, c] = sum over kernel k's triplets (i, j order) of G[i, o] F[j, c]. Grid (K,
-// ceil(co / BO), ceil(ci / BC)).
-template <class T>
+// grad_w[k, o, c] = sum over kernel k's triplets (i, j order) of G[i, o] F[j, c], over slice z of S
+// equal parts of kernel k's triplets. Grid (K, ceil(co / BO) * ceil(ci / BO), S). With S == 1 the
+// block writes gw (16-bit); otherwise float32 partials part[z][k][o][c], summed in slice order by
+// vvor_sum_kernel. Pipeline as the MVMR kernel's: kStages - 1 stages ahead, one barrier a stage.
+template <class T, int BO>
 __global__ void __launch_bounds__(VvorPolicy::kThreads)
     vvor_mma_kernel(const uint64_t* __restrict__ keys, const int64_t* __restrict__ k_off, int i_bits, int j_bits,
-                    const T* __restrict__ G, int64_t co, const T* __restrict__ F, int64_t ci, T* __restrict__ gw) {
+                    const T* __restrict__ G, int64_t co, const T* __restrict__ F, int64_t ci, int64_t K,
+                    T* __restrict__ gw, float* __restrict__ part) {
   using P = VvorPolicy;
-  constexpr int BO = P::BO, BC = P::BC, KT = P::KT;
+  constexpr int BC = BO, KT = P::KT, S = P::kStages;
   constexpr int LDG = BO + P::kPad, LDF = BC + P::kPad;
   constexpr int MF = BO / 2 / 16, NF = BC / 4 / 8;  // warp tile (BO / 2) x (BC / 4)
+  static_assert(NF % 2 == 0, "pairs of n8 fragments");
   extern __shared__ __align__(16) unsigned char smem[];
-  T* Gs = reinterpret_cast<T*>(smem);  // [2][KT][LDG]
-  T* Fs = Gs + 2 * KT * LDG;           // [2][KT][LDF]
+  T* Gs = reinterpret_cast<T*>(smem);  // [S][KT][LDG]
+  T* Fs = Gs + S * KT * LDG;           // [S][KT][LDF]
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
-  const int64_t k = blockIdx.x, oo = int64_t{blockIdx.y} * BO, cc = int64_t{blockIdx.z} * BC;
-  const int64_t p0 = k_off[k], p1 = k_off[k + 1];
+  const int64_t k = blockIdx.x;
+  const int64_t ctiles = (ci + BC - 1) / BC;
+  const int64_t oo = int64_t{blockIdx.y / ctiles} * BO, cc = int64_t{blockIdx.y % ctiles} * BC;
+  const int64_t len = k_off[k + 1] - k_off[k];
+  const int64_t p0 = k_off[k] + len * blockIdx.z / gridDim.z, p1 = k_off[k] + len * (blockIdx.z + 1) / gridDim.z;
   const uint64_t jm = (uint64_t{1} << j_bits) - 1, im = (uint64_t{1} << i_bits) - 1;
 
   const auto load_stage = [&](int64_t q, int buf) {
@@ -390,16 +423,19 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
 #pragma unroll
       for (int x = 0; x < 4; ++x) acc[mi][ni][x] = 0.0f;
 
-  int buf = 0;
-  if (p0 < p1) {
-    load_stage(p0, 0);
+  int64_t lq = p0;
+#pragma unroll
+  for (int st = 0; st < S - 1; ++st) {
+    if (lq < p1) load_stage(lq, st), lq += KT;
     cp_async_commit();
   }
+  int buf = 0, ldbuf = S - 1;
   for (int64_t q = p0; q < p1; q += KT) {
-    if (q + KT < p1) load_stage(q + KT, buf ^ 1);
-    cp_async_commit();
-    cp_async_wait<1>();
+    cp_async_wait<S - 2>();
     __syncthreads();
+    if (lq < p1) load_stage(lq, ldbuf), lq += KT;
+    cp_async_commit();
+    ldbuf = ldbuf + 1 == S ? 0 : ldbuf + 1;
     const T* gs = Gs + buf * KT * LDG;
     const T* fs = Fs + buf * KT * LDF;
 #pragma unroll
@@ -427,8 +463,7 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
         for (int ni = 0; ni < NF; ++ni) mma16816<T>(acc[mi][ni], a, bf[ni][0], bf[ni][1]);
       }
     }
-    __syncthreads();
-    buf ^= 1;
+    buf = buf + 1 == S ? 0 : buf + 1;
   }
   cp_async_wait<0>();
   const int g = lane >> 2, q4 = lane & 3;
@@ -440,17 +475,30 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
       for (int h = 0; h < 2; ++h) {
         const int64_t o = oo + wm * (BO / 2) + mi * 16 + g + 8 * h;
         const int64_t c = cc + wn * (BC / 4) + ni * 8 + 2 * q4;
-        T* row = gw + (k * co + o) * ci;
-        if (o < co && c < ci) row[c] = Elem<T>::from(acc[mi][ni][2 * h]);
-        if (o < co && c + 1 < ci) row[c + 1] = Elem<T>::from(acc[mi][ni][2 * h + 1]);
+        const int64_t at = (k * co + o) * ci;
+        for (int x = 0; x < 2; ++x) {
+          if (o >= co || c + x >= ci) continue;
+          if (gridDim.z == 1) gw[at + c + x] = Elem<T>::from(acc[mi][ni][2 * h + x]);
+          else part[(blockIdx.z * K * co) * ci + at + c + x] = acc[mi][ni][2 * h + x];
+        }
       }
+}
+
+// gw[e] = the slices' partials summed in slice order (float32), rounded once.
+template <class T>
+__global__ void vvor_sum_kernel(const float* __restrict__ part, int64_t slices, int64_t count, T* __restrict__ gw) {
+  PCOPS_CUDA_GRID_STRIDE(e, count) {
+    float acc = part[e];
+    for (int64_t z = 1; z < slices; ++z) acc += part[z * count + e];
+    gw[e] = Elem<T>::from(acc);
+  }
 }
 
 template <class T, int BN>
 size_t mvmr_smem() {
   using P = MvmrPolicy;
   constexpr int LD = P::BK + P::kPad;
-  return sizeof(T) * (2 * P::MC * LD + 2 * BN * LD) + sizeof(float) * (P::MC * (BN + 8) + P::BM * BN) +
+  return sizeof(T) * P::kStages * (P::MC * LD + BN * LD) + sizeof(float) * (P::MC * (BN + 8) + P::BM * BN) +
          sizeof(int) * P::MC;
 }
 
@@ -526,14 +574,26 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
     detail::launch(ctx, key_offsets_kernel, dim3(detail::grid_blocks(K + 1, NT)), dim3(NT), 0,
                    static_cast<const uint64_t*>(sorted), T_, i_bits + j_bits, K, k_off);
     using P = VvorPolicy;
-    const size_t smem = sizeof(T) * 2 * P::KT * (P::BO + P::kPad + P::BC + P::kPad);
-    auto kernel = vvor_mma_kernel<T>;
-    PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    detail::launch(ctx, kernel,
-                   dim3(static_cast<unsigned>(K), static_cast<unsigned>(detail::ceil_div(Co, P::BO)),
-                        static_cast<unsigned>(detail::ceil_div(Ci, P::BC))),
-                   dim3(P::kThreads), smem, static_cast<const uint64_t*>(sorted), static_cast<const int64_t*>(k_off),
-                   i_bits, j_bits, g, Co, f, Ci, gw);
+    const int64_t count = K * Co * Ci;
+    const int64_t slices = std::max<int64_t>(
+        1, std::min({detail::ceil_div(T_, K * P::kMinSlice), P::kMaxSlices,
+                     P::kPartialBytes / (count * static_cast<int64_t>(sizeof(float)))}));
+    float* part = slices > 1 ? ws.alloc<float>(slices * count) : nullptr;
+    const auto go = [&](auto bo_c) {
+      constexpr int BO = decltype(bo_c)::value;
+      const size_t smem = sizeof(T) * P::kStages * P::KT * 2 * (BO + P::kPad);
+      auto kernel = vvor_mma_kernel<T, BO>;
+      PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      const int64_t tiles = detail::ceil_div(Co, BO) * detail::ceil_div(Ci, BO);
+      detail::launch(ctx, kernel, dim3(static_cast<unsigned>(K), static_cast<unsigned>(tiles), static_cast<unsigned>(slices)),
+                     dim3(P::kThreads), smem, static_cast<const uint64_t*>(sorted), static_cast<const int64_t*>(k_off),
+                     i_bits, j_bits, g, Co, f, Ci, K, gw, part);
+    };
+    if (std::max(Co, Ci) <= 64) go(std::integral_constant<int, 64>{});
+    else go(std::integral_constant<int, 128>{});
+    if (slices > 1)
+      detail::launch(ctx, vvor_sum_kernel<T>, dim3(detail::grid_blocks(count, NT)), dim3(NT), 0,
+                     static_cast<const float*>(part), slices, count, gw);
   }
 }
 
@@ -542,7 +602,9 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
 bool point_conv_mma_supported(const PointConvShape& s) {
   if (s.channels_in % 8 != 0 || s.channels_out % 8 != 0) return false;
   if (s.num_in >= (int64_t{1} << 31) || s.num_out >= (int64_t{1} << 31) || s.triplets >= (int64_t{1} << 31)) return false;
-  if (s.kernels >= 65535) return false;  // grid.x of the weight-gradient kernel
+  // Grid limits of the weight-gradient kernel (K blocks in x, channel tiles of 64 in y).
+  if (s.kernels >= (int64_t{1} << 31) || detail::ceil_div(s.channels_out, 64) * detail::ceil_div(s.channels_in, 64) > 65535)
+    return false;
   const auto fits = [&](int64_t n_dst, int64_t n_src) {
     const MvmrKey m = mvmr_key(n_dst, n_src, s.kernels);
     return m.tiles < (int64_t{1} << 31) && m.seg_bits + MvmrPolicy::kLocalBits + m.src_bits <= 64;

@@ -3,7 +3,7 @@
 // and empty triplet sets, channel counts around the thread-block size; out-of-range triplets are
 // skipped without memory errors (run under compute-sanitizer). The tensor-core path (bfloat16)
 // against a float64 reference of its 16-bit inputs, run to run equal, with long runs of one
-// destination row, partial tiles and invalid triplets (skipped).
+// destination row, partial tiles, a weight gradient in slices and invalid triplets (skipped).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -177,11 +177,11 @@ void expect_close(const std::vector<Bf16>& got, const std::vector<double>& ref, 
 
 TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
   std::mt19937 rng(23);
-  for (const auto& sh : std::vector<std::vector<int64_t>>{{300, 200, 40, 24, 27, 5000}, {90, 70, 8, 136, 4, 2000}}) {
+  for (const auto& sh : std::vector<std::vector<int64_t>>{{300, 200, 40, 24, 27, 5000}, {90, 70, 8, 136, 4, 2000}, {400, 300, 16, 16, 1, 9000}}) {
     Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
     const pcops::PointConvShape s = c.s;
     ASSERT_TRUE(pcops::cuda::point_conv_mma_supported(s));
-    for (int64_t r = 0; r < 150; ++r) c.t[r * 3] = 5, c.t[r * 3 + 2] = 1;  // a run over three chunks
+    for (int64_t r = 0; r < 150; ++r) c.t[r * 3] = 5, c.t[r * 3 + 2] = s.kernels - 1;  // a run over three chunks
     Case bad = c;  // invalid triplets are never visited
     const int64_t junk[][3] = {{s.num_out, 0, 0}, {0, -1, 0}, {0, 0, s.kernels}};
     for (const auto& b : junk) bad.t.insert(bad.t.end(), b, b + 3);
