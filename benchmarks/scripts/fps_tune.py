@@ -5,6 +5,7 @@ bitwise against the CPU backend.
 
 Usage: PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so python benchmarks/scripts/fps_tune.py [case...]
        ... fps_tune.py steps    (1M shell: time against the sample count M, fixed cost and cost per step)
+       ... fps_tune.py kernels  (1M shell: GPU time of each kernel of a call, M = 2 and 1024)
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from probe_timing import cuda_times  # this directory
 
 CASES = {
     "100k": (1, 100_000, ["", "grid"]),
-    "1M": (1, 1_000_000, ["", "sorted-list", "sorted:1", "sorted:4", "sorted256"]),
+    "1M": (1, 1_000_000, ["", "sorted-cells:5", "sorted-cells:6", "sorted-cells:8", "sorted-list", "sorted:1", "sorted256"]),
     "4M": (1, 4_000_000, ["", "sorted-list", "sorted128"]),
     "B16x8192": (16, 8192, ["", "cluster-nocopy:8", "cluster:4", "cluster-nocopy:4"]),
     "B32x4096": (32, 4096, ["", "cluster-nocopy:4"]),
@@ -51,11 +52,30 @@ def steps(gen):
     os.environ.pop("PCOPS_CUDA_FPS_CONFIG", None)
 
 
+def kernels(gen):
+    """Per-kernel GPU time of one 1M -> M call (torch.profiler), M = 2 (the fixed cost) and 1024."""
+    from torch.profiler import ProfilerActivity, profile
+
+    p = shell(1, 1_000_000, gen).cuda()
+    for m in (2, 1024):
+        for _ in range(3):
+            pcops.furthest_point_sample(p, m)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+            for _ in range(10):
+                pcops.furthest_point_sample(p, m)
+            torch.cuda.synchronize()
+        print(f"1M -> {m}: GPU time per call by kernel (10 calls)")
+        print(prof.key_averages().table(sort_by="cuda_time_total", row_limit=12, max_name_column_width=60))
+
+
 def main():
     gen = torch.Generator().manual_seed(7)
     only = sys.argv[1:]
     if only == ["steps"]:
         return steps(gen)
+    if only == ["kernels"]:
+        return kernels(gen)
     for name, (b, n, configs) in CASES.items():
         if only and name not in only:
             continue

@@ -898,27 +898,27 @@ __global__ void __launch_bounds__(32) fps_box_final_kernel(const float* partial,
 // cloud that is not safe is folded in full at every step: its points stay in index order.
 struct CellGrid {
   float lo[3], scale[3];
+  float top;  // the last cell per axis, 2^bits - 1
 };
 
-// The grid of the cloud's bounding box (once per thread).
-__device__ __forceinline__ CellGrid fps_cell_grid(const SortedCloud* cloud) {
-  constexpr float kCells = static_cast<float>((1 << FpsSortedPolicy::kCellBits) - 1);
+// The grid of 2^bits cells per axis over the cloud's bounding box (once per thread).
+__device__ __forceinline__ CellGrid fps_cell_grid(const SortedCloud* cloud, int bits) {
   CellGrid g;
+  g.top = static_cast<float>((1 << bits) - 1);
 #pragma unroll
   for (int d = 0; d < 3; ++d) {
     const float ext = cloud->hi[d] - cloud->lo[d];
     g.lo[d] = cloud->lo[d];
-    g.scale[d] = ext > 0.0f ? kCells / ext : 0.0f;
+    g.scale[d] = ext > 0.0f ? g.top / ext : 0.0f;
   }
   return g;
 }
 
 __device__ __forceinline__ unsigned fps_cell_of(const FpsArgs& A, const CloudRef& info, const CellGrid& g, int64_t j) {
-  constexpr float kCells = static_cast<float>((1 << FpsSortedPolicy::kCellBits) - 1);
   unsigned code = 0;
 #pragma unroll
   for (int d = 0; d < 3; ++d) {
-    const float q = fminf(fmaxf((coord(A, info, j, d) - g.lo[d]) * g.scale[d], 0.0f), kCells);
+    const float q = fminf(fmaxf((coord(A, info, j, d) - g.lo[d]) * g.scale[d], 0.0f), g.top);
     code |= common::spread_bits10(static_cast<unsigned>(q)) << d;
   }
   return code;
@@ -926,10 +926,11 @@ __device__ __forceinline__ unsigned fps_cell_of(const FpsArgs& A, const CloudRef
 
 // Cell counts (safe clouds); the padding records past the cloud (index kNoIndex).
 __global__ void __launch_bounds__(256)
-    fps_cell_count_kernel(FpsArgs A, const SortedCloud* cloud, int64_t padded, unsigned* counts, float4* pts) {
+    fps_cell_count_kernel(FpsArgs A, const SortedCloud* cloud, int bits, int64_t padded, unsigned* counts,
+                          float4* pts) {
   const CloudRef info = cloud_ref(A, 0);
   const bool safe = cloud->safe != 0;
-  const CellGrid g = fps_cell_grid(cloud);
+  const CellGrid g = fps_cell_grid(cloud, bits);
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < padded; j += int64_t{gridDim.x} * blockDim.x) {
     if (j >= info.n) pts[j] = make_float4(0.0f, 0.0f, 0.0f, __uint_as_float(kNoIndex));
     else if (safe) atomicAdd(counts + fps_cell_of(A, info, g, j), 1u);
@@ -939,10 +940,10 @@ __global__ void __launch_bounds__(256)
 // Records (x, y, z, original index as bits) at their cell's next slot (cursor: the exclusive
 // scan of the counts); a cloud that is not safe keeps index order.
 __global__ void __launch_bounds__(256)
-    fps_cell_place_kernel(FpsArgs A, const SortedCloud* cloud, unsigned* cursor, float4* pts) {
+    fps_cell_place_kernel(FpsArgs A, const SortedCloud* cloud, int bits, unsigned* cursor, float4* pts) {
   const CloudRef info = cloud_ref(A, 0);
   const bool safe = cloud->safe != 0;
-  const CellGrid g = fps_cell_grid(cloud);
+  const CellGrid g = fps_cell_grid(cloud, bits);
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < info.n; j += int64_t{gridDim.x} * blockDim.x) {
     const int64_t p = safe ? atomicAdd(cursor + fps_cell_of(A, info, g, j), 1u) : j;
     pts[p] = make_float4(coord(A, info, j, 0), coord(A, info, j, 1), coord(A, info, j, 2),
@@ -1625,7 +1626,7 @@ bool with_sorted2_kernel(int64_t per_block, int nc, F&& f) {
 // chunk: points per chunk of the one-barrier kernel (0: 128 while one round holds them, else 256;
 // the list kernel: 256).
 bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, int64_t N, int variant,
-                int chunk = 0) {
+                int chunk = 0, int cell_bits = FpsSortedPolicy::kCellBits) {
   using P = FpsSortedPolicy;
   if (N >= int64_t{1} << 31) return false;
   const auto blocks_chunks = [&](int c) { return detail::ceil_div(detail::ceil_div(N, int64_t{c}), int64_t{P::kCluster}); };
@@ -1658,7 +1659,7 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
   detail::launch(ctx, fps_box_final_kernel, dim3(1), dim3(32), 0, static_cast<const float*>(partial),
                  static_cast<int>(P::kBoxBlocks), cloud);
   // Counting sort into the cells (Morton order of the cells): counts, exclusive scan, placement.
-  constexpr int64_t kCells = int64_t{1} << (3 * P::kCellBits);
+  const int64_t kCells = int64_t{1} << (3 * cell_bits);
   const int64_t padded = chunks * chunk;
   auto* pts = static_cast<float4*>(ws.bytes(static_cast<size_t>(padded) * sizeof(float4)));
   float* mg = ws.alloc<float>(padded);
@@ -1667,13 +1668,13 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
   PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, kCells * sizeof(unsigned), stream));
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(detail::ceil_div(padded, int64_t{256}), 8192));
   detail::launch(ctx, fps_cell_count_kernel, dim3(blocks), dim3(256), 0, a, static_cast<const SortedCloud*>(cloud),
-                 padded, counts, pts);
+                 cell_bits, padded, counts, pts);
   size_t temp_bytes = 0;
   PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, counts, cursor, kCells, stream));
   void* temp = ws.bytes(temp_bytes);
   PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, counts, cursor, kCells, stream));
   detail::launch(ctx, fps_cell_place_kernel, dim3(blocks), dim3(256), 0, a, static_cast<const SortedCloud*>(cloud),
-                 cursor, pts);
+                 cell_bits, cursor, pts);
   FpsArgs args = a;
   const float4* cpts = pts;
   const SortedCloud* ccloud = cloud;
@@ -1687,7 +1688,7 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
 // "cluster:C" (cluster path with C blocks), "cluster-nocopy:C" (the same without the cloud copy), "big:T" (big-cluster path, T threads per block),
 // "grid:G" (grid path, G blocks per cloud), "sorted" (sorted path, one cloud; "sorted:NC" the one-barrier
 // kernel folding NC chunks at a time, "sorted128[:NC]" / "sorted256[:NC]" the same with chunks of 128 / 256
-// points, "sorted-list" the list kernel), "stream". Unset: the measured choice below.
+// points, "sorted-list" the list kernel, "sorted-cells:B" 2^B cells per axis in the bucketing), "stream". Unset: the measured choice below.
 struct FpsOverride {
   std::string path;
   int value = 0;
@@ -1738,9 +1739,10 @@ void dispatch(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, i
   if (D == 3 && B == 1 && a.ragged == nullptr &&
       (ov.path.empty() ? N > FpsSortedPolicy::kMinPoints
                        : ov.path == "sorted" || ov.path == "sorted128" || ov.path == "sorted256" ||
-                             ov.path == "sorted-list") &&
-      run_sorted(ctx, ws, a, N, ov.path == "sorted-list" ? -1 : ov.value,
-                 ov.path == "sorted128" ? 128 : ov.path == "sorted256" ? 256 : 0)) {
+                             ov.path == "sorted-list" || ov.path == "sorted-cells") &&
+      run_sorted(ctx, ws, a, N, ov.path == "sorted-list" ? -1 : ov.path == "sorted-cells" ? 0 : ov.value,
+                 ov.path == "sorted128" ? 128 : ov.path == "sorted256" ? 256 : 0,
+                 ov.path == "sorted-cells" ? std::clamp(ov.value, 1, 8) : FpsSortedPolicy::kCellBits)) {
     return;
   }
   const int64_t grid_sms = std::min<int64_t>(sms, FpsGridPolicy::kMaxBlocks);

@@ -214,7 +214,8 @@ TEST(CudaFurthestPointSample, SortedKernelsEveryRoundAndFoldWidth) {
   // Chunk i of a block belongs to lane (i / W) % 32 of warp i % W, round i / (32 W), W = 16:
   // fewer chunks than warps, one partial round, two rounds (1.1M points: 269 chunks a block),
   // three of four rounds (4.5M: 1099 chunks of 256); one, two or four chunks per fold; chunks of
-  // 128 points (the default while one round holds them) and 256; the list kernel.
+  // 128 points (the default while one round holds them) and 256; the list kernel; a coarser
+  // bucketing grid (32 cells per axis).
   std::mt19937 rng(33);
   std::vector<Cloud> clouds;
   for (int64_t n : {300, 70000, 1100000}) clouds.push_back(pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f));
@@ -226,7 +227,7 @@ TEST(CudaFurthestPointSample, SortedKernelsEveryRoundAndFoldWidth) {
   pcops_test::spatial_sort(sorted_cloud);
   clouds.push_back(sorted_cloud);
   const Cloud huge = pcops_test::uniform_cloud(rng, 1, 4500000, 3, -1.0f, 1.0f);
-  for (const char* config : {"sorted", "sorted:1", "sorted:4", "sorted256", "sorted256:1", "sorted-list"}) {
+  for (const char* config : {"sorted", "sorted:1", "sorted:4", "sorted256", "sorted256:1", "sorted-list", "sorted-cells:5"}) {
     SCOPED_TRACE(config);
     const ForcePath sorted(config);
     for (const Cloud& c : clouds) expect_same(c, params_of(std::min<int64_t>(c.count, 400), c.count / 3));
