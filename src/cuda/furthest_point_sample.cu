@@ -924,28 +924,42 @@ __device__ __forceinline__ unsigned fps_cell_of(const FpsArgs& A, const CloudRef
   return code;
 }
 
-// Cell counts (safe clouds); the padding records past the cloud (index kNoIndex).
+// Cell counts (safe clouds); the padding records past the cloud (index kNoIndex). kRank: the
+// returning atomic also gives each point its rank in its cell (rank[j]), so the placement needs
+// no atomics.
+template <bool kRank>
 __global__ void __launch_bounds__(256)
     fps_cell_count_kernel(FpsArgs A, const SortedCloud* cloud, int bits, int64_t padded, unsigned* counts,
-                          float4* pts) {
+                          float4* pts, unsigned* rank) {
   const CloudRef info = cloud_ref(A, 0);
   const bool safe = cloud->safe != 0;
   const CellGrid g = fps_cell_grid(cloud, bits);
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < padded; j += int64_t{gridDim.x} * blockDim.x) {
-    if (j >= info.n) pts[j] = make_float4(0.0f, 0.0f, 0.0f, __uint_as_float(kNoIndex));
-    else if (safe) atomicAdd(counts + fps_cell_of(A, info, g, j), 1u);
+    if (j >= info.n) {
+      pts[j] = make_float4(0.0f, 0.0f, 0.0f, __uint_as_float(kNoIndex));
+    } else if (safe) {
+      if constexpr (kRank) rank[j] = atomicAdd(counts + fps_cell_of(A, info, g, j), 1u);
+      else atomicAdd(counts + fps_cell_of(A, info, g, j), 1u);
+    }
   }
 }
 
 // Records (x, y, z, original index as bits) at their cell's next slot (cursor: the exclusive
-// scan of the counts); a cloud that is not safe keeps index order.
+// scan of the counts; kRank: at cursor + the point's rank, no atomics); a cloud that is not safe
+// keeps index order.
+template <bool kRank>
 __global__ void __launch_bounds__(256)
-    fps_cell_place_kernel(FpsArgs A, const SortedCloud* cloud, int bits, unsigned* cursor, float4* pts) {
+    fps_cell_place_kernel(FpsArgs A, const SortedCloud* cloud, int bits, unsigned* cursor, float4* pts,
+                          const unsigned* rank) {
   const CloudRef info = cloud_ref(A, 0);
   const bool safe = cloud->safe != 0;
   const CellGrid g = fps_cell_grid(cloud, bits);
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < info.n; j += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t p = safe ? atomicAdd(cursor + fps_cell_of(A, info, g, j), 1u) : j;
+    int64_t p = j;
+    if (safe) {
+      if constexpr (kRank) p = cursor[fps_cell_of(A, info, g, j)] + rank[j];
+      else p = atomicAdd(cursor + fps_cell_of(A, info, g, j), 1u);
+    }
     pts[p] = make_float4(coord(A, info, j, 0), coord(A, info, j, 1), coord(A, info, j, 2),
                          __uint_as_float(static_cast<unsigned>(j)));
   }
@@ -1626,7 +1640,7 @@ bool with_sorted2_kernel(int64_t per_block, int nc, F&& f) {
 // chunk: points per chunk of the one-barrier kernel (0: 128 while one round holds them, else 256;
 // the list kernel: 256).
 bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, int64_t N, int variant,
-                int chunk = 0, int cell_bits = FpsSortedPolicy::kCellBits) {
+                int chunk = 0, int cell_bits = FpsSortedPolicy::kCellBits, bool rank_place = false) {
   using P = FpsSortedPolicy;
   if (N >= int64_t{1} << 31) return false;
   const auto blocks_chunks = [&](int c) { return detail::ceil_div(detail::ceil_div(N, int64_t{c}), int64_t{P::kCluster}); };
@@ -1667,14 +1681,16 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
   unsigned* cursor = ws.alloc<unsigned>(kCells);
   PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, kCells * sizeof(unsigned), stream));
   const unsigned blocks = static_cast<unsigned>(std::min<int64_t>(detail::ceil_div(padded, int64_t{256}), 8192));
-  detail::launch(ctx, fps_cell_count_kernel, dim3(blocks), dim3(256), 0, a, static_cast<const SortedCloud*>(cloud),
-                 cell_bits, padded, counts, pts);
+  unsigned* rank = rank_place ? ws.alloc<unsigned>(N) : nullptr;
+  detail::launch(ctx, rank_place ? fps_cell_count_kernel<true> : fps_cell_count_kernel<false>, dim3(blocks),
+                 dim3(256), 0, a, static_cast<const SortedCloud*>(cloud), cell_bits, padded, counts, pts, rank);
   size_t temp_bytes = 0;
   PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, counts, cursor, kCells, stream));
   void* temp = ws.bytes(temp_bytes);
   PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, temp_bytes, counts, cursor, kCells, stream));
-  detail::launch(ctx, fps_cell_place_kernel, dim3(blocks), dim3(256), 0, a, static_cast<const SortedCloud*>(cloud),
-                 cell_bits, cursor, pts);
+  detail::launch(ctx, rank_place ? fps_cell_place_kernel<true> : fps_cell_place_kernel<false>, dim3(blocks),
+                 dim3(256), 0, a, static_cast<const SortedCloud*>(cloud), cell_bits, cursor, pts,
+                 static_cast<const unsigned*>(rank));
   FpsArgs args = a;
   const float4* cpts = pts;
   const SortedCloud* ccloud = cloud;
@@ -1688,7 +1704,7 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
 // "cluster:C" (cluster path with C blocks), "cluster-nocopy:C" (the same without the cloud copy), "big:T" (big-cluster path, T threads per block),
 // "grid:G" (grid path, G blocks per cloud), "sorted" (sorted path, one cloud; "sorted:NC" the one-barrier
 // kernel folding NC chunks at a time, "sorted128[:NC]" / "sorted256[:NC]" the same with chunks of 128 / 256
-// points, "sorted-list" the list kernel, "sorted-cells:B" 2^B cells per axis in the bucketing), "stream". Unset: the measured choice below.
+// points, "sorted-list" the list kernel, "sorted-cells:B" 2^B cells per axis in the bucketing, "sorted-rank" the placement by ranks from the counting pass, an experiment), "stream". Unset: the measured choice below.
 struct FpsOverride {
   std::string path;
   int value = 0;
@@ -1739,10 +1755,13 @@ void dispatch(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, i
   if (D == 3 && B == 1 && a.ragged == nullptr &&
       (ov.path.empty() ? N > FpsSortedPolicy::kMinPoints
                        : ov.path == "sorted" || ov.path == "sorted128" || ov.path == "sorted256" ||
-                             ov.path == "sorted-list" || ov.path == "sorted-cells") &&
-      run_sorted(ctx, ws, a, N, ov.path == "sorted-list" ? -1 : ov.path == "sorted-cells" ? 0 : ov.value,
+                             ov.path == "sorted-list" || ov.path == "sorted-cells" ||
+                             ov.path == "sorted-rank") &&
+      run_sorted(ctx, ws, a, N,
+                 ov.path == "sorted-list" ? -1 : ov.path == "sorted-cells" || ov.path == "sorted-rank" ? 0 : ov.value,
                  ov.path == "sorted128" ? 128 : ov.path == "sorted256" ? 256 : 0,
-                 ov.path == "sorted-cells" ? std::clamp(ov.value, 1, 8) : FpsSortedPolicy::kCellBits)) {
+                 ov.path == "sorted-cells" ? std::clamp(ov.value, 1, 8) : FpsSortedPolicy::kCellBits,
+                 ov.path == "sorted-rank")) {
     return;
   }
   const int64_t grid_sms = std::min<int64_t>(sms, FpsGridPolicy::kMaxBlocks);

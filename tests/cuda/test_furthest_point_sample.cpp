@@ -194,9 +194,10 @@ TEST(CudaFurthestPointSample, MillionPointShell) {
 
 TEST(CudaFurthestPointSample, SortedPathShortRunForSanitizers) {
   // The one-barrier kernel (every warp reduces the warp winners and sends to one block): the
-  // default, chunks of 256 folded one at a time, chunks of 128 folded four at a time.
+  // default, chunks of 256 folded one at a time, chunks of 128 folded four at a time, the
+  // placement by ranks.
   // PCOPS_TEST_FPS_SORTED_CONFIG=<config> runs that one alone (racecheck is slow).
-  std::vector<std::string> configs = {"sorted", "sorted256:1", "sorted128:4"};
+  std::vector<std::string> configs = {"sorted", "sorted256:1", "sorted128:4", "sorted-rank"};
   if (const char* only = std::getenv("PCOPS_TEST_FPS_SORTED_CONFIG"); only != nullptr && *only != 0) configs = {only};
   for (const std::string& config_s : configs) {
     const char* config = config_s.c_str();
@@ -215,7 +216,7 @@ TEST(CudaFurthestPointSample, SortedKernelsEveryRoundAndFoldWidth) {
   // fewer chunks than warps, one partial round, two rounds (1.1M points: 269 chunks a block),
   // three of four rounds (4.5M: 1099 chunks of 256); one, two or four chunks per fold; chunks of
   // 128 points (the default while one round holds them) and 256; the list kernel; a coarser
-  // bucketing grid (32 cells per axis).
+  // bucketing grid (32 cells per axis); the placement by ranks (no atomics).
   std::mt19937 rng(33);
   std::vector<Cloud> clouds;
   for (int64_t n : {300, 70000, 1100000}) clouds.push_back(pcops_test::uniform_cloud(rng, 1, n, 3, -1.0f, 1.0f));
@@ -227,7 +228,7 @@ TEST(CudaFurthestPointSample, SortedKernelsEveryRoundAndFoldWidth) {
   pcops_test::spatial_sort(sorted_cloud);
   clouds.push_back(sorted_cloud);
   const Cloud huge = pcops_test::uniform_cloud(rng, 1, 4500000, 3, -1.0f, 1.0f);
-  for (const char* config : {"sorted", "sorted:1", "sorted:4", "sorted256", "sorted256:1", "sorted-list", "sorted-cells:5"}) {
+  for (const char* config : {"sorted", "sorted:1", "sorted:4", "sorted256", "sorted256:1", "sorted-list", "sorted-cells:5", "sorted-rank"}) {
     SCOPED_TRACE(config);
     const ForcePath sorted(config);
     for (const Cloud& c : clouds) expect_same(c, params_of(std::min<int64_t>(c.count, 400), c.count / 3));
