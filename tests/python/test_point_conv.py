@@ -45,6 +45,68 @@ def _contract_order(features, weights, triplets, num_out):
     return out
 
 
+def _sorted_by(triplets, cols):
+    """The triplet rows ordered by the columns ``cols`` (most significant first), stably."""
+    order = torch.arange(triplets.shape[0])
+    for c in reversed(cols):
+        order = order[torch.sort(triplets[order, c], stable=True).indices]
+    return triplets[order]
+
+
+def _ranks(keys):
+    """Rank of each entry among the equal keys before it (keys sorted)."""
+    idx = torch.arange(keys.shape[0])
+    first = torch.ones_like(keys, dtype=torch.bool)
+    first[1:] = keys[1:] != keys[:-1]
+    start = torch.cummax(torch.where(first, idx, torch.zeros_like(idx)), 0).values
+    return idx - start
+
+
+def _contract_all(features, weights, triplets, num_out, grad):
+    """Forward, grad_features and grad_weights in the contract's float32 order, every element's
+    fold in lockstep over the rows (one float32 product and one float32 sum per term)."""
+    F, W, G = features.float(), weights.float(), grad.float()
+    out = torch.zeros(num_out, W.shape[1])
+    t = _sorted_by(triplets, (0, 2, 1))
+    r = _ranks(t[:, 0])
+    for p in range(int(r.max()) + 1 if len(r) else 0):
+        i, j, k = t[r == p].unbind(1)
+        acc = out[i]
+        for c in range(F.shape[1]):
+            acc = acc + W[k, :, c] * F[j, c][:, None]
+        out[i] = acc
+    gf = torch.zeros_like(F)
+    t = _sorted_by(triplets, (1, 2, 0))
+    r = _ranks(t[:, 1])
+    for p in range(int(r.max()) + 1 if len(r) else 0):
+        i, j, k = t[r == p].unbind(1)
+        acc = gf[j]
+        for o in range(W.shape[1]):
+            acc = acc + W[k, o, :] * G[i, o][:, None]
+        gf[j] = acc
+    gw = torch.zeros_like(W)
+    t = _sorted_by(triplets, (2, 0, 1))
+    r = _ranks(t[:, 2])
+    for p in range(int(r.max()) + 1 if len(r) else 0):
+        i, j, k = t[r == p].unbind(1)
+        gw[k] = gw[k] + G[i][:, :, None] * F[j][:, None, :]
+    return out, gf, gw
+
+
+@pytest.mark.parametrize("shape", [(60, 50, 72, 80, 8, 900), (30, 20, 33, 130, 5, 300), (40, 30, 6, 5, 27, 400),
+                                   (20, 25, 64, 16, 3, 200), (25, 20, 20, 200, 2, 150)])
+def test_forward_and_gradients_match_contract_order_bitwise(shape, gen):
+    # Channel counts around the CPU kernels' register blocks (64 / 32 / 16 destination channels,
+    # 64-channel and 16-channel column blocks of the weight gradient) and their tails.
+    n_in, n_out, c_in, c_out, K, T = shape
+    features, weights, triplets = _inputs(gen, n_in, n_out, c_in, c_out, K, T)
+    grad = torch.rand(n_out, c_out, generator=gen) * 2 - 1
+    out = pcops.point_conv(features, weights, triplets, n_out)
+    gf, gw = torch.ops.pcops._point_conv_backward(grad, features, weights, triplets, n_out)
+    for got, want in zip((out, gf, gw), _contract_all(features, weights, triplets, n_out, grad)):
+        assert torch.equal(got, want)
+
+
 def test_forward_matches_contract_order_bitwise(gen):
     features, weights, triplets = _inputs(gen, n_in=12, n_out=9, c_in=4, c_out=3, K=8, T=60)
     out = pcops.point_conv(features, weights, triplets, 9)
