@@ -20,16 +20,23 @@ struct Grouping {
   std::vector<int64_t> order;
 };
 
-// One stable counting-sort pass of `order` by column `col` (values in [0, count)).
-void counting_pass(const int64_t* t, int col, int64_t count, std::vector<int64_t>& order,
-                   std::vector<int64_t>& scratch, std::vector<int64_t>& offsets) {
+// One stable counting-sort pass of `order` by key(r) in [0, count); offsets: the key's groups.
+template <class Key>
+void counting_pass_by(Key key, int64_t count, std::vector<int64_t>& order, std::vector<int64_t>& scratch,
+                      std::vector<int64_t>& offsets) {
   offsets.assign(static_cast<size_t>(count) + 1, 0);
-  for (int64_t r : order) ++offsets[static_cast<size_t>(t[r * 3 + col]) + 1];
+  for (int64_t r : order) ++offsets[static_cast<size_t>(key(r)) + 1];
   for (int64_t v = 0; v < count; ++v) offsets[v + 1] += offsets[v];
   std::vector<int64_t> next(offsets.begin(), offsets.end() - 1);
   scratch.resize(order.size());
-  for (int64_t r : order) scratch[static_cast<size_t>(next[static_cast<size_t>(t[r * 3 + col])]++)] = r;
+  for (int64_t r : order) scratch[static_cast<size_t>(next[static_cast<size_t>(key(r))]++)] = r;
   order.swap(scratch);
+}
+
+// The same by column `col` (values in [0, count)).
+void counting_pass(const int64_t* t, int col, int64_t count, std::vector<int64_t>& order,
+                   std::vector<int64_t>& scratch, std::vector<int64_t>& offsets) {
+  counting_pass_by([&](int64_t r) { return t[r * 3 + col]; }, count, order, scratch, offsets);
 }
 
 // Least-significant column first, so the last (stable) pass by `key` keeps (second, third) order.
@@ -45,74 +52,103 @@ Grouping group_triplets(const int64_t* t, int64_t T, int key, int second, int th
   return g;
 }
 
+// MVMR grouping: destination rows in tiles of kRowTile; triplets ordered by (tile, k, row,
+// source row), offsets per (tile, k). Walking a tile k by k visits each row's triplets in
+// ascending (k, source) order, the contract's, while W_k is reused by the whole tile.
+constexpr int64_t kRowTile = 64;
+
+Grouping group_tiled(const int64_t* t, int64_t T, int row_col, int src_col, int64_t rows, int64_t n_src,
+                     int64_t K) {
+  Grouping g;
+  g.order.resize(static_cast<size_t>(T));
+  for (int64_t r = 0; r < T; ++r) g.order[static_cast<size_t>(r)] = r;
+  std::vector<int64_t> scratch;
+  const int64_t tiles = (rows + kRowTile - 1) / kRowTile;
+  counting_pass(t, src_col, n_src, g.order, scratch, g.offsets);
+  counting_pass(t, row_col, rows, g.order, scratch, g.offsets);
+  counting_pass_by([&](int64_t r) { return (t[r * 3 + row_col] / kRowTile) * K + t[r * 3 + 2]; }, tiles * K,
+                   g.order, scratch, g.offsets);
+  return g;
+}
+
 int64_t grain_for(int64_t work_per_row) {
   return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(work_per_row, 1));
 }
 
-// One row's destination channels [d0, d0 + DB): the accumulators stay in registers over the
-// row's whole triplet list (each element's order is the same as one channel at a time).
+// One triplet's contribution to destination channels [0, DB) of its row: the row's running sums
+// (out) in registers, every source channel in order, then back. DB a multiple of 16: GCC vector
+// types keep the DB / 16 accumulators in registers (a plain float[64] was left on the stack);
+// a vector times a scalar broadcasts the scalar, element-wise IEEE operations as in the scalar
+// loop (DB = 1).
+typedef float Vec16 __attribute__((vector_size(64)));
+
 template <int DB>
-__attribute__((always_inline)) inline void mvmr_block(const int64_t* ks, int64_t p0, int64_t p1, const float* src,
-                                                      int64_t c_src, const float* mat, int64_t c_dst, int64_t d0,
-                                                      float* out) {
-  float acc[DB];
-  for (int d = 0; d < DB; ++d) acc[d] = 0.0f;
-  for (int64_t p = p0; p < p1; ++p) {
-    const float* m = mat + ks[2 * p] * c_src * c_dst + d0;
-    const float* s = src + ks[2 * p + 1] * c_src;
+__attribute__((always_inline)) inline void mvmr_term(const float* m, const float* s, int64_t c_src, int64_t c_dst,
+                                                     float* out) {
+  if constexpr (DB == 1) {
+    float acc = out[0];
+    for (int64_t cs = 0; cs < c_src; ++cs) acc = acc + m[cs * c_dst] * s[cs];
+    out[0] = acc;
+  } else {
+    static_assert(DB % 16 == 0, "whole vectors");
+    constexpr int NV = DB / 16;
+    Vec16 acc[NV];
+    for (int v = 0; v < NV; ++v) __builtin_memcpy(&acc[v], out + 16 * v, sizeof(Vec16));
     for (int64_t cs = 0; cs < c_src; ++cs) {
-      const float v = s[cs];
+      const float x = s[cs];
       const float* w = m + cs * c_dst;
-      for (int d = 0; d < DB; ++d) acc[d] = acc[d] + w[d] * v;
+      for (int v = 0; v < NV; ++v) {
+        Vec16 wv;
+        __builtin_memcpy(&wv, w + 16 * v, sizeof(Vec16));
+        acc[v] = acc[v] + wv * x;
+      }
     }
+    for (int v = 0; v < NV; ++v) __builtin_memcpy(out + 16 * v, &acc[v], sizeof(Vec16));
   }
-  for (int d = 0; d < DB; ++d) out[d0 + d] = acc[d];
 }
 
-// Rows [r0, r1) of the MVMR: dst[r, :] folds the triplets of group r (in grouping order), for
-// each one s = 0 .. C_src-1: dst[r, d] = fl(dst[r, d] + fl(mat[k, s, d] * src[m, s])) with
-// m = the triplet's source row; ks holds (k, m) per triplet in grouping order. mat is
-// [K, C_src, C_dst]. Destination channels go in
-// register blocks of 64, 32 and 16, then one at a time. Cloned per ISA: the compiler vectorises
-// over d; contraction stays off, so every clone computes the same bits.
+// Tiles [t0, t1) of the MVMR: dst[r, d] = fl(dst[r, d] + fl(mat[k, s, d] * src[m, s])) over the
+// triplets of row r in ascending (k, m) order, s ascending inside each; m = the triplet's source
+// row, mat is [K, C_src, C_dst]. A tile's rows are zeroed, then its triplets are taken k by k
+// (offsets per (tile, k); rm: (row, source row) per triplet in grouping order), so W_k's columns
+// stay in L1 for the whole tile. Destination channels in register blocks of 64, 32 and 16, then
+// one at a time. Cloned per ISA: the compiler vectorises over d; contraction stays off, so every
+// clone computes the same bits.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void mvmr_rows(int64_t r0, int64_t r1, const int64_t* offsets, const int64_t* ks, const float* src, int64_t c_src,
-               const float* mat, int64_t c_dst, float* dst) {
-  for (int64_t r = r0; r < r1; ++r) {
-    float* out = dst + r * c_dst;
-    const int64_t p0 = offsets[r], p1 = offsets[r + 1];
-    int64_t d0 = 0;
-    for (; d0 + 64 <= c_dst; d0 += 64) mvmr_block<64>(ks, p0, p1, src, c_src, mat, c_dst, d0, out);
-    if (d0 + 32 <= c_dst) mvmr_block<32>(ks, p0, p1, src, c_src, mat, c_dst, d0, out), d0 += 32;
-    if (d0 + 16 <= c_dst) mvmr_block<16>(ks, p0, p1, src, c_src, mat, c_dst, d0, out), d0 += 16;
-    if (d0 == c_dst) continue;
-    float* __restrict acc = out + d0;
-    for (int64_t d = d0; d < c_dst; ++d) out[d] = 0.0f;
-    for (int64_t p = p0; p < p1; ++p) {
-      const float* m = mat + ks[2 * p] * c_src * c_dst + d0;
-      const float* s = src + ks[2 * p + 1] * c_src;
-      for (int64_t cs = 0; cs < c_src; ++cs) {
-        const float v = s[cs];
-        const float* __restrict w = m + cs * c_dst;
-        for (int64_t d = 0; d < c_dst - d0; ++d) acc[d] = acc[d] + w[d] * v;
+void mvmr_tiles(int64_t t0, int64_t t1, int64_t K, const int64_t* offsets, const int64_t* rm, const float* src,
+                int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, float* dst) {
+  for (int64_t tile = t0; tile < t1; ++tile) {
+    const int64_t r_end = std::min(rows, (tile + 1) * kRowTile);
+    for (int64_t q = tile * kRowTile * c_dst; q < r_end * c_dst; ++q) dst[q] = 0.0f;
+    for (int64_t k = 0; k < K; ++k) {
+      const float* mk = mat + k * c_src * c_dst;
+      for (int64_t p = offsets[tile * K + k]; p < offsets[tile * K + k + 1]; ++p) {
+        float* out = dst + rm[2 * p] * c_dst;
+        const float* s = src + rm[2 * p + 1] * c_src;
+        int64_t d0 = 0;
+        for (; d0 + 64 <= c_dst; d0 += 64) mvmr_term<64>(mk + d0, s, c_src, c_dst, out + d0);
+        if (d0 + 32 <= c_dst) mvmr_term<32>(mk + d0, s, c_src, c_dst, out + d0), d0 += 32;
+        if (d0 + 16 <= c_dst) mvmr_term<16>(mk + d0, s, c_src, c_dst, out + d0), d0 += 16;
+        for (; d0 < c_dst; ++d0) mvmr_term<1>(mk + d0, s, c_src, c_dst, out + d0);
       }
     }
   }
 }
 
-void mvmr(const CpuContext& ctx, const Grouping& g, const int64_t* t, int src_col, const float* src,
-          int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, float* dst) {
+// g: group_tiled over the destination rows (row_col) with source column src_col.
+void mvmr(const CpuContext& ctx, const Grouping& g, const int64_t* t, int row_col, int src_col, int64_t K,
+          const float* src, int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, float* dst) {
   const int64_t T = static_cast<int64_t>(g.order.size());
-  // (k, source row) per triplet in grouping order: the rows' walks read it sequentially.
-  std::vector<int64_t> ks(static_cast<size_t>(2 * T));
+  std::vector<int64_t> rm(static_cast<size_t>(2 * T));
   for (int64_t p = 0; p < T; ++p) {
     const int64_t row = g.order[static_cast<size_t>(p)];
-    ks[static_cast<size_t>(2 * p)] = t[row * 3 + 2];
-    ks[static_cast<size_t>(2 * p + 1)] = t[row * 3 + src_col];
+    rm[static_cast<size_t>(2 * p)] = t[row * 3 + row_col];
+    rm[static_cast<size_t>(2 * p + 1)] = t[row * 3 + src_col];
   }
-  const int64_t per_row = rows > 0 ? (T / rows + 1) * c_src * c_dst : 1;
-  parallel_for(ctx, 0, rows, grain_for(per_row), [&](int64_t r0, int64_t r1) {
-    mvmr_rows(r0, r1, g.offsets.data(), ks.data(), src, c_src, mat, c_dst, dst);
+  const int64_t tiles = (rows + kRowTile - 1) / kRowTile;
+  const int64_t per_tile = (T / std::max<int64_t>(tiles, 1) + 1) * c_src * c_dst;
+  parallel_for(ctx, 0, tiles, grain_for(per_tile), [&](int64_t t0, int64_t t1) {
+    mvmr_tiles(t0, t1, K, g.offsets.data(), rm.data(), src, c_src, mat, c_dst, rows, dst);
   });
 }
 
@@ -175,9 +211,8 @@ void point_conv(const CpuContext& ctx, const PointConvShape& s, const float* fea
   for (int64_t k = 0; k < K; ++k)
     for (int64_t o = 0; o < Co; ++o)
       for (int64_t c = 0; c < Ci; ++c) wt[(k * Ci + c) * Co + o] = weights[(k * Co + o) * Ci + c];
-  const int64_t counts[3] = {s.num_out, s.num_in, s.kernels};
-  const Grouping g = group_triplets(triplets, s.triplets, /*key=*/0, /*second=*/2, /*third=*/1, counts);
-  mvmr(ctx, g, triplets, /*src_col=*/1, features, Ci, wt.data(), Co, s.num_out, out);
+  const Grouping g = group_tiled(triplets, s.triplets, /*row_col=*/0, /*src_col=*/1, s.num_out, s.num_in, K);
+  mvmr(ctx, g, triplets, /*row_col=*/0, /*src_col=*/1, K, features, Ci, wt.data(), Co, s.num_out, out);
 }
 
 void point_conv_backward(const CpuContext& ctx, const PointConvShape& s, const float* grad_out,
@@ -188,8 +223,8 @@ void point_conv_backward(const CpuContext& ctx, const PointConvShape& s, const f
   const int64_t Ci = s.channels_in, Co = s.channels_out, K = s.kernels;
   const int64_t counts[3] = {s.num_out, s.num_in, s.kernels};
   if (grad_features != nullptr && s.num_in * Ci > 0) {
-    const Grouping g = group_triplets(triplets, s.triplets, /*key=*/1, /*second=*/2, /*third=*/0, counts);
-    mvmr(ctx, g, triplets, /*src_col=*/0, grad_out, Co, weights, Ci, s.num_in, grad_features);
+    const Grouping g = group_tiled(triplets, s.triplets, /*row_col=*/1, /*src_col=*/0, s.num_in, s.num_out, K);
+    mvmr(ctx, g, triplets, /*row_col=*/1, /*src_col=*/0, K, grad_out, Co, weights, Ci, s.num_in, grad_features);
   }
   if (grad_weights != nullptr && K * Co * Ci > 0) {
     const Grouping g = group_triplets(triplets, s.triplets, /*key=*/2, /*second=*/0, /*third=*/1, counts);
