@@ -119,6 +119,18 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* 
                : "r"(smem_u32(p)));
 }
 
+// The head of one pipeline step: the current stage has landed for every thread (wait and
+// barrier, which also frees the buffer of the previous stage), then `load(buffer)` issues the
+// stage kStages - 1 ahead into that buffer and commits it (an empty group past the end).
+template <int S, class Load>
+__device__ __forceinline__ void pipeline_step(int& ldbuf, Load&& load) {
+  cp_async_wait<S - 2>();
+  __syncthreads();
+  load(ldbuf);
+  cp_async_commit();
+  ldbuf = ldbuf + 1 == S ? 0 : ldbuf + 1;
+}
+
 template <class T>
 __device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   if constexpr (std::is_same_v<T, __half>) {
@@ -255,14 +267,12 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads)
   int my_row = 0;  // thread r < n: the local destination row of chunk row r
   while (cur.k < K) {
     if (cur.b == 0 && tid < cur.n) my_row = static_cast<int>((keys[cur.q + tid] >> m.src_bits) & (BM - 1));
-    cp_async_wait<S - 2>();
-    __syncthreads();  // stage `cur` landed for all; every thread is done with the buffer refilled next
-    if (ld.k < K) {
-      load_stage(ld, ldbuf);
-      ld = next_stage(ld);
-    }
-    cp_async_commit();
-    ldbuf = ldbuf + 1 == S ? 0 : ldbuf + 1;
+    pipeline_step<S>(ldbuf, [&](int b) {
+      if (ld.k < K) {
+        load_stage(ld, b);
+        ld = next_stage(ld);
+      }
+    });
     const T* as = As + buf * MC * LD;
     const T* bs = Bs + buf * BN * LD;
 #pragma unroll
@@ -431,11 +441,9 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   }
   int buf = 0, ldbuf = S - 1;
   for (int64_t q = p0; q < p1; q += KT) {
-    cp_async_wait<S - 2>();
-    __syncthreads();
-    if (lq < p1) load_stage(lq, ldbuf), lq += KT;
-    cp_async_commit();
-    ldbuf = ldbuf + 1 == S ? 0 : ldbuf + 1;
+    pipeline_step<S>(ldbuf, [&](int b) {
+      if (lq < p1) load_stage(lq, b), lq += KT;
+    });
     const T* gs = Gs + buf * KT * LDG;
     const T* fs = Fs + buf * KT * LDF;
 #pragma unroll

@@ -62,33 +62,33 @@ def _ranks(keys):
     return idx - start
 
 
+def _rounds(triplets, cols):
+    """The triplets ordered by ``cols`` in rounds: round p holds the p-th triplet of every group
+    of equal ``cols[0]``, so one round's updates touch distinct rows. Yields (i, j, k)."""
+    t = _sorted_by(triplets, cols)
+    r = _ranks(t[:, cols[0]])
+    for p in range(int(r.max()) + 1 if len(r) else 0):
+        yield t[r == p].unbind(1)
+
+
 def _contract_all(features, weights, triplets, num_out, grad):
     """Forward, grad_features and grad_weights in the contract's float32 order, every element's
     fold in lockstep over the rows (one float32 product and one float32 sum per term)."""
     F, W, G = features.float(), weights.float(), grad.float()
     out = torch.zeros(num_out, W.shape[1])
-    t = _sorted_by(triplets, (0, 2, 1))
-    r = _ranks(t[:, 0])
-    for p in range(int(r.max()) + 1 if len(r) else 0):
-        i, j, k = t[r == p].unbind(1)
+    for i, j, k in _rounds(triplets, (0, 2, 1)):
         acc = out[i]
         for c in range(F.shape[1]):
             acc = acc + W[k, :, c] * F[j, c][:, None]
         out[i] = acc
     gf = torch.zeros_like(F)
-    t = _sorted_by(triplets, (1, 2, 0))
-    r = _ranks(t[:, 1])
-    for p in range(int(r.max()) + 1 if len(r) else 0):
-        i, j, k = t[r == p].unbind(1)
+    for i, j, k in _rounds(triplets, (1, 2, 0)):
         acc = gf[j]
         for o in range(W.shape[1]):
             acc = acc + W[k, o, :] * G[i, o][:, None]
         gf[j] = acc
     gw = torch.zeros_like(W)
-    t = _sorted_by(triplets, (2, 0, 1))
-    r = _ranks(t[:, 2])
-    for p in range(int(r.max()) + 1 if len(r) else 0):
-        i, j, k = t[r == p].unbind(1)
+    for i, j, k in _rounds(triplets, (2, 0, 1)):
         gw[k] = gw[k] + G[i][:, :, None] * F[j][:, None, :]
     return out, gf, gw
 
