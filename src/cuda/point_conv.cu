@@ -14,6 +14,8 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
+#include <string>
 
 #include "cuda/common.cuh"
 #include "pcops/point_conv.hpp"
@@ -153,6 +155,47 @@ __global__ void vvor_kernel(const int64_t* offsets, const int64_t* order, const 
   }
 }
 
+// ii[p], jj[p] = the i and j of the triplet at grouping position p (the VVOR's operands without
+// the order -> triplet indirection; positions past the valid triplets are never read).
+__global__ void gather_ij_kernel(const int64_t* order, const int64_t* t, int64_t T, int64_t* ii, int64_t* jj) {
+  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < T; p += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t r = order[p];
+    ii[p] = t[r * 3];
+    jj[p] = t[r * 3 + 1];
+  }
+}
+
+// The VVOR of vvor_kernel, eight triplets at a time: their sixteen loads are issued before the
+// eight dependent additions, which stay in the same order (an experiment, override
+// PCOPS_CUDA_POINT_CONV_CONFIG=vvor-unrolled).
+__global__ void vvor_unrolled_kernel(const int64_t* offsets, const int64_t* __restrict__ ii,
+                                     const int64_t* __restrict__ jj, const float* __restrict__ grad_out,
+                                     const float* __restrict__ features, int64_t K, int64_t co, int64_t ci,
+                                     float* __restrict__ grad_weights) {
+  constexpr int U = 8;
+  const int64_t total = K * co * ci;
+  for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < total; q += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t k = q / (co * ci), rem = q - k * co * ci, o = rem / ci, c = rem - o * ci;
+    float acc = 0.0f;
+    int64_t p = offsets[k];
+    const int64_t end = offsets[k + 1];
+    for (; p + U <= end; p += U) {
+      float gv[U], fv[U];
+#pragma unroll
+      for (int u = 0; u < U; ++u) gv[u] = grad_out[ii[p + u] * co + o], fv[u] = features[jj[p + u] * ci + c];
+#pragma unroll
+      for (int u = 0; u < U; ++u) acc = __fadd_rn(acc, __fmul_rn(gv[u], fv[u]));
+    }
+    for (; p < end; ++p) acc = __fadd_rn(acc, __fmul_rn(grad_out[ii[p] * co + o], features[jj[p] * ci + c]));
+    grad_weights[q] = acc;
+  }
+}
+
+bool vvor_unrolled() {
+  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_CONFIG");
+  return e != nullptr && std::string(e) == "vvor-unrolled";
+}
+
 // wt[k, c, o] = w[k, o, c].
 __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t ci, float* wt) {
   const int64_t total = K * co * ci;
@@ -192,8 +235,18 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
   }
   if (grad_weights != nullptr && K * Co * Ci > 0) {
     const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/2, /*second=*/0, /*third=*/1);
-    detail::launch(ctx, vvor_kernel, dim3(blocks_for(K * Co * Ci)), dim3(NT), 0, g.offsets, g.order, triplets,
-                   grad_out, features, K, Co, Ci, grad_weights);
+    if (vvor_unrolled() && s.triplets > 0) {
+      int64_t* ii = ws.alloc<int64_t>(s.triplets);
+      int64_t* jj = ws.alloc<int64_t>(s.triplets);
+      detail::launch(ctx, gather_ij_kernel, dim3(blocks_for(s.triplets)), dim3(NT), 0, g.order, triplets,
+                     s.triplets, ii, jj);
+      detail::launch(ctx, vvor_unrolled_kernel, dim3(blocks_for(K * Co * Ci)), dim3(NT), 0, g.offsets,
+                     static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj), grad_out, features, K, Co, Ci,
+                     grad_weights);
+    } else {
+      detail::launch(ctx, vvor_kernel, dim3(blocks_for(K * Co * Ci)), dim3(NT), 0, g.offsets, g.order, triplets,
+                     grad_out, features, K, Co, Ci, grad_weights);
+    }
   }
 }
 

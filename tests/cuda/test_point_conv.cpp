@@ -29,7 +29,8 @@ struct Case {
   std::vector<int64_t> t;
 };
 
-Case random_case(std::mt19937& rng, int64_t n_in, int64_t n_out, int64_t ci, int64_t co, int64_t K, int64_t T) {
+Case random_case(std::mt19937& rng, int64_t n_in, int64_t n_out, int64_t ci, int64_t co, int64_t K,
+                 int64_t T) {
   Case c;
   c.s = pcops::PointConvShape{n_in, n_out, ci, co, K, T};
   std::uniform_real_distribution<float> u(-1.0f, 1.0f);
@@ -58,7 +59,8 @@ Out run_cpu(const Case& c) {
   Out r{std::vector<float>(c.s.num_out * c.s.channels_out), std::vector<float>(c.f.size()),
         std::vector<float>(c.w.size())};
   pcops::cpu::point_conv({}, c.s, c.f.data(), c.w.data(), c.t.data(), r.out.data());
-  pcops::cpu::point_conv_backward({}, c.s, c.g.data(), c.f.data(), c.w.data(), c.t.data(), r.gf.data(), r.gw.data());
+  pcops::cpu::point_conv_backward({}, c.s, c.g.data(), c.f.data(), c.w.data(), c.t.data(), r.gf.data(),
+                                  r.gw.data());
   return r;
 }
 
@@ -85,29 +87,45 @@ void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, co
   }
 }
 
+// PCOPS_CUDA_POINT_CONV_CONFIG for one scope ("" = the default kernels).
+class PointConvConfig {
+ public:
+  explicit PointConvConfig(const char* config) { setenv("PCOPS_CUDA_POINT_CONV_CONFIG", config, 1); }
+  ~PointConvConfig() { unsetenv("PCOPS_CUDA_POINT_CONV_CONFIG"); }
+  PointConvConfig(const PointConvConfig&) = delete;
+  PointConvConfig& operator=(const PointConvConfig&) = delete;
+};
+
+// The default kernels and the unrolled weight-gradient experiment.
+const char* const kConfigs[] = {"", "vvor-unrolled"};
+
 TEST(CudaPointConv, BitwiseEqualToCpu) {
-  std::mt19937 rng(17);
-  const std::vector<std::vector<int64_t>> shapes{{50, 40, 3, 5, 27, 600},   {64, 64, 16, 17, 8, 1000},
-                                                 {30, 10, 1, 1, 1, 90},      {20, 25, 33, 9, 27, 300},
-                                                 {300, 260, 64, 257, 27, 5000}, {2000, 1500, 32, 32, 27, 30000}};
-  for (const auto& sh : shapes) {
-    Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
-    const Out cpu = run_cpu(c);
-    Out gpu = run_cuda(c);
-    expect_bitwise(gpu.out, cpu.out, "forward");
-    expect_bitwise(gpu.gf, cpu.gf, "grad_features");
-    expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
-    // Shuffled triplet rows: the same bits.
-    std::vector<int64_t> perm(c.s.triplets);
-    for (int64_t r = 0; r < c.s.triplets; ++r) perm[r] = r;
-    std::shuffle(perm.begin(), perm.end(), rng);
-    std::vector<int64_t> shuffled(c.t.size());
-    for (int64_t r = 0; r < c.s.triplets; ++r) std::copy_n(&c.t[perm[r] * 3], 3, &shuffled[r * 3]);
-    c.t = shuffled;
-    gpu = run_cuda(c);
-    expect_bitwise(gpu.out, cpu.out, "forward shuffled");
-    expect_bitwise(gpu.gf, cpu.gf, "grad_features shuffled");
-    expect_bitwise(gpu.gw, cpu.gw, "grad_weights shuffled");
+  for (const char* config : kConfigs) {
+    SCOPED_TRACE(config);
+    const PointConvConfig forced(config);
+    std::mt19937 rng(17);
+    const std::vector<std::vector<int64_t>> shapes{
+        {50, 40, 3, 5, 27, 600},  {64, 64, 16, 17, 8, 1000},     {30, 10, 1, 1, 1, 90},
+        {20, 25, 33, 9, 27, 300}, {300, 260, 64, 257, 27, 5000}, {2000, 1500, 32, 32, 27, 30000}};
+    for (const auto& sh : shapes) {
+      Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
+      const Out cpu = run_cpu(c);
+      Out gpu = run_cuda(c);
+      expect_bitwise(gpu.out, cpu.out, "forward");
+      expect_bitwise(gpu.gf, cpu.gf, "grad_features");
+      expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
+      // Shuffled triplet rows: the same bits.
+      std::vector<int64_t> perm(c.s.triplets);
+      for (int64_t r = 0; r < c.s.triplets; ++r) perm[r] = r;
+      std::shuffle(perm.begin(), perm.end(), rng);
+      std::vector<int64_t> shuffled(c.t.size());
+      for (int64_t r = 0; r < c.s.triplets; ++r) std::copy_n(&c.t[perm[r] * 3], 3, &shuffled[r * 3]);
+      c.t = shuffled;
+      gpu = run_cuda(c);
+      expect_bitwise(gpu.out, cpu.out, "forward shuffled");
+      expect_bitwise(gpu.gf, cpu.gf, "grad_features shuffled");
+      expect_bitwise(gpu.gw, cpu.gw, "grad_weights shuffled");
+    }
   }
 }
 
@@ -121,18 +139,22 @@ TEST(CudaPointConv, EmptyTripletsGiveZeros) {
 }
 
 TEST(CudaPointConv, OutOfRangeTripletsAreSkipped) {
-  std::mt19937 rng(5);
-  Case c = random_case(rng, 40, 30, 4, 6, 8, 200);
-  Case valid = c;
-  // Corrupt some rows; the CPU oracle gets the same set without them.
-  const int64_t bad[][3] = {{30, 0, 0}, {-1, 0, 0}, {0, 40, 0}, {0, -5, 0}, {0, 0, 8}, {0, 0, -1}};
-  for (const auto& b : bad) c.t.insert(c.t.end(), b, b + 3);
-  c.s.triplets += 6;
-  const Out cpu = run_cpu(valid);
-  const Out gpu = run_cuda(c);
-  expect_bitwise(gpu.out, cpu.out, "forward");
-  expect_bitwise(gpu.gf, cpu.gf, "grad_features");
-  expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
+  for (const char* config : kConfigs) {
+    SCOPED_TRACE(config);
+    const PointConvConfig forced(config);
+    std::mt19937 rng(5);
+    Case c = random_case(rng, 40, 30, 4, 6, 8, 200);
+    Case valid = c;
+    // Corrupt some rows; the CPU oracle gets the same set without them.
+    const int64_t bad[][3] = {{30, 0, 0}, {-1, 0, 0}, {0, 40, 0}, {0, -5, 0}, {0, 0, 8}, {0, 0, -1}};
+    for (const auto& b : bad) c.t.insert(c.t.end(), b, b + 3);
+    c.s.triplets += 6;
+    const Out cpu = run_cpu(valid);
+    const Out gpu = run_cuda(c);
+    expect_bitwise(gpu.out, cpu.out, "forward");
+    expect_bitwise(gpu.gf, cpu.gf, "grad_features");
+    expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
+  }
 }
 
 using Bf16 = __nv_bfloat16;
@@ -153,20 +175,22 @@ struct Mma {
   std::vector<Bf16> out, gf, gw;
 };
 
-Mma run_mma(const Case& c, const std::vector<Bf16>& f, const std::vector<Bf16>& w, const std::vector<Bf16>& g) {
+Mma run_mma(const Case& c, const std::vector<Bf16>& f, const std::vector<Bf16>& w,
+            const std::vector<Bf16>& g) {
   StreamContext sc;
   DeviceBuffer<Bf16> df(f), dw(w), dg(g);
   DeviceBuffer<int64_t> t(c.t);
   DeviceBuffer<Bf16> out(c.s.num_out * c.s.channels_out), gf(f.size()), gw(w.size());
-  pcops::cuda::point_conv_mma(sc.ctx, c.s, pcops::Half16::kBFloat16, df.data(), dw.data(), t.data(), out.data());
+  pcops::cuda::point_conv_mma(sc.ctx, c.s, pcops::Half16::kBFloat16, df.data(), dw.data(), t.data(),
+                              out.data());
   pcops::cuda::point_conv_mma_backward(sc.ctx, c.s, pcops::Half16::kBFloat16, dg.data(), df.data(), dw.data(),
                                        t.data(), gf.data(), gw.data());
   return Mma{out.download(), gf.download(), gw.download()};
 }
 
 // |got - ref| <= 2^-8 |ref| (one bfloat16 rounding) + terms * 2^-23 * sum |term| (float32 sums).
-void expect_close(const std::vector<Bf16>& got, const std::vector<double>& ref, const std::vector<double>& mag,
-                  double terms, const char* what) {
+void expect_close(const std::vector<Bf16>& got, const std::vector<double>& ref,
+                  const std::vector<double>& mag, double terms, const char* what) {
   ASSERT_EQ(got.size(), ref.size());
   for (size_t n = 0; n < got.size(); ++n) {
     const double v = static_cast<double>(__bfloat162float(got[n]));
@@ -177,12 +201,14 @@ void expect_close(const std::vector<Bf16>& got, const std::vector<double>& ref, 
 
 TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
   std::mt19937 rng(23);
-  for (const auto& sh : std::vector<std::vector<int64_t>>{{300, 200, 40, 24, 27, 5000}, {90, 70, 8, 136, 4, 2000}, {400, 300, 16, 16, 1, 9000}}) {
+  for (const auto& sh : std::vector<std::vector<int64_t>>{
+           {300, 200, 40, 24, 27, 5000}, {90, 70, 8, 136, 4, 2000}, {400, 300, 16, 16, 1, 9000}}) {
     Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
     const pcops::PointConvShape s = c.s;
     ASSERT_TRUE(pcops::cuda::point_conv_mma_supported(s));
-    for (int64_t r = 0; r < 150; ++r) c.t[r * 3] = 5, c.t[r * 3 + 2] = s.kernels - 1;  // a run over three chunks
-    Case bad = c;  // invalid triplets are never visited
+    for (int64_t r = 0; r < 150; ++r)
+      c.t[r * 3] = 5, c.t[r * 3 + 2] = s.kernels - 1;  // a run over three chunks
+    Case bad = c;                                      // invalid triplets are never visited
     const int64_t junk[][3] = {{s.num_out, 0, 0}, {0, -1, 0}, {0, 0, s.kernels}};
     for (const auto& b : junk) bad.t.insert(bad.t.end(), b, b + 3);
     bad.s.triplets += 3;
@@ -193,7 +219,8 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
     EXPECT_EQ(std::memcmp(a.gw.data(), b.gw.data(), a.gw.size() * 2), 0);
     const auto F = to_double(f), W = to_double(w), G = to_double(g);
     const int64_t ci = s.channels_in, co = s.channels_out;
-    std::vector<double> out(s.num_out * co), om(out.size()), gf(F.size()), gfm(F.size()), gw(W.size()), gwm(W.size());
+    std::vector<double> out(s.num_out * co), om(out.size()), gf(F.size()), gfm(F.size()), gw(W.size()),
+        gwm(W.size());
     std::vector<int64_t> per_i(s.num_out), per_j(s.num_in), per_k(s.kernels);
     for (int64_t r = 0; r < s.triplets; ++r) {
       const int64_t i = c.t[r * 3], j = c.t[r * 3 + 1], k = c.t[r * 3 + 2];
@@ -206,7 +233,9 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
           gw[(k * co + o) * ci + ch] += gv * fv, gwm[(k * co + o) * ci + ch] += std::abs(gv * fv);
         }
     }
-    const auto longest = [](const std::vector<int64_t>& v) { return static_cast<double>(*std::max_element(v.begin(), v.end())); };
+    const auto longest = [](const std::vector<int64_t>& v) {
+      return static_cast<double>(*std::max_element(v.begin(), v.end()));
+    };
     expect_close(a.out, out, om, longest(per_i) + ci, "forward");
     expect_close(a.gf, gf, gfm, longest(per_j) + co, "grad_features");
     expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights");
