@@ -71,6 +71,85 @@ Grouping group_tiled(const int64_t* t, int64_t T, int row_col, int src_col, int6
   return g;
 }
 
+// Bits to hold every value in [0, max_value].
+int bits_for(int64_t max_value) {
+  int b = 0;
+  while (b < 63 && (static_cast<uint64_t>(max_value) >> b) != 0) ++b;
+  return b;
+}
+
+// Stable LSD radix sort of keys below 2^bits, in passes of at most 16 bits.
+void radix_sort(std::vector<uint64_t>& keys, int bits) {
+  if (bits <= 0 || keys.size() < 2) return;
+  const int passes = (bits + 15) / 16, digit = (bits + passes - 1) / passes;
+  const uint64_t mask = (uint64_t{1} << digit) - 1;
+  std::vector<uint64_t> tmp(keys.size());
+  std::vector<int64_t> next(size_t{1} << digit);
+  for (int pass = 0; pass < passes; ++pass) {
+    const int shift = pass * digit;
+    std::fill(next.begin(), next.end(), 0);
+    for (uint64_t k : keys) ++next[static_cast<size_t>((k >> shift) & mask)];
+    int64_t sum = 0;
+    for (int64_t& c : next) {
+      const int64_t v = c;
+      c = sum;
+      sum += v;
+    }
+    for (uint64_t k : keys) tmp[static_cast<size_t>(next[static_cast<size_t>((k >> shift) & mask)]++)] = k;
+    keys.swap(tmp);
+  }
+}
+
+// The triplets as the kernels walk them: group g's positions are [offsets[g], offsets[g + 1]) and
+// ab holds (a, b) per position, ordered by (group, a, b). tiled (the MVMR; a = destination row,
+// b = source row): group = (a / kRowTile) * K + k. Otherwise (the VVOR; a = i, b = j): group = k.
+struct Pairs {
+  std::vector<int64_t> offsets, ab;
+};
+
+Pairs group_pairs(const int64_t* t, int64_t T, int a_col, int b_col, int64_t na, int64_t nb, int64_t K, bool tiled) {
+  Pairs g;
+  const int64_t groups = tiled ? (na + kRowTile - 1) / kRowTile * K : K;
+  const int lb = bits_for(std::max<int64_t>(nb - 1, 0));
+  const int la = tiled ? 6 : bits_for(std::max<int64_t>(na - 1, 0));
+  static_assert(kRowTile == 64, "six bits of row in the tile");
+  const int lg = bits_for(std::max<int64_t>(groups - 1, 0));
+  g.offsets.assign(static_cast<size_t>(groups) + 1, 0);
+  g.ab.resize(static_cast<size_t>(2 * T));
+  if (lg + la + lb <= 64) {
+    // One radix sort of packed (group, a or a's row in the tile, b) keys.
+    std::vector<uint64_t> keys(static_cast<size_t>(T));
+    for (int64_t p = 0; p < T; ++p) {
+      const int64_t a = t[p * 3 + a_col], b = t[p * 3 + b_col], k = t[p * 3 + 2];
+      const uint64_t grp = static_cast<uint64_t>(tiled ? (a / kRowTile) * K + k : k);
+      const uint64_t low = static_cast<uint64_t>(tiled ? a % kRowTile : a);
+      keys[static_cast<size_t>(p)] = (grp << (la + lb)) | (low << lb) | static_cast<uint64_t>(b);
+    }
+    radix_sort(keys, lg + la + lb);
+    const uint64_t bmask = lb == 0 ? 0 : (uint64_t{1} << lb) - 1, amask = la == 0 ? 0 : (uint64_t{1} << la) - 1;
+    for (int64_t p = 0; p < T; ++p) {
+      const uint64_t key = keys[static_cast<size_t>(p)];
+      const int64_t grp = static_cast<int64_t>(key >> (la + lb)), low = static_cast<int64_t>((key >> lb) & amask);
+      ++g.offsets[static_cast<size_t>(grp) + 1];
+      g.ab[static_cast<size_t>(2 * p)] = tiled ? (grp / K) * kRowTile + low : low;
+      g.ab[static_cast<size_t>(2 * p + 1)] = static_cast<int64_t>(key & bmask);
+    }
+    for (int64_t v = 0; v < groups; ++v) g.offsets[v + 1] += g.offsets[v];
+    return g;
+  }
+  // Keys wider than 64 bits: stable counting passes through the triplet order.
+  const int64_t counts[3] = {a_col == 0 ? na : nb, a_col == 0 ? nb : na, K};
+  const Grouping o = tiled ? group_tiled(t, T, a_col, b_col, na, nb, K)
+                           : group_triplets(t, T, /*key=*/2, /*second=*/a_col, /*third=*/b_col, counts);
+  g.offsets = o.offsets;
+  for (int64_t p = 0; p < T; ++p) {
+    const int64_t r = o.order[static_cast<size_t>(p)];
+    g.ab[static_cast<size_t>(2 * p)] = t[r * 3 + a_col];
+    g.ab[static_cast<size_t>(2 * p + 1)] = t[r * 3 + b_col];
+  }
+  return g;
+}
+
 int64_t grain_for(int64_t work_per_row) {
   return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(work_per_row, 1));
 }
@@ -81,6 +160,7 @@ int64_t grain_for(int64_t work_per_row) {
 // a vector times a scalar broadcasts the scalar, element-wise IEEE operations as in the scalar
 // loop (DB = 1).
 typedef float Vec16 __attribute__((vector_size(64)));
+typedef float Vec8 __attribute__((vector_size(32)));
 
 template <int DB>
 __attribute__((always_inline)) inline void mvmr_term(const float* m, const float* s, int64_t c_src, int64_t c_dst,
@@ -89,6 +169,15 @@ __attribute__((always_inline)) inline void mvmr_term(const float* m, const float
     float acc = out[0];
     for (int64_t cs = 0; cs < c_src; ++cs) acc = acc + m[cs * c_dst] * s[cs];
     out[0] = acc;
+  } else if constexpr (DB == 8) {
+    Vec8 acc;
+    __builtin_memcpy(&acc, out, sizeof(Vec8));
+    for (int64_t cs = 0; cs < c_src; ++cs) {
+      Vec8 wv;
+      __builtin_memcpy(&wv, m + cs * c_dst, sizeof(Vec8));
+      acc = acc + wv * s[cs];
+    }
+    __builtin_memcpy(out, &acc, sizeof(Vec8));
   } else {
     static_assert(DB % 16 == 0, "whole vectors");
     constexpr int NV = DB / 16;
@@ -111,7 +200,7 @@ __attribute__((always_inline)) inline void mvmr_term(const float* m, const float
 // triplets of row r in ascending (k, m) order, s ascending inside each; m = the triplet's source
 // row, mat is [K, C_src, C_dst]. A tile's rows are zeroed, then its triplets are taken k by k
 // (offsets per (tile, k); rm: (row, source row) per triplet in grouping order), so W_k's columns
-// stay in L1 for the whole tile. Destination channels in register blocks of 64, 32 and 16, then
+// stay in L1 for the whole tile. Destination channels in register blocks of 64, 32, 16 and 8, then
 // one at a time. Cloned per ISA: the compiler vectorises over d; contraction stays off, so every
 // clone computes the same bits.
 __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -129,26 +218,21 @@ void mvmr_tiles(int64_t t0, int64_t t1, int64_t K, const int64_t* offsets, const
         for (; d0 + 64 <= c_dst; d0 += 64) mvmr_term<64>(mk + d0, s, c_src, c_dst, out + d0);
         if (d0 + 32 <= c_dst) mvmr_term<32>(mk + d0, s, c_src, c_dst, out + d0), d0 += 32;
         if (d0 + 16 <= c_dst) mvmr_term<16>(mk + d0, s, c_src, c_dst, out + d0), d0 += 16;
+        if (d0 + 8 <= c_dst) mvmr_term<8>(mk + d0, s, c_src, c_dst, out + d0), d0 += 8;
         for (; d0 < c_dst; ++d0) mvmr_term<1>(mk + d0, s, c_src, c_dst, out + d0);
       }
     }
   }
 }
 
-// g: group_tiled over the destination rows (row_col) with source column src_col.
-void mvmr(const CpuContext& ctx, const Grouping& g, const int64_t* t, int row_col, int src_col, int64_t K,
-          const float* src, int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, float* dst) {
-  const int64_t T = static_cast<int64_t>(g.order.size());
-  std::vector<int64_t> rm(static_cast<size_t>(2 * T));
-  for (int64_t p = 0; p < T; ++p) {
-    const int64_t row = g.order[static_cast<size_t>(p)];
-    rm[static_cast<size_t>(2 * p)] = t[row * 3 + row_col];
-    rm[static_cast<size_t>(2 * p + 1)] = t[row * 3 + src_col];
-  }
+// g: group_pairs(tiled) over the destination rows.
+void mvmr(const CpuContext& ctx, const Pairs& g, int64_t K, const float* src, int64_t c_src, const float* mat,
+          int64_t c_dst, int64_t rows, float* dst) {
+  const int64_t T = static_cast<int64_t>(g.ab.size() / 2);
   const int64_t tiles = (rows + kRowTile - 1) / kRowTile;
   const int64_t per_tile = (T / std::max<int64_t>(tiles, 1) + 1) * c_src * c_dst;
   parallel_for(ctx, 0, tiles, grain_for(per_tile), [&](int64_t t0, int64_t t1) {
-    mvmr_tiles(t0, t1, K, g.offsets.data(), rm.data(), src, c_src, mat, c_dst, rows, dst);
+    mvmr_tiles(t0, t1, K, g.offsets.data(), g.ab.data(), src, c_src, mat, c_dst, rows, dst);
   });
 }
 
@@ -184,8 +268,8 @@ __attribute__((always_inline)) inline void vvor_columns(int64_t p0, int64_t p1, 
   for (; o < o1; ++o) vvor_tile<1, CB>(p0, p1, ij, grad_out, features, co, ci, o, c0, dw);
 }
 
-// grad_weights rows [o0, o1) of W_k (dw: W_k's gradient): column blocks of 64, 32 and 16 in
-// register tiles of about 256 accumulators (4, 8 and 16 rows), the last columns one at a time,
+// grad_weights rows [o0, o1) of W_k (dw: W_k's gradient): column blocks of 64, 32, 16 and 8 in
+// register tiles of about 256 accumulators (4, 8, 16 and 16 rows), the last columns one at a time,
 // so each pass over k's triplets does as much work as the registers hold. Cloned per ISA like
 // mvmr_rows.
 __attribute__((target_clones("avx512f", "avx2", "default")))
@@ -195,6 +279,7 @@ void vvor_block(int64_t p0, int64_t p1, const int64_t* ij, const float* grad_out
   for (; c + 64 <= ci; c += 64) vvor_columns<4, 64>(p0, p1, ij, grad_out, features, co, ci, o0, o1, c, dw);
   if (c + 32 <= ci) vvor_columns<8, 32>(p0, p1, ij, grad_out, features, co, ci, o0, o1, c, dw), c += 32;
   if (c + 16 <= ci) vvor_columns<16, 16>(p0, p1, ij, grad_out, features, co, ci, o0, o1, c, dw), c += 16;
+  if (c + 8 <= ci) vvor_columns<16, 8>(p0, p1, ij, grad_out, features, co, ci, o0, o1, c, dw), c += 8;
   for (; c < ci; ++c) vvor_columns<16, 1>(p0, p1, ij, grad_out, features, co, ci, o0, o1, c, dw);
 }
 
@@ -211,8 +296,8 @@ void point_conv(const CpuContext& ctx, const PointConvShape& s, const float* fea
   for (int64_t k = 0; k < K; ++k)
     for (int64_t o = 0; o < Co; ++o)
       for (int64_t c = 0; c < Ci; ++c) wt[(k * Ci + c) * Co + o] = weights[(k * Co + o) * Ci + c];
-  const Grouping g = group_tiled(triplets, s.triplets, /*row_col=*/0, /*src_col=*/1, s.num_out, s.num_in, K);
-  mvmr(ctx, g, triplets, /*row_col=*/0, /*src_col=*/1, K, features, Ci, wt.data(), Co, s.num_out, out);
+  const Pairs g = group_pairs(triplets, s.triplets, /*a_col=*/0, /*b_col=*/1, s.num_out, s.num_in, K, true);
+  mvmr(ctx, g, K, features, Ci, wt.data(), Co, s.num_out, out);
 }
 
 void point_conv_backward(const CpuContext& ctx, const PointConvShape& s, const float* grad_out,
@@ -221,21 +306,14 @@ void point_conv_backward(const CpuContext& ctx, const PointConvShape& s, const f
   core::validate_point_conv(s);
   core::validate_triplets(s, triplets, "triplets");
   const int64_t Ci = s.channels_in, Co = s.channels_out, K = s.kernels;
-  const int64_t counts[3] = {s.num_out, s.num_in, s.kernels};
   if (grad_features != nullptr && s.num_in * Ci > 0) {
-    const Grouping g = group_tiled(triplets, s.triplets, /*row_col=*/1, /*src_col=*/0, s.num_in, s.num_out, K);
-    mvmr(ctx, g, triplets, /*row_col=*/1, /*src_col=*/0, K, grad_out, Co, weights, Ci, s.num_in, grad_features);
+    const Pairs g = group_pairs(triplets, s.triplets, /*a_col=*/1, /*b_col=*/0, s.num_in, s.num_out, K, true);
+    mvmr(ctx, g, K, grad_out, Co, weights, Ci, s.num_in, grad_features);
   }
   if (grad_weights != nullptr && K * Co * Ci > 0) {
-    const Grouping g = group_triplets(triplets, s.triplets, /*key=*/2, /*second=*/0, /*third=*/1, counts);
+    const Pairs g = group_pairs(triplets, s.triplets, /*a_col=*/0, /*b_col=*/1, s.num_out, s.num_in, K, false);
     // Tasks own (k, block of output channels); each element sums its triplets in group order.
     constexpr int64_t kBlock = 16;
-    std::vector<int64_t> ij(static_cast<size_t>(2 * s.triplets));
-    for (int64_t p = 0; p < s.triplets; ++p) {
-      const int64_t row = g.order[static_cast<size_t>(p)];
-      ij[static_cast<size_t>(2 * p)] = triplets[row * 3];
-      ij[static_cast<size_t>(2 * p + 1)] = triplets[row * 3 + 1];
-    }
     const int64_t blocks = (Co + kBlock - 1) / kBlock;
     const int64_t T = s.triplets;
     parallel_for(ctx, 0, K * blocks, grain_for((T / std::max<int64_t>(K, 1) + 1) * kBlock * Ci),
@@ -243,7 +321,7 @@ void point_conv_backward(const CpuContext& ctx, const PointConvShape& s, const f
                    for (int64_t q = q0; q < q1; ++q) {
                      const int64_t k = q / blocks, o0 = (q % blocks) * kBlock;
                      const int64_t o1 = std::min(Co, o0 + kBlock);
-                     vvor_block(g.offsets[k], g.offsets[k + 1], ij.data(), grad_out, features, Co, Ci, o0, o1,
+                     vvor_block(g.offsets[k], g.offsets[k + 1], g.ab.data(), grad_out, features, Co, Ci, o0, o1,
                                 grad_weights + k * Co * Ci);
                    }
                  });
