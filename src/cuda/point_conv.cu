@@ -18,6 +18,7 @@
 #include <string>
 
 #include "cuda/common.cuh"
+#include "cuda/point_conv_tiled.hpp"
 #include "pcops/point_conv.hpp"
 
 namespace pcops::cuda {
@@ -191,9 +192,12 @@ __global__ void vvor_unrolled_kernel(const int64_t* offsets, const int64_t* __re
   }
 }
 
-bool vvor_unrolled() {
+// PCOPS_CUDA_POINT_CONV_CONFIG: comma-separated experiments ("vvor-unrolled", "mvmr-tiled").
+bool config_has(const char* name) {
   const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_CONFIG");
-  return e != nullptr && std::string(e) == "vvor-unrolled";
+  if (e == nullptr) return false;
+  const std::string s = "," + std::string(e) + ",";
+  return s.find("," + std::string(name) + ",") != std::string::npos;
 }
 
 // wt[k, c, o] = w[k, o, c].
@@ -216,6 +220,9 @@ void point_conv(const CudaContext& ctx, const PointConvShape& s, const float* fe
   constexpr int NT = PointConvPolicy::kThreads;
   float* wt = ws.alloc<float>(K * Ci * Co);
   detail::launch(ctx, transpose_kernel, dim3(blocks_for(K * Ci * Co)), dim3(NT), 0, weights, K, Co, Ci, wt);
+  if (config_has("mvmr-tiled") && point_conv_exact_tiled(ctx, triplets, s.triplets, 0, 1, s.num_out, s.num_in, K,
+                                                         features, Ci, wt, Co, out))
+    return;
   const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/0, /*second=*/2, /*third=*/1);
   detail::launch(ctx, mvmr_kernel, dim3(blocks_for(s.num_out * Co)), dim3(NT), 0, g.offsets, g.order, triplets,
                  1, features, Ci, static_cast<const float*>(wt), Co, s.num_out, out);
@@ -228,14 +235,16 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
   const int64_t Ci = s.channels_in, Co = s.channels_out, K = s.kernels;
   detail::Workspace ws(ctx);
   constexpr int NT = PointConvPolicy::kThreads;
-  if (grad_features != nullptr && s.num_in * Ci > 0) {
+  if (grad_features != nullptr && s.num_in * Ci > 0 &&
+      !(config_has("mvmr-tiled") && point_conv_exact_tiled(ctx, triplets, s.triplets, 1, 0, s.num_in, s.num_out, K,
+                                                          grad_out, Co, weights, Ci, grad_features))) {
     const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/1, /*second=*/2, /*third=*/0);
     detail::launch(ctx, mvmr_kernel, dim3(blocks_for(s.num_in * Ci)), dim3(NT), 0, g.offsets, g.order, triplets,
                    0, grad_out, Co, weights, Ci, s.num_in, grad_features);
   }
   if (grad_weights != nullptr && K * Co * Ci > 0) {
     const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/2, /*second=*/0, /*third=*/1);
-    if (vvor_unrolled() && s.triplets > 0) {
+    if (config_has("vvor-unrolled") && s.triplets > 0) {
       int64_t* ii = ws.alloc<int64_t>(s.triplets);
       int64_t* jj = ws.alloc<int64_t>(s.triplets);
       detail::launch(ctx, gather_ij_kernel, dim3(blocks_for(s.triplets)), dim3(NT), 0, g.order, triplets,

@@ -96,8 +96,8 @@ class PointConvConfig {
   PointConvConfig& operator=(const PointConvConfig&) = delete;
 };
 
-// The default kernels and the unrolled weight-gradient experiment.
-const char* const kConfigs[] = {"", "vvor-unrolled"};
+// The default kernels and the experiments: the unrolled weight gradient, the tiled exact MVMR.
+const char* const kConfigs[] = {"", "vvor-unrolled", "mvmr-tiled", "mvmr-tiled,vvor-unrolled"};
 
 TEST(CudaPointConv, BitwiseEqualToCpu) {
   for (const char* config : kConfigs) {
