@@ -103,9 +103,33 @@ void radix_sort(std::vector<uint64_t>& keys, int bits) {
 // The triplets as the kernels walk them: group g's positions are [offsets[g], offsets[g + 1]) and
 // ab holds (a, b) per position, ordered by (group, a, b). tiled (the MVMR; a = destination row,
 // b = source row): group = (a / kRowTile) * K + k. Otherwise (the VVOR; a = i, b = j): group = k.
+// Either the sorted packed keys (a's low bits above b's) or, for keys wider than 64 bits, the
+// pairs themselves; PairRef reads both the same way.
 struct Pairs {
-  std::vector<int64_t> offsets, ab;
+  std::vector<int64_t> offsets;
+  std::vector<uint64_t> keys;
+  std::vector<int64_t> ab;
+  int lb = 0;
+  uint64_t amask = 0, bmask = 0;
 };
+
+struct PairRef {
+  const uint64_t* keys;
+  const int64_t* ab;
+  int lb;
+  uint64_t amask, bmask;
+  // a at position p (base: the tile's first row for the MVMR's keys, which hold the row in the
+  // tile; 0 for the VVOR's) and b.
+  int64_t a(int64_t p, int64_t base) const {
+    return keys != nullptr ? base + static_cast<int64_t>((keys[p] >> lb) & amask) : ab[2 * p];
+  }
+  int64_t b(int64_t p) const { return keys != nullptr ? static_cast<int64_t>(keys[p] & bmask) : ab[2 * p + 1]; }
+};
+
+PairRef ref(const Pairs& g) {
+  return PairRef{g.keys.empty() ? nullptr : g.keys.data(), g.ab.empty() ? nullptr : g.ab.data(), g.lb, g.amask,
+                 g.bmask};
+}
 
 Pairs group_pairs(const int64_t* t, int64_t T, int a_col, int b_col, int64_t na, int64_t nb, int64_t K, bool tiled) {
   Pairs g;
@@ -115,7 +139,7 @@ Pairs group_pairs(const int64_t* t, int64_t T, int a_col, int b_col, int64_t na,
   static_assert(kRowTile == 64, "six bits of row in the tile");
   const int lg = bits_for(std::max<int64_t>(groups - 1, 0));
   g.offsets.assign(static_cast<size_t>(groups) + 1, 0);
-  g.ab.resize(static_cast<size_t>(2 * T));
+  if (T == 0) return g;
   if (lg + la + lb <= 64) {
     // One radix sort of packed (group, a or a's row in the tile, b) keys.
     std::vector<uint64_t> keys(static_cast<size_t>(T));
@@ -126,17 +150,15 @@ Pairs group_pairs(const int64_t* t, int64_t T, int a_col, int b_col, int64_t na,
       keys[static_cast<size_t>(p)] = (grp << (la + lb)) | (low << lb) | static_cast<uint64_t>(b);
     }
     radix_sort(keys, lg + la + lb);
-    const uint64_t bmask = lb == 0 ? 0 : (uint64_t{1} << lb) - 1, amask = la == 0 ? 0 : (uint64_t{1} << la) - 1;
-    for (int64_t p = 0; p < T; ++p) {
-      const uint64_t key = keys[static_cast<size_t>(p)];
-      const int64_t grp = static_cast<int64_t>(key >> (la + lb)), low = static_cast<int64_t>((key >> lb) & amask);
-      ++g.offsets[static_cast<size_t>(grp) + 1];
-      g.ab[static_cast<size_t>(2 * p)] = tiled ? (grp / K) * kRowTile + low : low;
-      g.ab[static_cast<size_t>(2 * p + 1)] = static_cast<int64_t>(key & bmask);
-    }
+    for (uint64_t key : keys) ++g.offsets[static_cast<size_t>(key >> (la + lb)) + 1];
     for (int64_t v = 0; v < groups; ++v) g.offsets[v + 1] += g.offsets[v];
+    g.keys.swap(keys);
+    g.lb = lb;
+    g.amask = la == 0 ? 0 : (uint64_t{1} << la) - 1;
+    g.bmask = lb == 0 ? 0 : (uint64_t{1} << lb) - 1;
     return g;
   }
+  g.ab.resize(static_cast<size_t>(2 * T));
   // Keys wider than 64 bits: stable counting passes through the triplet order.
   const int64_t counts[3] = {a_col == 0 ? na : nb, a_col == 0 ? nb : na, K};
   const Grouping o = tiled ? group_tiled(t, T, a_col, b_col, na, nb, K)
@@ -204,7 +226,7 @@ __attribute__((always_inline)) inline void mvmr_term(const float* m, const float
 // one at a time. Cloned per ISA: the compiler vectorises over d; contraction stays off, so every
 // clone computes the same bits.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void mvmr_tiles(int64_t t0, int64_t t1, int64_t K, const int64_t* offsets, const int64_t* rm, const float* src,
+void mvmr_tiles(int64_t t0, int64_t t1, int64_t K, const int64_t* offsets, PairRef rm, const float* src,
                 int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, float* dst) {
   for (int64_t tile = t0; tile < t1; ++tile) {
     const int64_t r_end = std::min(rows, (tile + 1) * kRowTile);
@@ -212,8 +234,8 @@ void mvmr_tiles(int64_t t0, int64_t t1, int64_t K, const int64_t* offsets, const
     for (int64_t k = 0; k < K; ++k) {
       const float* mk = mat + k * c_src * c_dst;
       for (int64_t p = offsets[tile * K + k]; p < offsets[tile * K + k + 1]; ++p) {
-        float* out = dst + rm[2 * p] * c_dst;
-        const float* s = src + rm[2 * p + 1] * c_src;
+        float* out = dst + rm.a(p, tile * kRowTile) * c_dst;
+        const float* s = src + rm.b(p) * c_src;
         int64_t d0 = 0;
         for (; d0 + 64 <= c_dst; d0 += 64) mvmr_term<64>(mk + d0, s, c_src, c_dst, out + d0);
         if (d0 + 32 <= c_dst) mvmr_term<32>(mk + d0, s, c_src, c_dst, out + d0), d0 += 32;
@@ -228,11 +250,11 @@ void mvmr_tiles(int64_t t0, int64_t t1, int64_t K, const int64_t* offsets, const
 // g: group_pairs(tiled) over the destination rows.
 void mvmr(const CpuContext& ctx, const Pairs& g, int64_t K, const float* src, int64_t c_src, const float* mat,
           int64_t c_dst, int64_t rows, float* dst) {
-  const int64_t T = static_cast<int64_t>(g.ab.size() / 2);
+  const int64_t T = g.offsets.back();
   const int64_t tiles = (rows + kRowTile - 1) / kRowTile;
   const int64_t per_tile = (T / std::max<int64_t>(tiles, 1) + 1) * c_src * c_dst;
   parallel_for(ctx, 0, tiles, grain_for(per_tile), [&](int64_t t0, int64_t t1) {
-    mvmr_tiles(t0, t1, K, g.offsets.data(), g.ab.data(), src, c_src, mat, c_dst, rows, dst);
+    mvmr_tiles(t0, t1, K, g.offsets.data(), ref(g), src, c_src, mat, c_dst, rows, dst);
   });
 }
 
@@ -240,15 +262,15 @@ void mvmr(const CpuContext& ctx, const Pairs& g, int64_t K, const float* src, in
 // order, dw[k, o, c] = fl(dw[k, o, c] + fl(G[i, o] * F[j, c])), the OB x CB accumulators in
 // registers. ij: (i, j) of the triplets in grouping order (sequential reads).
 template <int OB, int CB>
-__attribute__((always_inline)) inline void vvor_tile(int64_t p0, int64_t p1, const int64_t* ij, const float* grad_out,
+__attribute__((always_inline)) inline void vvor_tile(int64_t p0, int64_t p1, PairRef ij, const float* grad_out,
                                                      const float* features, int64_t co, int64_t ci, int64_t o0,
                                                      int64_t c0, float* dw) {
   float acc[OB][CB];
   for (int o = 0; o < OB; ++o)
     for (int c = 0; c < CB; ++c) acc[o][c] = 0.0f;
   for (int64_t p = p0; p < p1; ++p) {
-    const float* go = grad_out + ij[2 * p] * co + o0;
-    const float* f = features + ij[2 * p + 1] * ci + c0;
+    const float* go = grad_out + ij.a(p, 0) * co + o0;
+    const float* f = features + ij.b(p) * ci + c0;
     for (int o = 0; o < OB; ++o) {
       const float gv = go[o];
       for (int c = 0; c < CB; ++c) acc[o][c] = acc[o][c] + gv * f[c];
@@ -260,7 +282,7 @@ __attribute__((always_inline)) inline void vvor_tile(int64_t p0, int64_t p1, con
 
 // Rows [o0, o1) of one column block of width CB: tiles of OB rows, then single rows.
 template <int OB, int CB>
-__attribute__((always_inline)) inline void vvor_columns(int64_t p0, int64_t p1, const int64_t* ij,
+__attribute__((always_inline)) inline void vvor_columns(int64_t p0, int64_t p1, PairRef ij,
                                                         const float* grad_out, const float* features, int64_t co,
                                                         int64_t ci, int64_t o0, int64_t o1, int64_t c0, float* dw) {
   int64_t o = o0;
@@ -273,7 +295,7 @@ __attribute__((always_inline)) inline void vvor_columns(int64_t p0, int64_t p1, 
 // so each pass over k's triplets does as much work as the registers hold. Cloned per ISA like
 // mvmr_rows.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void vvor_block(int64_t p0, int64_t p1, const int64_t* ij, const float* grad_out, const float* features,
+void vvor_block(int64_t p0, int64_t p1, PairRef ij, const float* grad_out, const float* features,
                 int64_t co, int64_t ci, int64_t o0, int64_t o1, float* dw) {
   int64_t c = 0;
   for (; c + 64 <= ci; c += 64) vvor_columns<4, 64>(p0, p1, ij, grad_out, features, co, ci, o0, o1, c, dw);
@@ -321,7 +343,7 @@ void point_conv_backward(const CpuContext& ctx, const PointConvShape& s, const f
                    for (int64_t q = q0; q < q1; ++q) {
                      const int64_t k = q / blocks, o0 = (q % blocks) * kBlock;
                      const int64_t o1 = std::min(Co, o0 + kBlock);
-                     vvor_block(g.offsets[k], g.offsets[k + 1], g.ab.data(), grad_out, features, Co, Ci, o0, o1,
+                     vvor_block(g.offsets[k], g.offsets[k + 1], ref(g), grad_out, features, Co, Ci, o0, o1,
                                 grad_weights + k * Co * Ci);
                    }
                  });
