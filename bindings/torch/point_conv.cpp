@@ -5,40 +5,44 @@
 namespace pcops::torch_binding {
 namespace {
 
-// features [N_in, C_in], weights [K, C_out, C_in], triplets int64 [T, 3]: framework checks,
-// then float32 contiguous copies where needed. Triplet ranges are checked by the core (CPU).
+// features [N_in, C_in], weights [K, C_out, C_in], triplets int64 [T, 3]: framework checks;
+// features and weights stay as given (each path converts them once: float32 copies for the
+// exact kernels, 16-bit dense rows for the tensor cores), triplets contiguous. Triplet ranges
+// are checked by the core (CPU) or check_triplet_ranges (CUDA).
 struct Inputs {
   at::Tensor features, weights, triplets;
   PointConvShape shape;
 };
 
-// convert false: features and weights are checked but kept as they are (the tensor-core path
-// reads them in their 16-bit dtype; no float32 copies).
 Inputs point_conv_inputs(const at::Tensor& features_in, const at::Tensor& weights_in,
-                         const at::Tensor& triplets_in, int64_t num_out, bool convert = true) {
+                         const at::Tensor& triplets_in, int64_t num_out) {
   check_same_device(features_in, "features", weights_in, "weights");
   check_same_device(features_in, "features", triplets_in, "triplets");
-  Inputs in;
-  const auto values = [&](const at::Tensor& t, const char* name, int64_t rank, const char* shape) {
-    if (convert) return as_values(t, name, rank, shape);
-    check_values(t, name, rank, shape);
-    return t.contiguous();
-  };
-  in.features = values(features_in, "features", 2, "[N_in, C_in]");
-  in.weights = values(weights_in, "weights", 3, "[K, C_out, C_in]");
-  TORCH_CHECK_VALUE(in.weights.size(2) == in.features.size(1), "weights: expected shape [K, C_out, ",
-                    in.features.size(1), "] (C_in of features), got ", weights_in.sizes());
+  check_values(features_in, "features", 2, "[N_in, C_in]");
+  check_values(weights_in, "weights", 3, "[K, C_out, C_in]");
+  TORCH_CHECK_VALUE(weights_in.size(2) == features_in.size(1), "weights: expected shape [K, C_out, ",
+                    features_in.size(1), "] (C_in of features), got ", weights_in.sizes());
   TORCH_CHECK_TYPE(triplets_in.scalar_type() == at::kLong, "triplets: expected an int64 tensor, got ",
                    triplets_in.scalar_type());
   TORCH_CHECK_VALUE(triplets_in.dim() == 2 && triplets_in.size(1) == 3,
                     "triplets: expected shape [T, 3] (rows i, j, k), got ", triplets_in.sizes());
   TORCH_CHECK_VALUE(num_out >= 0, "num_out: expected a non-negative output size, got ", num_out);
-  in.triplets = triplets_in.contiguous();
-  in.shape = PointConvShape{in.features.size(0), num_out,           in.features.size(1),
-                            in.weights.size(1),  in.weights.size(0), in.triplets.size(0)};
-  check_output_size("num_out", num_out, num_out, in.weights.size(1));
+  Inputs in{features_in, weights_in, triplets_in.contiguous(), {}};
+  in.shape = PointConvShape{features_in.size(0), num_out,           features_in.size(1),
+                            weights_in.size(1),  weights_in.size(0), in.triplets.size(0)};
+  check_output_size("num_out", num_out, num_out, weights_in.size(1));
   return in;
 }
+
+// grad_out [N_out, C_out] (rank, dtype and shape).
+void check_grad_out(const at::Tensor& grad_out, const Inputs& in) {
+  check_values(grad_out, "grad_out", 2, "[N_out, C_out]");
+  TORCH_CHECK_VALUE(grad_out.size(0) == in.shape.num_out && grad_out.size(1) == in.shape.channels_out,
+                    "grad_out: expected shape [", in.shape.num_out, ", ", in.shape.channels_out, "], got ",
+                    grad_out.sizes());
+}
+
+at::Tensor as_float(const at::Tensor& t) { return t.to(at::kFloat).contiguous(); }
 
 // "exact" (the contract's order, float32) or "fast" (CUDA tensor cores for 16-bit inputs).
 bool fast_mode(c10::string_view mode) {
@@ -46,32 +50,6 @@ bool fast_mode(c10::string_view mode) {
                     std::string(mode), "\"");
   return mode == "fast";
 }
-
-#if PCOPS_TORCH_CUDA
-// The tensor-core path takes the call: fast mode, CUDA, features and weights of one 16-bit
-// dtype, a supported shape and 16-byte aligned rows (the kernels load 16 bytes at a time).
-bool use_mma(bool fast, const at::Tensor& features, const at::Tensor& weights, const PointConvShape& shape) {
-  const auto st = features.scalar_type();
-  const auto aligned = [](const at::Tensor& t) { return reinterpret_cast<uintptr_t>(t.data_ptr()) % 16 == 0; };
-  return fast && features.is_cuda() && (st == at::kHalf || st == at::kBFloat16) && weights.scalar_type() == st &&
-         cuda::point_conv_mma_supported(shape) && features.is_contiguous() && weights.is_contiguous() &&
-         aligned(features) && aligned(weights);
-}
-
-Half16 half16_of(const at::Tensor& t) { return t.scalar_type() == at::kHalf ? Half16::kFloat16 : Half16::kBFloat16; }
-
-// in: unconverted inputs (point_conv_inputs with convert false).
-at::Tensor point_conv_tensor_cores(const Inputs& in, int64_t num_out) {
-  const at::Tensor& f = in.features;
-  const at::Tensor& w = in.weights;
-  at::Tensor out = at::empty({num_out, in.shape.channels_out}, f.options());
-  translate_errors([&] {
-    cuda::point_conv_mma(cuda_context(f), in.shape, half16_of(f), f.data_ptr(), w.data_ptr(),
-                         in.triplets.data_ptr<int64_t>(), out.data_ptr());
-  });
-  return out;
-}
-#endif
 
 // CUDA triplets are range-checked here, on the host, before any kernel runs (the CPU core
 // checks its own).
@@ -88,29 +66,58 @@ void check_triplet_ranges(const Inputs& in) {
   }
 }
 
+#if PCOPS_TORCH_CUDA
+// The tensor-core path takes the call: fast mode, CUDA, features and weights of one 16-bit
+// dtype and a supported shape.
+bool use_mma(bool fast, const Inputs& in) {
+  const auto st = in.features.scalar_type();
+  return fast && in.features.is_cuda() && (st == at::kHalf || st == at::kBFloat16) &&
+         in.weights.scalar_type() == st && cuda::point_conv_mma_supported(in.shape);
+}
+
+// Dense rows at a 16-byte aligned address (the kernels load 16 bytes at a time): a view at an
+// odd offset is copied.
+at::Tensor dense16(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone();
+}
+
+Half16 half16_of(const at::Tensor& t) { return t.scalar_type() == at::kHalf ? Half16::kFloat16 : Half16::kBFloat16; }
+#endif
+
 template <class Run>
 at::Tensor point_conv_impl(const at::Tensor& features_in, const at::Tensor& weights_in,
                            const at::Tensor& triplets_in, int64_t num_out, c10::string_view mode, Run run) {
   const bool fast = fast_mode(mode);
+  const Inputs in = point_conv_inputs(features_in, weights_in, triplets_in, num_out);
+  check_triplet_ranges(in);
 #if PCOPS_TORCH_CUDA
-  {
-    const Inputs raw = point_conv_inputs(features_in, weights_in, triplets_in, num_out, /*convert=*/false);
-    if (use_mma(fast, raw.features, raw.weights, raw.shape)) {
-      check_triplet_ranges(raw);
-      return point_conv_tensor_cores(raw, num_out);
-    }
+  if (use_mma(fast, in)) {
+    const at::Tensor f = dense16(in.features), w = dense16(in.weights);
+    at::Tensor out = at::empty({num_out, in.shape.channels_out}, f.options());
+    translate_errors([&] {
+      cuda::point_conv_mma(cuda_context(f), in.shape, half16_of(f), f.data_ptr(), w.data_ptr(),
+                           in.triplets.data_ptr<int64_t>(), out.data_ptr());
+    });
+    return out;
   }
 #else
   (void)fast;
 #endif
-  const Inputs in = point_conv_inputs(features_in, weights_in, triplets_in, num_out);
-  check_triplet_ranges(in);
-  at::Tensor out = at::empty({num_out, in.shape.channels_out}, in.features.options());
+  const at::Tensor f = as_float(in.features), w = as_float(in.weights);
+  at::Tensor out = at::empty({num_out, in.shape.channels_out}, f.options());
   translate_errors([&] {
-    run(in.features, in.shape, in.features.data_ptr<float>(), in.weights.data_ptr<float>(),
-        in.triplets.data_ptr<int64_t>(), out.data_ptr<float>());
+    run(f, in.shape, f.data_ptr<float>(), w.data_ptr<float>(), in.triplets.data_ptr<int64_t>(),
+        out.data_ptr<float>());
   });
   return out.to(features_in.scalar_type());
+}
+
+// A gradient that is not requested is returned as zeros (not computed).
+std::tuple<at::Tensor, at::Tensor> gradient_buffers(const at::Tensor& f, const at::Tensor& w, bool need_features,
+                                                    bool need_weights) {
+  return {need_features ? at::empty(f.sizes(), f.options()) : at::zeros(f.sizes(), f.options()),
+          need_weights ? at::empty(w.sizes(), w.options()) : at::zeros(w.sizes(), w.options())};
 }
 
 template <class Run>
@@ -121,47 +128,30 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_impl(const at::Tensor& gr
                                                             bool need_features, bool need_weights,
                                                             c10::string_view mode, Run run) {
   const bool fast = fast_mode(mode);
-  (void)fast;  // CPU-only builds
   check_same_device(features_in, "features", grad_out_in, "grad_out");
-#if PCOPS_TORCH_CUDA
-  const Inputs raw = point_conv_inputs(features_in, weights_in, triplets_in, num_out, /*convert=*/false);
-  if (use_mma(fast, raw.features, raw.weights, raw.shape)) {
-    check_values(grad_out_in, "grad_out", 2, "[N_out, C_out]");
-    TORCH_CHECK_VALUE(grad_out_in.size(0) == num_out && grad_out_in.size(1) == raw.shape.channels_out,
-                      "grad_out: expected shape [", num_out, ", ", raw.shape.channels_out, "], got ",
-                      grad_out_in.sizes());
-    check_triplet_ranges(raw);
-    const Inputs& in = raw;
-    // grad_out in the features' 16-bit dtype (the forward's output dtype).
-    const at::Tensor& f = in.features;
-    const at::Tensor& w = in.weights;
-    const at::Tensor g = grad_out_in.to(f.scalar_type()).contiguous();
-    at::Tensor gf = need_features ? at::empty(f.sizes(), f.options()) : at::zeros(f.sizes(), f.options());
-    at::Tensor gw = need_weights ? at::empty(w.sizes(), w.options()) : at::zeros(w.sizes(), w.options());
-    if (reinterpret_cast<uintptr_t>(g.data_ptr()) % 16 == 0) {
-      translate_errors([&] {
-        cuda::point_conv_mma_backward(cuda_context(f), in.shape, half16_of(f), g.data_ptr(), f.data_ptr(),
-                                      w.data_ptr(), in.triplets.data_ptr<int64_t>(),
-                                      need_features ? gf.data_ptr() : nullptr, need_weights ? gw.data_ptr() : nullptr);
-      });
-      return {gf, gw};
-    }
-  }
-#endif
   const Inputs in = point_conv_inputs(features_in, weights_in, triplets_in, num_out);
-  const at::Tensor grad_out = as_values(grad_out_in, "grad_out", 2, "[N_out, C_out]");
-  TORCH_CHECK_VALUE(grad_out.size(0) == num_out && grad_out.size(1) == in.shape.channels_out,
-                    "grad_out: expected shape [", num_out, ", ", in.shape.channels_out, "], got ",
-                    grad_out_in.sizes());
+  check_grad_out(grad_out_in, in);
   check_triplet_ranges(in);
-  // A gradient that is not requested is returned as zeros (not computed).
-  at::Tensor gf = need_features ? at::empty(in.features.sizes(), in.features.options())
-                                : at::zeros(in.features.sizes(), in.features.options());
-  at::Tensor gw = need_weights ? at::empty(in.weights.sizes(), in.weights.options())
-                               : at::zeros(in.weights.sizes(), in.weights.options());
+#if PCOPS_TORCH_CUDA
+  if (use_mma(fast, in)) {
+    // grad_out in the features' 16-bit dtype (the forward's output dtype).
+    const at::Tensor f = dense16(in.features), w = dense16(in.weights);
+    const at::Tensor g = dense16(grad_out_in.to(f.scalar_type()));
+    auto [gf, gw] = gradient_buffers(f, w, need_features, need_weights);
+    translate_errors([&] {
+      cuda::point_conv_mma_backward(cuda_context(f), in.shape, half16_of(f), g.data_ptr(), f.data_ptr(),
+                                    w.data_ptr(), in.triplets.data_ptr<int64_t>(),
+                                    need_features ? gf.data_ptr() : nullptr, need_weights ? gw.data_ptr() : nullptr);
+    });
+    return {gf, gw};
+  }
+#else
+  (void)fast;
+#endif
+  const at::Tensor f = as_float(in.features), w = as_float(in.weights), g = as_float(grad_out_in);
+  auto [gf, gw] = gradient_buffers(f, w, need_features, need_weights);
   translate_errors([&] {
-    run(in.features, in.shape, grad_out.data_ptr<float>(), in.features.data_ptr<float>(),
-        in.weights.data_ptr<float>(), in.triplets.data_ptr<int64_t>(),
+    run(f, in.shape, g.data_ptr<float>(), f.data_ptr<float>(), w.data_ptr<float>(), in.triplets.data_ptr<int64_t>(),
         need_features ? gf.data_ptr<float>() : nullptr, need_weights ? gw.data_ptr<float>() : nullptr);
   });
   return {gf.to(features_in.scalar_type()), gw.to(weights_in.scalar_type())};

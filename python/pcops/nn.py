@@ -6,7 +6,7 @@ import math
 
 import torch
 
-from pcops.ops.point_conv import point_conv
+from pcops.ops.point_conv import MODES, point_conv
 
 __all__ = ["PointConv"]
 
@@ -32,7 +32,7 @@ class PointConv(torch.nn.Module):
         self, in_channels: int, out_channels: int, kernel_size: int = 3, bias: bool = True, mode: str = "exact"
     ):
         super().__init__()
-        if mode not in ("exact", "fast"):
+        if mode not in MODES:
             raise ValueError(f'PointConv: mode: expected "exact" or "fast", got {mode!r}')
         self.mode = mode
         if in_channels < 1 or out_channels < 1 or kernel_size < 1:

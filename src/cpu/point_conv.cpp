@@ -1,110 +1,31 @@
 // CPU point_conv (MVMR) and its backward, in the contract's fixed order (no atomics).
-// Parallel decomposition: the triplets are grouped by the reduced row (output i forward, input j
-// for grad_features, kernel k for grad_weights) with stable counting sorts; each task owns whole
-// rows and walks their triplets in the contract's order, vectorised over the contiguous channel
-// axis (the per-element order is unchanged by that).
+// Parallel decomposition: the triplets are grouped by one radix sort of packed keys (tiles of
+// output rows and k forward, of input rows and k for grad_features, k for grad_weights); each task
+// owns whole tiles or kernels and walks their triplets in the contract's order, vectorised over
+// the contiguous channel axis (the per-element order is unchanged by that).
 #include "pcops/point_conv.hpp"
 
 #include <algorithm>
+#include <tuple>
 #include <vector>
 
+#include "common/bits.hpp"
 #include "core/validate.hpp"
+#include "cpu/radix_sort.hpp"
 
 namespace pcops::cpu {
 namespace {
-
-// Triplets grouped by column `key` (values in [0, count)), ordered inside a group by the
-// columns `second` then `third`: offsets [count + 1] and the order of the triplet rows.
-struct Grouping {
-  std::vector<int64_t> offsets;
-  std::vector<int64_t> order;
-};
-
-// One stable counting-sort pass of `order` by key(r) in [0, count); offsets: the key's groups.
-template <class Key>
-void counting_pass_by(Key key, int64_t count, std::vector<int64_t>& order, std::vector<int64_t>& scratch,
-                      std::vector<int64_t>& offsets) {
-  offsets.assign(static_cast<size_t>(count) + 1, 0);
-  for (int64_t r : order) ++offsets[static_cast<size_t>(key(r)) + 1];
-  for (int64_t v = 0; v < count; ++v) offsets[v + 1] += offsets[v];
-  std::vector<int64_t> next(offsets.begin(), offsets.end() - 1);
-  scratch.resize(order.size());
-  for (int64_t r : order) scratch[static_cast<size_t>(next[static_cast<size_t>(key(r))]++)] = r;
-  order.swap(scratch);
-}
-
-// The same by column `col` (values in [0, count)).
-void counting_pass(const int64_t* t, int col, int64_t count, std::vector<int64_t>& order,
-                   std::vector<int64_t>& scratch, std::vector<int64_t>& offsets) {
-  counting_pass_by([&](int64_t r) { return t[r * 3 + col]; }, count, order, scratch, offsets);
-}
-
-// Least-significant column first, so the last (stable) pass by `key` keeps (second, third) order.
-Grouping group_triplets(const int64_t* t, int64_t T, int key, int second, int third,
-                        const int64_t counts[3]) {
-  Grouping g;
-  g.order.resize(static_cast<size_t>(T));
-  for (int64_t r = 0; r < T; ++r) g.order[static_cast<size_t>(r)] = r;
-  std::vector<int64_t> scratch;
-  counting_pass(t, third, counts[third], g.order, scratch, g.offsets);
-  counting_pass(t, second, counts[second], g.order, scratch, g.offsets);
-  counting_pass(t, key, counts[key], g.order, scratch, g.offsets);
-  return g;
-}
 
 // MVMR grouping: destination rows in tiles of kRowTile; triplets ordered by (tile, k, row,
 // source row), offsets per (tile, k). Walking a tile k by k visits each row's triplets in
 // ascending (k, source) order, the contract's, while W_k is reused by the whole tile.
 constexpr int64_t kRowTile = 64;
 
-Grouping group_tiled(const int64_t* t, int64_t T, int row_col, int src_col, int64_t rows, int64_t n_src,
-                     int64_t K) {
-  Grouping g;
-  g.order.resize(static_cast<size_t>(T));
-  for (int64_t r = 0; r < T; ++r) g.order[static_cast<size_t>(r)] = r;
-  std::vector<int64_t> scratch;
-  const int64_t tiles = (rows + kRowTile - 1) / kRowTile;
-  counting_pass(t, src_col, n_src, g.order, scratch, g.offsets);
-  counting_pass(t, row_col, rows, g.order, scratch, g.offsets);
-  counting_pass_by([&](int64_t r) { return (t[r * 3 + row_col] / kRowTile) * K + t[r * 3 + 2]; }, tiles * K,
-                   g.order, scratch, g.offsets);
-  return g;
-}
-
-// Bits to hold every value in [0, max_value].
-int bits_for(int64_t max_value) {
-  int b = 0;
-  while (b < 63 && (static_cast<uint64_t>(max_value) >> b) != 0) ++b;
-  return b;
-}
-
-// Stable LSD radix sort of keys below 2^bits, in passes of at most 16 bits.
-void radix_sort(std::vector<uint64_t>& keys, int bits) {
-  if (bits <= 0 || keys.size() < 2) return;
-  const int passes = (bits + 15) / 16, digit = (bits + passes - 1) / passes;
-  const uint64_t mask = (uint64_t{1} << digit) - 1;
-  std::vector<uint64_t> tmp(keys.size());
-  std::vector<int64_t> next(size_t{1} << digit);
-  for (int pass = 0; pass < passes; ++pass) {
-    const int shift = pass * digit;
-    std::fill(next.begin(), next.end(), 0);
-    for (uint64_t k : keys) ++next[static_cast<size_t>((k >> shift) & mask)];
-    int64_t sum = 0;
-    for (int64_t& c : next) {
-      const int64_t v = c;
-      c = sum;
-      sum += v;
-    }
-    for (uint64_t k : keys) tmp[static_cast<size_t>(next[static_cast<size_t>((k >> shift) & mask)]++)] = k;
-    keys.swap(tmp);
-  }
-}
-
-// The triplets as the kernels walk them: group g's positions are [offsets[g], offsets[g + 1]) and
-// ab holds (a, b) per position, ordered by (group, a, b). tiled (the MVMR; a = destination row,
-// b = source row): group = (a / kRowTile) * K + k. Otherwise (the VVOR; a = i, b = j): group = k.
-// Either the sorted packed keys (a's low bits above b's) or, for keys wider than 64 bits, the
-// pairs themselves; PairRef reads both the same way.
+// The triplets as the kernels walk them: group g's positions are [offsets[g], offsets[g + 1]),
+// ordered by (group, a, b). tiled (the MVMR; a = destination row, b = source row): group =
+// (a / kRowTile) * K + k. Otherwise (the VVOR; a = i, b = j): group = k. Either the sorted packed
+// keys (a's low bits above b's) or, for keys wider than 64 bits, the pairs themselves; PairRef
+// reads both the same way.
 struct Pairs {
   std::vector<int64_t> offsets;
   std::vector<uint64_t> keys;
@@ -132,40 +53,47 @@ PairRef ref(const Pairs& g) {
 }
 
 Pairs group_pairs(const int64_t* t, int64_t T, int a_col, int b_col, int64_t na, int64_t nb, int64_t K, bool tiled) {
+  using pcops::common::bits_for;
+  static_assert(kRowTile == 64, "six bits of row in the tile");
   Pairs g;
   const int64_t groups = tiled ? (na + kRowTile - 1) / kRowTile * K : K;
-  const int lb = bits_for(std::max<int64_t>(nb - 1, 0));
-  const int la = tiled ? 6 : bits_for(std::max<int64_t>(na - 1, 0));
-  static_assert(kRowTile == 64, "six bits of row in the tile");
-  const int lg = bits_for(std::max<int64_t>(groups - 1, 0));
+  const auto group_of = [&](int64_t p) {
+    const int64_t a = t[p * 3 + a_col], k = t[p * 3 + 2];
+    return tiled ? (a / kRowTile) * K + k : k;
+  };
+  const int lb = bits_for(static_cast<uint64_t>(std::max<int64_t>(nb - 1, 0)));
+  const int la = tiled ? 6 : bits_for(static_cast<uint64_t>(std::max<int64_t>(na - 1, 0)));
+  const int lg = bits_for(static_cast<uint64_t>(std::max<int64_t>(groups - 1, 0)));
   g.offsets.assign(static_cast<size_t>(groups) + 1, 0);
   if (T == 0) return g;
-  if (lg + la + lb <= 64) {
-    // One radix sort of packed (group, a or a's row in the tile, b) keys.
-    std::vector<uint64_t> keys(static_cast<size_t>(T));
-    for (int64_t p = 0; p < T; ++p) {
-      const int64_t a = t[p * 3 + a_col], b = t[p * 3 + b_col], k = t[p * 3 + 2];
-      const uint64_t grp = static_cast<uint64_t>(tiled ? (a / kRowTile) * K + k : k);
+  const bool packed = lg + la + lb <= 64;
+  if (packed) g.keys.resize(static_cast<size_t>(T));
+  for (int64_t p = 0; p < T; ++p) {
+    const int64_t grp = group_of(p);
+    ++g.offsets[static_cast<size_t>(grp) + 1];
+    if (packed) {
+      const int64_t a = t[p * 3 + a_col], b = t[p * 3 + b_col];
       const uint64_t low = static_cast<uint64_t>(tiled ? a % kRowTile : a);
-      keys[static_cast<size_t>(p)] = (grp << (la + lb)) | (low << lb) | static_cast<uint64_t>(b);
+      g.keys[static_cast<size_t>(p)] = (static_cast<uint64_t>(grp) << (la + lb)) | (low << lb) | static_cast<uint64_t>(b);
     }
-    radix_sort(keys, lg + la + lb);
-    for (uint64_t key : keys) ++g.offsets[static_cast<size_t>(key >> (la + lb)) + 1];
-    for (int64_t v = 0; v < groups; ++v) g.offsets[v + 1] += g.offsets[v];
-    g.keys.swap(keys);
+  }
+  for (int64_t v = 0; v < groups; ++v) g.offsets[v + 1] += g.offsets[v];
+  if (packed) {
+    // One radix sort of packed (group, a or a's row in the tile, b) keys.
+    radix_sort(g.keys, lg + la + lb, [](uint64_t k) { return k; });
     g.lb = lb;
-    g.amask = la == 0 ? 0 : (uint64_t{1} << la) - 1;
-    g.bmask = lb == 0 ? 0 : (uint64_t{1} << lb) - 1;
+    g.amask = (uint64_t{1} << la) - 1;
+    g.bmask = (uint64_t{1} << lb) - 1;
     return g;
   }
+  // Keys wider than 64 bits: a comparison sort of the positions (equal tuples are equal triplets).
+  std::vector<int64_t> order(static_cast<size_t>(T));
+  for (int64_t p = 0; p < T; ++p) order[static_cast<size_t>(p)] = p;
+  const auto tuple = [&](int64_t p) { return std::make_tuple(group_of(p), t[p * 3 + a_col], t[p * 3 + b_col]); };
+  std::sort(order.begin(), order.end(), [&](int64_t x, int64_t y) { return tuple(x) < tuple(y); });
   g.ab.resize(static_cast<size_t>(2 * T));
-  // Keys wider than 64 bits: stable counting passes through the triplet order.
-  const int64_t counts[3] = {a_col == 0 ? na : nb, a_col == 0 ? nb : na, K};
-  const Grouping o = tiled ? group_tiled(t, T, a_col, b_col, na, nb, K)
-                           : group_triplets(t, T, /*key=*/2, /*second=*/a_col, /*third=*/b_col, counts);
-  g.offsets = o.offsets;
   for (int64_t p = 0; p < T; ++p) {
-    const int64_t r = o.order[static_cast<size_t>(p)];
+    const int64_t r = order[static_cast<size_t>(p)];
     g.ab[static_cast<size_t>(2 * p)] = t[r * 3 + a_col];
     g.ab[static_cast<size_t>(2 * p + 1)] = t[r * 3 + b_col];
   }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "core/validate.hpp"
+#include "cpu/radix_sort.hpp"
 
 namespace pcops::cpu {
 namespace {
@@ -22,26 +23,6 @@ struct KeyIndex {
   uint64_t key;
   int64_t index;
 };
-
-// Stable LSD radix sort of (key, index) pairs on the low `bits` bits of key.
-void radix_sort(std::vector<KeyIndex>& a, int bits) {
-  constexpr int kDigit = 11;
-  constexpr size_t kBuckets = size_t{1} << kDigit;
-  std::vector<KeyIndex> tmp(a.size());
-  std::vector<size_t> hist(kBuckets);
-  for (int shift = 0; shift < bits; shift += kDigit) {
-    std::fill(hist.begin(), hist.end(), 0);
-    for (const KeyIndex& x : a) ++hist[(x.key >> shift) & (kBuckets - 1)];
-    size_t sum = 0;
-    for (size_t& h : hist) {
-      const size_t c = h;
-      h = sum;
-      sum += c;
-    }
-    for (const KeyIndex& x : a) tmp[hist[(x.key >> shift) & (kBuckets - 1)]++] = x;
-    a.swap(tmp);
-  }
-}
 
 template <class T>
 int64_t voxelize_impl(const CpuContext& ctx, const T* points, int64_t N, int64_t D, const T* size,
@@ -138,7 +119,7 @@ int64_t voxelize_impl(const CpuContext& ctx, const T* points, int64_t N, int64_t
     });
     int bits = 0;
     while (bits < 64 && (total - 1) >> bits) ++bits;
-    radix_sort(order, bits);
+    radix_sort(order, bits, [](const KeyIndex& x) { return x.key; });
   } else if (K > 0) {
     std::stable_sort(order.begin(), order.end(), [&](const KeyIndex& x, const KeyIndex& y) {
       const int64_t a = x.index, b = y.index;

@@ -17,6 +17,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "common/bits.hpp"
 #include "cuda/common.cuh"
 #include "cuda/point_conv_tiled.hpp"
 #include "pcops/point_conv.hpp"
@@ -34,11 +35,7 @@ unsigned blocks_for(int64_t items) {
                                                    PointConvPolicy::kMaxBlocks));
 }
 
-int bits_for(int64_t max_value) {
-  int b = 1;
-  while (b < 63 && (static_cast<uint64_t>(max_value) >> b) != 0) ++b;
-  return b;
-}
+using common::bits_for;
 
 __device__ __forceinline__ bool triplet_valid(const int64_t* t, int64_t r, int64_t n_out, int64_t n_in,
                                               int64_t K) {
@@ -159,7 +156,7 @@ __global__ void vvor_kernel(const int64_t* offsets, const int64_t* order, const 
 // ii[p], jj[p] = the i and j of the triplet at grouping position p (the VVOR's operands without
 // the order -> triplet indirection; positions past the valid triplets are never read).
 __global__ void gather_ij_kernel(const int64_t* order, const int64_t* t, int64_t T, int64_t* ii, int64_t* jj) {
-  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < T; p += int64_t{gridDim.x} * blockDim.x) {
+  PCOPS_CUDA_GRID_STRIDE(p, T) {
     const int64_t r = order[p];
     ii[p] = t[r * 3];
     jj[p] = t[r * 3 + 1];
@@ -174,8 +171,7 @@ __global__ void vvor_unrolled_kernel(const int64_t* offsets, const int64_t* __re
                                      const float* __restrict__ features, int64_t K, int64_t co, int64_t ci,
                                      float* __restrict__ grad_weights) {
   constexpr int U = 8;
-  const int64_t total = K * co * ci;
-  for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < total; q += int64_t{gridDim.x} * blockDim.x) {
+  PCOPS_CUDA_GRID_STRIDE(q, K * co * ci) {
     const int64_t k = q / (co * ci), rem = q - k * co * ci, o = rem / ci, c = rem - o * ci;
     float acc = 0.0f;
     int64_t p = offsets[k];

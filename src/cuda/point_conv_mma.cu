@@ -27,6 +27,7 @@
 #include <cstdint>
 #include <stdexcept>
 
+#include "common/bits.hpp"
 #include "cuda/common.cuh"
 #include "cuda/point_conv_tiled.hpp"
 #include "pcops/point_conv.hpp"
@@ -57,11 +58,7 @@ struct VvorPolicy {
   static constexpr int64_t kPartialBytes = int64_t{64} << 20;
 };
 
-int bits_for(int64_t max_value) {
-  int b = 1;
-  while (b < 63 && (static_cast<uint64_t>(max_value) >> b) != 0) ++b;
-  return b;
-}
+using common::bits_for;
 
 // Key layout of the MVMR sort: (segment = tile * K + k, local destination row, source row).
 struct MvmrKey {
@@ -78,9 +75,22 @@ MvmrKey mvmr_key(int64_t n_dst, int64_t n_src, int64_t K) {
   return m;
 }
 
-int vvor_bits(const PointConvShape& s) {
-  return bits_for(s.kernels) + bits_for(std::max<int64_t>(s.num_out - 1, 1)) +
-         bits_for(std::max<int64_t>(s.num_in - 1, 1));
+// The packed keys fit 64 bits and the tiles the grid.
+bool mvmr_key_fits(const MvmrKey& m) {
+  return m.tiles < (int64_t{1} << 31) && m.seg_bits + MvmrPolicy::kLocalBits + m.src_bits <= 64;
+}
+
+// Key layout of the VVOR sort: (k, i, j); k = K marks an invalid triplet.
+struct VvorKey {
+  int i_bits, j_bits, bits;
+};
+
+VvorKey vvor_key(const PointConvShape& s) {
+  VvorKey v;
+  v.i_bits = bits_for(std::max<int64_t>(s.num_out - 1, 1));
+  v.j_bits = bits_for(std::max<int64_t>(s.num_in - 1, 1));
+  v.bits = bits_for(s.kernels) + v.i_bits + v.j_bits;
+  return v;
 }
 
 template <class T>
@@ -636,8 +646,7 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
   }
   if (gw != nullptr && K * Co * Ci > 0) {
     const cudaStream_t stream = detail::stream_of(ctx);
-    const int i_bits = bits_for(std::max<int64_t>(s.num_out - 1, 1)), j_bits = bits_for(std::max<int64_t>(s.num_in - 1, 1));
-    const int bits = bits_for(K) + i_bits + j_bits;
+    const auto [i_bits, j_bits, bits] = vvor_key(s);
     const int64_t T_ = s.triplets;
     auto* keys = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
     auto* sorted = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
@@ -684,11 +693,8 @@ bool point_conv_mma_supported(const PointConvShape& s) {
   // Grid limits of the weight-gradient kernel (K blocks in x, channel tiles of 64 in y).
   if (s.kernels >= (int64_t{1} << 31) || detail::ceil_div(s.channels_out, 64) * detail::ceil_div(s.channels_in, 64) > 65535)
     return false;
-  const auto fits = [&](int64_t n_dst, int64_t n_src) {
-    const MvmrKey m = mvmr_key(n_dst, n_src, s.kernels);
-    return m.tiles < (int64_t{1} << 31) && m.seg_bits + MvmrPolicy::kLocalBits + m.src_bits <= 64;
-  };
-  return fits(s.num_out, s.num_in) && fits(s.num_in, s.num_out) && bits_for(s.kernels) + vvor_bits(s) <= 64;
+  return mvmr_key_fits(mvmr_key(s.num_out, s.num_in, s.kernels)) &&
+         mvmr_key_fits(mvmr_key(s.num_in, s.num_out, s.kernels)) && vvor_key(s).bits <= 64;
 }
 
 void point_conv_mma(const CudaContext& ctx, const PointConvShape& s, Half16 type, const void* features,
@@ -726,8 +732,7 @@ bool point_conv_exact_tiled(const CudaContext& ctx, const int64_t* triplets, int
                             int64_t c_dst, float* dst) {
   constexpr int64_t kMaxSrc = 1024;  // W_k's 32 columns in shared memory
   const MvmrKey m = mvmr_key(n_dst, n_src, K);
-  if (c_src > kMaxSrc || m.seg_bits + MvmrPolicy::kLocalBits + m.src_bits > 64 || m.tiles >= (int64_t{1} << 31) ||
-      detail::ceil_div(c_dst, 32) > 65535)
+  if (c_src > kMaxSrc || !mvmr_key_fits(m) || detail::ceil_div(c_dst, 32) > 65535)
     return false;
   if (n_dst * c_dst == 0) return true;
   detail::Workspace ws(ctx);

@@ -30,6 +30,7 @@
 #include <vector>
 
 #include "core/validate.hpp"
+#include "common/bits.hpp"
 #include "cuda/common.cuh"
 #include "pcops/error.hpp"
 #include "pcops/voxelize.hpp"
@@ -321,11 +322,7 @@ void finish_counts(const CudaContext& ctx, const VoxelBuffers& out, int64_t V) {
                    static_cast<const int64_t*>(out.voxel_ptr), V, out.counts);
 }
 
-int bits_for(unsigned long long range) {  // bits of values in [0, range]
-  int bits = 1;
-  while (bits < 64 && (range >> bits) != 0) ++bits;
-  return bits;
-}
+using common::bits_for;
 
 // Sorts (packed key, point index) on the layout's bits; returns the sorted keys and order.
 template <class Key>

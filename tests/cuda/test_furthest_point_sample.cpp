@@ -35,13 +35,9 @@ using pcops_cuda_test::StreamContext;
 using pcops_test::Cloud;
 using pcops_test::kSentinelIdx;
 
-// Forces a CUDA path (PCOPS_CUDA_FPS_CONFIG, read at every call) for the scope's lifetime.
-class ForcePath {
- public:
-  explicit ForcePath(const char* config) { setenv("PCOPS_CUDA_FPS_CONFIG", config, 1); }
-  ~ForcePath() { unsetenv("PCOPS_CUDA_FPS_CONFIG"); }
-  ForcePath(const ForcePath&) = delete;
-  ForcePath& operator=(const ForcePath&) = delete;
+// Forces a CUDA path (PCOPS_CUDA_FPS_CONFIG) for the scope's lifetime.
+struct ForcePath : pcops_cuda_test::ScopedEnv {
+  explicit ForcePath(const char* config) : ScopedEnv("PCOPS_CUDA_FPS_CONFIG", config) {}
 };
 
 FpsParams params_of(int64_t m, int64_t start = 0, bool skip = false) {

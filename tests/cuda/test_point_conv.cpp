@@ -88,12 +88,8 @@ void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, co
 }
 
 // PCOPS_CUDA_POINT_CONV_CONFIG for one scope ("" = the default kernels).
-class PointConvConfig {
- public:
-  explicit PointConvConfig(const char* config) { setenv("PCOPS_CUDA_POINT_CONV_CONFIG", config, 1); }
-  ~PointConvConfig() { unsetenv("PCOPS_CUDA_POINT_CONV_CONFIG"); }
-  PointConvConfig(const PointConvConfig&) = delete;
-  PointConvConfig& operator=(const PointConvConfig&) = delete;
+struct PointConvConfig : pcops_cuda_test::ScopedEnv {
+  explicit PointConvConfig(const char* config) : ScopedEnv("PCOPS_CUDA_POINT_CONV_CONFIG", config) {}
 };
 
 // The default kernels and the experiments: the unrolled weight gradient, the tiled exact MVMR.
