@@ -21,7 +21,7 @@ from probe_timing import cuda_times  # this directory
 
 CASES = {
     "100k": (1, 100_000, ["", "grid"]),
-    "1M": (1, 1_000_000, ["", "sorted-rank", "sorted-cells:6", "sorted-list", "sorted:1", "sorted256"]),
+    "1M": (1, 1_000_000, ["", "sorted-atomic", "sorted-cells:6", "sorted-list", "sorted:1", "sorted256"]),
     "4M": (1, 4_000_000, ["", "sorted-list", "sorted128"]),
     "B16x8192": (16, 8192, ["", "cluster-nocopy:8", "cluster:4", "cluster-nocopy:4"]),
     "B32x4096": (32, 4096, ["", "cluster-nocopy:4"]),

@@ -1640,7 +1640,7 @@ bool with_sorted2_kernel(int64_t per_block, int nc, F&& f) {
 // chunk: points per chunk of the one-barrier kernel (0: 128 while one round holds them, else 256;
 // the list kernel: 256).
 bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, int64_t N, int variant,
-                int chunk = 0, int cell_bits = FpsSortedPolicy::kCellBits, bool rank_place = false) {
+                int chunk = 0, int cell_bits = FpsSortedPolicy::kCellBits, bool rank_place = true) {
   using P = FpsSortedPolicy;
   if (N >= int64_t{1} << 31) return false;
   const auto blocks_chunks = [&](int c) { return detail::ceil_div(detail::ceil_div(N, int64_t{c}), int64_t{P::kCluster}); };
@@ -1704,7 +1704,9 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
 // "cluster:C" (cluster path with C blocks), "cluster-nocopy:C" (the same without the cloud copy), "big:T" (big-cluster path, T threads per block),
 // "grid:G" (grid path, G blocks per cloud), "sorted" (sorted path, one cloud; "sorted:NC" the one-barrier
 // kernel folding NC chunks at a time, "sorted128[:NC]" / "sorted256[:NC]" the same with chunks of 128 / 256
-// points, "sorted-list" the list kernel, "sorted-cells:B" 2^B cells per axis in the bucketing, "sorted-rank" the placement by ranks from the counting pass, an experiment), "stream". Unset: the measured choice below.
+// points, "sorted-list" the list kernel, "sorted-cells:B" 2^B cells per axis in the bucketing,
+// "sorted-atomic" the placement by atomic cursors instead of
+// the counting pass's ranks), "stream". Unset: the measured choice below.
 struct FpsOverride {
   std::string path;
   int value = 0;
@@ -1756,12 +1758,12 @@ void dispatch(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a, i
       (ov.path.empty() ? N > FpsSortedPolicy::kMinPoints
                        : ov.path == "sorted" || ov.path == "sorted128" || ov.path == "sorted256" ||
                              ov.path == "sorted-list" || ov.path == "sorted-cells" ||
-                             ov.path == "sorted-rank") &&
+                             ov.path == "sorted-atomic") &&
       run_sorted(ctx, ws, a, N,
-                 ov.path == "sorted-list" ? -1 : ov.path == "sorted-cells" || ov.path == "sorted-rank" ? 0 : ov.value,
+                 ov.path == "sorted-list" ? -1 : ov.path == "sorted-cells" || ov.path == "sorted-atomic" ? 0 : ov.value,
                  ov.path == "sorted128" ? 128 : ov.path == "sorted256" ? 256 : 0,
                  ov.path == "sorted-cells" ? std::clamp(ov.value, 1, 8) : FpsSortedPolicy::kCellBits,
-                 ov.path == "sorted-rank")) {
+                 ov.path != "sorted-atomic")) {
     return;
   }
   const int64_t grid_sms = std::min<int64_t>(sms, FpsGridPolicy::kMaxBlocks);

@@ -4,22 +4,22 @@
 // by (key, second, third), exactly as the CPU's counting sorts; a binary search per row gives the
 // CSR offsets. Triplets with any column out of range get sentinel keys past every row, so they
 // are never visited (the binding range-checks first; this only keeps bad input memory-safe).
-// MVMR kernel: one thread per (row, destination channel), folding the row's triplets in order and
-// the source channels ascending with __fmul_rn / __fadd_rn; neighbouring threads read
-// neighbouring channels of the matrix (coalesced), the source value is a broadcast.
-// VVOR kernel (grad_weights): one thread per (k, o, c), folding kernel k's triplets in order.
-// Deterministic: no atomics anywhere. This is the contract path; a faster tiled path with the
-// same per-element order is future work (docs/ops/point_conv.md, Performance).
+// MVMR kernel: one thread per (row, V destination channels), folding the row's triplets in order
+// and the source channels ascending with __fmul_rn / __fadd_rn; neighbouring threads read
+// neighbouring channels of the matrix (coalesced, V = 4 as one vector load), the source value is a
+// broadcast shared by the V chains.
+// VVOR kernel (grad_weights): one block per (k, 16 output x 32 input channels), each thread four
+// chains (one o, four c); kernel k's triplets pass through shared memory 64 at a time (the next
+// stage's loads in flight while this one is folded), and every chain folds them in order.
+// Deterministic: no atomics anywhere.
 #include <cub/cub.cuh>
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
-#include <string>
+#include <stdexcept>
 
 #include "common/bits.hpp"
 #include "cuda/common.cuh"
-#include "cuda/point_conv_tiled.hpp"
 #include "pcops/point_conv.hpp"
 
 namespace pcops::cuda {
@@ -118,38 +118,55 @@ Grouping group_triplets(const CudaContext& ctx, detail::Workspace& ws, const Poi
   return g;
 }
 
+// V consecutive floats (V = 4: one 16-byte load; the caller guarantees the alignment).
+template <int V>
+struct Vec {
+  float v[V];
+};
+template <int V>
+__device__ __forceinline__ Vec<V> load_vec(const float* p) {
+  Vec<V> r;
+  if constexpr (V == 4) {
+    const float4 x = __ldg(reinterpret_cast<const float4*>(p));
+    r.v[0] = x.x, r.v[1] = x.y, r.v[2] = x.z, r.v[3] = x.w;
+  } else {
+#pragma unroll
+    for (int u = 0; u < V; ++u) r.v[u] = __ldg(p + u);
+  }
+  return r;
+}
+
+// True when every row of a [rows, c] float matrix starts on a 16-byte boundary.
+bool rows_aligned16(const void* p, int64_t c) {
+  return c % 4 == 0 && reinterpret_cast<uintptr_t>(p) % 16 == 0;
+}
+
 // dst[r, d] for r < rows, d < c_dst: fold the triplets of row r (grouping order), then s ascending:
 // acc = fl(acc + fl(mat[k, s, d] * src[m, s])), m = the triplet's src_col entry. mat [K, C_src, C_dst].
+// Thread q: row q / (c_dst / V), channels d .. d + V (V = 4 needs c_dst % 4 == 0 and an aligned mat).
+template <int V>
 __global__ void mvmr_kernel(const int64_t* offsets, const int64_t* order, const int64_t* t, int src_col,
                             const float* __restrict__ src, int64_t c_src, const float* __restrict__ mat,
                             int64_t c_dst, int64_t rows, float* __restrict__ dst) {
-  const int64_t total = rows * c_dst;
-  for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < total; q += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t r = q / c_dst, d = q - r * c_dst;
-    float acc = 0.0f;
+  const int64_t groups = c_dst / V;
+  PCOPS_CUDA_GRID_STRIDE(q, rows * groups) {
+    const int64_t r = q / groups, d = (q - r * groups) * V;
+    float acc[V];
+#pragma unroll
+    for (int u = 0; u < V; ++u) acc[u] = 0.0f;
     for (int64_t p = offsets[r]; p < offsets[r + 1]; ++p) {
       const int64_t row = order[p];
       const float* m = mat + t[row * 3 + 2] * c_src * c_dst + d;
       const float* sv = src + t[row * 3 + src_col] * c_src;
-      for (int64_t cs = 0; cs < c_src; ++cs) acc = __fadd_rn(acc, __fmul_rn(m[cs * c_dst], sv[cs]));
+      for (int64_t cs = 0; cs < c_src; ++cs) {
+        const float x = __ldg(sv + cs);
+        const Vec<V> w = load_vec<V>(m + cs * c_dst);
+#pragma unroll
+        for (int u = 0; u < V; ++u) acc[u] = __fadd_rn(acc[u], __fmul_rn(w.v[u], x));
+      }
     }
-    dst[q] = acc;
-  }
-}
-
-// grad_weights[k, o, c]: fold kernel k's triplets (order (i, j)): acc = fl(acc + fl(G[i, o] * F[j, c])).
-__global__ void vvor_kernel(const int64_t* offsets, const int64_t* order, const int64_t* t,
-                            const float* __restrict__ grad_out, const float* __restrict__ features, int64_t K,
-                            int64_t co, int64_t ci, float* __restrict__ grad_weights) {
-  const int64_t total = K * co * ci;
-  for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < total; q += int64_t{gridDim.x} * blockDim.x) {
-    const int64_t k = q / (co * ci), rem = q - k * co * ci, o = rem / ci, c = rem - o * ci;
-    float acc = 0.0f;
-    for (int64_t p = offsets[k]; p < offsets[k + 1]; ++p) {
-      const int64_t row = order[p];
-      acc = __fadd_rn(acc, __fmul_rn(grad_out[t[row * 3] * co + o], features[t[row * 3 + 1] * ci + c]));
-    }
-    grad_weights[q] = acc;
+#pragma unroll
+    for (int u = 0; u < V; ++u) dst[r * c_dst + d + u] = acc[u];
   }
 }
 
@@ -163,37 +180,111 @@ __global__ void gather_ij_kernel(const int64_t* order, const int64_t* t, int64_t
   }
 }
 
-// The VVOR of vvor_kernel, eight triplets at a time: their sixteen loads are issued before the
-// eight dependent additions, which stay in the same order (an experiment, override
-// PCOPS_CUDA_POINT_CONV_CONFIG=vvor-unrolled).
-__global__ void vvor_unrolled_kernel(const int64_t* offsets, const int64_t* __restrict__ ii,
-                                     const int64_t* __restrict__ jj, const float* __restrict__ grad_out,
-                                     const float* __restrict__ features, int64_t K, int64_t co, int64_t ci,
-                                     float* __restrict__ grad_weights) {
-  constexpr int U = 8;
-  PCOPS_CUDA_GRID_STRIDE(q, K * co * ci) {
-    const int64_t k = q / (co * ci), rem = q - k * co * ci, o = rem / ci, c = rem - o * ci;
-    float acc = 0.0f;
-    int64_t p = offsets[k];
-    const int64_t end = offsets[k + 1];
-    for (; p + U <= end; p += U) {
-      float gv[U], fv[U];
-#pragma unroll
-      for (int u = 0; u < U; ++u) gv[u] = grad_out[ii[p + u] * co + o], fv[u] = features[jj[p + u] * ci + c];
-#pragma unroll
-      for (int u = 0; u < U; ++u) acc = __fadd_rn(acc, __fmul_rn(gv[u], fv[u]));
-    }
-    for (; p < end; ++p) acc = __fadd_rn(acc, __fmul_rn(grad_out[ii[p] * co + o], features[jj[p] * ci + c]));
-    grad_weights[q] = acc;
-  }
-}
+struct VvorPolicy {
+  static constexpr int kThreads = 128;
+  static constexpr int kO = 16;  // output channels per block
+  static constexpr int kC = 32;  // input channels per block (four per thread)
+  static constexpr int kS = 64;  // triplets per shared-memory stage
+};
 
-// PCOPS_CUDA_POINT_CONV_CONFIG: comma-separated experiments ("vvor-unrolled", "mvmr-tiled").
-bool config_has(const char* name) {
-  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_CONFIG");
-  if (e == nullptr) return false;
-  const std::string s = "," + std::string(e) + ",";
-  return s.find("," + std::string(name) + ",") != std::string::npos;
+// grad_weights[k, o, c] = fold of kernel k's triplets (grouping order (i, j)):
+// acc = fl(acc + fl(G[i, o] * F[j, c])). Block (k, o tile, c tile) of 16 x 32 elements; thread
+// tid holds o = o0 + tid / 8 and c = c0 + 4 (tid % 8) .. + 4. Each stage, the block copies the
+// G[i, o0 .. o0 + 16] and F[j, c0 .. c0 + 32] rows of 64 triplets into shared memory (V floats per
+// load: V = 4 when both matrices have aligned rows), loading the next stage into registers while
+// folding this one. Channels past co / ci read as 0 and are not stored.
+template <int V>
+__global__ void __launch_bounds__(VvorPolicy::kThreads)
+    vvor_tiled_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ ii,
+                      const int64_t* __restrict__ jj, const float* __restrict__ grad_out,
+                      const float* __restrict__ features, int64_t co, int64_t ci, int64_t o_tiles, int64_t c_tiles,
+                      float* __restrict__ grad_weights) {
+  using P = VvorPolicy;
+  constexpr int NT = P::kThreads, S = P::kS;
+  constexpr int GU = S * P::kO / V / NT;  // G loads per thread per stage
+  constexpr int FU = S * P::kC / V / NT;  // F loads per thread per stage
+  __shared__ __align__(16) float gs[2][S][P::kO];
+  __shared__ __align__(16) float fs[2][S][P::kC];
+  const int tid = threadIdx.x;
+  const int64_t b = blockIdx.x;
+  const int64_t ct = b % c_tiles, ot = (b / c_tiles) % o_tiles, k = b / (c_tiles * o_tiles);
+  const int64_t o0 = ot * P::kO, c0 = ct * P::kC;
+  const int64_t begin = offsets[k], end = offsets[k + 1];
+  Vec<V> greg[GU] = {}, freg[FU] = {};
+  // Stage loads: unit e = tid + NT * u covers row e / (width / V), columns V (e % (width / V)).
+  const auto load = [&](int64_t p0) {
+    const int64_t n = end - p0;
+#pragma unroll
+    for (int u = 0; u < GU; ++u) {
+      const int e = tid + NT * u, r = e / (P::kO / V), col = (e % (P::kO / V)) * V;
+      if (r < n) {
+        const float* g = grad_out + ii[p0 + r] * co + o0 + col;
+        if (V == 4 && o0 + col < co) {
+          greg[u] = load_vec<V>(g);
+        } else {
+#pragma unroll
+          for (int x = 0; x < V; ++x) greg[u].v[x] = o0 + col + x < co ? __ldg(g + x) : 0.0f;
+        }
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < FU; ++u) {
+      const int e = tid + NT * u, r = e / (P::kC / V), col = (e % (P::kC / V)) * V;
+      if (r < n) {
+        const float* f = features + jj[p0 + r] * ci + c0 + col;
+        if (V == 4 && c0 + col < ci) {
+          freg[u] = load_vec<V>(f);
+        } else {
+#pragma unroll
+          for (int x = 0; x < V; ++x) freg[u].v[x] = c0 + col + x < ci ? __ldg(f + x) : 0.0f;
+        }
+      }
+    }
+  };
+  const auto store = [&](int buf) {
+#pragma unroll
+    for (int u = 0; u < GU; ++u) {
+      const int e = tid + NT * u, r = e / (P::kO / V), col = (e % (P::kO / V)) * V;
+#pragma unroll
+      for (int x = 0; x < V; ++x) gs[buf][r][col + x] = greg[u].v[x];
+    }
+#pragma unroll
+    for (int u = 0; u < FU; ++u) {
+      const int e = tid + NT * u, r = e / (P::kC / V), col = (e % (P::kC / V)) * V;
+#pragma unroll
+      for (int x = 0; x < V; ++x) fs[buf][r][col + x] = freg[u].v[x];
+    }
+  };
+  const int my_o = tid / (P::kC / 4), my_c = (tid % (P::kC / 4)) * 4;
+  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  if (begin < end) {
+    load(begin);
+    store(0);
+    __syncthreads();
+  }
+  int buf = 0;
+  for (int64_t p0 = begin; p0 < end; p0 += S) {
+    const bool more = p0 + S < end;
+    if (more) load(p0 + S);
+    const int n = end - p0 < S ? static_cast<int>(end - p0) : S;
+    for (int r = 0; r < n; ++r) {
+      const float g = gs[buf][r][my_o];
+      const float4 f = *reinterpret_cast<const float4*>(&fs[buf][r][my_c]);
+      acc[0] = __fadd_rn(acc[0], __fmul_rn(g, f.x));
+      acc[1] = __fadd_rn(acc[1], __fmul_rn(g, f.y));
+      acc[2] = __fadd_rn(acc[2], __fmul_rn(g, f.z));
+      acc[3] = __fadd_rn(acc[3], __fmul_rn(g, f.w));
+    }
+    if (more) store(buf ^ 1);  // that buffer's last reads were before the previous barrier
+    __syncthreads();
+    buf ^= 1;
+  }
+  const int64_t o = o0 + my_o;
+  if (o < co) {
+#pragma unroll
+    for (int x = 0; x < 4; ++x)
+      if (c0 + my_c + x < ci) grad_weights[(k * co + o) * ci + c0 + my_c + x] = acc[x];
+  }
 }
 
 // wt[k, c, o] = w[k, o, c].
@@ -202,6 +293,19 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
   for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < total; q += int64_t{gridDim.x} * blockDim.x) {
     const int64_t k = q / (ci * co), rem = q - k * ci * co, c = rem / co, o = rem - c * co;
     wt[q] = w[(k * co + o) * ci + c];
+  }
+}
+
+// The MVMR into dst [rows, c_dst], four destination channels per thread where the shapes allow.
+void launch_mvmr(const CudaContext& ctx, const Grouping& g, const int64_t* t, int src_col, const float* src,
+                 int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, float* dst) {
+  constexpr int NT = PointConvPolicy::kThreads;
+  if (rows_aligned16(mat, c_dst) && rows_aligned16(dst, c_dst)) {
+    detail::launch(ctx, mvmr_kernel<4>, dim3(blocks_for(rows * c_dst / 4)), dim3(NT), 0, g.offsets, g.order, t,
+                   src_col, src, c_src, mat, c_dst, rows, dst);
+  } else {
+    detail::launch(ctx, mvmr_kernel<1>, dim3(blocks_for(rows * c_dst)), dim3(NT), 0, g.offsets, g.order, t, src_col,
+                   src, c_src, mat, c_dst, rows, dst);
   }
 }
 
@@ -216,12 +320,8 @@ void point_conv(const CudaContext& ctx, const PointConvShape& s, const float* fe
   constexpr int NT = PointConvPolicy::kThreads;
   float* wt = ws.alloc<float>(K * Ci * Co);
   detail::launch(ctx, transpose_kernel, dim3(blocks_for(K * Ci * Co)), dim3(NT), 0, weights, K, Co, Ci, wt);
-  if (config_has("mvmr-tiled") && point_conv_exact_tiled(ctx, triplets, s.triplets, 0, 1, s.num_out, s.num_in, K,
-                                                         features, Ci, wt, Co, out))
-    return;
   const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/0, /*second=*/2, /*third=*/1);
-  detail::launch(ctx, mvmr_kernel, dim3(blocks_for(s.num_out * Co)), dim3(NT), 0, g.offsets, g.order, triplets,
-                 1, features, Ci, static_cast<const float*>(wt), Co, s.num_out, out);
+  launch_mvmr(ctx, g, triplets, 1, features, Ci, wt, Co, s.num_out, out);
 }
 
 void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const float* grad_out,
@@ -231,27 +331,25 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
   const int64_t Ci = s.channels_in, Co = s.channels_out, K = s.kernels;
   detail::Workspace ws(ctx);
   constexpr int NT = PointConvPolicy::kThreads;
-  if (grad_features != nullptr && s.num_in * Ci > 0 &&
-      !(config_has("mvmr-tiled") && point_conv_exact_tiled(ctx, triplets, s.triplets, 1, 0, s.num_in, s.num_out, K,
-                                                          grad_out, Co, weights, Ci, grad_features))) {
+  if (grad_features != nullptr && s.num_in * Ci > 0) {
     const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/1, /*second=*/2, /*third=*/0);
-    detail::launch(ctx, mvmr_kernel, dim3(blocks_for(s.num_in * Ci)), dim3(NT), 0, g.offsets, g.order, triplets,
-                   0, grad_out, Co, weights, Ci, s.num_in, grad_features);
+    launch_mvmr(ctx, g, triplets, 0, grad_out, Co, weights, Ci, s.num_in, grad_features);
   }
   if (grad_weights != nullptr && K * Co * Ci > 0) {
     const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/2, /*second=*/0, /*third=*/1);
-    if (config_has("vvor-unrolled") && s.triplets > 0) {
-      int64_t* ii = ws.alloc<int64_t>(s.triplets);
-      int64_t* jj = ws.alloc<int64_t>(s.triplets);
-      detail::launch(ctx, gather_ij_kernel, dim3(blocks_for(s.triplets)), dim3(NT), 0, g.order, triplets,
-                     s.triplets, ii, jj);
-      detail::launch(ctx, vvor_unrolled_kernel, dim3(blocks_for(K * Co * Ci)), dim3(NT), 0, g.offsets,
-                     static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj), grad_out, features, K, Co, Ci,
-                     grad_weights);
-    } else {
-      detail::launch(ctx, vvor_kernel, dim3(blocks_for(K * Co * Ci)), dim3(NT), 0, g.offsets, g.order, triplets,
-                     grad_out, features, K, Co, Ci, grad_weights);
-    }
+    int64_t* ii = ws.alloc<int64_t>(std::max<int64_t>(s.triplets, 1));
+    int64_t* jj = ws.alloc<int64_t>(std::max<int64_t>(s.triplets, 1));
+    if (s.triplets > 0)
+      detail::launch(ctx, gather_ij_kernel, dim3(blocks_for(s.triplets)), dim3(NT), 0, g.order, triplets, s.triplets,
+                     ii, jj);
+    using P = VvorPolicy;
+    const int64_t o_tiles = detail::ceil_div(Co, int64_t{P::kO}), c_tiles = detail::ceil_div(Ci, int64_t{P::kC});
+    const int64_t blocks = K * o_tiles * c_tiles;
+    if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many kernels x channels");
+    const bool vec = rows_aligned16(grad_out, Co) && rows_aligned16(features, Ci);
+    detail::launch(ctx, vec ? vvor_tiled_kernel<4> : vvor_tiled_kernel<1>, dim3(static_cast<unsigned>(blocks)),
+                   dim3(P::kThreads), 0, g.offsets, static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj),
+                   grad_out, features, Co, Ci, o_tiles, c_tiles, grad_weights);
   }
 }
 

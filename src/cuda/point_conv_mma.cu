@@ -29,7 +29,6 @@
 
 #include "common/bits.hpp"
 #include "cuda/common.cuh"
-#include "cuda/point_conv_tiled.hpp"
 #include "pcops/point_conv.hpp"
 
 namespace pcops::cuda {
@@ -513,60 +512,6 @@ __global__ void vvor_sum_kernel(const float* __restrict__ part, int64_t slices, 
   }
 }
 
-// The exact MVMR (float32, the contract's order: docs/ops/point_conv.md) over the same sorted
-// keys: one block per (tile of BM destination rows, 32 destination channels); lane = channel,
-// warp w takes the tile's rows r with r % 8 == w. For each k the block stages W_k's 32 columns
-// (c_src x 32) in shared memory, then each warp walks the segment's triplets of its rows in
-// (row, source) order: acc = fl(acc + fl(W[k, s, d] * src[m, s])) for s ascending, the source
-// row read 32 values at a time and broadcast by shuffles. The row sums live in shared memory
-// between triplets. Bitwise equal to mvmr_kernel of point_conv.cu; W_k is read once per
-// (tile, k) instead of once per triplet.
-__global__ void __launch_bounds__(256)
-    mvmr_exact_tiled_kernel(const uint64_t* __restrict__ keys, const int64_t* __restrict__ seg_off, MvmrKey m,
-                            int64_t K, const float* __restrict__ src, int64_t c_src, const float* __restrict__ mat,
-                            int64_t c_dst, int64_t n_dst, float* __restrict__ dst) {
-  constexpr int BM = MvmrPolicy::BM;
-  extern __shared__ __align__(16) unsigned char smem[];
-  float* Os = reinterpret_cast<float*>(smem);  // [BM][32]
-  float* Ws = Os + BM * 32;                     // [c_src][32]
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t tile = blockIdx.x;
-  const uint64_t src_mask = (uint64_t{1} << m.src_bits) - 1;
-  for (int e = threadIdx.x; e < BM * 32; e += blockDim.x) Os[e] = 0.0f;
-  const int64_t* so = seg_off + tile * K;
-  for (int64_t k = 0; k < K; ++k) {
-    const int64_t p0 = so[k], p1 = so[k + 1];
-    if (p0 == p1) continue;  // uniform over the block
-    __syncthreads();         // the previous kernel cell's reads of Ws are done
-    for (int64_t e = threadIdx.x; e < c_src * 32; e += blockDim.x) {
-      const int64_t sr = e / 32, c = int64_t{blockIdx.y} * 32 + (e % 32);
-      Ws[e] = c < c_dst ? mat[(k * c_src + sr) * c_dst + c] : 0.0f;
-    }
-    __syncthreads();
-    for (int64_t p = p0; p < p1; ++p) {
-      const uint64_t key = keys[p];
-      const int r = static_cast<int>((key >> m.src_bits) & (BM - 1));
-      if ((r & 7) != warp) continue;  // uniform over the warp
-      const float* sv = src + static_cast<int64_t>(key & src_mask) * c_src;
-      float acc = Os[r * 32 + lane];
-      for (int64_t s0 = 0; s0 < c_src; s0 += 32) {
-        const float mine = s0 + lane < c_src ? sv[s0 + lane] : 0.0f;
-        const int n = c_src - s0 < 32 ? static_cast<int>(c_src - s0) : 32;
-        for (int j = 0; j < n; ++j) {
-          const float v = __shfl_sync(0xffffffffu, mine, j);
-          acc = __fadd_rn(acc, __fmul_rn(Ws[(s0 + j) * 32 + lane], v));
-        }
-      }
-      Os[r * 32 + lane] = acc;
-    }
-  }
-  __syncthreads();
-  for (int e = threadIdx.x; e < BM * 32; e += blockDim.x) {
-    const int64_t row = tile * BM + e / 32, c = int64_t{blockIdx.y} * 32 + (e % 32);
-    if (row < n_dst && c < c_dst) dst[row * c_dst + c] = Os[e];
-  }
-}
-
 template <class T, int BN>
 size_t mvmr_smem() {
   using P = MvmrPolicy;
@@ -725,25 +670,6 @@ void point_conv_mma_backward(const CudaContext& ctx, const PointConvShape& s, Ha
     backward_t(ctx, s, static_cast<const B*>(grad_out), static_cast<const B*>(features), static_cast<const B*>(weights),
                triplets, static_cast<B*>(grad_features), static_cast<B*>(grad_weights));
   }
-}
-
-bool point_conv_exact_tiled(const CudaContext& ctx, const int64_t* triplets, int64_t T, int dst_col, int src_col,
-                            int64_t n_dst, int64_t n_src, int64_t K, const float* src, int64_t c_src, const float* mat,
-                            int64_t c_dst, float* dst) {
-  constexpr int64_t kMaxSrc = 1024;  // W_k's 32 columns in shared memory
-  const MvmrKey m = mvmr_key(n_dst, n_src, K);
-  if (c_src > kMaxSrc || !mvmr_key_fits(m) || detail::ceil_div(c_dst, 32) > 65535)
-    return false;
-  if (n_dst * c_dst == 0) return true;
-  detail::Workspace ws(ctx);
-  const Segments sg = sort_segments(ctx, ws, triplets, T, dst_col, src_col, n_dst, n_src, K);
-  const size_t smem = sizeof(float) * static_cast<size_t>(MvmrPolicy::BM * 32 + c_src * 32);
-  PCOPS_CUDA_CHECK(cudaFuncSetAttribute(mvmr_exact_tiled_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                        static_cast<int>(smem)));
-  detail::launch(ctx, mvmr_exact_tiled_kernel,
-                 dim3(static_cast<unsigned>(sg.m.tiles), static_cast<unsigned>(detail::ceil_div(c_dst, 32))), dim3(256),
-                 smem, sg.sorted, sg.seg_off, sg.m, K, src, c_src, mat, c_dst, n_dst, dst);
-  return true;
 }
 
 }  // namespace pcops::cuda

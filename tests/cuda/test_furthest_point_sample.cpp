@@ -193,7 +193,7 @@ TEST(CudaFurthestPointSample, SortedPathShortRunForSanitizers) {
   // default, chunks of 256 folded one at a time, chunks of 128 folded four at a time, the
   // placement by ranks.
   // PCOPS_TEST_FPS_SORTED_CONFIG=<config> runs that one alone (racecheck is slow).
-  std::vector<std::string> configs = {"sorted", "sorted256:1", "sorted128:4", "sorted-rank"};
+  std::vector<std::string> configs = {"sorted", "sorted256:1", "sorted128:4", "sorted-atomic"};
   if (const char* only = std::getenv("PCOPS_TEST_FPS_SORTED_CONFIG"); only != nullptr && *only != 0) configs = {only};
   for (const std::string& config_s : configs) {
     const char* config = config_s.c_str();
@@ -224,7 +224,7 @@ TEST(CudaFurthestPointSample, SortedKernelsEveryRoundAndFoldWidth) {
   pcops_test::spatial_sort(sorted_cloud);
   clouds.push_back(sorted_cloud);
   const Cloud huge = pcops_test::uniform_cloud(rng, 1, 4500000, 3, -1.0f, 1.0f);
-  for (const char* config : {"sorted", "sorted:1", "sorted:4", "sorted256", "sorted256:1", "sorted-list", "sorted-cells:5", "sorted-rank"}) {
+  for (const char* config : {"sorted", "sorted:1", "sorted:4", "sorted256", "sorted256:1", "sorted-list", "sorted-cells:5", "sorted-atomic"}) {
     SCOPED_TRACE(config);
     const ForcePath sorted(config);
     for (const Cloud& c : clouds) expect_same(c, params_of(std::min<int64_t>(c.count, 400), c.count / 3));

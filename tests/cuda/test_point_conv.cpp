@@ -64,17 +64,28 @@ Out run_cpu(const Case& c) {
   return r;
 }
 
-Out run_cuda(const Case& c) {
+// shift > 0: every float matrix starts `shift` floats into its allocation (rows not 16-byte
+// aligned, so the kernels take their scalar-load paths).
+std::vector<float> shifted(const std::vector<float>& v, int shift) {
+  std::vector<float> r(shift, std::nanf(""));
+  r.insert(r.end(), v.begin(), v.end());
+  return r;
+}
+
+Out run_cuda(const Case& c, int shift = 0) {
   StreamContext sc;
-  DeviceBuffer<float> f(c.f), w(c.w), g(c.g);
+  DeviceBuffer<float> f(shifted(c.f, shift)), w(shifted(c.w, shift)), g(shifted(c.g, shift));
   DeviceBuffer<int64_t> t(c.t);
-  DeviceBuffer<float> out(c.s.num_out * c.s.channels_out), gf(c.f.size()), gw(c.w.size());
+  DeviceBuffer<float> out(c.s.num_out * c.s.channels_out + shift), gf(c.f.size() + shift), gw(c.w.size() + shift);
   out.fill(std::nanf(""));
   gf.fill(std::nanf(""));
   gw.fill(std::nanf(""));
-  pcops::cuda::point_conv(sc.ctx, c.s, f.data(), w.data(), t.data(), out.data());
-  pcops::cuda::point_conv_backward(sc.ctx, c.s, g.data(), f.data(), w.data(), t.data(), gf.data(), gw.data());
-  return Out{out.download(), gf.download(), gw.download()};
+  pcops::cuda::point_conv(sc.ctx, c.s, f.data() + shift, w.data() + shift, t.data(), out.data() + shift);
+  pcops::cuda::point_conv_backward(sc.ctx, c.s, g.data() + shift, f.data() + shift, w.data() + shift, t.data(),
+                                   gf.data() + shift, gw.data() + shift);
+  Out r{out.download(), gf.download(), gw.download()};
+  for (auto* v : {&r.out, &r.gf, &r.gw}) v->erase(v->begin(), v->begin() + shift);
+  return r;
 }
 
 void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
@@ -87,26 +98,23 @@ void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, co
   }
 }
 
-// PCOPS_CUDA_POINT_CONV_CONFIG for one scope ("" = the default kernels).
-struct PointConvConfig : pcops_cuda_test::ScopedEnv {
-  explicit PointConvConfig(const char* config) : ScopedEnv("PCOPS_CUDA_POINT_CONV_CONFIG", config) {}
-};
-
-// The default kernels and the experiments: the unrolled weight gradient, the tiled exact MVMR.
-const char* const kConfigs[] = {"", "vvor-unrolled", "mvmr-tiled", "mvmr-tiled,vvor-unrolled"};
-
+// Shapes (n_in, n_out, C_in, C_out, K, T): channel counts around the kernels' tiles (16 output x 32
+// input channels in the weight gradient, four channels per thread) and not multiples of 4, one
+// kernel cell, and long runs of one kernel cell (K = 2: 20000 triplets each, many shared-memory
+// stages). Aligned rows take the four-channel loads, shift 1 the scalar ones.
 TEST(CudaPointConv, BitwiseEqualToCpu) {
-  for (const char* config : kConfigs) {
-    SCOPED_TRACE(config);
-    const PointConvConfig forced(config);
-    std::mt19937 rng(17);
-    const std::vector<std::vector<int64_t>> shapes{
-        {50, 40, 3, 5, 27, 600},  {64, 64, 16, 17, 8, 1000},     {30, 10, 1, 1, 1, 90},
-        {20, 25, 33, 9, 27, 300}, {300, 260, 64, 257, 27, 5000}, {2000, 1500, 32, 32, 27, 30000}};
-    for (const auto& sh : shapes) {
+  std::mt19937 rng(17);
+  const std::vector<std::vector<int64_t>> shapes{
+      {50, 40, 3, 5, 27, 600},          {64, 64, 16, 17, 8, 1000},    {30, 10, 1, 1, 1, 90},
+      {20, 25, 33, 9, 27, 300},         {300, 260, 64, 257, 27, 5000}, {2000, 1500, 32, 32, 27, 30000},
+      {500, 400, 36, 20, 3, 3000},      {1000, 1000, 8, 48, 2, 40000}, {200, 150, 64, 64, 27, 4000}};
+  for (const auto& sh : shapes) {
+    for (int shift : {0, 1}) {
+      SCOPED_TRACE(testing::Message() << "shape " << sh[2] << "x" << sh[3] << " K " << sh[4] << " T " << sh[5]
+                                      << " shift " << shift);
       Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
       const Out cpu = run_cpu(c);
-      Out gpu = run_cuda(c);
+      Out gpu = run_cuda(c, shift);
       expect_bitwise(gpu.out, cpu.out, "forward");
       expect_bitwise(gpu.gf, cpu.gf, "grad_features");
       expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
@@ -117,11 +125,25 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
       std::vector<int64_t> shuffled(c.t.size());
       for (int64_t r = 0; r < c.s.triplets; ++r) std::copy_n(&c.t[perm[r] * 3], 3, &shuffled[r * 3]);
       c.t = shuffled;
-      gpu = run_cuda(c);
+      gpu = run_cuda(c, shift);
       expect_bitwise(gpu.out, cpu.out, "forward shuffled");
       expect_bitwise(gpu.gf, cpu.gf, "grad_features shuffled");
       expect_bitwise(gpu.gw, cpu.gw, "grad_weights shuffled");
     }
+  }
+}
+
+// Small cases for compute-sanitizer (racecheck of the weight gradient's shared-memory stages):
+// several stages per kernel cell, partial channel tiles, vector and scalar loads.
+TEST(CudaPointConv, ShortCasesForSanitizers) {
+  std::mt19937 rng(29);
+  for (int shift : {0, 1}) {
+    const Case c = random_case(rng, 120, 100, 36, 20, 3, 700);
+    const Out cpu = run_cpu(c);
+    const Out gpu = run_cuda(c, shift);
+    expect_bitwise(gpu.out, cpu.out, "forward");
+    expect_bitwise(gpu.gf, cpu.gf, "grad_features");
+    expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
   }
 }
 
@@ -135,22 +157,18 @@ TEST(CudaPointConv, EmptyTripletsGiveZeros) {
 }
 
 TEST(CudaPointConv, OutOfRangeTripletsAreSkipped) {
-  for (const char* config : kConfigs) {
-    SCOPED_TRACE(config);
-    const PointConvConfig forced(config);
-    std::mt19937 rng(5);
-    Case c = random_case(rng, 40, 30, 4, 6, 8, 200);
-    Case valid = c;
-    // Corrupt some rows; the CPU oracle gets the same set without them.
-    const int64_t bad[][3] = {{30, 0, 0}, {-1, 0, 0}, {0, 40, 0}, {0, -5, 0}, {0, 0, 8}, {0, 0, -1}};
-    for (const auto& b : bad) c.t.insert(c.t.end(), b, b + 3);
-    c.s.triplets += 6;
-    const Out cpu = run_cpu(valid);
-    const Out gpu = run_cuda(c);
-    expect_bitwise(gpu.out, cpu.out, "forward");
-    expect_bitwise(gpu.gf, cpu.gf, "grad_features");
-    expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
-  }
+  std::mt19937 rng(5);
+  Case c = random_case(rng, 40, 30, 4, 6, 8, 200);
+  Case valid = c;
+  // Corrupt some rows; the CPU oracle gets the same set without them.
+  const int64_t bad[][3] = {{30, 0, 0}, {-1, 0, 0}, {0, 40, 0}, {0, -5, 0}, {0, 0, 8}, {0, 0, -1}};
+  for (const auto& b : bad) c.t.insert(c.t.end(), b, b + 3);
+  c.s.triplets += 6;
+  const Out cpu = run_cpu(valid);
+  const Out gpu = run_cuda(c);
+  expect_bitwise(gpu.out, cpu.out, "forward");
+  expect_bitwise(gpu.gf, cpu.gf, "grad_features");
+  expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
 }
 
 using Bf16 = __nv_bfloat16;
