@@ -1066,9 +1066,44 @@ __device__ __forceinline__ int sorted_block_chunks(const FpsArgs& A, const Cloud
   return static_cast<int>((chunks - blockIdx.x + C - 1) / C);
 }
 
+// Step 0 and step 1's fold of the one-barrier kernel, over the whole GPU before it starts: one
+// warp per chunk of 32 L points folds the start point into m (mg) and writes the chunk's box and
+// winner into init[c] (the kernel's 16 blocks alone took about 25 us for this pass on 1M points).
+template <int L>
+__global__ void __launch_bounds__(256)
+    fps_prefold_kernel(FpsArgs A, const float4* __restrict__ pts, float* __restrict__ mg, const SortedCloud* cloud,
+                       int64_t chunks, ChunkMeta* __restrict__ init) {
+  const CloudRef info = cloud_ref(A, 0);
+  if (info.steps <= 0) return;
+  const int lane = threadIdx.x & 31;
+  const float cx = coord(A, info, info.start, 0), cy = coord(A, info, info.start, 1),
+              cz = coord(A, info, info.start, 2);
+  const auto run = [&](auto finite_c) {
+    constexpr bool kFinite = decltype(finite_c)::value;
+    for (int64_t c = (blockIdx.x * int64_t{blockDim.x} + threadIdx.x) / 32; c < chunks;
+         c += int64_t{gridDim.x} * blockDim.x / 32) {
+      const int64_t cs[1] = {c};
+      ChunkWinner w[1];
+      fps_fold_chunks<kFinite, true, 1, true, L>(pts, mg, cs, cx, cy, cz, A.skip, lane, w);
+      if (lane == 0) {
+        ChunkMeta m;
+        for (int d = 0; d < 3; ++d) m.lo[d] = w[0].lo[d], m.hi[d] = w[0].hi[d];
+        m.maxm = w[0].key == kNoKey ? -INFINITY : __int_as_float(w[0].key);
+        m.key = w[0].key;
+        m.idx = w[0].idx;
+        m.wx = w[0].x, m.wy = w[0].y, m.wz = w[0].z;
+        init[c] = m;
+      }
+    }
+  };
+  if (cloud->safe != 0) run(std::true_type{});
+  else run(std::false_type{});
+}
+
+// The list kernel (`init` unused: it takes the same arguments as the one-barrier kernel).
 __global__ void __launch_bounds__(FpsSortedPolicy::kThreads, 1)
     fps_sorted_kernel(FpsArgs A, const float4* __restrict__ pts, float* __restrict__ mg, const SortedCloud* cloud,
-                      int64_t chunks) {
+                      int64_t chunks, const ChunkMeta* /*init*/) {
   constexpr int C = FpsSortedPolicy::kCluster;
   constexpr int T = FpsSortedPolicy::kThreads;
   constexpr int W = T / 32;
@@ -1211,7 +1246,7 @@ __device__ long long g_fps_trace[16 * kTraceSteps * kTraceSlots];
 template <int T, int R, int NC, int L>
 __global__ void __launch_bounds__(T, 1)
     fps_sorted2_kernel(FpsArgs A, const float4* __restrict__ pts, float* __restrict__ mg, const SortedCloud* cloud,
-                       int64_t chunks) {
+                       int64_t chunks, const ChunkMeta* __restrict__ init) {
   constexpr int C = FpsSortedPolicy::kCluster;
   constexpr int W = T / 32;
   constexpr unsigned kStepBytes = C * kBlockRecordBytes;
@@ -1276,18 +1311,18 @@ __global__ void __launch_bounds__(T, 1)
 
   const auto run = [&](auto finite_c) {
     constexpr bool kFinite = decltype(finite_c)::value;
-    // Step 0 and step 1's fold (with the start point) in one pass over every chunk.
+    // Step 0 and step 1's fold (with the start point): every chunk's box and winner from the
+    // prefold kernel (m is in mg already).
 #pragma unroll
     for (int r = 0; r < R; ++r) {
       key[r] = kNoKey;
       idx[r] = kNoIndex;
       wx[r] = wy[r] = wz[r] = 0.0f;
       for (int d = 0; d < 3; ++d) lo[r][d] = 0.0f, hi[r][d] = 0.0f;
-      for (int s0 = 0; s0 < 32 && owns(r, s0); s0 += NC) {
-        int sl[NC];
-        int cnt = 0;
-        for (int n = 0; n < NC; ++n) sl[n] = s0 + n < 32 && owns(r, s0 + n) ? (++cnt, s0 + n) : -1;
-        fold_group(r, sl, cnt, std::true_type{}, finite_c);
+      if (owns(r, lane)) {
+        const ChunkMeta m = init[global_chunk(r, lane)];
+        key[r] = m.key, idx[r] = m.idx, wx[r] = m.wx, wy[r] = m.wy, wz[r] = m.wz;
+        for (int d = 0; d < 3; ++d) lo[r][d] = m.lo[d], hi[r][d] = m.hi[d];
       }
     }
     cg::cluster_group cluster = cg::this_cluster();
@@ -1691,11 +1726,19 @@ bool run_sorted(const CudaContext& ctx, detail::Workspace& ws, const FpsArgs& a,
   detail::launch(ctx, rank_place ? fps_cell_place_kernel<true> : fps_cell_place_kernel<false>, dim3(blocks),
                  dim3(256), 0, a, static_cast<const SortedCloud*>(cloud), cell_bits, cursor, pts,
                  static_cast<const unsigned*>(rank));
+  ChunkMeta* init = nullptr;
+  if (!list) {
+    init = static_cast<ChunkMeta*>(ws.bytes(static_cast<size_t>(chunks) * sizeof(ChunkMeta)));
+    const unsigned pre_blocks = static_cast<unsigned>(std::min<int64_t>(detail::ceil_div(chunks, int64_t{8}), 8192));
+    detail::launch(ctx, chunk == 128 ? fps_prefold_kernel<4> : fps_prefold_kernel<8>, dim3(pre_blocks), dim3(256), 0,
+                   a, static_cast<const float4*>(pts), mg, static_cast<const SortedCloud*>(cloud), chunks, init);
+  }
   FpsArgs args = a;
   const float4* cpts = pts;
   const SortedCloud* ccloud = cloud;
   int64_t nchunks = chunks;
-  void* params[] = {&args, &cpts, &mg, &ccloud, &nchunks};
+  const ChunkMeta* cinit = init;
+  void* params[] = {&args, &cpts, &mg, &ccloud, &nchunks, &cinit};
   PCOPS_CUDA_CHECK(cudaLaunchKernelExC(&L.config, chosen, params));
   return true;
 }

@@ -16,6 +16,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <stdexcept>
 
 #include "common/bits.hpp"
@@ -182,61 +183,77 @@ __global__ void gather_ij_kernel(const int64_t* order, const int64_t* t, int64_t
 
 struct VvorPolicy {
   static constexpr int kThreads = 128;
-  static constexpr int kO = 16;  // output channels per block
-  static constexpr int kC = 32;  // input channels per block (four per thread)
+  static constexpr int kO = 16;  // output channels per block (one per 8 threads)
   static constexpr int kS = 64;  // triplets per shared-memory stage
 };
 
 // grad_weights[k, o, c] = fold of kernel k's triplets (grouping order (i, j)):
-// acc = fl(acc + fl(G[i, o] * F[j, c])). Block (k, o tile, c tile) of 16 x 32 elements; thread
-// tid holds o = o0 + tid / 8 and c = c0 + 4 (tid % 8) .. + 4. Each stage, the block copies the
-// G[i, o0 .. o0 + 16] and F[j, c0 .. c0 + 32] rows of 64 triplets into shared memory (V floats per
-// load: V = 4 when both matrices have aligned rows), loading the next stage into registers while
-// folding this one. Channels past co / ci read as 0 and are not stored.
-template <int V>
+// acc = fl(acc + fl(G[i, o] * F[j, c])). Block (k, o tile, c tile) of 16 x 8 R elements; thread
+// tid holds the R chains o = o0 + tid / 8, c = c0 + R (tid % 8) .. + R (R = 1, 2 or 4: fewer
+// chains per thread put more blocks, so more SMs, on each kernel cell, whose fold is sequential).
+// Each stage, the block copies the G[i, o0 .. o0 + 16] and F[j, c0 .. c0 + 8 R] rows of 64
+// triplets into shared memory (V floats per load: V = 4 when both matrices have aligned rows);
+// the next stage's rows are loaded into registers while this one is folded, and the stage after
+// that's (i, j) before them. Channels past co / ci read as 0 and are not stored.
+template <int V, int R>
 __global__ void __launch_bounds__(VvorPolicy::kThreads)
     vvor_tiled_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ ii,
                       const int64_t* __restrict__ jj, const float* __restrict__ grad_out,
                       const float* __restrict__ features, int64_t co, int64_t ci, int64_t o_tiles, int64_t c_tiles,
                       float* __restrict__ grad_weights) {
   using P = VvorPolicy;
-  constexpr int NT = P::kThreads, S = P::kS;
-  constexpr int GU = S * P::kO / V / NT;  // G loads per thread per stage
-  constexpr int FU = S * P::kC / V / NT;  // F loads per thread per stage
-  __shared__ __align__(16) float gs[2][S][P::kO];
-  __shared__ __align__(16) float fs[2][S][P::kC];
+  constexpr int NT = P::kThreads, S = P::kS, KO = P::kO, KC = 8 * R;
+  constexpr int GV = KO / V, FV = KC < V ? 1 : KC / V;  // loads per stage row
+  constexpr int GU = S * GV / NT;                       // G loads per thread per stage
+  constexpr int FU = S * FV / NT;                       // F loads per thread per stage
+  static_assert(GU >= 1 && FU >= 1 && S * GV % NT == 0 && S * FV % NT == 0, "whole loads per thread");
+  static_assert(KC % V == 0, "vector loads inside the tile");
+  __shared__ __align__(16) float gs[2][S][KO];
+  __shared__ __align__(16) float fs[2][S][KC];
   const int tid = threadIdx.x;
   const int64_t b = blockIdx.x;
   const int64_t ct = b % c_tiles, ot = (b / c_tiles) % o_tiles, k = b / (c_tiles * o_tiles);
-  const int64_t o0 = ot * P::kO, c0 = ct * P::kC;
+  const int64_t o0 = ot * KO, c0 = ct * KC;
   const int64_t begin = offsets[k], end = offsets[k + 1];
   Vec<V> greg[GU] = {}, freg[FU] = {};
-  // Stage loads: unit e = tid + NT * u covers row e / (width / V), columns V (e % (width / V)).
-  const auto load = [&](int64_t p0) {
-    const int64_t n = end - p0;
+  int64_t gi[GU], fj[FU];  // the rows of the next stage to load
+  // Unit u of this thread: stage row e / GV (or / FV), columns V (e % GV) .. (+ V).
+  const auto index = [&](int64_t p0) {
 #pragma unroll
     for (int u = 0; u < GU; ++u) {
-      const int e = tid + NT * u, r = e / (P::kO / V), col = (e % (P::kO / V)) * V;
-      if (r < n) {
-        const float* g = grad_out + ii[p0 + r] * co + o0 + col;
-        if (V == 4 && o0 + col < co) {
+      const int r = (tid + NT * u) / GV;
+      gi[u] = p0 + r < end ? ii[p0 + r] : -1;
+    }
+#pragma unroll
+    for (int u = 0; u < FU; ++u) {
+      const int r = (tid + NT * u) / FV;
+      fj[u] = p0 + r < end ? jj[p0 + r] : -1;
+    }
+  };
+  const auto load = [&]() {
+#pragma unroll
+    for (int u = 0; u < GU; ++u) {
+      const int64_t col = o0 + ((tid + NT * u) % GV) * V;
+      if (gi[u] >= 0) {
+        const float* g = grad_out + gi[u] * co + col;
+        if (V == 4 && col < co) {
           greg[u] = load_vec<V>(g);
         } else {
 #pragma unroll
-          for (int x = 0; x < V; ++x) greg[u].v[x] = o0 + col + x < co ? __ldg(g + x) : 0.0f;
+          for (int x = 0; x < V; ++x) greg[u].v[x] = col + x < co ? __ldg(g + x) : 0.0f;
         }
       }
     }
 #pragma unroll
     for (int u = 0; u < FU; ++u) {
-      const int e = tid + NT * u, r = e / (P::kC / V), col = (e % (P::kC / V)) * V;
-      if (r < n) {
-        const float* f = features + jj[p0 + r] * ci + c0 + col;
-        if (V == 4 && c0 + col < ci) {
+      const int64_t col = c0 + ((tid + NT * u) % FV) * V;
+      if (fj[u] >= 0) {
+        const float* f = features + fj[u] * ci + col;
+        if (V == 4 && col < ci) {
           freg[u] = load_vec<V>(f);
         } else {
 #pragma unroll
-          for (int x = 0; x < V; ++x) freg[u].v[x] = c0 + col + x < ci ? __ldg(f + x) : 0.0f;
+          for (int x = 0; x < V; ++x) freg[u].v[x] = col + x < ci ? __ldg(f + x) : 0.0f;
         }
       }
     }
@@ -244,36 +261,49 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   const auto store = [&](int buf) {
 #pragma unroll
     for (int u = 0; u < GU; ++u) {
-      const int e = tid + NT * u, r = e / (P::kO / V), col = (e % (P::kO / V)) * V;
+      const int e = tid + NT * u;
 #pragma unroll
-      for (int x = 0; x < V; ++x) gs[buf][r][col + x] = greg[u].v[x];
+      for (int x = 0; x < V; ++x) gs[buf][e / GV][(e % GV) * V + x] = greg[u].v[x];
     }
 #pragma unroll
     for (int u = 0; u < FU; ++u) {
-      const int e = tid + NT * u, r = e / (P::kC / V), col = (e % (P::kC / V)) * V;
+      const int e = tid + NT * u;
 #pragma unroll
-      for (int x = 0; x < V; ++x) fs[buf][r][col + x] = freg[u].v[x];
+      for (int x = 0; x < V; ++x) fs[buf][e / FV][(e % FV) * V + x] = freg[u].v[x];
     }
   };
-  const int my_o = tid / (P::kC / 4), my_c = (tid % (P::kC / 4)) * 4;
-  float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+  const int my_o = tid / 8, my_c = (tid % 8) * R;
+  float acc[R];
+#pragma unroll
+  for (int x = 0; x < R; ++x) acc[x] = 0.0f;
+  const auto fold = [&](int buf, int r) {
+    const float g = gs[buf][r][my_o];
+    float f[R];
+#pragma unroll
+    for (int x = 0; x < R; ++x) f[x] = fs[buf][r][my_c + x];
+#pragma unroll
+    for (int x = 0; x < R; ++x) acc[x] = __fadd_rn(acc[x], __fmul_rn(g, f[x]));
+  };
   if (begin < end) {
-    load(begin);
+    index(begin);
+    load();
     store(0);
+    index(begin + S);
     __syncthreads();
   }
   int buf = 0;
   for (int64_t p0 = begin; p0 < end; p0 += S) {
     const bool more = p0 + S < end;
-    if (more) load(p0 + S);
-    const int n = end - p0 < S ? static_cast<int>(end - p0) : S;
-    for (int r = 0; r < n; ++r) {
-      const float g = gs[buf][r][my_o];
-      const float4 f = *reinterpret_cast<const float4*>(&fs[buf][r][my_c]);
-      acc[0] = __fadd_rn(acc[0], __fmul_rn(g, f.x));
-      acc[1] = __fadd_rn(acc[1], __fmul_rn(g, f.y));
-      acc[2] = __fadd_rn(acc[2], __fmul_rn(g, f.z));
-      acc[3] = __fadd_rn(acc[3], __fmul_rn(g, f.w));
+    if (more) {
+      load();              // stage p0 + S, whose rows were indexed last time
+      index(p0 + 2 * S);   // the stage after it
+    }
+    if (end - p0 >= S) {
+#pragma unroll 16
+      for (int r = 0; r < S; ++r) fold(buf, r);
+    } else {
+      const int n = static_cast<int>(end - p0);
+      for (int r = 0; r < n; ++r) fold(buf, r);
     }
     if (more) store(buf ^ 1);  // that buffer's last reads were before the previous barrier
     __syncthreads();
@@ -282,7 +312,7 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   const int64_t o = o0 + my_o;
   if (o < co) {
 #pragma unroll
-    for (int x = 0; x < 4; ++x)
+    for (int x = 0; x < R; ++x)
       if (c0 + my_c + x < ci) grad_weights[(k * co + o) * ci + c0 + my_c + x] = acc[x];
   }
 }
@@ -343,13 +373,21 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
       detail::launch(ctx, gather_ij_kernel, dim3(blocks_for(s.triplets)), dim3(NT), 0, g.order, triplets, s.triplets,
                      ii, jj);
     using P = VvorPolicy;
-    const int64_t o_tiles = detail::ceil_div(Co, int64_t{P::kO}), c_tiles = detail::ceil_div(Ci, int64_t{P::kC});
+    const int64_t o_tiles = detail::ceil_div(Co, int64_t{P::kO});
+    // Chains per thread: the most that still give every kernel cell 16 blocks (a cell's fold is
+    // sequential, so a large cell needs many SMs); PCOPS_CUDA_POINT_CONV_VVOR=1|2|4 forces it.
+    int R = o_tiles * detail::ceil_div(Ci, int64_t{32}) >= 16 ? 4 : o_tiles * detail::ceil_div(Ci, int64_t{16}) >= 16 ? 2 : 1;
+    if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0) R = std::atoi(e);
+    if (R != 1 && R != 2 && R != 4) throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2 or 4");
+    const int64_t c_tiles = detail::ceil_div(Ci, int64_t{8} * R);
     const int64_t blocks = K * o_tiles * c_tiles;
     if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many kernels x channels");
     const bool vec = rows_aligned16(grad_out, Co) && rows_aligned16(features, Ci);
-    detail::launch(ctx, vec ? vvor_tiled_kernel<4> : vvor_tiled_kernel<1>, dim3(static_cast<unsigned>(blocks)),
-                   dim3(P::kThreads), 0, g.offsets, static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj),
-                   grad_out, features, Co, Ci, o_tiles, c_tiles, grad_weights);
+    auto kernel = vec ? (R == 4 ? vvor_tiled_kernel<4, 4> : R == 2 ? vvor_tiled_kernel<4, 2> : vvor_tiled_kernel<4, 1>)
+                      : (R == 4 ? vvor_tiled_kernel<1, 4> : R == 2 ? vvor_tiled_kernel<1, 2> : vvor_tiled_kernel<1, 1>);
+    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(blocks)), dim3(P::kThreads), 0, g.offsets,
+                   static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj), grad_out, features, Co, Ci,
+                   o_tiles, c_tiles, grad_weights);
   }
 }
 

@@ -98,6 +98,11 @@ void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, co
   }
 }
 
+// PCOPS_CUDA_POINT_CONV_VVOR (chains per thread of the weight gradient) for one scope.
+struct VvorChains : pcops_cuda_test::ScopedEnv {
+  explicit VvorChains(const char* chains) : ScopedEnv("PCOPS_CUDA_POINT_CONV_VVOR", chains) {}
+};
+
 // Shapes (n_in, n_out, C_in, C_out, K, T): channel counts around the kernels' tiles (16 output x 32
 // input channels in the weight gradient, four channels per thread) and not multiples of 4, one
 // kernel cell, and long runs of one kernel cell (K = 2: 20000 triplets each, many shared-memory
@@ -118,6 +123,10 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
       expect_bitwise(gpu.out, cpu.out, "forward");
       expect_bitwise(gpu.gf, cpu.gf, "grad_features");
       expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
+      for (const char* chains : {"1", "2", "4"}) {  // every weight-gradient tile, whatever the default
+        const VvorChains forced(chains);
+        expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
+      }
       // Shuffled triplet rows: the same bits.
       std::vector<int64_t> perm(c.s.triplets);
       for (int64_t r = 0; r < c.s.triplets; ++r) perm[r] = r;
@@ -144,6 +153,10 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
     expect_bitwise(gpu.out, cpu.out, "forward");
     expect_bitwise(gpu.gf, cpu.gf, "grad_features");
     expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
+    for (const char* chains : {"1", "4"}) {
+      const VvorChains forced(chains);
+      expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
+    }
   }
 }
 
