@@ -8,8 +8,8 @@
 // and the source channels ascending with __fmul_rn / __fadd_rn; neighbouring threads read
 // neighbouring channels of the matrix (coalesced, V = 4 as one vector load), the source value is a
 // broadcast shared by the V chains.
-// VVOR kernel (grad_weights): one block per (k, 16 output x 32 input channels), each thread four
-// chains (one o, four c); kernel k's triplets pass through shared memory 64 at a time (the next
+// VVOR kernel (grad_weights): one block per (k, 16 output x 16 input channels), each thread two
+// chains (one o, two c); kernel k's triplets pass through shared memory 64 at a time (the next
 // stage's loads in flight while this one is folded), and every chain folds them in order.
 // Deterministic: no atomics anywhere.
 #include <cub/cub.cuh>
@@ -190,7 +190,8 @@ struct VvorPolicy {
 // grad_weights[k, o, c] = fold of kernel k's triplets (grouping order (i, j)):
 // acc = fl(acc + fl(G[i, o] * F[j, c])). Block (k, o tile, c tile) of 16 x 8 R elements; thread
 // tid holds the R chains o = o0 + tid / 8, c = c0 + R (tid % 8) .. + R (R = 1, 2 or 4: fewer
-// chains per thread put more blocks, so more SMs, on each kernel cell, whose fold is sequential).
+// chains per thread put more blocks, so more SMs, on each kernel cell, whose fold is sequential;
+// more chains share each shared-memory load).
 // Each stage, the block copies the G[i, o0 .. o0 + 16] and F[j, c0 .. c0 + 8 R] rows of 64
 // triplets into shared memory (V floats per load: V = 4 when both matrices have aligned rows);
 // the next stage's rows are loaded into registers while this one is folded, and the stage after
@@ -374,9 +375,10 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
                      ii, jj);
     using P = VvorPolicy;
     const int64_t o_tiles = detail::ceil_div(Co, int64_t{P::kO});
-    // Chains per thread: the most that still give every kernel cell 16 blocks (a cell's fold is
-    // sequential, so a large cell needs many SMs); PCOPS_CUDA_POINT_CONV_VVOR=1|2|4 forces it.
-    int R = o_tiles * detail::ceil_div(Ci, int64_t{32}) >= 16 ? 4 : o_tiles * detail::ceil_div(Ci, int64_t{16}) >= 16 ? 2 : 1;
+    // Two chains per thread: measured on one H200 (bunny00 at 20k and 165k points, C = 32, 64,
+    // 128), two beat one and four at every size (165k, C = 32: 17.1 ms forward + backward against
+    // 19.2 and 27.6). PCOPS_CUDA_POINT_CONV_VVOR=1|2|4 forces it.
+    int R = 2;
     if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0) R = std::atoi(e);
     if (R != 1 && R != 2 && R != 4) throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2 or 4");
     const int64_t c_tiles = detail::ceil_div(Ci, int64_t{8} * R);
