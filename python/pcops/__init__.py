@@ -27,12 +27,14 @@ from pcops.ops.scatter import (  # noqa: E402
 from pcops.ops.voxelize import voxel_downsample, voxelize  # noqa: E402
 from pcops import flat  # noqa: E402
 from pcops.ivfpq import IVFPQIndex  # noqa: E402
+from pcops.spatial_index import SpatialIndex  # noqa: E402
 from pcops import nn  # noqa: E402
 
 __version__ = "0.1.0"
 
 __all__ = [
     "IVFPQIndex",
+    "SpatialIndex",
     "ball_query",
     "chamfer_distance",
     "flat",

@@ -13,7 +13,7 @@
 
 #include "common/distance.hpp"
 #include "cpu/spatial_grid.hpp"
-#include "cpu/topk_select.hpp"
+#include "cpu/knn_topk.hpp"
 
 namespace pcops::cpu {
 namespace {
@@ -21,35 +21,6 @@ namespace {
 constexpr int kBlock = 256;
 constexpr double kMargin = 1.0 - 1e-5;
 constexpr double kTiny = 1e-30;
-
-// Keeps the K matches of smallest index. A match packs as (index << 32 | bits of s), so plain
-// integer order is index order (indices are distinct).
-class FirstK {
- public:
-  explicit FirstK(int64_t K) : first_(K) {}
-  void reset() { first_.reset(); }
-  void push(uint32_t id, float s) {
-    uint32_t sb;
-    std::memcpy(&sb, &s, 4);
-    first_.push((static_cast<uint64_t>(id) << 32) | sb);
-  }
-  void finish(float* od, int64_t* oi) {
-    const int64_t n = first_.finish();
-    const uint64_t* v = first_.data();
-    for (int64_t t = 0; t < n; ++t) {
-      const uint32_t sb = static_cast<uint32_t>(v[t] & 0xFFFFFFFFu);
-      std::memcpy(&od[t], &sb, 4);
-      oi[t] = static_cast<int64_t>(v[t] >> 32);
-    }
-    for (int64_t t = n; t < first_.k(); ++t) {
-      od[t] = 0.0f;
-      oi[t] = -1;
-    }
-  }
-
- private:
-  select::SmallestK first_;
-};
 
 void pad(float* od, int64_t* oi, int64_t K) {
   for (int64_t t = 0; t < K; ++t) {

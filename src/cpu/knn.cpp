@@ -18,7 +18,7 @@
 #include "common/distance.hpp"
 #include "pcops/error.hpp"
 #include "cpu/spatial_grid.hpp"
-#include "cpu/topk_select.hpp"
+#include "cpu/knn_topk.hpp"
 
 namespace pcops::cpu {
 namespace {
@@ -34,51 +34,6 @@ constexpr double kTiny = 1e-30;
 inline bool beyond(double lb2, float threshold) {
   return lb2 > kTiny && lb2 * kMargin > static_cast<double>(threshold);
 }
-
-inline uint32_t float_bits(float f) {
-  uint32_t u;
-  std::memcpy(&u, &f, 4);
-  return u;
-}
-inline float bits_float(uint32_t u) {
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
-}
-
-// The best k candidates by (key, index). A key is never NaN and never negative (s >= +0, NaN
-// mapped to +inf), so its bit pattern orders like its value and (key, index) packs into one
-// uint64 that sorts with plain integer comparisons.
-class TopK {
- public:
-  explicit TopK(int64_t k) : best_(k) {}
-  void reset() {
-    best_.reset();
-    tf_ = INFINITY;
-  }
-  // Candidates with key above this cannot enter (+inf until k candidates were seen).
-  float threshold() const { return tf_; }
-  void push(float key, uint32_t id) {
-    if (best_.push((static_cast<uint64_t>(float_bits(key)) << 32) | id))
-      tf_ = bits_float(static_cast<uint32_t>(best_.threshold() >> 32));
-  }
-  void finish(float* od, int64_t* oi) {
-    const int64_t n = best_.finish();
-    const uint64_t* v = best_.data();
-    for (int64_t t = 0; t < n; ++t) {
-      od[t] = std::sqrt(bits_float(static_cast<uint32_t>(v[t] >> 32)));
-      oi[t] = static_cast<int64_t>(v[t] & 0xFFFFFFFFu);
-    }
-    for (int64_t t = n; t < best_.k(); ++t) {
-      od[t] = INFINITY;
-      oi[t] = -1;
-    }
-  }
-
- private:
-  select::SmallestK best_;
-  float tf_ = INFINITY;
-};
 
 void pad(float* od, int64_t* oi, int64_t k) {
   for (int64_t t = 0; t < k; ++t) {

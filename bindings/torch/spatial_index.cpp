@@ -1,0 +1,81 @@
+// torch.classes.pcops.SpatialIndexCpu: the CPU SpatialIndex (pcops/spatial_index.hpp) held by
+// Python's pcops.SpatialIndex. The index keeps its own copy of the points (sorted), so the
+// build's tensors may change or go afterwards.
+#include <torch/custom_class.h>
+
+#include "pcops/spatial_index.hpp"
+
+#include "common.hpp"
+
+namespace pcops::torch_binding {
+namespace {
+
+struct SpatialIndexCpu : torch::CustomClassHolder {
+  cpu::SpatialIndex index;
+
+  void build(const at::Tensor& points_in, const std::optional<at::Tensor>& lengths_in, int64_t leaf_size) {
+    TORCH_CHECK_VALUE(points_in.device().is_cpu(), "points: the CPU index needs CPU tensors, got ",
+                      points_in.device());
+    const at::Tensor points = as_points(points_in, "points");
+    TORCH_CHECK_VALUE(points.size(2) == 3, "points: expected 3 coordinates per point, got ", points.size(2));
+    const auto lengths = as_lengths(lengths_in, points_in, "lengths");
+    translate_errors([&] {
+      index.build(cpu_context(), view_of(points), lengths_of(lengths), SpatialIndexParams{leaf_size});
+    });
+  }
+
+  std::tuple<at::Tensor, at::Tensor> knn(const at::Tensor& query_in, int64_t k,
+                                         const std::optional<at::Tensor>& query_lengths_in) const {
+    TORCH_CHECK_VALUE(query_in.device().is_cpu(), "query: the CPU index needs CPU tensors, got ", query_in.device());
+    const at::Tensor query = as_points(query_in, "query");
+    const auto ql = as_lengths(query_lengths_in, query_in, "query_lengths");
+    TORCH_CHECK_VALUE(k >= 0, "k: expected >= 0, got ", k);
+    check_output_size("k", k, query.size(0), query.size(1), k);
+    at::Tensor dist = at::empty({query.size(0), query.size(1), k}, query.options());
+    at::Tensor idx = at::empty({query.size(0), query.size(1), k}, query.options().dtype(at::kLong));
+    translate_errors([&] {
+      index.knn(cpu_context(), view_of(query), lengths_of(ql), k, dist.data_ptr<float>(), idx.data_ptr<int64_t>());
+    });
+    return {dist, idx};
+  }
+
+  std::tuple<at::Tensor, at::Tensor> ball_query(const at::Tensor& query_in, double radius, int64_t K,
+                                                const std::optional<at::Tensor>& query_lengths_in) const {
+    TORCH_CHECK_VALUE(query_in.device().is_cpu(), "query: the CPU index needs CPU tensors, got ", query_in.device());
+    const at::Tensor query = as_points(query_in, "query");
+    const auto ql = as_lengths(query_lengths_in, query_in, "query_lengths");
+    TORCH_CHECK_VALUE(K >= 0, "K: expected >= 0, got ", K);
+    check_output_size("K", K, query.size(0), query.size(1), K);
+    at::Tensor dist2 = at::empty({query.size(0), query.size(1), K}, query.options());
+    at::Tensor idx = at::empty({query.size(0), query.size(1), K}, query.options().dtype(at::kLong));
+    translate_errors([&] {
+      index.ball_query(cpu_context(), view_of(query), lengths_of(ql), static_cast<float>(radius), K,
+                       dist2.data_ptr<float>(), idx.data_ptr<int64_t>());
+    });
+    return {dist2, idx};
+  }
+
+  // (batch, count, has_lengths, leaf_size, memory_bytes)
+  std::tuple<int64_t, int64_t, bool, int64_t, int64_t> info() const {
+    return {index.batch(), index.count(), index.has_lengths(), index.leaf_size(), index.memory_bytes()};
+  }
+  std::vector<int64_t> cloud_sizes() const {
+    std::vector<int64_t> n(static_cast<size_t>(index.batch()));
+    for (int64_t b = 0; b < index.batch(); ++b) n[static_cast<size_t>(b)] = index.cloud_size(b);
+    return n;
+  }
+};
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(pcops, m) {
+  m.class_<SpatialIndexCpu>("SpatialIndexCpu")
+      .def(torch::init<>())
+      .def("build", &SpatialIndexCpu::build)
+      .def("knn", &SpatialIndexCpu::knn)
+      .def("ball_query", &SpatialIndexCpu::ball_query)
+      .def("info", &SpatialIndexCpu::info)
+      .def("cloud_sizes", &SpatialIndexCpu::cloud_sizes);
+}
+
+}  // namespace pcops::torch_binding

@@ -1,0 +1,88 @@
+#pragma once
+// SpatialIndex: build once over a batch of 3-D clouds, query many times (docs/ops/spatial_index.md).
+//
+// Structure (per cloud): the finite points sorted by a 48-bit Morton code of the cloud's
+// bounding box (16 bits per axis; equal codes keep index order), cut into leaves of `leaf_size`
+// consecutive points, and an implicit complete binary tree over the leaves whose nodes hold the
+// exact float32 bounding boxes of their points. Leaves are cut by count, not by space, so dense
+// and sparse regions, duplicates, planes and lines all give leaves of the same size and a tree of
+// depth log2(n / leaf_size): no cell-size choice, no pathological case. Points with a non-finite
+// coordinate are kept aside (their squared distance is +inf or NaN).
+//
+// Queries return exactly what the dense operators return for the same cloud (knn and
+// ball_query of pcops/knn.hpp and pcops/ball_query.hpp: same order, same bits): the tree only
+// decides which points are looked at, and a subtree is skipped only when a lower bound of its
+// distance, computed in double with a relative margin that covers the float32 rounding of s,
+// provably exceeds the current threshold.
+//
+// Memory: 16 bytes per point (x, y, z and the original index) plus 24 bytes per node (two per
+// leaf): about 17.5 bytes per point at leaf_size 32; memory_bytes() reports it. The build needs
+// 32 bytes per point of scratch besides.
+#include <cstdint>
+#include <vector>
+
+#include "pcops/context.hpp"
+#include "pcops/view.hpp"
+
+namespace pcops {
+
+struct SpatialIndexParams {
+  int64_t leaf_size = 32;  // points per leaf, >= 1
+};
+
+namespace cpu {
+
+class SpatialIndex {
+ public:
+  SpatialIndex() = default;
+  // Builds over points [B, N, 3] (any strides; float32), the first lengths[b] points of cloud b
+  // (all N without lengths). Replaces a previous build. At most 2^31 - 1 points per cloud.
+  void build(const CpuContext& ctx, PointsView points, LengthsView lengths, const SpatialIndexParams& params);
+
+  // knn over the indexed clouds: query [B, M, 3] (B as built), k >= 0, dist / idx caller-owned
+  // contiguous [B, M, k]. The contract of pcops::cpu::knn with ref = the indexed points and
+  // ref_lengths = the build's lengths: k larger than a cloud pads with (+inf, -1); k larger than
+  // N without lengths is an error, as for knn.
+  void knn(const CpuContext& ctx, PointsView query, LengthsView query_lengths, int64_t k, float* dist,
+           int64_t* idx) const;
+
+  // ball_query over the indexed clouds: the contract of pcops::cpu::ball_query (first K matches
+  // in reference index order, s < R2 strictly; slots after the matches hold (0, -1)).
+  void ball_query(const CpuContext& ctx, PointsView query, LengthsView query_lengths, float radius, int64_t K,
+                  float* dist2, int64_t* idx) const;
+
+  int64_t batch() const { return static_cast<int64_t>(clouds_.size()); }
+  int64_t count() const { return count_; }  // N of the build (the padded size)
+  bool has_lengths() const { return has_lengths_; }
+  int64_t cloud_size(int64_t b) const { return clouds_[static_cast<size_t>(b)].n; }
+  int64_t leaf_size() const { return leaf_; }
+  // Bytes held by the index (not counting the vectors' spare capacity).
+  int64_t memory_bytes() const;
+
+  struct Node {
+    int32_t begin, end;   // sorted points [begin, end)
+    int32_t left, right;  // children (-1: a leaf)
+  };
+  struct Cloud {
+    int64_t n = 0;       // points of the cloud (finite and not)
+    int64_t finite = 0;  // finite points, in x/y/z/id[0, finite)
+    int64_t leaves = 0;
+    float lo[3] = {0, 0, 0}, scale[3] = {0, 0, 0};  // Morton quantisation of the bounding box
+    std::vector<float> x, y, z;
+    std::vector<int32_t> id;         // original index of each sorted point
+    std::vector<Node> nodes;         // node 0 is the root (none without finite points)
+    std::vector<float> box;          // [nodes][6]: lo xyz, hi xyz of the node's points
+    std::vector<int32_t> leaf_nodes; // the leaves in point order
+    std::vector<int64_t> special;    // indices of points with a non-finite coordinate, ascending
+  };
+  const Cloud& cloud(int64_t b) const { return clouds_[static_cast<size_t>(b)]; }
+
+ private:
+  std::vector<Cloud> clouds_;
+  int64_t count_ = 0;
+  int64_t leaf_ = 32;
+  bool has_lengths_ = false;
+};
+
+}  // namespace cpu
+}  // namespace pcops

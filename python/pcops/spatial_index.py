@@ -1,0 +1,128 @@
+"""A spatial index built once and queried many times (docs/ops/spatial_index.md)."""
+
+from __future__ import annotations
+
+import torch
+
+from pcops.ops import _checks
+
+__all__ = ["SpatialIndex"]
+
+
+def _as_batch(t: torch.Tensor, name: str) -> tuple[torch.Tensor, bool]:
+    """``t`` as ``[B, N, 3]`` and whether it came as one cloud ``[N, 3]``."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name}: expected a tensor, got {type(t).__name__}")
+    single = t.dim() == 2
+    if single:
+        t = t.unsqueeze(0)
+    _checks.points(t, name)
+    torch._check_value(t.shape[2] == 3, lambda: f"{name}: expected 3 coordinates per point, got {t.shape[2]}")
+    return t, single
+
+
+class SpatialIndex:
+    """Exact nearest-neighbour and ball queries over clouds indexed once.
+
+    The index sorts each cloud's points along a Morton curve and puts a binary tree of exact
+    bounding boxes over them (leaves of at most ``leaf_size`` points, cut where the curve crosses
+    octree cells, so dense and sparse regions, duplicates, planes and lines are all handled
+    alike). Queries return exactly what :func:`pcops.knn` and :func:`pcops.ball_query` return
+    over the same points: the same indices and the same float32 distances.
+
+    Args:
+        points: ``[N, 3]`` (one cloud) or ``[B, N, 3]`` float32/float16/bfloat16 coordinates (half
+            precision converted exactly to float32). The index keeps its own sorted copy.
+        lengths: optional int64 ``[B]``: only the first ``lengths[b]`` points of cloud b are
+            indexed (as ``ref_lengths`` of the dense operators).
+        leaf_size: at most this many points per leaf (>= 1).
+
+    Raises:
+        ValueError: bad shapes, lengths or leaf size.
+        TypeError: unsupported dtype.
+        NotImplementedError: CUDA tensors (the CUDA index is not built yet; use the dense
+            operators on CUDA).
+    """
+
+    def __init__(self, points: torch.Tensor, lengths: torch.Tensor | None = None, leaf_size: int = 32):
+        pts, self._single = _as_batch(points, "points")
+        leaf_size = _checks.integer(leaf_size, "leaf_size")
+        if pts.device.type != "cpu":
+            raise NotImplementedError(f"pcops.SpatialIndex: {pts.device.type} tensors are not supported yet (CPU only)")
+        if lengths is not None:
+            _checks.lengths(lengths, pts, "points", "lengths")
+            lengths = lengths.to(torch.int64)
+        self._index = torch.classes.pcops.SpatialIndexCpu()
+        self._index.build(pts, lengths, leaf_size)
+        self._device = pts.device
+
+    @property
+    def batch(self) -> int:
+        """Number of indexed clouds."""
+        return int(self._index.info()[0])
+
+    @property
+    def num_points(self) -> list[int]:
+        """Points indexed per cloud (including points with a non-finite coordinate)."""
+        return [int(n) for n in self._index.cloud_sizes()]
+
+    @property
+    def leaf_size(self) -> int:
+        return int(self._index.info()[3])
+
+    @property
+    def memory_bytes(self) -> int:
+        """Bytes held by the index (sorted coordinates, indices and tree)."""
+        return int(self._index.info()[4])
+
+    def _query(self, query: torch.Tensor, query_lengths: torch.Tensor | None):
+        q, single = _as_batch(query, "query")
+        torch._check_value(
+            single == self._single,
+            lambda: "query: expected "
+            + ("[M, 3] (the index holds one cloud)" if self._single else f"[{self.batch}, M, 3] (as the index)")
+            + f", got shape {tuple(query.shape)}",
+        )
+        if q.device != self._device:
+            raise ValueError(f"query: expected device {self._device} (as the index), got {q.device}")
+        if query_lengths is not None:
+            _checks.lengths(query_lengths, q, "query", "query_lengths")
+            query_lengths = query_lengths.to(torch.int64)
+        return q, query_lengths
+
+    def knn(
+        self, query: torch.Tensor, k: int, query_lengths: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The ``k`` nearest indexed points of every query, as :func:`pcops.knn`.
+
+        Args:
+            query: ``[M, 3]`` (one-cloud index) or ``[B, M, 3]`` coordinates.
+            k: neighbours per query (0 <= k <= N; with build ``lengths`` a larger k pads).
+            query_lengths: optional int64 ``[B]`` valid queries per cloud.
+
+        Returns:
+            ``(dist, idx)``: float32 Euclidean distances and int64 indices into the indexed
+            points, ``[M, k]`` or ``[B, M, k]``, ordered by (squared distance, index); unfilled
+            slots hold ``(inf, -1)``.
+        """
+        k = _checks.integer(k, "k")
+        q, ql = self._query(query, query_lengths)
+        dist, idx = self._index.knn(q, k, ql)
+        return (dist[0], idx[0]) if self._single else (dist, idx)
+
+    def ball_query(
+        self, query: torch.Tensor, radius: float, K: int, query_lengths: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first ``K`` indexed points (in index order) within ``radius`` of every query, as
+        :func:`pcops.ball_query`: ``(dist2, idx)`` with squared distances, slots after the
+        matches ``(0, -1)``."""
+        K = _checks.integer(K, "K")
+        if isinstance(radius, bool) or not isinstance(radius, (int, float)):
+            raise TypeError(f"radius: expected a number, got {type(radius).__name__}")
+        q, ql = self._query(query, query_lengths)
+        dist2, idx = self._index.ball_query(q, float(radius), K, ql)
+        return (dist2[0], idx[0]) if self._single else (dist2, idx)
+
+    def __repr__(self) -> str:
+        return (f"SpatialIndex(batch={self.batch}, points={self.num_points}, leaf_size={self.leaf_size}, "
+                f"memory_bytes={self.memory_bytes})")

@@ -1,0 +1,223 @@
+"""pcops.SpatialIndex: built once, queried many times, exactly the dense operators' results
+(indices and float32 distances, bit for bit) on uniform, spherical, sorted, duplicate-heavy,
+lattice (exact ties), varying-density, planar, linear and clustered-with-outlier clouds, real
+clouds, non-finite coordinates, batches with lengths, every leaf size; a float32 brute force of
+the contract for small clouds; errors."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import pcops
+from conftest import degenerate_clouds, with_threads
+
+
+def dense_knn(points: torch.Tensor, query: torch.Tensor, k: int, lengths=None, query_lengths=None):
+    return pcops.knn(query, points, k, query_lengths, lengths)
+
+
+def queries_for(points: torch.Tensor, gen: torch.Generator, extra: int = 300) -> torch.Tensor:
+    """The points themselves plus random queries around and beyond the cloud's box."""
+    lo, hi = points.min(0).values, points.max(0).values
+    span = (hi - lo).clamp_min(1e-3)
+    q = lo - span + torch.rand(extra, 3, generator=gen) * 3 * span
+    return torch.cat([points, q])
+
+
+def brute_knn(points: torch.Tensor, query: torch.Tensor, k: int):
+    """The contract in float32: s = ((dx*dx + dy*dy) + dz*dz), ordered by (s, index), NaN as +inf."""
+    d = query[:, None, :] - points[None, :, :]
+    sq = d * d
+    s = (sq[..., 0] + sq[..., 1]) + sq[..., 2]
+    key = torch.where(torch.isnan(s), torch.full_like(s, float("inf")), s)
+    order = torch.argsort(key, dim=1, stable=True)[:, :k]  # stable: equal keys stay in index order
+    # NumPy's float32 sqrt is correctly rounded (torch's vectorised one can be off by one unit).
+    return torch.from_numpy(np.sqrt(torch.gather(key, 1, order).numpy())), order
+
+
+@pytest.mark.parametrize("leaf", [1, 4, 32])
+@pytest.mark.parametrize("k", [1, 16, 50])
+def test_knn_equals_dense_on_every_cloud_kind(cloud_factory, cloud_kind, leaf, k, gen):
+    pts = cloud_factory(cloud_kind, 3000, seed=7)
+    q = queries_for(pts, gen)
+    index = pcops.SpatialIndex(pts, leaf_size=leaf)
+    dist, idx = index.knn(q, k)
+    ref_d, ref_i = dense_knn(pts[None], q[None], k)
+    assert torch.equal(idx, ref_i[0])
+    assert torch.equal(dist, ref_d[0])
+
+
+def test_knn_equals_float32_brute_force(cloud_factory, cloud_kind, gen):
+    pts = cloud_factory(cloud_kind, 700, seed=11)
+    q = queries_for(pts, gen, extra=100)
+    dist, idx = pcops.SpatialIndex(pts, leaf_size=8).knn(q, 12)
+    bd, bi = brute_knn(pts, q, 12)
+    assert torch.equal(idx, bi)
+    assert torch.equal(dist, bd)
+
+
+def test_degenerate_clouds_planes_lines_and_outliers(gen):
+    cluster, same, plane = degenerate_clouds(gen)
+    line = torch.zeros(1, 2000, 3)
+    line[0, :, 0] = torch.rand(2000, generator=gen)
+    steep = torch.cat([torch.rand(1, 1500, 3, generator=gen) * 1e-4, torch.rand(1, 500, 3, generator=gen) * 100], 1)
+    for cloud in (cluster, same, plane, line, steep):
+        pts = cloud[0]
+        q = queries_for(pts, gen, extra=200)
+        for k in (1, 8, 40):
+            dist, idx = pcops.SpatialIndex(pts, leaf_size=16).knn(q, k)
+            ref_d, ref_i = dense_knn(pts[None], q[None], k)
+            assert torch.equal(idx, ref_i[0]) and torch.equal(dist, ref_d[0])
+        d2, bi = pcops.SpatialIndex(pts).ball_query(q, 0.01, 20)
+        ref_d2, ref_bi = pcops.ball_query(q[None], pts[None], 0.01, 20)
+        assert torch.equal(bi, ref_bi[0]) and torch.equal(d2, ref_d2[0])
+
+
+def test_real_clouds(real_cloud, gen):
+    pts = real_cloud
+    q = queries_for(pts, gen)
+    index = pcops.SpatialIndex(pts)
+    for k in (1, 16):
+        dist, idx = index.knn(q, k)
+        ref_d, ref_i = dense_knn(pts[None], q[None], k)
+        assert torch.equal(idx, ref_i[0]) and torch.equal(dist, ref_d[0])
+    extent = float((pts.max(0).values - pts.min(0).values).max())
+    for radius in (0.01 * extent, 0.05 * extent):
+        d2, bi = index.ball_query(q, radius, 32)
+        ref_d2, ref_bi = pcops.ball_query(q[None], pts[None], radius, 32)
+        assert torch.equal(bi, ref_bi[0]) and torch.equal(d2, ref_d2[0])
+        assert (bi >= 0).any()
+
+
+@pytest.mark.parametrize("radius", [0.0, 0.02, 0.1, 0.5, 5.0])
+@pytest.mark.parametrize("K", [1, 16, 100])
+def test_ball_query_equals_dense(cloud_factory, cloud_kind, radius, K, gen):
+    pts = cloud_factory(cloud_kind, 2500, seed=3)
+    q = queries_for(pts, gen)
+    d2, idx = pcops.SpatialIndex(pts, leaf_size=8).ball_query(q, radius, K)
+    ref_d2, ref_i = pcops.ball_query(q[None], pts[None], radius, K)
+    assert torch.equal(idx, ref_i[0])
+    assert torch.equal(d2, ref_d2[0])
+
+
+def test_lattice_ties_at_the_radius():
+    # Integer lattice: many squared distances equal R2 exactly (s < R2 is strict) and many ties.
+    g = torch.stack(torch.meshgrid(*[torch.arange(12.0)] * 3, indexing="ij"), -1).reshape(-1, 3)
+    index = pcops.SpatialIndex(g, leaf_size=5)
+    for radius in (1.0, 2.0 ** 0.5, 3.0 ** 0.5, 2.0):
+        d2, idx = index.ball_query(g, radius, 30)
+        ref_d2, ref_i = pcops.ball_query(g[None], g[None], radius, 30)
+        assert torch.equal(idx, ref_i[0]) and torch.equal(d2, ref_d2[0])
+    dist, idx = index.knn(g + 0.5, 27)
+    ref_d, ref_i = dense_knn(g[None], (g + 0.5)[None], 27)
+    assert torch.equal(idx, ref_i[0]) and torch.equal(dist, ref_d[0])
+
+
+def test_non_finite_points_and_queries(gen):
+    pts = torch.rand(1500, 3, generator=gen)
+    pts[5] = float("nan")
+    pts[77, 1] = float("inf")
+    pts[300, 2] = -float("inf")
+    pts[1200] = torch.tensor([3e38, -3e38, 3e38])  # finite, its squared distances overflow
+    q = queries_for(pts[torch.isfinite(pts).all(1)], gen, extra=50)
+    q = torch.cat([q, torch.tensor([[float("nan"), 0.0, 0.0], [float("inf"), 1.0, 2.0], [1e38, 1e38, 1e38]])])
+    index = pcops.SpatialIndex(pts, leaf_size=8)
+    for k in (1, 10, 1500):
+        dist, idx = index.knn(q, k)
+        ref_d, ref_i = dense_knn(pts[None], q[None], k)
+        assert torch.equal(idx, ref_i[0]), k
+        assert torch.equal(dist, ref_d[0]), k
+    d2, bi = index.ball_query(q, 0.1, 20)
+    ref_d2, ref_bi = pcops.ball_query(q[None], pts[None], 0.1, 20)
+    assert torch.equal(bi, ref_bi[0]) and torch.equal(d2, ref_d2[0])
+    all_nan = torch.full((50, 3), float("nan"))
+    dist, idx = pcops.SpatialIndex(all_nan).knn(q, 5)
+    assert torch.equal(idx, torch.arange(5).expand(q.shape[0], 5))
+    assert torch.isinf(dist).all()
+
+
+def test_batches_with_lengths_and_query_lengths(gen):
+    B, N, M = 4, 900, 500
+    pts = torch.rand(B, N, 3, generator=gen)
+    q = torch.rand(B, M, 3, generator=gen)
+    lengths = torch.tensor([900, 0, 17, 450])
+    qlen = torch.tensor([500, 30, 0, 499])
+    index = pcops.SpatialIndex(pts, lengths=lengths, leaf_size=16)
+    assert index.batch == B and index.num_points == [900, 0, 17, 450]
+    for k in (1, 20, 900):
+        dist, idx = index.knn(q, k, query_lengths=qlen)
+        ref_d, ref_i = dense_knn(pts, q, k, lengths, qlen)
+        assert torch.equal(idx, ref_i) and torch.equal(dist, ref_d)
+    d2, bi = index.ball_query(q, 0.15, 40, query_lengths=qlen)
+    ref_d2, ref_bi = pcops.ball_query(q, pts, 0.15, 40, qlen, lengths)
+    assert torch.equal(bi, ref_bi) and torch.equal(d2, ref_d2)
+    # k larger than a cloud pads with (inf, -1).
+    dist, idx = index.knn(q, 18)
+    assert (idx[2, :, 17] == -1).all() and torch.isinf(dist[2, :, 17]).all()
+    assert (idx[1] == -1).all()
+
+
+def test_reuse_copy_threads_and_half_precision(gen):
+    pts = torch.rand(4000, 3, generator=gen)
+    q = torch.rand(800, 3, generator=gen)
+    index = pcops.SpatialIndex(pts)
+    first = index.knn(q, 9)
+    pts.add_(10.0)  # the index holds its own copy
+    second = index.knn(q, 9)
+    assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
+    one = with_threads(1, lambda: index.knn(q, 9))
+    assert torch.equal(one[1], first[1]) and torch.equal(one[0], first[0])
+    half = torch.rand(1000, 3, generator=gen).to(torch.bfloat16)
+    dist, idx = pcops.SpatialIndex(half).knn(half, 4)
+    ref_d, ref_i = dense_knn(half.float()[None], half.float()[None], 4)
+    assert torch.equal(idx, ref_i[0]) and torch.equal(dist, ref_d[0])
+    assert index.memory_bytes >= 16 * 4000
+    assert "SpatialIndex(batch=1" in repr(index)
+
+
+def test_k_zero_empty_queries_and_empty_cloud(gen):
+    pts = torch.rand(100, 3, generator=gen)
+    index = pcops.SpatialIndex(pts)
+    dist, idx = index.knn(torch.empty(0, 3), 5)
+    assert dist.shape == (0, 5) and idx.shape == (0, 5)
+    dist, idx = index.knn(pts, 0)
+    assert dist.shape == (100, 0)
+    empty = pcops.SpatialIndex(torch.empty(0, 3))
+    dist, idx = empty.knn(pts, 0)
+    assert dist.shape == (100, 0)
+    d2, bi = empty.ball_query(pts, 0.5, 3)
+    assert (bi == -1).all() and (d2 == 0).all()
+
+
+def test_errors(gen):
+    pts = torch.rand(100, 3, generator=gen)
+    with pytest.raises(TypeError, match="float32"):
+        pcops.SpatialIndex(pts.double())
+    with pytest.raises(ValueError, match="3 coordinates"):
+        pcops.SpatialIndex(torch.rand(10, 2))
+    with pytest.raises(ValueError, match="leaf_size"):
+        pcops.SpatialIndex(pts, leaf_size=0)
+    with pytest.raises(TypeError, match="leaf_size"):
+        pcops.SpatialIndex(pts, leaf_size=2.5)
+    with pytest.raises(ValueError, match="lengths"):
+        pcops.SpatialIndex(pts[None], lengths=torch.tensor([101]))
+    index = pcops.SpatialIndex(pts)
+    with pytest.raises(ValueError, match="k"):
+        index.knn(pts, 101)
+    with pytest.raises(ValueError, match="k"):
+        index.knn(pts, -1)
+    with pytest.raises(ValueError, match="query"):
+        index.knn(pts[None], 3)
+    with pytest.raises(ValueError, match="radius"):
+        index.ball_query(pts, -1.0, 3)
+    with pytest.raises(ValueError, match="radius"):
+        index.ball_query(pts, float("nan"), 3)
+    with pytest.raises(ValueError, match="K"):
+        index.ball_query(pts, 0.1, -2)
+    with pytest.raises(TypeError, match="radius"):
+        index.ball_query(pts, "0.1", 3)
+    batched = pcops.SpatialIndex(torch.rand(2, 50, 3, generator=gen))
+    with pytest.raises(ValueError, match="batch"):
+        batched.knn(torch.rand(3, 5, 3), 2)
