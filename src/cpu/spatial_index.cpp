@@ -1,22 +1,30 @@
-// CPU SpatialIndex (pcops/spatial_index.hpp): Morton-sorted leaves of a fixed point count under an
-// implicit binary tree of exact bounding boxes.
+// CPU SpatialIndex (pcops/spatial_index.hpp): Morton-sorted points under a binary tree of exact
+// bounding boxes.
 //
 // Build, per cloud: the finite points' bounding box, a 48-bit Morton code per point (16 bits per
 // axis), one stable LSD radix sort of (code, index), the sorted coordinates as structure of
-// arrays, leaf boxes, then the internal boxes bottom-up. Parallel over point ranges.
+// arrays; the tree top down (a range splits where its highest differing Morton bit changes, so
+// nodes are octree cells; leaves hold at most leaf_size points), boxes bottom up.
 //
-// Queries: processed in Morton order of the index (neighbouring queries share cache lines). Each
-// query first scans the leaf its code falls in (a binary search over the leaves' first codes),
-// which gives kNN a tight threshold at once, then walks the tree depth first, nearer child first,
-// skipping a node when the lower bound of its box distance is provably beyond the threshold (kNN:
-// the k-th candidate's key; ball query: R2) - the same bound and margins as the grid search of
-// knn.cpp / ball_query.cpp, so the result is the dense operators' result, bit for bit.
+// Queries run in Morton order of the index, in groups of consecutive queries:
+// - kNN, groups of up to 8: the query nearest the group's centre (the anchor) walks the tree
+//   depth first, nearer child first, skipping subtrees provably beyond its k-th key. Its k-th
+//   distance r_a bounds every other query's by the triangle inequality (r_a + |q - a|), so the
+//   others scan, in place, the point ranges of the leaves not provably beyond that bound from
+//   the group's box, filtering with their own bound from the first candidate on.
+// - ball query, groups of up to 256 in one leaf: the leaves not provably beyond R2 from the
+//   group's box are gathered once into a block that every query of the group scans.
+// "Provably beyond" is the grid search's test (knn.cpp / ball_query.cpp): a lower bound in double
+// with a relative margin that covers the float32 rounding of s, so the results are the dense
+// operators' results, bit for bit.
 #include "pcops/spatial_index.hpp"
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <cfloat>
 #include <limits>
+#include <utility>
 
 #include "common/distance.hpp"
 #include "cpu/knn_topk.hpp"
@@ -200,9 +208,10 @@ std::vector<uint64_t> leaf_first_codes(const Cloud& c) {
   return f;
 }
 
-constexpr int64_t kMaxGroup = 256;  // queries per group
+constexpr int64_t kBallGroup = 256;  // queries per group of the ball query
+constexpr int64_t kKnnGroup = 8;     // queries per group of kNN (the bound grows with the group)
 
-// The queries of one cloud in Morton order of the index, cut into groups of at most kMaxGroup
+// The queries of one cloud in Morton order of the index, cut into groups of at most max_group
 // whose codes fall in the same leaf (the leaf whose range holds the position the code would take
 // in the sorted points). Non-finite queries come last, in groups of leaf -1.
 struct Groups {
@@ -211,8 +220,8 @@ struct Groups {
   std::vector<int64_t> leaf;
 };
 
-void group_queries(const CpuContext& ctx, const Cloud& c, const PointsView& q, int64_t b,
-                   int64_t mq, Groups& G) {
+void group_queries(const CpuContext& ctx, const Cloud& c, const PointsView& q, int64_t b, int64_t mq,
+                   int64_t max_group, Groups& G) {
   constexpr uint64_t kNonFinite = uint64_t{1} << (3 * kBits);
   G.order.resize(static_cast<size_t>(mq));
   parallel_for(ctx, 0, mq, 1 << 14, [&](int64_t m0, int64_t m1) {
@@ -233,7 +242,7 @@ void group_queries(const CpuContext& ctx, const Cloud& c, const PointsView& q, i
       while (l + 1 < c.leaves && first[l + 1] <= code) ++l;
       gl = l;
     }
-    if (t == 0 || gl != G.leaf.back() || t - G.begin.back() >= kMaxGroup) {
+    if (t == 0 || gl != G.leaf.back() || t - G.begin.back() >= max_group) {
       G.begin.push_back(t);
       G.leaf.push_back(gl);
     }
@@ -293,12 +302,60 @@ struct Block {
   }
 };
 
+// Squared lower bound of the distance from q to a box (+inf for an empty box).
+inline double point_box_gap(const float* box, float qx, float qy, float qz) {
+  const double q[3] = {qx, qy, qz};
+  double s = 0.0;
+  for (int a = 0; a < 3; ++a) {
+    const double lo = box[a], hi = box[3 + a];
+    if (!(lo <= hi)) return INFINITY;
+    const double d = q[a] < lo ? lo - q[a] : (q[a] > hi ? q[a] - hi : 0.0);
+    s += d * d;
+  }
+  return s;
+}
+
+// The point ranges a group of kNN queries may need: every leaf whose box is not provably beyond
+// the group's bound from the group's box, merged into maximal runs of consecutive positions
+// (leaves are in point order and near leaves are mostly consecutive), scanned in place. Long
+// runs scanned whole beat leaf-by-leaf pruning by each query's own bound (measured: 1.25 s
+// against 1.56 s for 1M points, k = 16, on 2 cores): the distance filter is cheap next to
+// the per-leaf calls.
+struct Ranges {
+  std::vector<std::pair<int32_t, int32_t>> r;
+  std::vector<int32_t> stack;
+
+  void gather(const Cloud& c, const float gbox[6], double T) {
+    r.clear();
+    if (c.nodes.empty()) return;
+    stack.clear();
+    stack.push_back(0);
+    while (!stack.empty()) {
+      const int32_t v = stack.back();
+      stack.pop_back();
+      const double lb2 = box_box_gap(&c.box[v * 6], gbox);
+      if (lb2 > kTiny && lb2 * kMargin > T) continue;
+      const SpatialIndex::Node& nd = c.nodes[v];
+      if (nd.left >= 0) {
+        stack.push_back(nd.right);
+        stack.push_back(nd.left);
+      } else if (!r.empty() && r.back().second == nd.begin) {
+        r.back().second = nd.end;
+      } else {
+        r.emplace_back(nd.begin, nd.end);
+      }
+    }
+  }
+};
+
 // kNN: scan points [p0, p1) of arrays x, y, z, id.
+// limit: a bound known to be at least the query's final k-th key (+inf: none).
 void scan_knn(const float* x, const float* y, const float* z, const int32_t* id, int64_t p0, int64_t p1, float qx,
-              float qy, float qz, TopK& tk, float* s, int32_t* off) {
+              float qy, float qz, TopK& tk, float* s, int32_t* off, float limit = INFINITY) {
   for (int64_t j0 = p0; j0 < p1; j0 += kBlock) {
     const int len = static_cast<int>(std::min<int64_t>(kBlock, p1 - j0));
-    const int cnt = grid::filter3(x + j0, y + j0, z + j0, len, qx, qy, qz, tk.threshold(), false, s, off);
+    const int cnt = grid::filter3(x + j0, y + j0, z + j0, len, qx, qy, qz, std::min(limit, tk.threshold()), false,
+                                  s, off);
     const int32_t* ids = id + j0;
     for (int i = 0; i < cnt; ++i) tk.push(s[i], static_cast<uint32_t>(ids[off[i]]));
   }
@@ -328,18 +385,6 @@ void group_box(const Groups& G, int64_t g, const PointsView& q, int64_t b, float
   }
 }
 
-// Squared lower bound of the distance from q to a box (+inf for an empty box).
-inline double point_box_gap(const float* box, float qx, float qy, float qz) {
-  const double q[3] = {qx, qy, qz};
-  double s = 0.0;
-  for (int a = 0; a < 3; ++a) {
-    const double lo = box[a], hi = box[3 + a];
-    if (!(lo <= hi)) return INFINITY;
-    const double d = q[a] < lo ? lo - q[a] : (q[a] > hi ? q[a] - hi : 0.0);
-    s += d * d;
-  }
-  return s;
-}
 
 // The search for one query: depth first from the root, nearer child first (so the first leaf
 // reached is one the query lies in or next to), a subtree skipped when its box is provably beyond
@@ -448,10 +493,11 @@ void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView quer
     const int64_t mq = query_lengths.get(b, M);
     for (int64_t m = mq; m < M; ++m) pad_knn(dist + (b * M + m) * k, idx + (b * M + m) * k, k);
     if (mq == 0) continue;
-    group_queries(ctx, c, query, b, mq, G);
+    group_queries(ctx, c, query, b, mq, kKnnGroup, G);
     const int64_t groups = static_cast<int64_t>(G.leaf.size());
-    parallel_for(ctx, 0, groups, 4, [&](int64_t g0, int64_t g1) {
+    parallel_for(ctx, 0, groups, 16, [&](int64_t g0, int64_t g1) {
       TopK tk(k);
+      Ranges ranges;
       float s[kBlock + 16];
       int32_t off[kBlock + 16];
       for (int64_t g = g0; g < g1; ++g) {
@@ -469,11 +515,59 @@ void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView quer
           }
           continue;
         }
-        for (int64_t t = G.begin[g]; t < G.begin[g + 1]; ++t) {
+        // The group's first query (the anchor) walks the tree. Its k-th key bounds everyone's:
+        // by the triangle inequality, query q has k points within r_a + |q - a| (r_a the
+        // anchor's k-th distance), so its k-th key is at most (r_a + |q - a|)^2, widened by a
+        // relative margin for the float32 rounding of s. The other queries scan, in place, the
+        // leaves not provably beyond that bound from the group's box, filtering with their own
+        // bound from the first candidate on.
+        const int64_t t0 = G.begin[g], t1 = G.begin[g + 1];
+        float gbox[6];
+        group_box(G, g, query, b, gbox);
+        // The anchor: the query nearest the group box's centre (the bounds grow with |q - a|).
+        int64_t ma = G.order[t0].id;
+        {
+          const double cx = 0.5 * (double{gbox[0]} + gbox[3]), cy = 0.5 * (double{gbox[1]} + gbox[4]),
+                       cz = 0.5 * (double{gbox[2]} + gbox[5]);
+          double best = INFINITY;
+          for (int64_t t = t0; t < t1; ++t) {
+            const int64_t m = G.order[t].id;
+            const double dx = query.at(b, m, 0) - cx, dy = query.at(b, m, 1) - cy, dz = query.at(b, m, 2) - cz;
+            const double d = dx * dx + dy * dy + dz * dz;
+            if (d < best) best = d, ma = m;
+          }
+        }
+        const float ax = query.at(b, ma, 0), ay = query.at(b, ma, 1), az = query.at(b, ma, 2);
+        tk.reset();
+        walk_knn(c, ax, ay, az, tk, s, off);
+        const double ra = std::sqrt(static_cast<double>(tk.threshold())) * (1.0 + 1e-6);
+        for (const int64_t j : c.special) tk.push(INFINITY, static_cast<uint32_t>(j));
+        tk.finish(dist + (b * M + ma) * k, idx + (b * M + ma) * k);
+        if (t1 - t0 == 1) continue;
+        const auto bound = [&](double d) {  // the key bound at distance d from the anchor
+          const double R = ra + d * (1.0 + 1e-12);
+          return R * R * (1.0 + 1e-6) + kTiny;
+        };
+        double dmax = 0.0;
+        for (int64_t t = t0; t < t1; ++t) {
           const int64_t m = G.order[t].id;
+          const double dx = static_cast<double>(query.at(b, m, 0)) - ax, dy = static_cast<double>(query.at(b, m, 1)) - ay,
+                       dz = static_cast<double>(query.at(b, m, 2)) - az;
+          dmax = std::max(dmax, std::sqrt(dx * dx + dy * dy + dz * dz));
+        }
+        ranges.gather(c, gbox, bound(dmax));
+        for (int64_t t = t0; t < t1; ++t) {
+          const int64_t m = G.order[t].id;
+          if (m == ma) continue;
           const float qx = query.at(b, m, 0), qy = query.at(b, m, 1), qz = query.at(b, m, 2);
+          const double dx = static_cast<double>(qx) - ax, dy = static_cast<double>(qy) - ay,
+                       dz = static_cast<double>(qz) - az;
+          const double lim = bound(std::sqrt(dx * dx + dy * dy + dz * dz));
+          const float limit = lim >= static_cast<double>(FLT_MAX) ? INFINITY
+                                                                  : std::nextafter(static_cast<float>(lim), INFINITY);
           tk.reset();
-          walk_knn(c, qx, qy, qz, tk, s, off);
+          for (const auto& [p0, p1] : ranges.r)
+            scan_knn(c.x.data(), c.y.data(), c.z.data(), c.id.data(), p0, p1, qx, qy, qz, tk, s, off, limit);
           // Points with a non-finite coordinate: s is +inf or NaN whatever the query, key +inf.
           for (const int64_t j : c.special) tk.push(INFINITY, static_cast<uint32_t>(j));
           tk.finish(dist + (b * M + m) * k, idx + (b * M + m) * k);
@@ -497,7 +591,7 @@ void SpatialIndex::ball_query(const CpuContext& ctx, PointsView query, LengthsVi
     const int64_t mq = query_lengths.get(b, M);
     for (int64_t m = mq; m < M; ++m) pad_ball(dist2 + (b * M + m) * K, idx + (b * M + m) * K, K);
     if (mq == 0) continue;
-    group_queries(ctx, c, query, b, mq, G);
+    group_queries(ctx, c, query, b, mq, kBallGroup, G);
     const int64_t groups = static_cast<int64_t>(G.leaf.size());
     parallel_for(ctx, 0, groups, 4, [&](int64_t g0, int64_t g1) {
       FirstK fk(K);

@@ -1,0 +1,116 @@
+// The C++ SpatialIndex (no PyTorch): kNN and ball query equal to cpu::knn / cpu::ball_query bit for
+// bit on a uniform cloud, a cluster with far outliers, a plane, duplicates and non-finite points,
+// every leaf size, batches with lengths; a rebuild replaces the index; bad input raises.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "pcops/ball_query.hpp"
+#include "pcops/error.hpp"
+#include "pcops/knn.hpp"
+#include "pcops/spatial_index.hpp"
+
+namespace {
+
+using pcops::PointsView;
+
+std::vector<float> cloud(const char* kind, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::vector<float> p(3 * n);
+  for (int64_t i = 0; i < n; ++i) {
+    float* x = &p[3 * i];
+    for (int d = 0; d < 3; ++d) x[d] = u(rng);
+    if (std::strcmp(kind, "cluster") == 0) {
+      for (int d = 0; d < 3; ++d) x[d] *= (i % 97 == 0) ? 1000.0f : 1e-3f;
+    } else if (std::strcmp(kind, "plane") == 0) {
+      x[2] = 0.5f;
+    } else if (std::strcmp(kind, "duplicates") == 0) {
+      std::mt19937 r2(static_cast<uint32_t>(i % 50));
+      for (int d = 0; d < 3; ++d) x[d] = u(r2);
+    } else if (std::strcmp(kind, "nonfinite") == 0 && i % 113 == 5) {
+      x[i % 3] = (i % 2) ? NAN : INFINITY;
+    }
+  }
+  return p;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+  return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+TEST(SpatialIndex, KnnAndBallQueryEqualTheDenseOperators) {
+  const int64_t n = 2500, m = 700;
+  for (const char* kind : {"uniform", "cluster", "plane", "duplicates", "nonfinite"}) {
+    const std::vector<float> pts = cloud(kind, n, 3);
+    std::vector<float> q = cloud("uniform", m, 9);
+    for (int64_t i = 0; i < 200; ++i) std::memcpy(&q[3 * i], &pts[3 * i], 3 * sizeof(float));
+    const PointsView P = PointsView::contiguous(pts.data(), 1, n, 3), Q = PointsView::contiguous(q.data(), 1, m, 3);
+    for (int64_t leaf : {1, 7, 32, 4096}) {
+      SCOPED_TRACE(testing::Message() << kind << " leaf " << leaf);
+      pcops::cpu::SpatialIndex index;
+      index.build({}, P, {}, pcops::SpatialIndexParams{leaf});
+      EXPECT_EQ(index.cloud_size(0), n);
+      EXPECT_GE(index.memory_bytes(), 16 * index.cloud(0).finite);
+      for (int64_t k : {1, 16, 64}) {
+        std::vector<float> d(m * k), rd(m * k);
+        std::vector<int64_t> i(m * k), ri(m * k);
+        index.knn({}, Q, {}, k, d.data(), i.data());
+        pcops::cpu::knn({}, Q, P, {}, {}, pcops::KnnParams{k}, rd.data(), ri.data());
+        EXPECT_EQ(i, ri) << "k " << k;
+        EXPECT_TRUE(same_bits(d, rd)) << "k " << k;
+      }
+      for (float r : {0.0f, 0.01f, 0.2f}) {
+        const int64_t K = 24;
+        std::vector<float> d(m * K), rd(m * K);
+        std::vector<int64_t> i(m * K), ri(m * K);
+        index.ball_query({}, Q, {}, r, K, d.data(), i.data());
+        pcops::cpu::ball_query({}, Q, P, {}, {}, pcops::BallQueryParams{r, K}, rd.data(), ri.data());
+        EXPECT_EQ(i, ri) << "r " << r;
+        EXPECT_TRUE(same_bits(d, rd)) << "r " << r;
+      }
+    }
+  }
+}
+
+TEST(SpatialIndex, BatchesWithLengthsAndRebuild) {
+  const int64_t B = 3, n = 600, m = 200, k = 10;
+  std::vector<float> pts = cloud("uniform", B * n, 5), q = cloud("uniform", B * m, 6);
+  const int64_t lengths[B] = {600, 0, 7};
+  const int64_t qlen[B] = {200, 50, 0};
+  const PointsView P = PointsView::contiguous(pts.data(), B, n, 3), Q = PointsView::contiguous(q.data(), B, m, 3);
+  const pcops::LengthsView L{lengths, B}, QL{qlen, B};
+  pcops::cpu::SpatialIndex index;
+  index.build({}, PointsView::contiguous(pts.data(), 1, 50, 3), {}, {});  // replaced below
+  index.build({}, P, L, {});
+  ASSERT_EQ(index.batch(), B);
+  std::vector<float> d(B * m * k), rd(B * m * k);
+  std::vector<int64_t> i(B * m * k), ri(B * m * k);
+  index.knn({}, Q, QL, k, d.data(), i.data());
+  pcops::cpu::knn({}, Q, P, QL, L, pcops::KnnParams{k}, rd.data(), ri.data());
+  EXPECT_EQ(i, ri);
+  EXPECT_TRUE(same_bits(d, rd));
+}
+
+TEST(SpatialIndex, Errors) {
+  const std::vector<float> pts = cloud("uniform", 100, 1);
+  const PointsView P = PointsView::contiguous(pts.data(), 1, 100, 3);
+  pcops::cpu::SpatialIndex index;
+  EXPECT_THROW(index.build({}, P, {}, pcops::SpatialIndexParams{0}), pcops::Error);
+  EXPECT_THROW(index.build({}, PointsView::contiguous(pts.data(), 1, 50, 2), {}, {}), pcops::Error);
+  const int64_t bad[1] = {101};
+  EXPECT_THROW(index.build({}, P, pcops::LengthsView{bad, 1}, {}), pcops::Error);
+  index.build({}, P, {}, {});
+  std::vector<float> d(100 * 101);
+  std::vector<int64_t> i(100 * 101);
+  EXPECT_THROW(index.knn({}, P, {}, 101, d.data(), i.data()), pcops::Error);
+  EXPECT_THROW(index.ball_query({}, P, {}, -1.0f, 3, d.data(), i.data()), pcops::Error);
+  EXPECT_THROW(index.knn({}, PointsView::contiguous(pts.data(), 2, 50, 3), {}, 1, d.data(), i.data()),
+               pcops::Error);
+}
+
+}  // namespace
