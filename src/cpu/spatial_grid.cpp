@@ -262,6 +262,7 @@ void build(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n,
     load = assign();
   }
 
+  g.load = load;
   // 3. Offsets: cell_start and the write cursor of every (piece, cell).
   const int64_t C = g.num_cells;
   grow(g.cell_start, C + 1);

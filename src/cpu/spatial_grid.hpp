@@ -25,6 +25,7 @@ struct Grid {
   int64_t dims[3] = {1, 1, 1};
   int64_t num_cells = 1;
   int64_t num_finite = 0;
+  double load = 0.0;  // mean over the finite points of their cell's count (search cost grows with it)
   std::vector<int32_t> cell_start;  // num_cells + 1 offsets into the arrays below
   std::vector<float> x, y, z;       // coordinates in cell order (first num_finite are valid)
   std::vector<int32_t> id;          // original indices in cell order

@@ -322,7 +322,11 @@ inline double point_box_gap(const float* box, float qx, float qy, float qz) {
 // against 1.56 s for 1M points, k = 16, on 2 cores): the distance filter is cheap next to
 // the per-leaf calls.
 struct Ranges {
-  std::vector<std::pair<int32_t, int32_t>> r;
+  struct Range {
+    int32_t begin, end;
+    float box[6];  // the union of its leaves' boxes
+  };
+  std::vector<Range> r;
   std::vector<int32_t> stack;
 
   void gather(const Cloud& c, const float gbox[6], double T) {
@@ -333,16 +337,19 @@ struct Ranges {
     while (!stack.empty()) {
       const int32_t v = stack.back();
       stack.pop_back();
-      const double lb2 = box_box_gap(&c.box[v * 6], gbox);
+      const float* bx = &c.box[v * 6];
+      const double lb2 = box_box_gap(bx, gbox);
       if (lb2 > kTiny && lb2 * kMargin > T) continue;
       const SpatialIndex::Node& nd = c.nodes[v];
       if (nd.left >= 0) {
         stack.push_back(nd.right);
         stack.push_back(nd.left);
-      } else if (!r.empty() && r.back().second == nd.begin) {
-        r.back().second = nd.end;
+      } else if (!r.empty() && r.back().end == nd.begin) {
+        Range& last = r.back();
+        last.end = nd.end;
+        for (int a = 0; a < 3; ++a) last.box[a] = std::min(last.box[a], bx[a]), last.box[3 + a] = std::max(last.box[3 + a], bx[3 + a]);
       } else {
-        r.emplace_back(nd.begin, nd.end);
+        r.push_back(Range{nd.begin, nd.end, {bx[0], bx[1], bx[2], bx[3], bx[4], bx[5]}});
       }
     }
   }
@@ -566,8 +573,10 @@ void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView quer
           const float limit = lim >= static_cast<double>(FLT_MAX) ? INFINITY
                                                                   : std::nextafter(static_cast<float>(lim), INFINITY);
           tk.reset();
-          for (const auto& [p0, p1] : ranges.r)
-            scan_knn(c.x.data(), c.y.data(), c.z.data(), c.id.data(), p0, p1, qx, qy, qz, tk, s, off, limit);
+          for (const Ranges::Range& rg : ranges.r) {
+            if (beyond(point_box_gap(rg.box, qx, qy, qz), std::min(limit, tk.threshold()))) continue;
+            scan_knn(c.x.data(), c.y.data(), c.z.data(), c.id.data(), rg.begin, rg.end, qx, qy, qz, tk, s, off, limit);
+          }
           // Points with a non-finite coordinate: s is +inf or NaN whatever the query, key +inf.
           for (const int64_t j : c.special) tk.push(INFINITY, static_cast<uint32_t>(j));
           tk.finish(dist + (b * M + m) * k, idx + (b * M + m) * k);

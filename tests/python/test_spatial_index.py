@@ -221,3 +221,34 @@ def test_errors(gen):
     batched = pcops.SpatialIndex(torch.rand(2, 50, 3, generator=gen))
     with pytest.raises(ValueError, match="batch"):
         batched.knn(torch.rand(3, 5, 3), 2)
+
+
+def clustered_cloud(n: int, seed: int) -> torch.Tensor:
+    """90 % of the points in 20 tight gaussian clusters, 10 % uniform: a grid's cells there stay
+    overfull, so the dense kNN hands such clouds to the spatial index."""
+    g = torch.Generator().manual_seed(seed)
+    centres = torch.rand(20, 3, generator=g)
+    p = torch.rand(n, 3, generator=g)
+    i = torch.arange(n)
+    m = i % 10 != 0
+    p[m] = centres[i[m] % 20] + 0.002 * torch.randn(int(m.sum()), 3, generator=g)
+    return p
+
+
+def test_dense_knn_on_clustered_clouds_is_exact(gen):
+    # The dense operator routes this cloud through the index (its grid load is far above the
+    # threshold): still the contract's result, checked against the float32 brute force.
+    pts = clustered_cloud(60000, seed=4)
+    dist, idx = pcops.knn(pts[None], pts[None], 16)
+    sub = torch.randperm(pts.shape[0], generator=gen)[:400]
+    bd, bi = brute_knn(pts, pts[sub], 16)
+    assert torch.equal(idx[0, sub], bi)
+    assert torch.equal(dist[0, sub], bd)
+    ix_d, ix_i = pcops.SpatialIndex(pts).knn(pts, 16)
+    assert torch.equal(ix_i, idx[0]) and torch.equal(ix_d, dist[0])
+    # Batches: each cloud decides on its own.
+    both = torch.stack([pts[:20000], torch.rand(20000, 3, generator=gen)])
+    d2, i2 = pcops.knn(both, both, 8)
+    for b in range(2):
+        bd, bi = brute_knn(both[b], both[b, :300], 8)
+        assert torch.equal(i2[b, :300], bi) and torch.equal(d2[b, :300], bd)
