@@ -13,14 +13,14 @@ namespace {
 struct SpatialIndexCpu : torch::CustomClassHolder {
   cpu::SpatialIndex index;
 
-  void build(const at::Tensor& points_in, const std::optional<at::Tensor>& lengths_in, int64_t leaf_size) {
+  void build(const at::Tensor& points_in, const std::optional<at::Tensor>& lengths_in, int64_t leaf_size, bool grid) {
     TORCH_CHECK_VALUE(points_in.device().is_cpu(), "points: the CPU index needs CPU tensors, got ",
                       points_in.device());
     const at::Tensor points = as_points(points_in, "points");
     TORCH_CHECK_VALUE(points.size(2) == 3, "points: expected 3 coordinates per point, got ", points.size(2));
     const auto lengths = as_lengths(lengths_in, points_in, "lengths");
     translate_errors([&] {
-      index.build(cpu_context(), view_of(points), lengths_of(lengths), SpatialIndexParams{leaf_size});
+      index.build(cpu_context(), view_of(points), lengths_of(lengths), SpatialIndexParams{leaf_size, grid});
     });
   }
 

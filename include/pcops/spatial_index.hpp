@@ -19,15 +19,22 @@
 // leaf): about 17.5 bytes per point at leaf_size 32; memory_bytes() reports it. The build needs
 // 32 bytes per point of scratch besides.
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "pcops/context.hpp"
 #include "pcops/view.hpp"
 
 namespace pcops {
+namespace cpu::grid {
+struct Grid;
+}
 
 struct SpatialIndexParams {
   int64_t leaf_size = 32;  // points per leaf, >= 1
+  // Also keep kNN's uniform grid for clouds whose density is even enough for it (faster than the
+  // tree there; about 16 bytes per point more, plus the cell offsets).
+  bool grid = true;
 };
 
 namespace cpu {
@@ -74,6 +81,9 @@ class SpatialIndex {
     std::vector<float> box;          // [nodes][6]: lo xyz, hi xyz of the node's points
     std::vector<int32_t> leaf_nodes; // the leaves in point order
     std::vector<int64_t> special;    // indices of points with a non-finite coordinate, ascending
+    // kNN's uniform grid (the dense operator's), kept when the cloud's density is even enough
+    // for it (its mean cell load at most ten times the target): faster than the tree there.
+    std::shared_ptr<const grid::Grid> grid;
   };
   const Cloud& cloud(int64_t b) const { return clouds_[static_cast<size_t>(b)]; }
 

@@ -19,6 +19,7 @@
 #include "pcops/error.hpp"
 #include "pcops/spatial_index.hpp"
 #include "cpu/spatial_grid.hpp"
+#include "cpu/knn_grid.hpp"
 #include "cpu/knn_topk.hpp"
 
 namespace pcops::cpu {
@@ -118,8 +119,6 @@ void knn_brute(const CpuContext& ctx, const PointsView& query, const PointsView&
 // Grid search for one cloud.
 struct GridSearch {
   const grid::Grid& g;
-  const PointsView& ref;
-  int64_t b;
 
   // Squared lower bound, along axis a, of the distance from v to the cells [c0, c1].
   double gap(int a, int64_t c0, int64_t c1, double v) const {
@@ -234,23 +233,18 @@ struct GridSearch {
       out -= g.slack;
       if (out > 0.0 && beyond(out * out, tk.threshold())) break;
     }
-    // Points with a non-finite coordinate: their key is +inf.
-    for (const int64_t j : g.special)
-      tk.push(common::knn_key(common::squared_distance3(qx, qy, qz, ref.at(b, j, 0), ref.at(b, j, 1),
-                                                        ref.at(b, j, 2))),
-              static_cast<uint32_t>(j));
+    // Points with a non-finite coordinate: their s is +inf or NaN whatever the query, key +inf.
+    for (const int64_t j : g.special) tk.push(INFINITY, static_cast<uint32_t>(j));
   }
 };
 
 void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const PointsView& ref,
                     int64_t b, int64_t mq, int64_t n, int64_t k, float* dist, int64_t* idx,
                     grid::Grid& g) {
-  grid::BuildOptions opt;
-  // About k/4 points per cell: the first ring box (3 x 3 x 3 cells) then usually holds the k
-  // nearest, with few rows to visit.
-  opt.points_per_cell = std::clamp(static_cast<double>(k) / 4.0, 1.0, 32.0);
+  const grid::BuildOptions opt = knn_grid_options(k);
   grid::build(ctx, ref, b, n, opt, g);
-  if (g.load > kIndexLoad * opt.points_per_cell) {
+  const int64_t M = query.count;
+  if (knn_grid_skewed(g, opt)) {
     // Strongly uneven density (clusters, dense cores in sparse halos): the grid's cells near
     // the dense parts stay overfull within its cell budget, so the adaptive tree of the spatial
     // index searches faster. Same results either way.
@@ -265,13 +259,29 @@ void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const Points
     std::vector<float> d(static_cast<size_t>(mq * k));
     std::vector<int64_t> ix(static_cast<size_t>(mq * k));
     index.knn(ctx, q1, LengthsView{}, k, d.data(), ix.data());
-    const int64_t M = query.count;
     std::copy(d.begin(), d.end(), dist + b * M * k);
     std::copy(ix.begin(), ix.end(), idx + b * M * k);
     return;
   }
-  const int64_t M = query.count;
+  knn_grid_search(ctx, query, b, mq, k, g, n, dist + b * M * k, idx + b * M * k);
+}
 
+}  // namespace
+
+grid::BuildOptions knn_grid_options(int64_t k) {
+  grid::BuildOptions opt;
+  // About k/4 points per cell: the first ring box (3 x 3 x 3 cells) then usually holds the k
+  // nearest, with few rows to visit.
+  opt.points_per_cell = std::clamp(static_cast<double>(k) / 4.0, 1.0, 32.0);
+  return opt;
+}
+
+bool knn_grid_skewed(const grid::Grid& g, const grid::BuildOptions& opt) {
+  return g.load > kIndexLoad * opt.points_per_cell;
+}
+
+void knn_grid_search(const CpuContext& ctx, const PointsView& query, int64_t b, int64_t mq, int64_t k,
+                     const grid::Grid& g, int64_t n, float* dist, int64_t* idx) {
   // Process the queries in cell order when there are many (cache locality); the queries of a
   // cell with several of them then share one gathered block of their rings 0 and 1.
   std::vector<int64_t> order;
@@ -292,7 +302,7 @@ void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const Points
     for (int64_t m = 0; m < mq; ++m) order[count[qc[m]]++] = m;
   }
 
-  const GridSearch search{g, ref, b};
+  const GridSearch search{g};
   parallel_for(ctx, 0, mq, 16, [&](int64_t t0, int64_t t1) {
     TopK tk(k);
     float s[kBlock + 16];
@@ -302,7 +312,6 @@ void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const Points
     bool use_near = false;
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t m = order.empty() ? t : order[t];
-      const int64_t i = b * M + m;
       const float qx = query.at(b, m, 0), qy = query.at(b, m, 1), qz = query.at(b, m, 2);
       tk.reset();
       const bool in_cell = !order.empty() && qc[m] < g.num_cells;
@@ -323,17 +332,14 @@ void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const Points
       } else if (grid::finite3(qx, qy, qz)) {
         search.query(qx, qy, qz, tk, s, off);
       } else {
-        for (int64_t j = 0; j < n; ++j)
-          tk.push(common::knn_key(common::squared_distance3(qx, qy, qz, ref.at(b, j, 0),
-                                                            ref.at(b, j, 1), ref.at(b, j, 2))),
-                  static_cast<uint32_t>(j));
+        // A non-finite query: every s is NaN or +inf, so every key is +inf and the first k
+        // indices win.
+        for (int64_t j = 0; j < std::min(n, k); ++j) tk.push(INFINITY, static_cast<uint32_t>(j));
       }
-      tk.finish(dist + i * k, idx + i * k);
+      tk.finish(dist + m * k, idx + m * k);
     }
   });
 }
-
-}  // namespace
 
 void knn(const CpuContext& ctx, PointsView query, PointsView ref, LengthsView query_lengths,
          LengthsView ref_lengths, const KnnParams& params, float* dist, int64_t* idx) {

@@ -27,6 +27,7 @@
 #include <utility>
 
 #include "common/distance.hpp"
+#include "cpu/knn_grid.hpp"
 #include "cpu/knn_topk.hpp"
 #include "cpu/radix_sort.hpp"
 #include "cpu/spatial_grid.hpp"
@@ -38,6 +39,9 @@ namespace pcops::cpu {
 namespace {
 
 constexpr int kBits = 16;  // Morton bits per axis
+// kNN's grid is built for k = 16 over clouds of at least 512 points (the dense operator's bounds).
+constexpr int64_t kGridK = 16;
+constexpr int64_t kGridMinPoints = 512;
 constexpr int kBlock = 256;
 constexpr double kMargin = 1.0 - 1e-5;
 constexpr double kTiny = 1e-30;
@@ -78,10 +82,21 @@ struct Record {
   uint32_t id;
 };
 
-void build_cloud(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n, int64_t leaf, Cloud& c,
+void build_cloud(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n, int64_t leaf, bool use_grid, Cloud& c,
                  std::vector<Record>& rec) {
   c.n = n;
   c.special.clear();
+  c.grid.reset();
+  if (use_grid && n >= kGridMinPoints) {
+    auto g = std::make_shared<grid::Grid>();
+    const grid::BuildOptions opt = knn_grid_options(kGridK);
+    grid::build(ctx, pts, b, n, opt, *g);
+    if (!knn_grid_skewed(*g, opt)) {
+      g->scratch_cell = {};
+      g->scratch_hist = {};
+      c.grid = std::move(g);
+    }
+  }
   // Bounding box of the finite points; the non-finite ones set aside in index order.
   float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
   rec.clear();
@@ -325,6 +340,7 @@ struct Ranges {
   struct Range {
     int32_t begin, end;
     float box[6];  // the union of its leaves' boxes
+    double key;    // sort key
   };
   std::vector<Range> r;
   std::vector<int32_t> stack;
@@ -349,7 +365,7 @@ struct Ranges {
         last.end = nd.end;
         for (int a = 0; a < 3; ++a) last.box[a] = std::min(last.box[a], bx[a]), last.box[3 + a] = std::max(last.box[3 + a], bx[3 + a]);
       } else {
-        r.push_back(Range{nd.begin, nd.end, {bx[0], bx[1], bx[2], bx[3], bx[4], bx[5]}});
+        r.push_back(Range{nd.begin, nd.end, {bx[0], bx[1], bx[2], bx[3], bx[4], bx[5]}, 0.0});
       }
     }
   }
@@ -474,7 +490,7 @@ void SpatialIndex::build(const CpuContext& ctx, PointsView points, LengthsView l
   has_lengths_ = lengths.present();
   std::vector<Record> rec;
   for (int64_t b = 0; b < points.batch; ++b)
-    build_cloud(ctx, points, b, lengths.get(b, points.count), leaf_, clouds_[static_cast<size_t>(b)], rec);
+    build_cloud(ctx, points, b, lengths.get(b, points.count), leaf_, params.grid, clouds_[static_cast<size_t>(b)], rec);
 }
 
 int64_t SpatialIndex::memory_bytes() const {
@@ -483,6 +499,11 @@ int64_t SpatialIndex::memory_bytes() const {
     bytes += static_cast<int64_t>(c.x.size() + c.y.size() + c.z.size() + c.box.size() + c.id.size() +
                                   c.leaf_nodes.size()) * 4 +
              static_cast<int64_t>(c.nodes.size() * sizeof(Node) + c.special.size() * 8);
+  for (const Cloud& c : clouds_)
+    if (c.grid)
+      bytes += static_cast<int64_t>(c.grid->x.size() + c.grid->y.size() + c.grid->z.size() + c.grid->id.size() +
+                                    c.grid->cell_start.size()) * 4 +
+               static_cast<int64_t>(c.grid->special.size()) * 8;
   return bytes;
 }
 
@@ -500,6 +521,10 @@ void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView quer
     const int64_t mq = query_lengths.get(b, M);
     for (int64_t m = mq; m < M; ++m) pad_knn(dist + (b * M + m) * k, idx + (b * M + m) * k, k);
     if (mq == 0) continue;
+    if (c.grid && 4 * k <= c.n) {  // even density: the grid search
+      knn_grid_search(ctx, query, b, mq, k, *c.grid, c.n, dist + b * M * k, idx + b * M * k);
+      continue;
+    }
     group_queries(ctx, c, query, b, mq, kKnnGroup, G);
     const int64_t groups = static_cast<int64_t>(G.leaf.size());
     parallel_for(ctx, 0, groups, 16, [&](int64_t g0, int64_t g1) {
@@ -563,6 +588,9 @@ void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView quer
           dmax = std::max(dmax, std::sqrt(dx * dx + dy * dy + dz * dz));
         }
         ranges.gather(c, gbox, bound(dmax));
+        // Nearest ranges first (to the anchor): each query's threshold then tightens early.
+        for (Ranges::Range& rg : ranges.r) rg.key = point_box_gap(rg.box, ax, ay, az);
+        std::sort(ranges.r.begin(), ranges.r.end(), [](const Ranges::Range& x, const Ranges::Range& y) { return x.key < y.key; });
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t m = G.order[t].id;
           if (m == ma) continue;

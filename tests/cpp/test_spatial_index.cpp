@@ -49,29 +49,32 @@ TEST(SpatialIndex, KnnAndBallQueryEqualTheDenseOperators) {
     const std::vector<float> pts = cloud(kind, n, 3);
     std::vector<float> q = cloud("uniform", m, 9);
     for (int64_t i = 0; i < 200; ++i) std::memcpy(&q[3 * i], &pts[3 * i], 3 * sizeof(float));
-    const PointsView P = PointsView::contiguous(pts.data(), 1, n, 3), Q = PointsView::contiguous(q.data(), 1, m, 3);
+    const PointsView P = PointsView::contiguous(pts.data(), 1, n, 3),
+                     Q = PointsView::contiguous(q.data(), 1, m, 3);
     for (int64_t leaf : {1, 7, 32, 4096}) {
-      SCOPED_TRACE(testing::Message() << kind << " leaf " << leaf);
-      pcops::cpu::SpatialIndex index;
-      index.build({}, P, {}, pcops::SpatialIndexParams{leaf});
-      EXPECT_EQ(index.cloud_size(0), n);
-      EXPECT_GE(index.memory_bytes(), 16 * index.cloud(0).finite);
-      for (int64_t k : {1, 16, 64}) {
-        std::vector<float> d(m * k), rd(m * k);
-        std::vector<int64_t> i(m * k), ri(m * k);
-        index.knn({}, Q, {}, k, d.data(), i.data());
-        pcops::cpu::knn({}, Q, P, {}, {}, pcops::KnnParams{k}, rd.data(), ri.data());
-        EXPECT_EQ(i, ri) << "k " << k;
-        EXPECT_TRUE(same_bits(d, rd)) << "k " << k;
-      }
-      for (float r : {0.0f, 0.01f, 0.2f}) {
-        const int64_t K = 24;
-        std::vector<float> d(m * K), rd(m * K);
-        std::vector<int64_t> i(m * K), ri(m * K);
-        index.ball_query({}, Q, {}, r, K, d.data(), i.data());
-        pcops::cpu::ball_query({}, Q, P, {}, {}, pcops::BallQueryParams{r, K}, rd.data(), ri.data());
-        EXPECT_EQ(i, ri) << "r " << r;
-        EXPECT_TRUE(same_bits(d, rd)) << "r " << r;
+      for (bool grid : {false, true}) {
+        SCOPED_TRACE(testing::Message() << kind << " leaf " << leaf << " grid " << grid);
+        pcops::cpu::SpatialIndex index;
+        index.build({}, P, {}, pcops::SpatialIndexParams{leaf, grid});
+        EXPECT_EQ(index.cloud_size(0), n);
+        EXPECT_GE(index.memory_bytes(), 16 * index.cloud(0).finite);
+        for (int64_t k : {1, 16, 64}) {
+          std::vector<float> d(m * k), rd(m * k);
+          std::vector<int64_t> i(m * k), ri(m * k);
+          index.knn({}, Q, {}, k, d.data(), i.data());
+          pcops::cpu::knn({}, Q, P, {}, {}, pcops::KnnParams{k}, rd.data(), ri.data());
+          EXPECT_EQ(i, ri) << "k " << k;
+          EXPECT_TRUE(same_bits(d, rd)) << "k " << k;
+        }
+        for (float r : {0.0f, 0.01f, 0.2f}) {
+          const int64_t K = 24;
+          std::vector<float> d(m * K), rd(m * K);
+          std::vector<int64_t> i(m * K), ri(m * K);
+          index.ball_query({}, Q, {}, r, K, d.data(), i.data());
+          pcops::cpu::ball_query({}, Q, P, {}, {}, pcops::BallQueryParams{r, K}, rd.data(), ri.data());
+          EXPECT_EQ(i, ri) << "r " << r;
+          EXPECT_TRUE(same_bits(d, rd)) << "r " << r;
+        }
       }
     }
   }
@@ -82,18 +85,21 @@ TEST(SpatialIndex, BatchesWithLengthsAndRebuild) {
   std::vector<float> pts = cloud("uniform", B * n, 5), q = cloud("uniform", B * m, 6);
   const int64_t lengths[B] = {600, 0, 7};
   const int64_t qlen[B] = {200, 50, 0};
-  const PointsView P = PointsView::contiguous(pts.data(), B, n, 3), Q = PointsView::contiguous(q.data(), B, m, 3);
+  const PointsView P = PointsView::contiguous(pts.data(), B, n, 3),
+                   Q = PointsView::contiguous(q.data(), B, m, 3);
   const pcops::LengthsView L{lengths, B}, QL{qlen, B};
-  pcops::cpu::SpatialIndex index;
-  index.build({}, PointsView::contiguous(pts.data(), 1, 50, 3), {}, {});  // replaced below
-  index.build({}, P, L, {});
-  ASSERT_EQ(index.batch(), B);
-  std::vector<float> d(B * m * k), rd(B * m * k);
-  std::vector<int64_t> i(B * m * k), ri(B * m * k);
-  index.knn({}, Q, QL, k, d.data(), i.data());
-  pcops::cpu::knn({}, Q, P, QL, L, pcops::KnnParams{k}, rd.data(), ri.data());
-  EXPECT_EQ(i, ri);
-  EXPECT_TRUE(same_bits(d, rd));
+  for (bool grid : {false, true}) {
+    pcops::cpu::SpatialIndex index;
+    index.build({}, PointsView::contiguous(pts.data(), 1, 50, 3), {}, {});  // replaced below
+    index.build({}, P, L, pcops::SpatialIndexParams{32, grid});
+    ASSERT_EQ(index.batch(), B);
+    std::vector<float> d(B * m * k), rd(B * m * k);
+    std::vector<int64_t> i(B * m * k), ri(B * m * k);
+    index.knn({}, Q, QL, k, d.data(), i.data());
+    pcops::cpu::knn({}, Q, P, QL, L, pcops::KnnParams{k}, rd.data(), ri.data());
+    EXPECT_EQ(i, ri);
+    EXPECT_TRUE(same_bits(d, rd));
+  }
 }
 
 TEST(SpatialIndex, Errors) {

@@ -37,12 +37,13 @@ def brute_knn(points: torch.Tensor, query: torch.Tensor, k: int):
     return torch.from_numpy(np.sqrt(torch.gather(key, 1, order).numpy())), order
 
 
+@pytest.mark.parametrize("grid", [False, True])
 @pytest.mark.parametrize("leaf", [1, 4, 32])
 @pytest.mark.parametrize("k", [1, 16, 50])
-def test_knn_equals_dense_on_every_cloud_kind(cloud_factory, cloud_kind, leaf, k, gen):
+def test_knn_equals_dense_on_every_cloud_kind(cloud_factory, cloud_kind, leaf, k, grid, gen):
     pts = cloud_factory(cloud_kind, 3000, seed=7)
     q = queries_for(pts, gen)
-    index = pcops.SpatialIndex(pts, leaf_size=leaf)
+    index = pcops.SpatialIndex(pts, leaf_size=leaf, grid=grid)
     dist, idx = index.knn(q, k)
     ref_d, ref_i = dense_knn(pts[None], q[None], k)
     assert torch.equal(idx, ref_i[0])
@@ -52,7 +53,7 @@ def test_knn_equals_dense_on_every_cloud_kind(cloud_factory, cloud_kind, leaf, k
 def test_knn_equals_float32_brute_force(cloud_factory, cloud_kind, gen):
     pts = cloud_factory(cloud_kind, 700, seed=11)
     q = queries_for(pts, gen, extra=100)
-    dist, idx = pcops.SpatialIndex(pts, leaf_size=8).knn(q, 12)
+    dist, idx = pcops.SpatialIndex(pts, leaf_size=8, grid=False).knn(q, 12)
     bd, bi = brute_knn(pts, q, 12)
     assert torch.equal(idx, bi)
     assert torch.equal(dist, bd)
@@ -66,8 +67,8 @@ def test_degenerate_clouds_planes_lines_and_outliers(gen):
     for cloud in (cluster, same, plane, line, steep):
         pts = cloud[0]
         q = queries_for(pts, gen, extra=200)
-        for k in (1, 8, 40):
-            dist, idx = pcops.SpatialIndex(pts, leaf_size=16).knn(q, k)
+        for k, grid in ((1, False), (8, False), (40, False), (8, True)):
+            dist, idx = pcops.SpatialIndex(pts, leaf_size=16, grid=grid).knn(q, k)
             ref_d, ref_i = dense_knn(pts[None], q[None], k)
             assert torch.equal(idx, ref_i[0]) and torch.equal(dist, ref_d[0])
         d2, bi = pcops.SpatialIndex(pts).ball_query(q, 0.01, 20)
@@ -79,8 +80,10 @@ def test_real_clouds(real_cloud, gen):
     pts = real_cloud
     q = queries_for(pts, gen)
     index = pcops.SpatialIndex(pts)
+    tree = pcops.SpatialIndex(pts, grid=False)
     for k in (1, 16):
         dist, idx = index.knn(q, k)
+        assert torch.equal(idx, tree.knn(q, k)[1])
         ref_d, ref_i = dense_knn(pts[None], q[None], k)
         assert torch.equal(idx, ref_i[0]) and torch.equal(dist, ref_d[0])
     extent = float((pts.max(0).values - pts.min(0).values).max())
@@ -105,7 +108,7 @@ def test_ball_query_equals_dense(cloud_factory, cloud_kind, radius, K, gen):
 def test_lattice_ties_at_the_radius():
     # Integer lattice: many squared distances equal R2 exactly (s < R2 is strict) and many ties.
     g = torch.stack(torch.meshgrid(*[torch.arange(12.0)] * 3, indexing="ij"), -1).reshape(-1, 3)
-    index = pcops.SpatialIndex(g, leaf_size=5)
+    index = pcops.SpatialIndex(g, leaf_size=5, grid=False)
     for radius in (1.0, 2.0 ** 0.5, 3.0 ** 0.5, 2.0):
         d2, idx = index.ball_query(g, radius, 30)
         ref_d2, ref_i = pcops.ball_query(g[None], g[None], radius, 30)
@@ -123,8 +126,10 @@ def test_non_finite_points_and_queries(gen):
     pts[1200] = torch.tensor([3e38, -3e38, 3e38])  # finite, its squared distances overflow
     q = queries_for(pts[torch.isfinite(pts).all(1)], gen, extra=50)
     q = torch.cat([q, torch.tensor([[float("nan"), 0.0, 0.0], [float("inf"), 1.0, 2.0], [1e38, 1e38, 1e38]])])
-    index = pcops.SpatialIndex(pts, leaf_size=8)
-    for k in (1, 10, 1500):
+    index = pcops.SpatialIndex(pts, leaf_size=8, grid=False)
+    gridded = pcops.SpatialIndex(pts)
+    for k in (1, 10, 300, 1500):
+        assert torch.equal(gridded.knn(q, k)[1], dense_knn(pts[None], q[None], k)[1][0]), k
         dist, idx = index.knn(q, k)
         ref_d, ref_i = dense_knn(pts[None], q[None], k)
         assert torch.equal(idx, ref_i[0]), k
@@ -145,6 +150,8 @@ def test_batches_with_lengths_and_query_lengths(gen):
     lengths = torch.tensor([900, 0, 17, 450])
     qlen = torch.tensor([500, 30, 0, 499])
     index = pcops.SpatialIndex(pts, lengths=lengths, leaf_size=16)
+    tree = pcops.SpatialIndex(pts, lengths=lengths, leaf_size=16, grid=False)
+    assert torch.equal(tree.knn(q, 20, query_lengths=qlen)[1], dense_knn(pts, q, 20, lengths, qlen)[1])
     assert index.batch == B and index.num_points == [900, 0, 17, 450]
     for k in (1, 20, 900):
         dist, idx = index.knn(q, k, query_lengths=qlen)
@@ -164,11 +171,15 @@ def test_reuse_copy_threads_and_half_precision(gen):
     q = torch.rand(800, 3, generator=gen)
     index = pcops.SpatialIndex(pts)
     first = index.knn(q, 9)
+    orig = pts.clone()
     pts.add_(10.0)  # the index holds its own copy
     second = index.knn(q, 9)
     assert torch.equal(first[0], second[0]) and torch.equal(first[1], second[1])
     one = with_threads(1, lambda: index.knn(q, 9))
     assert torch.equal(one[1], first[1]) and torch.equal(one[0], first[0])
+    tree = pcops.SpatialIndex(orig, grid=False)
+    assert tree.memory_bytes < index.memory_bytes  # the grid costs memory
+    assert torch.equal(tree.knn(q, 9)[1], first[1])
     half = torch.rand(1000, 3, generator=gen).to(torch.bfloat16)
     dist, idx = pcops.SpatialIndex(half).knn(half, 4)
     ref_d, ref_i = dense_knn(half.float()[None], half.float()[None], 4)
@@ -201,6 +212,8 @@ def test_errors(gen):
         pcops.SpatialIndex(pts, leaf_size=0)
     with pytest.raises(TypeError, match="leaf_size"):
         pcops.SpatialIndex(pts, leaf_size=2.5)
+    with pytest.raises(TypeError, match="grid"):
+        pcops.SpatialIndex(pts, grid=1)
     with pytest.raises(ValueError, match="lengths"):
         pcops.SpatialIndex(pts[None], lengths=torch.tensor([101]))
     index = pcops.SpatialIndex(pts)

@@ -1,0 +1,23 @@
+#pragma once
+// The grid search of the CPU kNN (knn.cpp), shared with the spatial index (spatial_index.cpp).
+#include <cstdint>
+
+#include "cpu/spatial_grid.hpp"
+#include "pcops/context.hpp"
+#include "pcops/view.hpp"
+
+namespace pcops::cpu {
+
+// The grid that suits k neighbours (about k / 4 points per cell).
+grid::BuildOptions knn_grid_options(int64_t k);
+
+// Whether a built grid is too uneven to search: its mean cell load after refinement exceeds ten
+// times the target (then the spatial index's tree is faster; knn.cpp has the measurements).
+bool knn_grid_skewed(const grid::Grid& g, const grid::BuildOptions& opt);
+
+// The contract's k nearest of queries [0, mq) of cloud b of `query` among the n points of the
+// grid g (built over one cloud): row m of dist / idx at dist + m k / idx + m k.
+void knn_grid_search(const CpuContext& ctx, const PointsView& query, int64_t b, int64_t mq, int64_t k,
+                     const grid::Grid& g, int64_t n, float* dist, int64_t* idx);
+
+}  // namespace pcops::cpu
