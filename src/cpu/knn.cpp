@@ -312,6 +312,7 @@ void knn_grid_search(const CpuContext& ctx, const PointsView& query, int64_t b, 
     bool use_near = false;
     for (int64_t t = t0; t < t1; ++t) {
       const int64_t m = order.empty() ? t : order[t];
+      if (!order.empty() && t + kPrefetch < t1) prefetch_query_row(query, b, order[t + kPrefetch], k, dist, idx);
       const float qx = query.at(b, m, 0), qy = query.at(b, m, 1), qz = query.at(b, m, 2);
       tk.reset();
       const bool in_cell = !order.empty() && qc[m] < g.num_cells;

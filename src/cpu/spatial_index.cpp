@@ -554,6 +554,7 @@ void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView quer
         // leaves not provably beyond that bound from the group's box, filtering with their own
         // bound from the first candidate on.
         const int64_t t0 = G.begin[g], t1 = G.begin[g + 1];
+        for (int64_t t = t0; t < t1; ++t) prefetch_query_row(query, b, G.order[t].id, k, dist + b * M * k, idx + b * M * k);
         float gbox[6];
         group_box(G, g, query, b, gbox);
         // The anchor: the query nearest the group box's centre (the bounds grow with |q - a|).
