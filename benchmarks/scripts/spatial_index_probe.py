@@ -55,6 +55,7 @@ import torch
 
 import pcops
 from pcops import data as pdata
+from pcops.bench.run import cpu_model
 
 REPO = Path(__file__).resolve().parents[2]
 NANOFLANN_SOURCE = REPO / "benchmarks" / "cpp" / "nanoflann_knn.cpp"
@@ -379,15 +380,6 @@ def run_faiss(case: Case, threads: int, max_points: int):
 
 _NANOFLANN: dict = {}
 
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def compiler_version(cxx: str) -> str:

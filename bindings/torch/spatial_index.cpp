@@ -1,9 +1,9 @@
 // torch.classes.pcops.SpatialIndexCpu: the CPU SpatialIndex (pcops/spatial_index.hpp) held by
 // Python's pcops.SpatialIndex. The index keeps its own copy of the points (sorted), so the
 // build's tensors may change or go afterwards.
-#include <torch/custom_class.h>
-
 #include "pcops/spatial_index.hpp"
+
+#include <torch/custom_class.h>
 
 #include "common.hpp"
 
@@ -13,7 +13,8 @@ namespace {
 struct SpatialIndexCpu : torch::CustomClassHolder {
   cpu::SpatialIndex index;
 
-  void build(const at::Tensor& points_in, const std::optional<at::Tensor>& lengths_in, int64_t leaf_size, bool grid) {
+  void build(const at::Tensor& points_in, const std::optional<at::Tensor>& lengths_in, int64_t leaf_size,
+             bool grid) {
     TORCH_CHECK_VALUE(points_in.device().is_cpu(), "points: the CPU index needs CPU tensors, got ",
                       points_in.device());
     const at::Tensor points = as_points(points_in, "points");
@@ -26,7 +27,8 @@ struct SpatialIndexCpu : torch::CustomClassHolder {
 
   std::tuple<at::Tensor, at::Tensor> knn(const at::Tensor& query_in, int64_t k,
                                          const std::optional<at::Tensor>& query_lengths_in) const {
-    TORCH_CHECK_VALUE(query_in.device().is_cpu(), "query: the CPU index needs CPU tensors, got ", query_in.device());
+    TORCH_CHECK_VALUE(query_in.device().is_cpu(), "query: the CPU index needs CPU tensors, got ",
+                      query_in.device());
     const at::Tensor query = as_points(query_in, "query");
     const auto ql = as_lengths(query_lengths_in, query_in, "query_lengths");
     TORCH_CHECK_VALUE(k >= 0, "k: expected >= 0, got ", k);
@@ -34,14 +36,16 @@ struct SpatialIndexCpu : torch::CustomClassHolder {
     at::Tensor dist = at::empty({query.size(0), query.size(1), k}, query.options());
     at::Tensor idx = at::empty({query.size(0), query.size(1), k}, query.options().dtype(at::kLong));
     translate_errors([&] {
-      index.knn(cpu_context(), view_of(query), lengths_of(ql), k, dist.data_ptr<float>(), idx.data_ptr<int64_t>());
+      index.knn(cpu_context(), view_of(query), lengths_of(ql), k, dist.data_ptr<float>(),
+                idx.data_ptr<int64_t>());
     });
     return {dist, idx};
   }
 
   std::tuple<at::Tensor, at::Tensor> ball_query(const at::Tensor& query_in, double radius, int64_t K,
                                                 const std::optional<at::Tensor>& query_lengths_in) const {
-    TORCH_CHECK_VALUE(query_in.device().is_cpu(), "query: the CPU index needs CPU tensors, got ", query_in.device());
+    TORCH_CHECK_VALUE(query_in.device().is_cpu(), "query: the CPU index needs CPU tensors, got ",
+                      query_in.device());
     const at::Tensor query = as_points(query_in, "query");
     const auto ql = as_lengths(query_lengths_in, query_in, "query_lengths");
     TORCH_CHECK_VALUE(K >= 0, "K: expected >= 0, got ", K);

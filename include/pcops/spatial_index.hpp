@@ -76,11 +76,11 @@ class SpatialIndex {
     int64_t leaves = 0;
     float lo[3] = {0, 0, 0}, scale[3] = {0, 0, 0};  // Morton quantisation of the bounding box
     std::vector<float> x, y, z;
-    std::vector<int32_t> id;         // original index of each sorted point
-    std::vector<Node> nodes;         // node 0 is the root (none without finite points)
-    std::vector<float> box;          // [nodes][6]: lo xyz, hi xyz of the node's points
-    std::vector<int32_t> leaf_nodes; // the leaves in point order
-    std::vector<int64_t> special;    // indices of points with a non-finite coordinate, ascending
+    std::vector<int32_t> id;          // original index of each sorted point
+    std::vector<Node> nodes;          // node 0 is the root (none without finite points)
+    std::vector<float> box;           // [nodes][6]: lo xyz, hi xyz of the node's points
+    std::vector<int32_t> leaf_nodes;  // the leaves in point order
+    std::vector<int64_t> special;     // indices of points with a non-finite coordinate, ascending
     // kNN's uniform grid (the dense operator's), kept when the cloud's density is even enough
     // for it (its mean cell load at most ten times the target): faster than the tree there.
     std::shared_ptr<const grid::Grid> grid;

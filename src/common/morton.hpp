@@ -17,4 +17,15 @@ PCOPS_HD uint32_t spread_bits10(uint32_t v) {
   return v;
 }
 
+// Spreads the low 16 bits of v to every third bit of a 48-bit value: one coordinate of a 48-bit
+// 3-D Morton code.
+PCOPS_HD uint64_t spread_bits16(uint64_t v) {
+  v &= 0xFFFFu;
+  v = (v | (v << 16)) & 0x0000FF0000FFull;
+  v = (v | (v << 8)) & 0x00F00F00F00Full;
+  v = (v | (v << 4)) & 0x0C30C30C30C3ull;
+  v = (v | (v << 2)) & 0x249249249249ull;
+  return v;
+}
+
 }  // namespace pcops::common

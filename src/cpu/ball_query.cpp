@@ -19,8 +19,6 @@ namespace pcops::cpu {
 namespace {
 
 constexpr int kBlock = 256;
-constexpr double kMargin = 1.0 - 1e-5;
-constexpr double kTiny = 1e-30;
 
 void pad(float* od, int64_t* oi, int64_t K) {
   for (int64_t t = 0; t < K; ++t) {
@@ -70,8 +68,8 @@ bool ball_grid_cloud(const CpuContext& ctx, const PointsView& query, const Point
                      int64_t b, int64_t mq, int64_t n, int64_t K, float R2, float* dist2,
                      int64_t* idx) {
   // Every match has exact distance below rr (the float32 s is within a relative 1e-6 of the
-  // exact squared distance, up to an absolute underflow error far below kTiny).
-  const double rr = std::sqrt(static_cast<double>(R2) + kTiny) * (1.0 + 1e-5);
+  // exact squared distance, up to an absolute underflow error far below kBoundTiny).
+  const double rr = std::sqrt(static_cast<double>(R2) + kBoundTiny) * (1.0 + 1e-5);
   // Warm buffers across calls (see knn.cpp). A reference, so that the workers' lambdas below use
   // this thread's grid rather than their own thread_local instance.
   static thread_local grid::Grid tls_grid;
@@ -87,7 +85,7 @@ bool ball_grid_cloud(const CpuContext& ctx, const PointsView& query, const Point
     double d = std::max({0.0, g.edge(a, c) - v, v - g.edge(a, c + 1)}) - g.slack;
     return d > 0.0 ? d * d : 0.0;
   };
-  auto beyond = [&](double lb2) { return lb2 > kTiny && lb2 * kMargin >= lim; };
+  auto beyond = [&](double lb2) { return lb2 > kBoundTiny && lb2 * kBoundMargin >= lim; };
   parallel_for(ctx, 0, mq, 16, [&](int64_t m0, int64_t m1) {
     FirstK fk(K);
     float s[kBlock + 16];

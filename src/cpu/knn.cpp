@@ -34,13 +34,14 @@ constexpr int64_t kShareMinQueries = 4;
 // 0.85 s, sphere (12) 0.39 / 0.43 s, dense core + sparse halo + sheet (182) 0.93 / 0.67 s,
 // 20 tight clusters + 10 % uniform (6116) 2.09 / 0.73 s.
 constexpr double kIndexLoad = 10.0;
-// Relative margin between a double lower bound of a distance and a float32 s: s is within a few
-// units of 2^-24 of the exact squared distance unless it underflows, hence the floor on the bound.
-constexpr double kMargin = 1.0 - 1e-5;
-constexpr double kTiny = 1e-30;
 
-inline bool beyond(double lb2, float threshold) {
-  return lb2 > kTiny && lb2 * kMargin > static_cast<double>(threshold);
+// Cloud b of a batch view, alone (count points).
+PointsView single_cloud(const PointsView& v, int64_t b, int64_t count) {
+  PointsView one = v;
+  one.data = &v.at(b, 0, 0);
+  one.batch = 1;
+  one.count = count;
+  return one;
 }
 
 void pad(float* od, int64_t* oi, int64_t k) {
@@ -248,12 +249,7 @@ void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const Points
     // Strongly uneven density (clusters, dense cores in sparse halos): the grid's cells near
     // the dense parts stay overfull within its cell budget, so the adaptive tree of the spatial
     // index searches faster. Same results either way.
-    PointsView q1 = query, r1 = ref;
-    q1.data = &query.at(b, 0, 0);
-    r1.data = &ref.at(b, 0, 0);
-    q1.batch = r1.batch = 1;
-    q1.count = mq;
-    r1.count = n;
+    const PointsView q1 = single_cloud(query, b, mq), r1 = single_cloud(ref, b, n);
     SpatialIndex index;
     index.build(ctx, r1, LengthsView{}, SpatialIndexParams{});
     std::vector<float> d(static_cast<size_t>(mq * k));
@@ -368,13 +364,8 @@ void knn(const CpuContext& ctx, PointsView query, PointsView ref, LengthsView qu
       knn_grid_cloud(ctx, query, ref, b, mq, n, k, dist, idx, g);
     } else {
       // One cloud through the brute force: a view of cloud b alone.
-      PointsView q1 = query, r1 = ref;
-      q1.data = &query.at(b, 0, 0);
-      r1.data = &ref.at(b, 0, 0);
-      q1.batch = r1.batch = 1;
-      q1.count = mq;
-      r1.count = n;
-      knn_brute(ctx, q1, r1, LengthsView{}, LengthsView{}, k, dist + b * M * k, idx + b * M * k);
+      knn_brute(ctx, single_cloud(query, b, mq), single_cloud(ref, b, n), LengthsView{}, LengthsView{}, k,
+                dist + b * M * k, idx + b * M * k);
     }
   }
 }

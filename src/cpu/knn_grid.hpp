@@ -12,8 +12,11 @@ namespace pcops::cpu {
 // their output rows at random: fetch those of the query kPrefetch places ahead.
 constexpr int64_t kPrefetch = 8;
 // (An asm statement: GCC 12 drops __builtin_prefetch here, having judged the call side-effect free.)
-inline void prefetch_line(const void* p) { asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p))); }
-inline void prefetch_query_row(const PointsView& query, int64_t b, int64_t m, int64_t k, float* dist, int64_t* idx) {
+inline void prefetch_line(const void* p) {
+  asm volatile("prefetcht0 %0" : : "m"(*static_cast<const char*>(p)));
+}
+inline void prefetch_query_row(const PointsView& query, int64_t b, int64_t m, int64_t k, float* dist,
+                               int64_t* idx) {
   prefetch_line(&query.at(b, m, 0));
   for (int64_t o = 0; o < k && o < 64; o += 16) prefetch_line(dist + m * k + o);
   for (int64_t o = 0; o < k && o < 64; o += 8) prefetch_line(idx + m * k + o);

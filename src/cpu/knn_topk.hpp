@@ -1,5 +1,6 @@
 #pragma once
-// Per-query candidate buffers of the CPU backend (knn.cpp, ball_query.cpp and the spatial index):
+// Per-query candidate buffers and pruning bounds of the CPU backend (knn.cpp, ball_query.cpp and
+// the spatial index):
 // TopK keeps the best k kNN candidates by (key, index), key = s with NaN as +inf; FirstK keeps
 // the ball-query matches of smallest index.
 #include <cmath>
@@ -9,6 +10,21 @@
 #include "cpu/topk_select.hpp"
 
 namespace pcops::cpu {
+
+// Pruning of the exact searches (grid and tree): a region is skipped only when a lower bound of
+// its squared distance, computed in double from float32 coordinates, exceeds the threshold with
+// a relative margin. s is within a few units of 2^-24 of the exact squared distance unless it
+// underflows, hence the floor on the bound.
+constexpr double kBoundMargin = 1.0 - 1e-5;
+constexpr double kBoundTiny = 1e-30;
+// Every s in the region is provably > threshold (kNN: cannot enter the k best).
+inline bool beyond(double lb2, float threshold) {
+  return lb2 > kBoundTiny && lb2 * kBoundMargin > static_cast<double>(threshold);
+}
+// Every s in the region is provably >= R2 (ball query: matches need s < R2).
+inline bool beyond_radius(double lb2, float R2) {
+  return lb2 > kBoundTiny && lb2 * kBoundMargin >= static_cast<double>(R2);
+}
 
 inline uint32_t float_bits(float f) {
   uint32_t u;

@@ -20,13 +20,14 @@
 #include "pcops/spatial_index.hpp"
 
 #include <algorithm>
+#include <cfloat>
 #include <cmath>
 #include <cstring>
-#include <cfloat>
 #include <limits>
 #include <utility>
 
 #include "common/distance.hpp"
+#include "common/morton.hpp"
 #include "cpu/knn_grid.hpp"
 #include "cpu/knn_topk.hpp"
 #include "cpu/radix_sort.hpp"
@@ -43,26 +44,6 @@ constexpr int kBits = 16;  // Morton bits per axis
 constexpr int64_t kGridK = 16;
 constexpr int64_t kGridMinPoints = 512;
 constexpr int kBlock = 256;
-constexpr double kMargin = 1.0 - 1e-5;
-constexpr double kTiny = 1e-30;
-
-inline bool beyond(double lb2, float threshold) {
-  return lb2 > kTiny && lb2 * kMargin > static_cast<double>(threshold);
-}
-// Ball query: a node is skipped when every s in it is provably >= R2 (matches need s < R2).
-inline bool beyond_radius(double lb2, float R2) {
-  return lb2 > kTiny && lb2 * kMargin >= static_cast<double>(R2);
-}
-
-// Spreads the low 16 bits of v to every third bit of a 48-bit value.
-inline uint64_t spread16(uint64_t v) {
-  v &= 0xFFFFu;
-  v = (v | (v << 16)) & 0x0000FF0000FFull;
-  v = (v | (v << 8)) & 0x00F00F00F00Full;
-  v = (v | (v << 4)) & 0x0C30C30C30C3ull;
-  v = (v | (v << 2)) & 0x249249249249ull;
-  return v;
-}
 
 using Cloud = SpatialIndex::Cloud;
 
@@ -74,7 +55,8 @@ inline uint64_t quantise(const Cloud& c, int a, float v) {
   return static_cast<uint64_t>(t);
 }
 inline uint64_t morton(const Cloud& c, float x, float y, float z) {
-  return spread16(quantise(c, 0, x)) | (spread16(quantise(c, 1, y)) << 1) | (spread16(quantise(c, 2, z)) << 2);
+  return common::spread_bits16(quantise(c, 0, x)) | (common::spread_bits16(quantise(c, 1, y)) << 1) |
+         (common::spread_bits16(quantise(c, 2, z)) << 2);
 }
 
 struct Record {
@@ -82,8 +64,8 @@ struct Record {
   uint32_t id;
 };
 
-void build_cloud(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n, int64_t leaf, bool use_grid, Cloud& c,
-                 std::vector<Record>& rec) {
+void build_cloud(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n, int64_t leaf,
+                 bool use_grid, Cloud& c, std::vector<Record>& rec) {
   c.n = n;
   c.special.clear();
   c.grid.reset();
@@ -161,8 +143,10 @@ void build_cloud(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_
         int64_t lo = b0 + 1, hi = b1 - 1;  // the first position with the bit set
         while (lo < hi) {
           const int64_t m = lo + (hi - lo) / 2;
-          if (code_at(m) & bit) hi = m;
-          else lo = m + 1;
+          if (code_at(m) & bit)
+            hi = m;
+          else
+            lo = m + 1;
         }
         mid = lo;
       }
@@ -270,7 +254,8 @@ inline double box_box_gap(const float* a, const float* g) {
   double s = 0.0;
   for (int d = 0; d < 3; ++d) {
     if (!(a[d] <= a[3 + d]) || !(g[d] <= g[3 + d])) return INFINITY;
-    const double gap = std::max({0.0, static_cast<double>(a[d]) - g[3 + d], static_cast<double>(g[d]) - a[3 + d]});
+    const double gap =
+        std::max({0.0, static_cast<double>(a[d]) - g[3 + d], static_cast<double>(g[d]) - a[3 + d]});
     s += gap * gap;
   }
   return s;
@@ -355,7 +340,7 @@ struct Ranges {
       stack.pop_back();
       const float* bx = &c.box[v * 6];
       const double lb2 = box_box_gap(bx, gbox);
-      if (lb2 > kTiny && lb2 * kMargin > T) continue;
+      if (lb2 > kBoundTiny && lb2 * kBoundMargin > T) continue;
       const SpatialIndex::Node& nd = c.nodes[v];
       if (nd.left >= 0) {
         stack.push_back(nd.right);
@@ -363,7 +348,8 @@ struct Ranges {
       } else if (!r.empty() && r.back().end == nd.begin) {
         Range& last = r.back();
         last.end = nd.end;
-        for (int a = 0; a < 3; ++a) last.box[a] = std::min(last.box[a], bx[a]), last.box[3 + a] = std::max(last.box[3 + a], bx[3 + a]);
+        for (int a = 0; a < 3; ++a)
+          last.box[a] = std::min(last.box[a], bx[a]), last.box[3 + a] = std::max(last.box[3 + a], bx[3 + a]);
       } else {
         r.push_back(Range{nd.begin, nd.end, {bx[0], bx[1], bx[2], bx[3], bx[4], bx[5]}, 0.0});
       }
@@ -373,20 +359,20 @@ struct Ranges {
 
 // kNN: scan points [p0, p1) of arrays x, y, z, id.
 // limit: a bound known to be at least the query's final k-th key (+inf: none).
-void scan_knn(const float* x, const float* y, const float* z, const int32_t* id, int64_t p0, int64_t p1, float qx,
-              float qy, float qz, TopK& tk, float* s, int32_t* off, float limit = INFINITY) {
+void scan_knn(const float* x, const float* y, const float* z, const int32_t* id, int64_t p0, int64_t p1,
+              float qx, float qy, float qz, TopK& tk, float* s, int32_t* off, float limit = INFINITY) {
   for (int64_t j0 = p0; j0 < p1; j0 += kBlock) {
     const int len = static_cast<int>(std::min<int64_t>(kBlock, p1 - j0));
-    const int cnt = grid::filter3(x + j0, y + j0, z + j0, len, qx, qy, qz, std::min(limit, tk.threshold()), false,
-                                  s, off);
+    const int cnt = grid::filter3(x + j0, y + j0, z + j0, len, qx, qy, qz, std::min(limit, tk.threshold()),
+                                  false, s, off);
     const int32_t* ids = id + j0;
     for (int i = 0; i < cnt; ++i) tk.push(s[i], static_cast<uint32_t>(ids[off[i]]));
   }
 }
 
 // Ball query: the matches (s < R2) among points [p0, p1).
-void scan_ball(const float* x, const float* y, const float* z, const int32_t* id, int64_t p0, int64_t p1, float qx,
-               float qy, float qz, float R2, FirstK& fk, float* s, int32_t* off) {
+void scan_ball(const float* x, const float* y, const float* z, const int32_t* id, int64_t p0, int64_t p1,
+               float qx, float qy, float qz, float R2, FirstK& fk, float* s, int32_t* off) {
   for (int64_t j0 = p0; j0 < p1; j0 += kBlock) {
     const int len = static_cast<int>(std::min<int64_t>(kBlock, p1 - j0));
     const int cnt = grid::filter3(x + j0, y + j0, z + j0, len, qx, qy, qz, R2, true, s, off);
@@ -408,7 +394,6 @@ void group_box(const Groups& G, int64_t g, const PointsView& q, int64_t b, float
   }
 }
 
-
 // The search for one query: depth first from the root, nearer child first (so the first leaf
 // reached is one the query lies in or next to), a subtree skipped when its box is provably beyond
 // the current threshold.
@@ -426,7 +411,8 @@ void walk_knn(const Cloud& c, float qx, float qy, float qz, TopK& tk, float* s, 
     bool live = true;
     while (c.nodes[v].left >= 0) {  // descend, pushing the farther child
       const int32_t l = c.nodes[v].left, r = c.nodes[v].right;
-      const double bl = point_box_gap(&c.box[l * 6], qx, qy, qz), br = point_box_gap(&c.box[r * 6], qx, qy, qz);
+      const double bl = point_box_gap(&c.box[l * 6], qx, qy, qz),
+                   br = point_box_gap(&c.box[r * 6], qx, qy, qz);
       const bool left = bl <= br;
       if (!beyond(left ? br : bl, tk.threshold())) {
         stack[sp] = left ? r : l;
@@ -439,8 +425,8 @@ void walk_knn(const Cloud& c, float qx, float qy, float qz, TopK& tk, float* s, 
       v = left ? l : r;
     }
     if (live)
-      scan_knn(c.x.data(), c.y.data(), c.z.data(), c.id.data(), c.nodes[v].begin, c.nodes[v].end, qx, qy, qz, tk, s,
-               off);
+      scan_knn(c.x.data(), c.y.data(), c.z.data(), c.id.data(), c.nodes[v].begin, c.nodes[v].end, qx, qy, qz,
+               tk, s, off);
   }
 }
 
@@ -461,8 +447,8 @@ void check_query(const SpatialIndex& index, const PointsView& query, const Lengt
                 " entries, got ", query_lengths.size);
     for (int64_t b = 0; b < query.batch; ++b)
       PCOPS_CHECK(query_lengths.data[b] >= 0 && query_lengths.data[b] <= query.count, Value,
-                  "query_lengths: entry ", b, " is ", query_lengths.data[b], ", expected in [0, ", query.count,
-                  "]");
+                  "query_lengths: entry ", b, " is ", query_lengths.data[b], ", expected in [0, ",
+                  query.count, "]");
   }
 }
 
@@ -481,8 +467,8 @@ void SpatialIndex::build(const CpuContext& ctx, PointsView points, LengthsView l
     PCOPS_CHECK(lengths.size == points.batch, Value, "lengths: expected ", points.batch, " entries, got ",
                 lengths.size);
     for (int64_t b = 0; b < points.batch; ++b)
-      PCOPS_CHECK(lengths.data[b] >= 0 && lengths.data[b] <= points.count, Value, "lengths: entry ", b, " is ",
-                  lengths.data[b], ", expected in [0, ", points.count, "]");
+      PCOPS_CHECK(lengths.data[b] >= 0 && lengths.data[b] <= points.count, Value, "lengths: entry ", b,
+                  " is ", lengths.data[b], ", expected in [0, ", points.count, "]");
   }
   clouds_.assign(static_cast<size_t>(points.batch), Cloud{});
   count_ = points.count;
@@ -490,25 +476,28 @@ void SpatialIndex::build(const CpuContext& ctx, PointsView points, LengthsView l
   has_lengths_ = lengths.present();
   std::vector<Record> rec;
   for (int64_t b = 0; b < points.batch; ++b)
-    build_cloud(ctx, points, b, lengths.get(b, points.count), leaf_, params.grid, clouds_[static_cast<size_t>(b)], rec);
+    build_cloud(ctx, points, b, lengths.get(b, points.count), leaf_, params.grid,
+                clouds_[static_cast<size_t>(b)], rec);
 }
 
 int64_t SpatialIndex::memory_bytes() const {
   int64_t bytes = 0;
   for (const Cloud& c : clouds_)
     bytes += static_cast<int64_t>(c.x.size() + c.y.size() + c.z.size() + c.box.size() + c.id.size() +
-                                  c.leaf_nodes.size()) * 4 +
+                                  c.leaf_nodes.size()) *
+                 4 +
              static_cast<int64_t>(c.nodes.size() * sizeof(Node) + c.special.size() * 8);
   for (const Cloud& c : clouds_)
     if (c.grid)
-      bytes += static_cast<int64_t>(c.grid->x.size() + c.grid->y.size() + c.grid->z.size() + c.grid->id.size() +
-                                    c.grid->cell_start.size()) * 4 +
+      bytes += static_cast<int64_t>(c.grid->x.size() + c.grid->y.size() + c.grid->z.size() +
+                                    c.grid->id.size() + c.grid->cell_start.size()) *
+                   4 +
                static_cast<int64_t>(c.grid->special.size()) * 8;
   return bytes;
 }
 
-void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView query_lengths, int64_t k, float* dist,
-                       int64_t* idx) const {
+void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView query_lengths, int64_t k,
+                       float* dist, int64_t* idx) const {
   check_query(*this, query, query_lengths);
   PCOPS_CHECK(k >= 0, Value, "k: expected >= 0, got ", k);
   PCOPS_CHECK(has_lengths_ || k <= count_, Value, "k: expected <= ", count_,
@@ -554,7 +543,8 @@ void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView quer
         // leaves not provably beyond that bound from the group's box, filtering with their own
         // bound from the first candidate on.
         const int64_t t0 = G.begin[g], t1 = G.begin[g + 1];
-        for (int64_t t = t0; t < t1; ++t) prefetch_query_row(query, b, G.order[t].id, k, dist + b * M * k, idx + b * M * k);
+        for (int64_t t = t0; t < t1; ++t)
+          prefetch_query_row(query, b, G.order[t].id, k, dist + b * M * k, idx + b * M * k);
         float gbox[6];
         group_box(G, g, query, b, gbox);
         // The anchor: the query nearest the group box's centre (the bounds grow with |q - a|).
@@ -565,7 +555,8 @@ void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView quer
           double best = INFINITY;
           for (int64_t t = t0; t < t1; ++t) {
             const int64_t m = G.order[t].id;
-            const double dx = query.at(b, m, 0) - cx, dy = query.at(b, m, 1) - cy, dz = query.at(b, m, 2) - cz;
+            const double dx = query.at(b, m, 0) - cx, dy = query.at(b, m, 1) - cy,
+                         dz = query.at(b, m, 2) - cz;
             const double d = dx * dx + dy * dy + dz * dz;
             if (d < best) best = d, ma = m;
           }
@@ -579,19 +570,21 @@ void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView quer
         if (t1 - t0 == 1) continue;
         const auto bound = [&](double d) {  // the key bound at distance d from the anchor
           const double R = ra + d * (1.0 + 1e-12);
-          return R * R * (1.0 + 1e-6) + kTiny;
+          return R * R * (1.0 + 1e-6) + kBoundTiny;
         };
         double dmax = 0.0;
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t m = G.order[t].id;
-          const double dx = static_cast<double>(query.at(b, m, 0)) - ax, dy = static_cast<double>(query.at(b, m, 1)) - ay,
+          const double dx = static_cast<double>(query.at(b, m, 0)) - ax,
+                       dy = static_cast<double>(query.at(b, m, 1)) - ay,
                        dz = static_cast<double>(query.at(b, m, 2)) - az;
           dmax = std::max(dmax, std::sqrt(dx * dx + dy * dy + dz * dz));
         }
         ranges.gather(c, gbox, bound(dmax));
         // Nearest ranges first (to the anchor): each query's threshold then tightens early.
         for (Ranges::Range& rg : ranges.r) rg.key = point_box_gap(rg.box, ax, ay, az);
-        std::sort(ranges.r.begin(), ranges.r.end(), [](const Ranges::Range& x, const Ranges::Range& y) { return x.key < y.key; });
+        std::sort(ranges.r.begin(), ranges.r.end(),
+                  [](const Ranges::Range& x, const Ranges::Range& y) { return x.key < y.key; });
         for (int64_t t = t0; t < t1; ++t) {
           const int64_t m = G.order[t].id;
           if (m == ma) continue;
@@ -599,12 +592,14 @@ void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView quer
           const double dx = static_cast<double>(qx) - ax, dy = static_cast<double>(qy) - ay,
                        dz = static_cast<double>(qz) - az;
           const double lim = bound(std::sqrt(dx * dx + dy * dy + dz * dz));
-          const float limit = lim >= static_cast<double>(FLT_MAX) ? INFINITY
-                                                                  : std::nextafter(static_cast<float>(lim), INFINITY);
+          const float limit = lim >= static_cast<double>(FLT_MAX)
+                                  ? INFINITY
+                                  : std::nextafter(static_cast<float>(lim), INFINITY);
           tk.reset();
           for (const Ranges::Range& rg : ranges.r) {
             if (beyond(point_box_gap(rg.box, qx, qy, qz), std::min(limit, tk.threshold()))) continue;
-            scan_knn(c.x.data(), c.y.data(), c.z.data(), c.id.data(), rg.begin, rg.end, qx, qy, qz, tk, s, off, limit);
+            scan_knn(c.x.data(), c.y.data(), c.z.data(), c.id.data(), rg.begin, rg.end, qx, qy, qz, tk, s,
+                     off, limit);
           }
           // Points with a non-finite coordinate: s is +inf or NaN whatever the query, key +inf.
           for (const int64_t j : c.special) tk.push(INFINITY, static_cast<uint32_t>(j));
@@ -615,10 +610,11 @@ void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView quer
   }
 }
 
-void SpatialIndex::ball_query(const CpuContext& ctx, PointsView query, LengthsView query_lengths, float radius,
-                              int64_t K, float* dist2, int64_t* idx) const {
+void SpatialIndex::ball_query(const CpuContext& ctx, PointsView query, LengthsView query_lengths,
+                              float radius, int64_t K, float* dist2, int64_t* idx) const {
   check_query(*this, query, query_lengths);
-  PCOPS_CHECK(std::isfinite(radius) && radius >= 0.0f, Value, "radius: expected finite and >= 0, got ", radius);
+  PCOPS_CHECK(std::isfinite(radius) && radius >= 0.0f, Value, "radius: expected finite and >= 0, got ",
+              radius);
   PCOPS_CHECK(K >= 0, Value, "K: expected >= 0, got ", K);
   const int64_t M = query.count;
   if (K == 0 || query.batch * M == 0) return;
@@ -648,8 +644,8 @@ void SpatialIndex::ball_query(const CpuContext& ctx, PointsView query, LengthsVi
           const int64_t m = G.order[t].id;
           fk.reset();
           if (search)
-            scan_ball(block.x.data(), block.y.data(), block.z.data(), block.id.data(), 0, block.n, query.at(b, m, 0),
-                      query.at(b, m, 1), query.at(b, m, 2), R2, fk, s, off);
+            scan_ball(block.x.data(), block.y.data(), block.z.data(), block.id.data(), 0, block.n,
+                      query.at(b, m, 0), query.at(b, m, 1), query.at(b, m, 2), R2, fk, s, off);
           fk.finish(dist2 + (b * M + m) * K, idx + (b * M + m) * K);
         }
       }
