@@ -20,6 +20,7 @@
 // 32 bytes per point of scratch besides.
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <vector>
 
 #include "pcops/context.hpp"
@@ -84,11 +85,14 @@ class SpatialIndex {
     // kNN's uniform grid (the dense operator's), kept when the cloud's density is even enough
     // for it (its mean cell load at most ten times the target): faster than the tree there.
     std::shared_ptr<const grid::Grid> grid;
+    // With a grid, the tree (above) is built from the grid's points on the first query that
+    // needs it (ball query, or kNN with 4 k > n); once, whatever the threads.
+    std::shared_ptr<std::once_flag> tree_once;
   };
   const Cloud& cloud(int64_t b) const { return clouds_[static_cast<size_t>(b)]; }
 
  private:
-  std::vector<Cloud> clouds_;
+  mutable std::vector<Cloud> clouds_;  // the tree of a cloud with a grid is built lazily
   int64_t count_ = 0;
   int64_t leaf_ = 32;
   bool has_lengths_ = false;

@@ -24,6 +24,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <mutex>
 #include <utility>
 
 #include "common/distance.hpp"
@@ -64,34 +65,26 @@ struct Record {
   uint32_t id;
 };
 
-void build_cloud(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n, int64_t leaf,
-                 bool use_grid, Cloud& c, std::vector<Record>& rec) {
-  c.n = n;
-  c.special.clear();
-  c.grid.reset();
-  if (use_grid && n >= kGridMinPoints) {
-    auto g = std::make_shared<grid::Grid>();
-    const grid::BuildOptions opt = knn_grid_options(kGridK);
-    grid::build(ctx, pts, b, n, opt, *g);
-    if (!knn_grid_skewed(*g, opt)) {
-      g->scratch_cell = {};
-      g->scratch_hist = {};
-      c.grid = std::move(g);
-    }
-  }
+// The tree of cloud c over `count` source points: coord(r, d) is the coordinate d of source
+// point r, orig(r) its index in the cloud. With check_finite, sources with a non-finite
+// coordinate go to c.special (otherwise the caller has filled it).
+template <class Coord, class Orig>
+void build_tree(const CpuContext& ctx, Cloud& c, int64_t count, int64_t leaf, bool check_finite,
+                Coord&& coord, Orig&& orig, std::vector<Record>& rec) {
   // Bounding box of the finite points; the non-finite ones set aside in index order.
   float lo[3] = {INFINITY, INFINITY, INFINITY}, hi[3] = {-INFINITY, -INFINITY, -INFINITY};
   rec.clear();
-  rec.reserve(static_cast<size_t>(n));
-  for (int64_t j = 0; j < n; ++j) {
-    const float x = pts.at(b, j, 0), y = pts.at(b, j, 1), z = pts.at(b, j, 2);
-    if (!grid::finite3(x, y, z)) {
-      c.special.push_back(j);
+  rec.reserve(static_cast<size_t>(count));
+  if (check_finite) c.special.clear();
+  for (int64_t r = 0; r < count; ++r) {
+    const float x = coord(r, 0), y = coord(r, 1), z = coord(r, 2);
+    if (check_finite && !grid::finite3(x, y, z)) {
+      c.special.push_back(orig(r));
       continue;
     }
     lo[0] = std::min(lo[0], x), lo[1] = std::min(lo[1], y), lo[2] = std::min(lo[2], z);
     hi[0] = std::max(hi[0], x), hi[1] = std::max(hi[1], y), hi[2] = std::max(hi[2], z);
-    rec.push_back(Record{0, static_cast<uint32_t>(j)});
+    rec.push_back(Record{0, static_cast<uint32_t>(r)});
   }
   c.finite = static_cast<int64_t>(rec.size());
   for (int a = 0; a < 3; ++a) {
@@ -103,10 +96,10 @@ void build_cloud(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_
   parallel_for(ctx, 0, c.finite, 1 << 14, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t j = rec[r].id;
-      rec[r].code = morton(c, pts.at(b, j, 0), pts.at(b, j, 1), pts.at(b, j, 2));
+      rec[r].code = morton(c, coord(j, 0), coord(j, 1), coord(j, 2));
     }
   });
-  radix_sort(rec, 3 * kBits, [](const Record& r) { return r.code; });  // stable: equal codes by index
+  radix_sort(rec, 3 * kBits, [](const Record& r) { return r.code; });  // stable
   const int64_t F = c.finite;
   c.x.resize(static_cast<size_t>(F));
   c.y.resize(static_cast<size_t>(F));
@@ -115,8 +108,8 @@ void build_cloud(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_
   parallel_for(ctx, 0, F, 1 << 14, [&](int64_t r0, int64_t r1) {
     for (int64_t r = r0; r < r1; ++r) {
       const int64_t j = rec[r].id;
-      c.x[r] = pts.at(b, j, 0), c.y[r] = pts.at(b, j, 1), c.z[r] = pts.at(b, j, 2);
-      c.id[r] = static_cast<int32_t>(j);
+      c.x[r] = coord(j, 0), c.y[r] = coord(j, 1), c.z[r] = coord(j, 2);
+      c.id[r] = static_cast<int32_t>(orig(j));
     }
   });
   // The tree, top down: a range of more than `leaf` points splits where the highest Morton bit
@@ -195,6 +188,46 @@ void build_cloud(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_
     }
   }
   c.leaves = static_cast<int64_t>(c.leaf_nodes.size());
+}
+
+// Cloud b: kNN's grid where the density allows and `use_grid`, the tree at once otherwise (with
+// a grid, the tree is built from the grid's copy of the points on first need: ensure_tree).
+void build_cloud(const CpuContext& ctx, const PointsView& pts, int64_t b, int64_t n, int64_t leaf,
+                 bool use_grid, Cloud& c, std::vector<Record>& rec) {
+  c.n = n;
+  c.grid.reset();
+  c.tree_once = std::make_shared<std::once_flag>();
+  if (use_grid && n >= kGridMinPoints) {
+    auto g = std::make_shared<grid::Grid>();
+    const grid::BuildOptions opt = knn_grid_options(kGridK);
+    grid::build(ctx, pts, b, n, opt, *g);
+    if (!knn_grid_skewed(*g, opt)) {
+      g->scratch_cell = {};
+      g->scratch_hist = {};
+      c.grid = std::move(g);
+      c.special = c.grid->special;
+      return;
+    }
+  }
+  build_tree(
+      ctx, c, n, leaf, true, [&](int64_t r, int d) { return pts.at(b, r, d); }, [](int64_t r) { return r; },
+      rec);
+  std::call_once(*c.tree_once, [] {});  // built
+}
+
+// The tree of a cloud built with a grid, from the grid's copy of its finite points (once, safe
+// under concurrent queries).
+void ensure_tree(const CpuContext& ctx, Cloud& c, int64_t leaf) {
+  std::call_once(*c.tree_once, [&] {
+    const grid::Grid& g = *c.grid;
+    std::vector<Record> rec;
+    build_tree(
+        ctx, c, g.num_finite, leaf, false,
+        [&](int64_t r, int d) { return d == 0   ? g.x[r]
+                                       : d == 1 ? g.y[r]
+                                                : g.z[r]; },
+        [&](int64_t r) { return static_cast<int64_t>(g.id[r]); }, rec);
+  });
 }
 
 // Every leaf's first code.
@@ -506,7 +539,7 @@ void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView quer
   if (k == 0 || query.batch * M == 0) return;
   Groups G;
   for (int64_t b = 0; b < query.batch; ++b) {
-    const Cloud& c = clouds_[static_cast<size_t>(b)];
+    Cloud& c = clouds_[static_cast<size_t>(b)];
     const int64_t mq = query_lengths.get(b, M);
     for (int64_t m = mq; m < M; ++m) pad_knn(dist + (b * M + m) * k, idx + (b * M + m) * k, k);
     if (mq == 0) continue;
@@ -514,6 +547,7 @@ void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView quer
       knn_grid_search(ctx, query, b, mq, k, *c.grid, c.n, dist + b * M * k, idx + b * M * k);
       continue;
     }
+    ensure_tree(ctx, c, leaf_);
     group_queries(ctx, c, query, b, mq, kKnnGroup, G);
     const int64_t groups = static_cast<int64_t>(G.leaf.size());
     parallel_for(ctx, 0, groups, 16, [&](int64_t g0, int64_t g1) {
@@ -621,10 +655,11 @@ void SpatialIndex::ball_query(const CpuContext& ctx, PointsView query, LengthsVi
   const float R2 = core::ball_query_threshold(radius);
   Groups G;
   for (int64_t b = 0; b < query.batch; ++b) {
-    const Cloud& c = clouds_[static_cast<size_t>(b)];
+    Cloud& c = clouds_[static_cast<size_t>(b)];
     const int64_t mq = query_lengths.get(b, M);
     for (int64_t m = mq; m < M; ++m) pad_ball(dist2 + (b * M + m) * K, idx + (b * M + m) * K, K);
     if (mq == 0) continue;
+    ensure_tree(ctx, c, leaf_);
     group_queries(ctx, c, query, b, mq, kBallGroup, G);
     const int64_t groups = static_cast<int64_t>(G.leaf.size());
     parallel_for(ctx, 0, groups, 4, [&](int64_t g0, int64_t g1) {

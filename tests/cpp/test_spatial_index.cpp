@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstring>
 #include <random>
+#include <thread>
 #include <vector>
 
 #include "pcops/ball_query.hpp"
@@ -100,6 +101,33 @@ TEST(SpatialIndex, BatchesWithLengthsAndRebuild) {
     EXPECT_EQ(i, ri);
     EXPECT_TRUE(same_bits(d, rd));
   }
+}
+
+// With a grid, the tree is built on the first ball query: concurrent first queries build it once
+// and all get the dense operator's result.
+TEST(SpatialIndex, ConcurrentFirstBallQueries) {
+  const int64_t n = 20000, m = 500, K = 12;
+  const std::vector<float> pts = cloud("uniform", n, 8);
+  const PointsView P = PointsView::contiguous(pts.data(), 1, n, 3);
+  const PointsView Q = PointsView::contiguous(pts.data(), 1, m, 3);
+  std::vector<float> rd(m * K);
+  std::vector<int64_t> ri(m * K);
+  pcops::cpu::ball_query({}, Q, P, {}, {}, pcops::BallQueryParams{0.03f, K}, rd.data(), ri.data());
+  pcops::cpu::SpatialIndex index;
+  index.build({}, P, {}, {});
+  ASSERT_TRUE(index.cloud(0).grid != nullptr);  // an even cloud keeps the grid
+  const int64_t grid_only = index.memory_bytes();
+  std::vector<std::vector<float>> d(4, std::vector<float>(m * K));
+  std::vector<std::vector<int64_t>> i(4, std::vector<int64_t>(m * K));
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&, t] { index.ball_query({}, Q, {}, 0.03f, K, d[t].data(), i[t].data()); });
+  for (auto& th : threads) th.join();
+  for (int t = 0; t < 4; ++t) {
+    EXPECT_EQ(i[t], ri);
+    EXPECT_TRUE(same_bits(d[t], rd));
+  }
+  EXPECT_GT(index.memory_bytes(), grid_only);
 }
 
 TEST(SpatialIndex, Errors) {

@@ -178,8 +178,15 @@ def test_reuse_copy_threads_and_half_precision(gen):
     one = with_threads(1, lambda: index.knn(q, 9))
     assert torch.equal(one[1], first[1]) and torch.equal(one[0], first[0])
     tree = pcops.SpatialIndex(orig, grid=False)
-    assert tree.memory_bytes < index.memory_bytes  # the grid costs memory
     assert torch.equal(tree.knn(q, 9)[1], first[1])
+    # With the grid, the tree is built on the first ball query (from the grid's copy of the
+    # points: the source tensor has changed since), and then held too.
+    grid_only = index.memory_bytes
+    d2, bi = index.ball_query(q, 0.05, 12)
+    ref_d2, ref_bi = pcops.ball_query(q[None], orig[None], 0.05, 12)
+    assert torch.equal(bi, ref_bi[0]) and torch.equal(d2, ref_d2[0])
+    assert index.memory_bytes == grid_only + tree.memory_bytes
+    assert torch.equal(index.knn(q, 9)[1], first[1])
     half = torch.rand(1000, 3, generator=gen).to(torch.bfloat16)
     dist, idx = pcops.SpatialIndex(half).knn(half, 4)
     ref_d, ref_i = dense_knn(half.float()[None], half.float()[None], 4)
