@@ -32,7 +32,9 @@ struct Grid;
 }
 
 struct SpatialIndexParams {
-  int64_t leaf_size = 32;  // points per leaf, >= 1
+  // Points per leaf, >= 1. Measured at 1M points (2 cores, tree path): leaves of 128 beat 32 by
+  // 1.2x (kNN) and 1.1x (ball query) on clusters and a sphere; 256 is no better.
+  int64_t leaf_size = 128;
   // Also keep kNN's uniform grid for clouds whose density is even enough for it (faster than the
   // tree there; about 16 bytes per point more, plus the cell offsets).
   bool grid = true;

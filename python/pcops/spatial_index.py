@@ -49,7 +49,7 @@ class SpatialIndex:
     """
 
     def __init__(
-        self, points: torch.Tensor, lengths: torch.Tensor | None = None, leaf_size: int = 32, grid: bool = True
+        self, points: torch.Tensor, lengths: torch.Tensor | None = None, leaf_size: int = 128, grid: bool = True
     ):
         pts, self._single = _as_batch(points, "points")
         leaf_size = _checks.integer(leaf_size, "leaf_size")

@@ -251,7 +251,7 @@ void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const Points
     // index searches faster. Same results either way.
     const PointsView q1 = single_cloud(query, b, mq), r1 = single_cloud(ref, b, n);
     SpatialIndex index;
-    index.build(ctx, r1, LengthsView{}, SpatialIndexParams{32, /*grid=*/false});  // the grid is known to be skewed
+    index.build(ctx, r1, LengthsView{}, SpatialIndexParams{SpatialIndexParams{}.leaf_size, /*grid=*/false});  // the grid is known to be skewed
     std::vector<float> d(static_cast<size_t>(mq * k));
     std::vector<int64_t> ix(static_cast<size_t>(mq * k));
     index.knn(ctx, q1, LengthsView{}, k, d.data(), ix.data());
