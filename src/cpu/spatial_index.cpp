@@ -553,6 +553,7 @@ void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView quer
     parallel_for(ctx, 0, groups, 16, [&](int64_t g0, int64_t g1) {
       TopK tk(k);
       Ranges ranges;
+      std::vector<std::pair<double, int32_t>> order;
       float s[kBlock + 16];
       int32_t off[kBlock + 16];
       for (int64_t g = g0; g < g1; ++g) {
@@ -630,8 +631,16 @@ void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView quer
                                   ? INFINITY
                                   : std::nextafter(static_cast<float>(lim), INFINITY);
           tk.reset();
-          for (const Ranges::Range& rg : ranges.r) {
-            if (beyond(point_box_gap(rg.box, qx, qy, qz), std::min(limit, tk.threshold()))) continue;
+          // This query's nearest ranges first: its threshold tightens sooner, fewer candidates pass.
+          order.clear();
+          for (size_t r = 0; r < ranges.r.size(); ++r) {
+            const double gap = point_box_gap(ranges.r[r].box, qx, qy, qz);
+            if (!beyond(gap, limit)) order.emplace_back(gap, static_cast<int32_t>(r));
+          }
+          std::sort(order.begin(), order.end());
+          for (const auto& [gap, r] : order) {
+            if (beyond(gap, tk.threshold())) break;  // the rest are farther still
+            const Ranges::Range& rg = ranges.r[r];
             scan_knn(c.x.data(), c.y.data(), c.z.data(), c.id.data(), rg.begin, rg.end, qx, qy, qz, tk, s,
                      off, limit);
           }
