@@ -55,7 +55,7 @@ import torch
 
 import pcops
 from pcops import data as pdata
-from pcops.bench.run import cpu_model
+from pcops.bench.run import cpu_model, git_info
 
 REPO = Path(__file__).resolve().parents[2]
 NANOFLANN_SOURCE = REPO / "benchmarks" / "cpp" / "nanoflann_knn.cpp"
@@ -561,14 +561,6 @@ def version_of(*dists: str) -> str | None:
     return None
 
 
-def git(*argv: str) -> str | None:
-    try:
-        return subprocess.run(["git", *argv], cwd=REPO, capture_output=True, text=True,
-                              check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        return None
-
-
 def library_info() -> dict:
     """The operator library this process loaded: path, modification time and a content hash (a
     development build may hold changes that the commit does not)."""
@@ -586,15 +578,14 @@ def library_info() -> dict:
 
 def environment() -> dict:
     """Versions and machine, taken when the run starts (the nanoflann entry is added at the end)."""
-    commit = git("rev-parse", "--short", "HEAD") or "unknown"
-    dirty = git("status", "--porcelain", "--untracked-files=no")
+    info = git_info()
     env = {"python": platform.python_version(), "torch": torch.__version__, "numpy": np.__version__,
            "scipy": version_of("scipy"), "pykdtree": version_of("pykdtree"),
            "open3d": version_of("open3d", "open3d-cpu"), "faiss": version_of("faiss-cpu", "faiss"),
            "threadpoolctl": version_of("threadpoolctl"), "pcops": pcops.__version__,
            "processor": platform.processor(), "machine": platform.machine(), "cpu_model": cpu_model(),
-           "cpu_count": all_cores(), "torch_threads": torch.get_num_threads(), "commit": commit,
-           "tracked_changes": None if dirty is None else bool(dirty),
+           "cpu_count": all_cores(), "torch_threads": torch.get_num_threads(), "commit": (info["commit"] or "unknown")[:7],
+           "tracked_changes": info["dirty"],
            "spatial_index_available": hasattr(pcops, "SpatialIndex"),
            "started": datetime.now(timezone.utc).isoformat(timespec="seconds"), **library_info()}
     return env

@@ -17,7 +17,6 @@ import argparse
 import json
 import platform
 import resource
-import subprocess
 import time
 from datetime import datetime, timezone
 from pathlib import Path
@@ -25,6 +24,7 @@ from pathlib import Path
 import torch
 
 import pcops
+from pcops.bench.run import git_info
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -83,12 +83,9 @@ def main():
               f"({nb} queries, r={args.radius}, K={args.K}) {ball:.2f} s, index {index.memory_bytes / 1e6:.0f} MB, "
               f"exact {row['exact']}, peak RSS so far {row['peak_rss_bytes'] / 1e9:.2f} GB", flush=True)
         del index, dist, idx
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    env = {"torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.machine(),
+    info = git_info()
+    commit = (info["commit"] or "unknown")[:7]
+    env = {"tracked_changes": info["dirty"], "torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.machine(),
            "python": platform.python_version(), "commit": commit, "pcops": pcops.__version__}
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     path = Path(args.out) if args.out else REPO / "benchmarks" / "results" / f"spatial-index-scale-{stamp}-{commit}.json"

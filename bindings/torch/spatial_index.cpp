@@ -25,38 +25,42 @@ struct SpatialIndexCpu : torch::CustomClassHolder {
     });
   }
 
-  std::tuple<at::Tensor, at::Tensor> knn(const at::Tensor& query_in, int64_t k,
-                                         const std::optional<at::Tensor>& query_lengths_in) const {
+  // The checked query, its lengths and the [B, M, width] outputs (float, int64) of a query.
+  struct Query {
+    at::Tensor points;
+    std::optional<at::Tensor> lengths;
+    at::Tensor values, idx;
+  };
+  static Query prepare(const at::Tensor& query_in, const std::optional<at::Tensor>& lengths_in, int64_t width,
+                       const char* width_name) {
     TORCH_CHECK_VALUE(query_in.device().is_cpu(), "query: the CPU index needs CPU tensors, got ",
                       query_in.device());
-    const at::Tensor query = as_points(query_in, "query");
-    const auto ql = as_lengths(query_lengths_in, query_in, "query_lengths");
-    TORCH_CHECK_VALUE(k >= 0, "k: expected >= 0, got ", k);
-    check_output_size("k", k, query.size(0), query.size(1), k);
-    at::Tensor dist = at::empty({query.size(0), query.size(1), k}, query.options());
-    at::Tensor idx = at::empty({query.size(0), query.size(1), k}, query.options().dtype(at::kLong));
+    Query q{as_points(query_in, "query"), as_lengths(lengths_in, query_in, "query_lengths"), {}, {}};
+    TORCH_CHECK_VALUE(width >= 0, width_name, ": expected >= 0, got ", width);
+    check_output_size(width_name, width, q.points.size(0), q.points.size(1), width);
+    q.values = at::empty({q.points.size(0), q.points.size(1), width}, q.points.options());
+    q.idx = at::empty({q.points.size(0), q.points.size(1), width}, q.points.options().dtype(at::kLong));
+    return q;
+  }
+
+  std::tuple<at::Tensor, at::Tensor> knn(const at::Tensor& query_in, int64_t k,
+                                         const std::optional<at::Tensor>& query_lengths_in) const {
+    Query q = prepare(query_in, query_lengths_in, k, "k");
     translate_errors([&] {
-      index.knn(cpu_context(), view_of(query), lengths_of(ql), k, dist.data_ptr<float>(),
-                idx.data_ptr<int64_t>());
+      index.knn(cpu_context(), view_of(q.points), lengths_of(q.lengths), k, q.values.data_ptr<float>(),
+                q.idx.data_ptr<int64_t>());
     });
-    return {dist, idx};
+    return {q.values, q.idx};
   }
 
   std::tuple<at::Tensor, at::Tensor> ball_query(const at::Tensor& query_in, double radius, int64_t K,
                                                 const std::optional<at::Tensor>& query_lengths_in) const {
-    TORCH_CHECK_VALUE(query_in.device().is_cpu(), "query: the CPU index needs CPU tensors, got ",
-                      query_in.device());
-    const at::Tensor query = as_points(query_in, "query");
-    const auto ql = as_lengths(query_lengths_in, query_in, "query_lengths");
-    TORCH_CHECK_VALUE(K >= 0, "K: expected >= 0, got ", K);
-    check_output_size("K", K, query.size(0), query.size(1), K);
-    at::Tensor dist2 = at::empty({query.size(0), query.size(1), K}, query.options());
-    at::Tensor idx = at::empty({query.size(0), query.size(1), K}, query.options().dtype(at::kLong));
+    Query q = prepare(query_in, query_lengths_in, K, "K");
     translate_errors([&] {
-      index.ball_query(cpu_context(), view_of(query), lengths_of(ql), static_cast<float>(radius), K,
-                       dist2.data_ptr<float>(), idx.data_ptr<int64_t>());
+      index.ball_query(cpu_context(), view_of(q.points), lengths_of(q.lengths), static_cast<float>(radius), K,
+                       q.values.data_ptr<float>(), q.idx.data_ptr<int64_t>());
     });
-    return {dist2, idx};
+    return {q.values, q.idx};
   }
 
   // (batch, count, has_lengths, leaf_size, memory_bytes)

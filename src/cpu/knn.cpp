@@ -251,12 +251,8 @@ void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const Points
     // index searches faster. Same results either way.
     const PointsView q1 = single_cloud(query, b, mq), r1 = single_cloud(ref, b, n);
     SpatialIndex index;
-    index.build(ctx, r1, LengthsView{}, SpatialIndexParams{SpatialIndexParams{}.leaf_size, /*grid=*/false});  // the grid is known to be skewed
-    std::vector<float> d(static_cast<size_t>(mq * k));
-    std::vector<int64_t> ix(static_cast<size_t>(mq * k));
-    index.knn(ctx, q1, LengthsView{}, k, d.data(), ix.data());
-    std::copy(d.begin(), d.end(), dist + b * M * k);
-    std::copy(ix.begin(), ix.end(), idx + b * M * k);
+    index.build(ctx, r1, LengthsView{}, SpatialIndexParams{SpatialIndexParams{}.leaf_size, /*grid=*/false});
+    index.knn(ctx, q1, LengthsView{}, k, dist + b * M * k, idx + b * M * k);  // rows [0, mq) of cloud b
     return;
   }
   knn_grid_search(ctx, query, b, mq, k, g, n, dist + b * M * k, idx + b * M * k);

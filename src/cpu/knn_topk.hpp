@@ -18,9 +18,7 @@ namespace pcops::cpu {
 constexpr double kBoundMargin = 1.0 - 1e-5;
 constexpr double kBoundTiny = 1e-30;
 // Every s in the region is provably > threshold (kNN: cannot enter the k best).
-inline bool beyond(double lb2, float threshold) {
-  return lb2 > kBoundTiny && lb2 * kBoundMargin > static_cast<double>(threshold);
-}
+inline bool beyond(double lb2, double threshold) { return lb2 > kBoundTiny && lb2 * kBoundMargin > threshold; }
 // Every s in the region is provably >= R2 (ball query: matches need s < R2).
 inline bool beyond_radius(double lb2, float R2) {
   return lb2 > kBoundTiny && lb2 * kBoundMargin >= static_cast<double>(R2);

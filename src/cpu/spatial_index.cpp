@@ -12,8 +12,8 @@
 //   distance r_a bounds every other query's by the triangle inequality (r_a + |q - a|), so the
 //   others scan, in place, the point ranges of the leaves not provably beyond that bound from
 //   the group's box, filtering with their own bound from the first candidate on.
-// - ball query, groups of up to 256 in one leaf: the leaves not provably beyond R2 from the
-//   group's box are gathered once into a block that every query of the group scans.
+// - ball query, groups of up to 256 in one leaf: every query of the group scans, in place, the
+//   point ranges of the leaves not provably beyond R2 from the group's box.
 // "Provably beyond" is the grid search's test (knn.cpp / ball_query.cpp): a lower bound in double
 // with a relative margin that covers the float32 rounding of s, so the results are the dense
 // operators' results, bit for bit.
@@ -294,47 +294,6 @@ inline double box_box_gap(const float* a, const float* g) {
   return s;
 }
 
-// The points a group of queries may need, gathered once: every leaf whose box is not provably
-// beyond the group's bound from the group's box, in point order, as structure of arrays.
-struct Block {
-  std::vector<float> x, y, z;
-  std::vector<int32_t> id;
-  int64_t n = 0;
-  std::vector<int64_t> stack;
-
-  template <class Prune>
-  void gather(const Cloud& c, const float gbox[6], Prune&& prune) {
-    n = 0;
-    if (c.nodes.empty()) return;
-    stack.clear();
-    stack.push_back(0);
-    while (!stack.empty()) {
-      const int64_t v = stack.back();
-      stack.pop_back();
-      if (prune(box_box_gap(&c.box[v * 6], gbox))) continue;
-      const SpatialIndex::Node& nd = c.nodes[v];
-      if (nd.left >= 0) {
-        stack.push_back(nd.right);  // left popped first: points come out in ascending order
-        stack.push_back(nd.left);
-      } else {
-        append(c, nd.begin, nd.end);
-      }
-    }
-  }
-  void append(const Cloud& c, int64_t p0, int64_t p1) {
-    const int64_t need = n + (p1 - p0);
-    if (static_cast<int64_t>(x.size()) < need) {
-      const size_t cap = static_cast<size_t>(std::max<int64_t>(need, 2 * n));
-      x.resize(cap), y.resize(cap), z.resize(cap), id.resize(cap);
-    }
-    std::copy(c.x.begin() + p0, c.x.begin() + p1, x.begin() + n);
-    std::copy(c.y.begin() + p0, c.y.begin() + p1, y.begin() + n);
-    std::copy(c.z.begin() + p0, c.z.begin() + p1, z.begin() + n);
-    std::copy(c.id.begin() + p0, c.id.begin() + p1, id.begin() + n);
-    n = need;
-  }
-};
-
 // Squared lower bound of the distance from q to a box (+inf for an empty box).
 inline double point_box_gap(const float* box, float qx, float qy, float qz) {
   const double q[3] = {qx, qy, qz};
@@ -348,12 +307,12 @@ inline double point_box_gap(const float* box, float qx, float qy, float qz) {
   return s;
 }
 
-// The point ranges a group of kNN queries may need: every leaf whose box is not provably beyond
-// the group's bound from the group's box, merged into maximal runs of consecutive positions
-// (leaves are in point order and near leaves are mostly consecutive), scanned in place. Long
-// runs scanned whole beat leaf-by-leaf pruning by each query's own bound (measured: 1.25 s
-// against 1.56 s for 1M points, k = 16, on 2 cores): the distance filter is cheap next to
-// the per-leaf calls.
+// The point ranges a group of queries may need: every leaf whose box is not provably beyond the
+// group's bound from the group's box (prune(lower bound) says so), merged into maximal runs of
+// consecutive positions (leaves are in point order and near leaves are mostly consecutive),
+// scanned in place. Long runs scanned whole beat leaf-by-leaf pruning by each query's own bound
+// (measured: 1.25 s against 1.56 s for 1M points, k = 16, on 2 cores): the distance filter is
+// cheap next to the per-leaf calls.
 struct Ranges {
   struct Range {
     int32_t begin, end;
@@ -363,7 +322,8 @@ struct Ranges {
   std::vector<Range> r;
   std::vector<int32_t> stack;
 
-  void gather(const Cloud& c, const float gbox[6], double T) {
+  template <class Prune>
+  void gather(const Cloud& c, const float gbox[6], Prune&& prune) {
     r.clear();
     if (c.nodes.empty()) return;
     stack.clear();
@@ -372,8 +332,7 @@ struct Ranges {
       const int32_t v = stack.back();
       stack.pop_back();
       const float* bx = &c.box[v * 6];
-      const double lb2 = box_box_gap(bx, gbox);
-      if (lb2 > kBoundTiny && lb2 * kBoundMargin > T) continue;
+      if (prune(box_box_gap(bx, gbox))) continue;
       const SpatialIndex::Node& nd = c.nodes[v];
       if (nd.left >= 0) {
         stack.push_back(nd.right);
@@ -615,7 +574,8 @@ void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView quer
                        dz = static_cast<double>(query.at(b, m, 2)) - az;
           dmax = std::max(dmax, std::sqrt(dx * dx + dy * dy + dz * dz));
         }
-        ranges.gather(c, gbox, bound(dmax));
+        const double T = bound(dmax);
+        ranges.gather(c, gbox, [&](double lb2) { return beyond(lb2, T); });
         // Nearest ranges first (to the anchor): each query's threshold then tightens early.
         for (Ranges::Range& rg : ranges.r) rg.key = point_box_gap(rg.box, ax, ay, az);
         std::sort(ranges.r.begin(), ranges.r.end(),
@@ -675,21 +635,22 @@ void SpatialIndex::ball_query(const CpuContext& ctx, PointsView query, LengthsVi
       FirstK fk(K);
       float s[kBlock + 16];
       int32_t off[kBlock + 16];
-      Block block;
+      Ranges ranges;
       for (int64_t g = g0; g < g1; ++g) {
         // Non-finite queries match nothing (s is never < R2), nor do non-finite points.
         const bool search = G.leaf[g] >= 0 && R2 > 0.0f;
         if (search) {
           float gbox[6];
           group_box(G, g, query, b, gbox);
-          block.gather(c, gbox, [&](double lb2) { return beyond_radius(lb2, R2); });
+          ranges.gather(c, gbox, [&](double lb2) { return beyond_radius(lb2, R2); });
         }
         for (int64_t t = G.begin[g]; t < G.begin[g + 1]; ++t) {
           const int64_t m = G.order[t].id;
           fk.reset();
           if (search)
-            scan_ball(block.x.data(), block.y.data(), block.z.data(), block.id.data(), 0, block.n,
-                      query.at(b, m, 0), query.at(b, m, 1), query.at(b, m, 2), R2, fk, s, off);
+            for (const Ranges::Range& rg : ranges.r)
+              scan_ball(c.x.data(), c.y.data(), c.z.data(), c.id.data(), rg.begin, rg.end, query.at(b, m, 0),
+                        query.at(b, m, 1), query.at(b, m, 2), R2, fk, s, off);
           fk.finish(dist2 + (b * M + m) * K, idx + (b * M + m) * K);
         }
       }

@@ -187,6 +187,49 @@ struct VvorPolicy {
   static constexpr int kS = 64;  // triplets per shared-memory stage
 };
 
+// The stage units of the weight gradient's block: thread tid's unit u covers stage row
+// (tid + NT u) / W and the V columns from V ((tid + NT u) % W) of a tile W V columns wide.
+// rows[u] = the matrix row of that stage row (from src[p0 + stage row]), or -1 past `end`.
+template <int U, int W, int NT>
+__device__ __forceinline__ void stage_rows(int64_t (&rows)[U], const int64_t* __restrict__ src, int64_t p0,
+                                           int64_t end, int tid) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int r = (tid + NT * u) / W;
+    rows[u] = p0 + r < end ? src[p0 + r] : -1;
+  }
+}
+
+// reg[u] = the unit's V values of matrix m (row stride ld) from column col0 + V ((tid + NT u) % W);
+// columns at or past ld read as 0, a row of -1 leaves the unit unchanged.
+template <int V, int U, int W, int NT>
+__device__ __forceinline__ void load_units(Vec<V> (&reg)[U], const int64_t (&rows)[U], const float* __restrict__ m,
+                                           int64_t ld, int64_t col0, int tid) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int64_t col = col0 + ((tid + NT * u) % W) * V;
+    if (rows[u] < 0) continue;
+    const float* p = m + rows[u] * ld + col;
+    if (V == 4 && col < ld) {
+      reg[u] = load_vec<V>(p);
+    } else {
+#pragma unroll
+      for (int x = 0; x < V; ++x) reg[u].v[x] = col + x < ld ? __ldg(p + x) : 0.0f;
+    }
+  }
+}
+
+// The units into a shared-memory stage of rows W V floats wide.
+template <int V, int U, int W, int NT>
+__device__ __forceinline__ void store_units(float* stage, const Vec<V> (&reg)[U], int tid) {
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    const int e = tid + NT * u;
+#pragma unroll
+    for (int x = 0; x < V; ++x) stage[(e / W) * (W * V) + (e % W) * V + x] = reg[u].v[x];
+  }
+}
+
 // grad_weights[k, o, c] = fold of kernel k's triplets (grouping order (i, j)):
 // acc = fl(acc + fl(G[i, o] * F[j, c])). Block (k, o tile, c tile) of 16 x 8 R elements; thread
 // tid holds the R chains o = o0 + tid / 8, c = c0 + R (tid % 8) .. + R (R = 1, 2 or 4: fewer
@@ -218,60 +261,17 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   const int64_t begin = offsets[k], end = offsets[k + 1];
   Vec<V> greg[GU] = {}, freg[FU] = {};
   int64_t gi[GU], fj[FU];  // the rows of the next stage to load
-  // Unit u of this thread: stage row e / GV (or / FV), columns V (e % GV) .. (+ V).
   const auto index = [&](int64_t p0) {
-#pragma unroll
-    for (int u = 0; u < GU; ++u) {
-      const int r = (tid + NT * u) / GV;
-      gi[u] = p0 + r < end ? ii[p0 + r] : -1;
-    }
-#pragma unroll
-    for (int u = 0; u < FU; ++u) {
-      const int r = (tid + NT * u) / FV;
-      fj[u] = p0 + r < end ? jj[p0 + r] : -1;
-    }
+    stage_rows<GU, GV, NT>(gi, ii, p0, end, tid);
+    stage_rows<FU, FV, NT>(fj, jj, p0, end, tid);
   };
   const auto load = [&]() {
-#pragma unroll
-    for (int u = 0; u < GU; ++u) {
-      const int64_t col = o0 + ((tid + NT * u) % GV) * V;
-      if (gi[u] >= 0) {
-        const float* g = grad_out + gi[u] * co + col;
-        if (V == 4 && col < co) {
-          greg[u] = load_vec<V>(g);
-        } else {
-#pragma unroll
-          for (int x = 0; x < V; ++x) greg[u].v[x] = col + x < co ? __ldg(g + x) : 0.0f;
-        }
-      }
-    }
-#pragma unroll
-    for (int u = 0; u < FU; ++u) {
-      const int64_t col = c0 + ((tid + NT * u) % FV) * V;
-      if (fj[u] >= 0) {
-        const float* f = features + fj[u] * ci + col;
-        if (V == 4 && col < ci) {
-          freg[u] = load_vec<V>(f);
-        } else {
-#pragma unroll
-          for (int x = 0; x < V; ++x) freg[u].v[x] = col + x < ci ? __ldg(f + x) : 0.0f;
-        }
-      }
-    }
+    load_units<V, GU, GV, NT>(greg, gi, grad_out, co, o0, tid);
+    load_units<V, FU, FV, NT>(freg, fj, features, ci, c0, tid);
   };
   const auto store = [&](int buf) {
-#pragma unroll
-    for (int u = 0; u < GU; ++u) {
-      const int e = tid + NT * u;
-#pragma unroll
-      for (int x = 0; x < V; ++x) gs[buf][e / GV][(e % GV) * V + x] = greg[u].v[x];
-    }
-#pragma unroll
-    for (int u = 0; u < FU; ++u) {
-      const int e = tid + NT * u;
-#pragma unroll
-      for (int x = 0; x < V; ++x) fs[buf][e / FV][(e % FV) * V + x] = freg[u].v[x];
-    }
+    store_units<V, GU, GV, NT>(&gs[buf][0][0], greg, tid);
+    store_units<V, FU, FV, NT>(&fs[buf][0][0], freg, tid);
   };
   const int my_o = tid / 8, my_c = (tid % 8) * R;
   float acc[R];
