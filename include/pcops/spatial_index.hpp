@@ -101,4 +101,51 @@ class SpatialIndex {
 };
 
 }  // namespace cpu
+
+namespace cuda {
+
+// The CUDA index over device points (docs/ops/spatial_index.md). Per cloud: the points sorted by
+// a 48-bit Morton code (equal codes keep index order), points with a non-finite coordinate last;
+// leaves of 32 consecutive finite points (a warp's width) and an implicit 32-ary tree over them
+// whose nodes hold the exact float32 bounding boxes (and the smallest original index) of their
+// points. Queries return exactly what pcops::cuda::knn / ball_query (and the CPU) return.
+//
+// Device memory held: 16 bytes per point plus 32 per node (about 1/31 node per point) and a small
+// per-cloud table; memory_bytes() reports it. It is allocated with the build context's allocator
+// (cudaMalloc without one) and released by the destructor with that context's deallocate. Build
+// and queries run asynchronously on their context's stream (the host never waits for the GPU);
+// use the index from the stream it was built on, or synchronise.
+class SpatialIndex {
+ public:
+  SpatialIndex();
+  ~SpatialIndex();
+  SpatialIndex(SpatialIndex&&) noexcept;
+  SpatialIndex& operator=(SpatialIndex&&) noexcept;
+  SpatialIndex(const SpatialIndex&) = delete;
+  SpatialIndex& operator=(const SpatialIndex&) = delete;
+
+  // points [B, N, 3] float32 device memory (any strides); lengths host memory. leaf_size must be
+  // valid as for the CPU index but the CUDA leaves always hold 32 points; params.grid is unused.
+  void build(const CudaContext& ctx, PointsView points, LengthsView lengths, const SpatialIndexParams& params);
+  // As the CPU index's knn / ball_query: query device memory, lengths host memory, outputs
+  // device memory [B, M, k].
+  void knn(const CudaContext& ctx, PointsView query, LengthsView query_lengths, int64_t k, float* dist,
+           int64_t* idx) const;
+  void ball_query(const CudaContext& ctx, PointsView query, LengthsView query_lengths, float radius, int64_t K,
+                  float* dist2, int64_t* idx) const;
+
+  int64_t batch() const;
+  int64_t count() const;
+  bool has_lengths() const;
+  int64_t cloud_size(int64_t b) const;
+  int64_t leaf_size() const { return 32; }
+  int64_t memory_bytes() const;
+
+  struct Impl;
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace cuda
 }  // namespace pcops

@@ -44,8 +44,10 @@ class SpatialIndex:
     Raises:
         ValueError: bad shapes, lengths or leaf size.
         TypeError: unsupported dtype.
-        NotImplementedError: CUDA tensors (the CUDA index is not built yet; use the dense
-            operators on CUDA).
+        NotImplementedError: tensors on a device other than the CPU and CUDA.
+
+    On CUDA the leaves always hold 32 points (a warp's width; ``leaf_size`` is checked but
+    applies to the CPU index) and ``grid`` is unused: the tree adapts to any density.
     """
 
     def __init__(
@@ -55,12 +57,18 @@ class SpatialIndex:
         leaf_size = _checks.integer(leaf_size, "leaf_size")
         if not isinstance(grid, bool):
             raise TypeError(f"grid: expected a bool, got {type(grid).__name__}")
-        if pts.device.type != "cpu":
-            raise NotImplementedError(f"pcops.SpatialIndex: {pts.device.type} tensors are not supported yet (CPU only)")
+        if pts.device.type == "cuda":
+            if not hasattr(torch.classes.pcops, "SpatialIndexCuda"):
+                raise NotImplementedError("pcops.SpatialIndex: this build of pcops has no CUDA backend")
+            holder = torch.classes.pcops.SpatialIndexCuda
+        elif pts.device.type == "cpu":
+            holder = torch.classes.pcops.SpatialIndexCpu
+        else:
+            raise NotImplementedError(f"pcops.SpatialIndex: {pts.device.type} tensors are not supported (CPU and CUDA)")
         if lengths is not None:
             _checks.lengths(lengths, pts, "points", "lengths")
             lengths = lengths.to(torch.int64)
-        self._index = torch.classes.pcops.SpatialIndexCpu()
+        self._index = holder()
         self._index.build(pts, lengths, leaf_size, grid)
         self._device = pts.device
 

@@ -1,0 +1,101 @@
+"""Crossover of the CUDA kNN's two exact 3-D paths: the uniform grid built per call and a
+SpatialIndex built per call (PCOPS_CUDA_KNN_INDEX=never / always; the index's search kernel as
+chosen, or forced by PCOPS_CUDA_INDEX_KERNEL=lane / warp), in one run.
+
+For each cloud (uniform in the unit cube, sphere + 0.01 noise, clustered: 90 % in 20 gaussian
+clusters of sigma 0.002), size (--sizes), query count (1024 or n / 8 random points of the cloud, or all
+points) and k (--ks): the median of --repeat synchronised calls of pcops.knn per path (one
+warm-up), and whether both paths returned the same bits. JSON goes to --out.
+
+    PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \\
+        python benchmarks/scripts/knn_index_crossover.py --sizes 5k,20k,100k,1M
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import time
+from pathlib import Path
+
+import torch
+
+import pcops
+
+DEV = torch.device("cuda")
+
+
+def count(text: str) -> int:
+    text = text.strip().lower()
+    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
+
+
+def make_cloud(kind: str, n: int) -> torch.Tensor:
+    g = torch.Generator(device=DEV).manual_seed(0)
+    if kind == "uniform":
+        return torch.rand(n, 3, generator=g, device=DEV)
+    if kind == "sphere":
+        p = torch.randn(n, 3, generator=g, device=DEV)
+        return p / p.norm(dim=1, keepdim=True) + 0.01 * torch.randn(n, 3, generator=g, device=DEV)
+    m = int(round(0.9 * n))
+    centres = torch.rand(20, 3, generator=g, device=DEV)
+    which = torch.randint(0, 20, (m,), generator=g, device=DEV)
+    p = torch.cat([centres[which] + 0.002 * torch.randn(m, 3, generator=g, device=DEV),
+                   torch.rand(n - m, 3, generator=g, device=DEV)])
+    return p[torch.randperm(n, generator=g, device=DEV)]
+
+
+def timed(fn, repeat: int):
+    out = fn()
+    torch.cuda.synchronize()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        torch.cuda.synchronize()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="20k,100k,1M")
+    ap.add_argument("--clouds", default="uniform,sphere,clustered")
+    ap.add_argument("--ks", default="8,16,32")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--commit", default="unknown")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+    rows = []
+    for kind in args.clouds.split(","):
+        for n in [count(s) for s in args.sizes.split(",")]:
+            p = make_cloud(kind, n)[None].contiguous()
+            for m in sorted({1024, n // 8, n}):
+                q = p[:, torch.randperm(n, device=DEV)[:m]].contiguous() if m < n else p
+                for k in [int(x) for x in args.ks.split(",")]:
+                    res = {}
+                    for name, path, kernel in (("grid", "never", ""), ("index", "always", ""),
+                                               ("index_lane", "always", "lane"), ("index_warp", "always", "warp")):
+                        os.environ["PCOPS_CUDA_KNN_INDEX"] = path
+                        os.environ["PCOPS_CUDA_INDEX_KERNEL"] = kernel
+                        res[name] = timed(lambda: pcops.knn(q, p, k), args.repeat)
+                    os.environ.pop("PCOPS_CUDA_KNN_INDEX")
+                    os.environ.pop("PCOPS_CUDA_INDEX_KERNEL")
+                    dg, ig = res["grid"][1]
+                    row = {"cloud": kind, "points": n, "queries": m, "k": k}
+                    row.update({f"{name}_s": t for name, (t, _) in res.items()})
+                    row["same"] = all(torch.equal(dg, d) and torch.equal(ig, i) for _, (d, i) in res.values())
+                    rows.append(row)
+                    print(f"{kind:9s} n={n:8d} m={m:8d} k={k:2d} " +
+                          " ".join(f"{name} {t * 1e3:8.3f}" for name, (t, _) in res.items()) +
+                          f" ms same {row['same']}", flush=True)
+    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": torch.cuda.get_device_name(),
+           "commit": args.commit, "pcops": pcops.__version__}
+    Path(args.out).write_text(json.dumps({"environment": env, "args": vars(args), "results": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
