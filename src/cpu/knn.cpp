@@ -35,14 +35,6 @@ constexpr int64_t kShareMinQueries = 4;
 // 20 tight clusters + 10 % uniform (6116) 2.09 / 0.73 s.
 constexpr double kIndexLoad = 10.0;
 
-// Cloud b of a batch view, alone (count points).
-PointsView single_cloud(const PointsView& v, int64_t b, int64_t count) {
-  PointsView one = v;
-  one.data = &v.at(b, 0, 0);
-  one.batch = 1;
-  one.count = count;
-  return one;
-}
 
 void pad(float* od, int64_t* oi, int64_t k) {
   for (int64_t t = 0; t < k; ++t) {

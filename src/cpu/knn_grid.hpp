@@ -22,6 +22,15 @@ inline void prefetch_query_row(const PointsView& query, int64_t b, int64_t m, in
   for (int64_t o = 0; o < k && o < 64; o += 8) prefetch_line(idx + m * k + o);
 }
 
+// Cloud b of a batch view, alone (count points).
+inline PointsView single_cloud(const PointsView& v, int64_t b, int64_t count) {
+  PointsView one = v;
+  one.data = &v.at(b, 0, 0);
+  one.batch = 1;
+  one.count = count;
+  return one;
+}
+
 // The grid that suits k neighbours (about k / 4 points per cell).
 grid::BuildOptions knn_grid_options(int64_t k);
 

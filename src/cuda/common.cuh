@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -146,6 +147,41 @@ inline void copy_to_device_async(const CudaContext& ctx, void* dst, const void* 
     std::memcpy(blob.bytes, in + off, n);
     launch(ctx, arg_blob_kernel, dim3(1), dim3(256), 0, blob, static_cast<int>(n), out + off);
   }
+}
+
+// ctx, or, when it has no allocator, ctx with stream-ordered cudaMallocAsync / cudaFreeAsync on
+// its stream: for objects (a SpatialIndex built for one operator call) whose memory should be
+// released in stream order like a Workspace.
+inline CudaContext stream_ordered(const CudaContext& ctx) {
+  CudaContext c = ctx;
+  if (!c.allocate) {
+    const cudaStream_t s = stream_of(ctx);
+    c.allocate = [s](size_t bytes) {
+      void* p = nullptr;
+      return cudaMallocAsync(&p, bytes, s) == cudaSuccess ? p : nullptr;
+    };
+    c.deallocate = [s](void* p) { cudaFreeAsync(p, s); };
+  }
+  return c;
+}
+
+// Whether the CUDA operators' index route applies: PCOPS_CUDA_<op>_INDEX = always | never, else
+// the measured rule (k <= 32, a cloud of at least 100k points, at least one query per 8 points).
+inline bool index_route(const char* env, int64_t k, const LengthsView& query_lengths, int64_t M,
+                        const LengthsView& ref_lengths, int64_t N, int64_t B) {
+  if (k > 32 || N >= (int64_t{1} << 31)) return false;
+  if (const char* e = std::getenv(env); e != nullptr && *e != 0) {
+    if (std::strcmp(e, "always") == 0) return true;
+    if (std::strcmp(e, "never") == 0) return false;
+  }
+  int64_t queries = 0, points = 0, largest = 0;
+  for (int64_t b = 0; b < B; ++b) {
+    queries += query_lengths.get(b, M);
+    const int64_t n = ref_lengths.get(b, N);
+    points += n;
+    largest = std::max(largest, n);
+  }
+  return largest >= 100000 && queries * 8 >= points;
 }
 
 template <class T>

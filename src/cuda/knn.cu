@@ -25,8 +25,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "common/distance.hpp"
@@ -808,26 +806,6 @@ void sort_path(const CudaContext& ctx, const PointsView& query, const PointsView
   }
 }
 
-// Whether a 3-D call goes through a SpatialIndex built on the spot (same results: both paths are
-// exact): k <= 32, a cloud of at least 100k points and at least one query per 8 points, where the
-// index's adaptive leaves win on uneven clouds (10x on clusters at 1M points) and lose at most
-// 1.5x on even ones (measured on an H200: docs/ops/spatial_index.md). PCOPS_CUDA_KNN_INDEX=
-// always|never overrides.
-bool use_index(const PointsView& ref, int64_t k, const std::vector<int64_t>& qlen, const std::vector<int64_t>& rlen) {
-  if (ref.dim != 3 || k > 32 || ref.count >= (int64_t{1} << 31)) return false;
-  if (const char* e = std::getenv("PCOPS_CUDA_KNN_INDEX"); e != nullptr && *e != 0) {
-    if (std::strcmp(e, "always") == 0) return true;
-    if (std::strcmp(e, "never") == 0) return false;
-  }
-  int64_t queries = 0, points = 0, largest = 0;
-  for (size_t b = 0; b < qlen.size(); ++b) {
-    queries += qlen[b];
-    points += rlen[b];
-    largest = std::max(largest, rlen[b]);
-  }
-  return largest >= 100000 && queries * 8 >= points;
-}
-
 }  // namespace
 
 void knn(const CudaContext& ctx, PointsView query, PointsView ref, LengthsView query_lengths,
@@ -837,31 +815,22 @@ void knn(const CudaContext& ctx, PointsView query, PointsView ref, LengthsView q
   if (k == 0 || B * M == 0) return;
   PCOPS_CHECK(N <= int64_t{0xFFFFFFFF}, Value,
               "ref: at most 2^32 - 1 points per cloud are supported, got ", N);
-  std::vector<int64_t> qlen(static_cast<size_t>(B)), rlen(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) {
-    qlen[b] = query_lengths.get(b, M);
-    rlen[b] = ref_lengths.get(b, N);
-  }
-  if (use_index(ref, k, qlen, rlen)) {
-    // The index's memory as workspace: stream-ordered, released when it goes out of scope.
-    CudaContext c = ctx;
-    if (!c.allocate) {
-      const cudaStream_t s = detail::stream_of(ctx);
-      c.allocate = [s](size_t bytes) {
-        void* p = nullptr;
-        return cudaMallocAsync(&p, bytes, s) == cudaSuccess ? p : nullptr;
-      };
-      c.deallocate = [s](void* p) { cudaFreeAsync(p, s); };
-    }
+  // 3-D, k <= 32, a cloud of at least 100k points queried densely: a SpatialIndex built for the
+  // call, whose adaptive leaves win on uneven clouds (12.5x on clusters at 1M points) and stay
+  // within 0.8x-1.2x of the grid on even ones (H200, docs/ops/spatial_index.md). Same results.
+  if (ref.dim == 3 && detail::index_route("PCOPS_CUDA_KNN_INDEX", k, query_lengths, M, ref_lengths, N, B)) {
+    const CudaContext c = detail::stream_ordered(ctx);  // the index's memory as workspace
     SpatialIndex index;
     index.build(c, ref, ref_lengths, SpatialIndexParams{});
     index.knn(c, query, query_lengths, k, dist, idx);
     return;
   }
-
+  std::vector<int64_t> qlen(static_cast<size_t>(B)), rlen(static_cast<size_t>(B));
   detail::Workspace ws(ctx);
   bool need_pad = false;
   for (int64_t b = 0; b < B; ++b) {
+    qlen[b] = query_lengths.get(b, M);
+    rlen[b] = ref_lengths.get(b, N);
     need_pad = need_pad || qlen[b] < M || (rlen[b] == 0 && qlen[b] > 0);
   }
   const int64_t* d_qlen = nullptr;

@@ -10,6 +10,7 @@
 #include <thread>
 #include <vector>
 
+#include "oracle.hpp"
 #include "pcops/ball_query.hpp"
 #include "pcops/error.hpp"
 #include "pcops/knn.hpp"
@@ -145,6 +146,39 @@ TEST(SpatialIndex, Errors) {
   EXPECT_THROW(index.ball_query({}, P, {}, -1.0f, 3, d.data(), i.data()), pcops::Error);
   EXPECT_THROW(index.knn({}, PointsView::contiguous(pts.data(), 2, 50, 3), {}, 1, d.data(), i.data()),
                pcops::Error);
+}
+
+// The dense ball query hands clouds whose grid stays overfull within its cell budget (tight
+// clusters far smaller than the box) to the spatial index: the float32 brute force of the contract
+// decides, for K below and above the matches per query, with batches and non-finite points.
+TEST(SpatialIndex, DenseBallQueryOnTightClustersEqualsTheContract) {
+  std::mt19937 rng(21);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  const int64_t B = 2, n = 30000, m = 1500;
+  std::vector<float> pts(B * n * 3), q(B * m * 3);
+  for (int64_t b = 0; b < B; ++b) {
+    float centres[10][3];
+    for (auto& c : centres)
+      for (float& v : c) v = u(rng);
+    for (int64_t i = 0; i < n; ++i) {
+      float* x = &pts[(b * n + i) * 3];
+      for (int d = 0; d < 3; ++d) x[d] = (i % 20 == 0) ? u(rng) : centres[i % 10][d] + 1e-4f * g(rng);
+      if (i % 997 == 3) x[1] = NAN;
+    }
+    for (int64_t i = 0; i < m; ++i)
+      for (int d = 0; d < 3; ++d) q[(b * m + i) * 3 + d] = pts[(b * n + i * 19) * 3 + d];
+  }
+  const PointsView P = PointsView::contiguous(pts.data(), B, n, 3), Q = PointsView::contiguous(q.data(), B, m, 3);
+  const int64_t lengths[B] = {30000, 21111};
+  const pcops::LengthsView L{lengths, B};
+  for (float r : {5e-5f, 2e-4f}) {
+    for (int64_t K : {8, 200}) {
+      pcops_test::Result got = pcops_test::sentinel_result(B * m * K);
+      pcops::cpu::ball_query({}, Q, P, {}, L, pcops::BallQueryParams{r, K}, got.dist.data(), got.idx.data());
+      EXPECT_TRUE(pcops_test::same_result(got, pcops_test::ball_oracle(Q, P, {}, L, r, K))) << "r " << r << " K " << K;
+    }
+  }
 }
 
 }  // namespace

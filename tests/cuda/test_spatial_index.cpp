@@ -277,3 +277,31 @@ TEST(CudaSpatialIndex, DenseKnnPathsAgree) {
 }
 
 }  // namespace
+
+namespace {
+
+// The dense cuda::ball_query's paths (a SpatialIndex built per call, the scan and grid paths)
+// agree with the CPU whatever the override picks.
+TEST(CudaSpatialIndex, DenseBallQueryPathsAgree) {
+  std::mt19937 rng(17);
+  for (const std::string kind : {"uniform", "clustered", "duplicates", "nonfinite"}) {
+    Cloud x = shaped(kind, rng, 9000);
+    Cloud q = queries_for(x, rng, 500);
+    DeviceCloud dx(x), dq(q);
+    for (float r : {0.02f, 0.2f}) {
+      for (int64_t K : {1, 16, 32}) {
+        const Result want = cpu_ball(q, x, r, K);
+        for (const char* mode : {"never", "always", ""}) {
+          pcops_cuda_test::ScopedEnv env("PCOPS_CUDA_BALL_QUERY_INDEX", mode);
+          StreamContext sc;
+          DeviceResult out(q.count * K);
+          pcops::cuda::ball_query(sc.ctx, dq.view, dx.view, {}, {}, pcops::BallQueryParams{r, K}, out.dist.data(),
+                                  out.idx.data());
+          EXPECT_TRUE(pcops_test::same_result(out.download(), want)) << kind << " r=" << r << " K=" << K << " " << mode;
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
