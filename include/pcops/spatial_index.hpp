@@ -60,6 +60,10 @@ class SpatialIndex {
   // in reference index order, s < R2 strictly; slots after the matches hold (0, -1)).
   void ball_query(const CpuContext& ctx, PointsView query, LengthsView query_lengths, float radius, int64_t K,
                   float* dist2, int64_t* idx) const;
+  // The same with the threshold given: the points with s < R2 (R2 >= 0; +inf matches every
+  // finite s). Radius search uses it with its own R2 (fl32 of r * r in double).
+  void ball_query_below(const CpuContext& ctx, PointsView query, LengthsView query_lengths, float R2, int64_t K,
+                        float* dist2, int64_t* idx) const;
 
   int64_t batch() const { return static_cast<int64_t>(clouds_.size()); }
   int64_t count() const { return count_; }  // N of the build (the padded size)

@@ -615,13 +615,18 @@ void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView quer
 
 void SpatialIndex::ball_query(const CpuContext& ctx, PointsView query, LengthsView query_lengths,
                               float radius, int64_t K, float* dist2, int64_t* idx) const {
-  check_query(*this, query, query_lengths);
   PCOPS_CHECK(std::isfinite(radius) && radius >= 0.0f, Value, "radius: expected finite and >= 0, got ",
               radius);
+  ball_query_below(ctx, query, query_lengths, core::ball_query_threshold(radius), K, dist2, idx);
+}
+
+void SpatialIndex::ball_query_below(const CpuContext& ctx, PointsView query, LengthsView query_lengths, float R2,
+                                    int64_t K, float* dist2, int64_t* idx) const {
+  check_query(*this, query, query_lengths);
+  PCOPS_CHECK(R2 >= 0.0f, Value, "R2: expected >= 0, got ", R2);
   PCOPS_CHECK(K >= 0, Value, "K: expected >= 0, got ", K);
   const int64_t M = query.count;
   if (K == 0 || query.batch * M == 0) return;
-  const float R2 = core::ball_query_threshold(radius);
   Groups G;
   for (int64_t b = 0; b < query.batch; ++b) {
     Cloud& c = clouds_[static_cast<size_t>(b)];

@@ -76,6 +76,28 @@ void expect_radius(const std::vector<float>& x, const std::vector<float>& y, int
       << "r=" << r << " cap=" << cap << " D=" << D;
 }
 
+// Tight clusters far smaller than the box: the grid stays overfull within its cell budget and
+// the clouds go through a spatial index; the same edges as the oracle, with the self match
+// skipped (the radius graph) or kept, caps below and above the matches, non-finite points.
+TEST(Radius, TightClustersThroughTheIndexMatchOracle) {
+  std::mt19937 rng(31);
+  std::normal_distribution<float> g(0.0f, 1.0f);
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  const std::vector<int64_t> px = {0, 6000, 6000, 13000};  // an empty cloud in the middle
+  std::vector<float> x(static_cast<size_t>(px.back() * 3));
+  for (size_t b = 0; b + 1 < px.size(); ++b) {
+    float centres[4][3];
+    for (auto& c : centres)
+      for (float& v : c) v = u(rng);
+    for (int64_t i = px[b]; i < px[b + 1]; ++i)
+      for (int d = 0; d < 3; ++d) x[i * 3 + d] = (i % 25 == 0) ? u(rng) : centres[i % 4][d] + 1e-4f * g(rng);
+  }
+  x[3 * 777 + 1] = NAN;
+  for (double r : {5e-5, 3e-4})
+    for (int64_t cap : {4, 64})
+      for (bool ignore : {true, false}) expect_radius(x, x, 3, px, px, r, cap, ignore);
+}
+
 TEST(Radius, GridAndBruteMatchOracle3D) {
   std::mt19937 rng(3);
   const std::vector<int64_t> px{0, 3000, 3000, 3400, 6400}, py{0, 500, 520, 520, 900};
