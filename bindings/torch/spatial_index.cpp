@@ -63,6 +63,17 @@ struct SpatialIndexCpu : torch::CustomClassHolder {
     return {q.values, q.idx};
   }
 
+  // The ball query with the threshold given (radius search: fl32(r * r) in double).
+  std::tuple<at::Tensor, at::Tensor> ball_query_below(const at::Tensor& query_in, double R2, int64_t K,
+                                                      const std::optional<at::Tensor>& query_lengths_in) const {
+    Query q = prepare(query_in, query_lengths_in, K, "K");
+    translate_errors([&] {
+      index.ball_query_below(cpu_context(), view_of(q.points), lengths_of(q.lengths), static_cast<float>(R2), K,
+                             q.values.data_ptr<float>(), q.idx.data_ptr<int64_t>());
+    });
+    return {q.values, q.idx};
+  }
+
   // (batch, count, has_lengths, leaf_size, memory_bytes)
   std::tuple<int64_t, int64_t, bool, int64_t, int64_t> info() const {
     return {index.batch(), index.count(), index.has_lengths(), index.leaf_size(), index.memory_bytes()};
@@ -130,6 +141,17 @@ struct SpatialIndexCuda : torch::CustomClassHolder {
     return {q.values, q.idx};
   }
 
+  std::tuple<at::Tensor, at::Tensor> ball_query_below(const at::Tensor& query_in, double R2, int64_t K,
+                                                      const std::optional<at::Tensor>& query_lengths_in) const {
+    const c10::cuda::CUDAGuard guard(query_in.device());
+    SpatialIndexCpu::Query q = prepare(query_in, query_lengths_in, K, "K");
+    translate_errors([&] {
+      index.ball_query_below(cuda_context(q.points), view_of(q.points), lengths_of(q.lengths),
+                             static_cast<float>(R2), K, q.values.data_ptr<float>(), q.idx.data_ptr<int64_t>());
+    });
+    return {q.values, q.idx};
+  }
+
   std::tuple<int64_t, int64_t, bool, int64_t, int64_t> info() const {
     return {index.batch(), index.count(), index.has_lengths(), index.leaf_size(), index.memory_bytes()};
   }
@@ -149,6 +171,7 @@ TORCH_LIBRARY_FRAGMENT(pcops, m) {
       .def("build", &SpatialIndexCpu::build)
       .def("knn", &SpatialIndexCpu::knn)
       .def("ball_query", &SpatialIndexCpu::ball_query)
+      .def("ball_query_below", &SpatialIndexCpu::ball_query_below)
       .def("info", &SpatialIndexCpu::info)
       .def("cloud_sizes", &SpatialIndexCpu::cloud_sizes);
 #if PCOPS_TORCH_CUDA
@@ -157,6 +180,7 @@ TORCH_LIBRARY_FRAGMENT(pcops, m) {
       .def("build", &SpatialIndexCuda::build)
       .def("knn", &SpatialIndexCuda::knn)
       .def("ball_query", &SpatialIndexCuda::ball_query)
+      .def("ball_query_below", &SpatialIndexCuda::ball_query_below)
       .def("info", &SpatialIndexCuda::info)
       .def("cloud_sizes", &SpatialIndexCuda::cloud_sizes);
 #endif

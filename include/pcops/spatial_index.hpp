@@ -137,6 +137,9 @@ class SpatialIndex {
            int64_t* idx) const;
   void ball_query(const CudaContext& ctx, PointsView query, LengthsView query_lengths, float radius, int64_t K,
                   float* dist2, int64_t* idx) const;
+  // The same with the threshold given (s < R2, R2 >= 0), as the CPU index's; K <= 1024.
+  void ball_query_below(const CudaContext& ctx, PointsView query, LengthsView query_lengths, float R2, int64_t K,
+                        float* dist2, int64_t* idx) const;
 
   int64_t batch() const;
   int64_t count() const;

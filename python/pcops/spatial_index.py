@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import torch
 
 from pcops.ops import _checks
@@ -138,6 +140,56 @@ class SpatialIndex:
         q, ql = self._query(query, query_lengths)
         dist2, idx = self._index.ball_query(q, float(radius), K, ql)
         return (dist2[0], idx[0]) if self._single else (dist2, idx)
+
+    def nearest(
+        self, query: torch.Tensor, query_lengths: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """The nearest indexed point of every query: ``knn(query, 1)`` without its last axis,
+        ``(dist, idx)`` of shape ``[M]`` or ``[B, M]`` (smallest (squared distance, index); ``(inf,
+        -1)`` for a query past ``query_lengths`` or over an empty cloud)."""
+        dist, idx = self.knn(query, 1, query_lengths)
+        return dist[..., 0], idx[..., 0]
+
+    def radius(
+        self,
+        query: torch.Tensor,
+        r: float,
+        max_num_neighbors: int = 32,
+        query_lengths: torch.Tensor | None = None,
+        ignore_same_index: bool = False,
+    ) -> torch.Tensor:
+        """Radius search with the contract of :func:`pcops.flat.radius` (torch_cluster.radius):
+        for each query, the indexed points with ``s < fl32(r * r)`` (the product in float64), the
+        first ``max_num_neighbors`` in index order; ``ignore_same_index`` skips the point whose
+        index equals the query's before counting (the radius graph of the indexed points).
+
+        Returns:
+            int64 ``[2, E]``: row 0 the query, row 1 the point, grouped by query, points ascending.
+            For a batched index the indices are flattened: ``b * M + m`` and ``b * N + j``.
+            Equal to ``pcops.flat.radius(points, query, r, max_num_neighbors=...)`` for one cloud.
+        """
+        max_num_neighbors = _checks.integer(max_num_neighbors, "max_num_neighbors")
+        if isinstance(r, bool) or not isinstance(r, (int, float)):
+            raise TypeError(f"r: expected a number, got {type(r).__name__}")
+        if not (math.isfinite(r) and r >= 0):
+            raise ValueError(f"r: expected a finite value >= 0, got {r}")
+        if max_num_neighbors < 0:
+            raise ValueError(f"max_num_neighbors: expected >= 0, got {max_num_neighbors}")
+        if not isinstance(ignore_same_index, bool):
+            raise TypeError(f"ignore_same_index: expected a bool, got {type(ignore_same_index).__name__}")
+        q, ql = self._query(query, query_lengths)
+        width = max_num_neighbors + (1 if ignore_same_index else 0)
+        if max_num_neighbors == 0 or q.shape[0] * q.shape[1] == 0:
+            return torch.empty(2, 0, dtype=torch.int64, device=q.device)
+        R2 = torch.tensor(float(r) * float(r), dtype=torch.float64).float().item()  # fl32(r * r)
+        _, idx = self._index.ball_query_below(q, R2, width, ql)
+        valid = idx >= 0
+        if ignore_same_index:
+            valid &= idx != torch.arange(q.shape[1], device=q.device)[None, :, None]
+        keep = valid & (valid.cumsum(-1) <= max_num_neighbors)
+        b, m, t = keep.nonzero(as_tuple=True)
+        count = int(self._index.info()[1])
+        return torch.stack([b * q.shape[1] + m, b * count + idx[b, m, t]])
 
     def __repr__(self) -> str:
         return (f"SpatialIndex(batch={self.batch}, points={self.num_points}, leaf_size={self.leaf_size}, "

@@ -1041,15 +1041,13 @@ void SpatialIndex::knn(const CudaContext& ctx, PointsView query, LengthsView que
 
 void SpatialIndex::ball_query(const CudaContext& ctx, PointsView query, LengthsView query_lengths, float radius,
                               int64_t K, float* dist2, int64_t* idx) const {
-  check_query(*this, query, query_lengths);
   PCOPS_CHECK(std::isfinite(radius) && radius >= 0.0f, Value, "radius: expected finite and >= 0, got ", radius);
-  PCOPS_CHECK(K >= 0, Value, "K: expected >= 0, got ", K);
-  const int64_t M = query.count, B = query.batch;
-  if (K == 0 || B * M == 0) return;
-  std::vector<int64_t> qlen(static_cast<size_t>(B));
-  for (int64_t b = 0; b < B; ++b) qlen[b] = query_lengths.get(b, M);
-  const Impl& I = *impl_;
-  if (K > kMaxWarpK) {
+  if (K > kMaxWarpK) {  // the dense operator, which takes the radius
+    check_query(*this, query, query_lengths);
+    PCOPS_CHECK(K >= 0, Value, "K: expected >= 0, got ", K);
+    const int64_t B = query.batch;
+    if (B * query.count == 0) return;
+    const Impl& I = *impl_;
     detail::Workspace ws(ctx);
     const float* ref = unsorted_points(ctx, ws, I);
     BallQueryParams p;
@@ -1059,11 +1057,25 @@ void SpatialIndex::ball_query(const CudaContext& ctx, PointsView query, LengthsV
                      I.has_lengths ? LengthsView{I.lengths.data(), B} : LengthsView{}, p, dist2, idx);
     return;
   }
+  ball_query_below(ctx, query, query_lengths, core::ball_query_threshold(radius), K, dist2, idx);
+}
+
+void SpatialIndex::ball_query_below(const CudaContext& ctx, PointsView query, LengthsView query_lengths, float R2,
+                                    int64_t K, float* dist2, int64_t* idx) const {
+  check_query(*this, query, query_lengths);
+  PCOPS_CHECK(R2 >= 0.0f, Value, "R2: expected >= 0, got ", R2);
+  PCOPS_CHECK(K >= 0, Value, "K: expected >= 0, got ", K);
+  PCOPS_CHECK(K <= kMaxWarpK, Value, "K: at most ", kMaxWarpK, " with a given threshold, got ", K);
+  const int64_t M = query.count, B = query.batch;
+  if (K == 0 || B * M == 0) return;
+  std::vector<int64_t> qlen(static_cast<size_t>(B));
+  for (int64_t b = 0; b < B; ++b) qlen[b] = query_lengths.get(b, M);
+  const Impl& I = *impl_;
   {
     detail::Workspace ws(ctx);
     pad_rows(ctx, ws, qlen, M, K, 0.0f, dist2, idx);
   }
-  run_search<true>(ctx, I, query, qlen, K, core::ball_query_threshold(radius), dist2, idx);
+  run_search<true>(ctx, I, query, qlen, K, R2, dist2, idx);
 }
 
 }  // namespace pcops::cuda

@@ -272,3 +272,59 @@ def test_dense_knn_on_clustered_clouds_is_exact(gen):
     for b in range(2):
         bd, bi = brute_knn(both[b], both[b, :300], 8)
         assert torch.equal(i2[b, :300], bi) and torch.equal(d2[b, :300], bd)
+
+
+@pytest.mark.parametrize("r", [0.0, 0.03, 0.2, 1e30])
+@pytest.mark.parametrize("cap", [0, 1, 16, 200])
+@pytest.mark.parametrize("ignore", [False, True])
+def test_radius_equals_flat_radius(cloud_factory, cloud_kind, r, cap, ignore, gen):
+    """index.radius is pcops.flat.radius over the indexed points (edges, order and the self skip);
+    with the queries being the points and ignore_same_index, the radius graph's pairs."""
+    from pcops import flat
+
+    pts = cloud_factory(cloud_kind, 1200, seed=5)
+    q = queries_for(pts, gen, extra=200)
+    index = pcops.SpatialIndex(pts, leaf_size=8)
+    got = index.radius(q, r, cap, ignore_same_index=ignore)
+    want = flat.radius(pts, q, r, max_num_neighbors=cap, ignore_same_index=ignore)
+    assert torch.equal(got, want), (cloud_kind, r, cap, ignore)
+    graph = index.radius(pts, r, cap, ignore_same_index=True)
+    assert torch.equal(graph, flat.radius(pts, pts, r, max_num_neighbors=cap, ignore_same_index=True))
+
+
+def test_radius_batched_flattened_and_nearest(gen):
+    from pcops import flat
+
+    B, N, M = 3, 700, 90
+    pts = torch.rand(B, N, 3, generator=gen)
+    q = torch.rand(B, M, 3, generator=gen)
+    lengths, qlen = torch.tensor([700, 0, 33]), torch.tensor([90, 50, 7])
+    index = pcops.SpatialIndex(pts, lengths)
+    edges = index.radius(q, 0.15, 9, qlen)
+    want = []
+    for b in range(B):
+        e = flat.radius(pts[b, : lengths[b]], q[b, : qlen[b]], 0.15, max_num_neighbors=9)
+        want.append(torch.stack([e[0] + b * M, e[1] + b * N]))
+    assert torch.equal(edges, torch.cat(want, dim=1))
+    dist, idx = index.nearest(q, qlen)
+    kd, ki = pcops.knn(q, pts, 1, qlen, lengths)
+    assert torch.equal(idx, ki[..., 0]) and torch.equal(dist, kd[..., 0])
+    one = pcops.SpatialIndex(pts[0])
+    d1, i1 = one.nearest(q[0])
+    assert i1.shape == (M,) and torch.equal(i1, flat.nearest(q[0], pts[0]))
+
+
+def test_radius_errors(gen):
+    index = pcops.SpatialIndex(torch.rand(50, 3, generator=gen))
+    q = torch.rand(5, 3, generator=gen)
+    with pytest.raises(ValueError, match="r"):
+        index.radius(q, -0.1)
+    with pytest.raises(ValueError, match="r"):
+        index.radius(q, float("inf"))
+    with pytest.raises(TypeError, match="r"):
+        index.radius(q, "0.1")
+    with pytest.raises(ValueError, match="max_num_neighbors"):
+        index.radius(q, 0.1, -1)
+    with pytest.raises(TypeError, match="ignore_same_index"):
+        index.radius(q, 0.1, 4, ignore_same_index=1)
+    assert index.radius(q[:0], 0.3).shape == (2, 0)

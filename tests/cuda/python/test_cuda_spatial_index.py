@@ -155,3 +155,20 @@ def test_errors(gen):
         pcops.SpatialIndex(torch.rand(10, 2, device=DEV))
     with pytest.raises(TypeError):
         pcops.SpatialIndex(torch.rand(10, 3, device=DEV).double())
+
+
+@pytest.mark.parametrize("kind", ["uniform", "duplicates", "varying"])
+def test_radius_and_nearest_equal_the_cpu(kind, gen):
+    from pcops import flat
+
+    pts = make_cloud(kind, 5000, 3)
+    q = queries_for(pts, gen)
+    index = pcops.SpatialIndex(pts.to(DEV))
+    for r, cap, ignore in [(0.05, 16, False), (0.2, 32, True), (0.01, 1000, False)]:
+        got = index.radius(q.to(DEV), r, cap, ignore_same_index=ignore)
+        assert same_bits(got, flat.radius(pts, q, r, max_num_neighbors=cap, ignore_same_index=ignore)), (r, cap)
+    graph = index.radius(pts.to(DEV), 0.1, 24, ignore_same_index=True)
+    assert same_bits(graph, flat.radius(pts, pts, 0.1, max_num_neighbors=24, ignore_same_index=True))
+    dist, idx = index.nearest(q.to(DEV))
+    want_d, want_i = dense_knn(q, pts, 1)
+    assert same_bits(idx, want_i[:, 0]) and same_bits(dist, want_d[:, 0])
