@@ -2,13 +2,13 @@
 SpatialIndex built per call (PCOPS_CUDA_KNN_INDEX=never / always; the index's search kernel as
 chosen, or forced by PCOPS_CUDA_INDEX_KERNEL=lane / warp), in one run.
 
-For each cloud (uniform in the unit cube, sphere + 0.01 noise, clustered: 90 % in 20 gaussian
-clusters of sigma 0.002), size (--sizes), query count (1024 or n / 8 random points of the cloud, or all
-points) and k (--ks): the median of --repeat synchronised calls of pcops.knn per path (one
+For each cloud (those of spatial_index_cuda.py: uniform in the unit cube, sphere + 0.01 noise,
+clustered: 90 % in 20 gaussian clusters of sigma 0.002 and 10 % uniform; random order), size
+(--sizes), query count (1024 or n / 8 random points of the cloud, or all points) and k (--ks): the median of --repeat synchronised calls of pcops.knn per path (one
 warm-up), and whether both paths returned the same bits. JSON goes to --out.
 
     PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \\
-        python benchmarks/scripts/knn_index_crossover.py --sizes 5k,20k,100k,1M
+        python benchmarks/scripts/knn_index_crossover.py --sizes 20k,100k,1M --out <file>
 """
 
 from __future__ import annotations
@@ -16,48 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import statistics
-import time
 from pathlib import Path
 
 import torch
 
 import pcops
-
-DEV = torch.device("cuda")
-
-
-def count(text: str) -> int:
-    text = text.strip().lower()
-    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
-    return int(float(text[:-1] if scale > 1 else text) * scale)
-
-
-def make_cloud(kind: str, n: int) -> torch.Tensor:
-    g = torch.Generator(device=DEV).manual_seed(0)
-    if kind == "uniform":
-        return torch.rand(n, 3, generator=g, device=DEV)
-    if kind == "sphere":
-        p = torch.randn(n, 3, generator=g, device=DEV)
-        return p / p.norm(dim=1, keepdim=True) + 0.01 * torch.randn(n, 3, generator=g, device=DEV)
-    m = int(round(0.9 * n))
-    centres = torch.rand(20, 3, generator=g, device=DEV)
-    which = torch.randint(0, 20, (m,), generator=g, device=DEV)
-    p = torch.cat([centres[which] + 0.002 * torch.randn(m, 3, generator=g, device=DEV),
-                   torch.rand(n - m, 3, generator=g, device=DEV)])
-    return p[torch.randperm(n, generator=g, device=DEV)]
-
-
-def timed(fn, repeat: int):
-    out = fn()
-    torch.cuda.synchronize()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        torch.cuda.synchronize()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), out
+from spatial_index_cuda import DEV, count, make_cloud, timed  # the same clouds and timing
 
 
 def main():
@@ -72,7 +36,7 @@ def main():
     rows = []
     for kind in args.clouds.split(","):
         for n in [count(s) for s in args.sizes.split(",")]:
-            p = make_cloud(kind, n)[None].contiguous()
+            p = make_cloud(kind, n)[0][None].contiguous()
             for m in sorted({1024, n // 8, n}):
                 q = p[:, torch.randperm(n, device=DEV)[:m]].contiguous() if m < n else p
                 for k in [int(x) for x in args.ks.split(",")]:

@@ -40,6 +40,13 @@ struct SpatialIndexParams {
   bool grid = true;
 };
 
+namespace core {
+// The checks both indexes make (ValueError-kind pcops::Error): a build over points [B, N, 3] with
+// optional lengths, and a query batch against an index of `batch` clouds.
+void validate_index_build(const PointsView& points, const LengthsView& lengths, const SpatialIndexParams& params);
+void validate_index_query(int64_t batch, const PointsView& query, const LengthsView& query_lengths);
+}  // namespace core
+
 namespace cpu {
 
 class SpatialIndex {

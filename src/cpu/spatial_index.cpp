@@ -429,39 +429,12 @@ void pad_ball(float* od, int64_t* oi, int64_t K) {
   for (int64_t t = 0; t < K; ++t) od[t] = 0.0f, oi[t] = -1;
 }
 
-void check_query(const SpatialIndex& index, const PointsView& query, const LengthsView& query_lengths) {
-  PCOPS_CHECK(query.batch == index.batch(), Value, "query: expected batch size ", index.batch(),
-              " (as the index), got ", query.batch);
-  PCOPS_CHECK(query.dim == 3, Value, "query: expected 3 coordinates per point, got ", query.dim);
-  PCOPS_CHECK(query.data != nullptr || query.batch * query.count == 0, Value, "query: null data");
-  if (query_lengths.present()) {
-    PCOPS_CHECK(query_lengths.size == query.batch, Value, "query_lengths: expected ", query.batch,
-                " entries, got ", query_lengths.size);
-    for (int64_t b = 0; b < query.batch; ++b)
-      PCOPS_CHECK(query_lengths.data[b] >= 0 && query_lengths.data[b] <= query.count, Value,
-                  "query_lengths: entry ", b, " is ", query_lengths.data[b], ", expected in [0, ",
-                  query.count, "]");
-  }
-}
 
 }  // namespace
 
 void SpatialIndex::build(const CpuContext& ctx, PointsView points, LengthsView lengths,
                          const SpatialIndexParams& params) {
-  PCOPS_CHECK(points.data != nullptr || points.batch * points.count == 0, Value, "points: null data");
-  PCOPS_CHECK(points.dim == 3, Value, "points: expected 3 coordinates per point, got ", points.dim);
-  PCOPS_CHECK(points.batch >= 0 && points.count >= 0, Value, "points: negative shape");
-  PCOPS_CHECK(params.leaf_size >= 1 && params.leaf_size <= (int64_t{1} << 20), Value,
-              "leaf_size: expected in [1, 2^20], got ", params.leaf_size);
-  PCOPS_CHECK(points.count < (int64_t{1} << 31), Value, "points: at most 2^31 - 1 points per cloud, got ",
-              points.count);
-  if (lengths.present()) {
-    PCOPS_CHECK(lengths.size == points.batch, Value, "lengths: expected ", points.batch, " entries, got ",
-                lengths.size);
-    for (int64_t b = 0; b < points.batch; ++b)
-      PCOPS_CHECK(lengths.data[b] >= 0 && lengths.data[b] <= points.count, Value, "lengths: entry ", b,
-                  " is ", lengths.data[b], ", expected in [0, ", points.count, "]");
-  }
+  core::validate_index_build(points, lengths, params);
   clouds_.assign(static_cast<size_t>(points.batch), Cloud{});
   count_ = points.count;
   leaf_ = params.leaf_size;
@@ -490,7 +463,7 @@ int64_t SpatialIndex::memory_bytes() const {
 
 void SpatialIndex::knn(const CpuContext& ctx, PointsView query, LengthsView query_lengths, int64_t k,
                        float* dist, int64_t* idx) const {
-  check_query(*this, query, query_lengths);
+  core::validate_index_query(batch(), query, query_lengths);
   PCOPS_CHECK(k >= 0, Value, "k: expected >= 0, got ", k);
   PCOPS_CHECK(has_lengths_ || k <= count_, Value, "k: expected <= ", count_,
               " (the number of indexed points), got ", k);
@@ -622,7 +595,7 @@ void SpatialIndex::ball_query(const CpuContext& ctx, PointsView query, LengthsVi
 
 void SpatialIndex::ball_query_below(const CpuContext& ctx, PointsView query, LengthsView query_lengths, float R2,
                                     int64_t K, float* dist2, int64_t* idx) const {
-  check_query(*this, query, query_lengths);
+  core::validate_index_query(batch(), query, query_lengths);
   PCOPS_CHECK(R2 >= 0.0f, Value, "R2: expected >= 0, got ", R2);
   PCOPS_CHECK(K >= 0, Value, "K: expected >= 0, got ", K);
   const int64_t M = query.count;

@@ -192,7 +192,8 @@ __global__ void quant_kernel(const BoxScratch* sc, int64_t B, int bits, Quant* q
   }
 }
 
-// Sort keys of rows (b, j < len[b]) at position base[b] + j: blockIdx.y strides over clouds.
+// Sort keys of rows (b, j < len[b]) at position base[b] + j: blockIdx.y strides over clouds. The
+// build's points and a query call's queries alike.
 __global__ void key_kernel(PointsView pts, const int64_t* len, const int64_t* base, int64_t B, KeyLayout L,
                            const Quant* quant, uint64_t* keys, uint32_t* vals) {
   for (int64_t b = blockIdx.y; b < B; b += gridDim.y) {
@@ -726,22 +727,6 @@ void sort_pairs(const CudaContext& ctx, detail::Workspace& ws, const uint64_t* k
                                                    stream));
 }
 
-void check_query(const SpatialIndex& index, const PointsView& query, const LengthsView& query_lengths) {
-  PCOPS_CHECK(query.batch == index.batch(), Value, "query: expected batch size ", index.batch(),
-              " (as the index), got ", query.batch);
-  PCOPS_CHECK(query.dim == 3, Value, "query: expected 3 coordinates per point, got ", query.dim);
-  PCOPS_CHECK(query.data != nullptr || query.batch * query.count == 0, Value, "query: null data");
-  PCOPS_CHECK(query.count < (int64_t{1} << 31), Value, "query: at most 2^31 - 1 queries per cloud, got ",
-              query.count);
-  if (query_lengths.present()) {
-    PCOPS_CHECK(query_lengths.size == query.batch, Value, "query_lengths: expected ", query.batch,
-                " entries, got ", query_lengths.size);
-    for (int64_t b = 0; b < query.batch; ++b)
-      PCOPS_CHECK(query_lengths.data[b] >= 0 && query_lengths.data[b] <= query.count, Value,
-                  "query_lengths: entry ", b, " is ", query_lengths.data[b], ", expected in [0, ", query.count,
-                  "]");
-  }
-}
 
 }  // namespace
 
@@ -797,20 +782,7 @@ int64_t SpatialIndex::memory_bytes() const {
 
 void SpatialIndex::build(const CudaContext& ctx, PointsView points, LengthsView lengths,
                          const SpatialIndexParams& params) {
-  PCOPS_CHECK(points.data != nullptr || points.batch * points.count == 0, Value, "points: null data");
-  PCOPS_CHECK(points.dim == 3, Value, "points: expected 3 coordinates per point, got ", points.dim);
-  PCOPS_CHECK(points.batch >= 0 && points.count >= 0, Value, "points: negative shape");
-  PCOPS_CHECK(params.leaf_size >= 1 && params.leaf_size <= (int64_t{1} << 20), Value,
-              "leaf_size: expected in [1, 2^20], got ", params.leaf_size);
-  PCOPS_CHECK(points.count < (int64_t{1} << 31), Value, "points: at most 2^31 - 1 points per cloud, got ",
-              points.count);
-  if (lengths.present()) {
-    PCOPS_CHECK(lengths.size == points.batch, Value, "lengths: expected ", points.batch, " entries, got ",
-                lengths.size);
-    for (int64_t b = 0; b < points.batch; ++b)
-      PCOPS_CHECK(lengths.data[b] >= 0 && lengths.data[b] <= points.count, Value, "lengths: entry ", b, " is ",
-                  lengths.data[b], ", expected in [0, ", points.count, "]");
-  }
+  core::validate_index_build(points, lengths, params);
   const int64_t B = points.batch;
   std::vector<int64_t> n(static_cast<size_t>(B)), base(static_cast<size_t>(B) + 1, 0);
   for (int64_t b = 0; b < B; ++b) {
@@ -917,18 +889,6 @@ struct SortedQueries {
   int64_t total = 0, chunks = 0;
 };
 
-__global__ void query_key_kernel(PointsView q, const int64_t* qlen, const int64_t* qoff, int64_t B, KeyLayout L,
-                                 const Quant* quant, uint64_t* keys, uint32_t* vals) {
-  for (int64_t b = blockIdx.y; b < B; b += gridDim.y) {
-    const int64_t n = qlen[b];
-    const Quant qt = quant[b];
-    for (int64_t m = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; m < n; m += int64_t{gridDim.x} * blockDim.x) {
-      const float* p = point_ptr(q, b, m);
-      keys[qoff[b] + m] = point_key(L, qt, b, p[0], p[q.stride_dim], p[2 * q.stride_dim]);
-      vals[qoff[b] + m] = static_cast<uint32_t>(m);
-    }
-  }
-}
 
 SortedQueries sort_queries(const CudaContext& ctx, detail::Workspace& ws, const SpatialIndex::Impl& I,
                            const PointsView& query, const std::vector<int64_t>& qlen) {
@@ -952,8 +912,7 @@ SortedQueries sort_queries(const CudaContext& ctx, detail::Workspace& ws, const 
   s.order = ws.alloc<uint32_t>(s.total);
   const dim3 grid(static_cast<unsigned>(blocks_for(max_m, kThreads, 4096)),
                   static_cast<unsigned>(std::min<int64_t>(B, 65535)));
-  detail::launch(ctx, query_key_kernel, grid, dim3(kThreads), 0, query, d_qlen, s.qoff, B, I.layout, I.quant, keys,
-                 vals);
+  detail::launch(ctx, key_kernel, grid, dim3(kThreads), 0, query, d_qlen, s.qoff, B, I.layout, I.quant, keys, vals);
   sort_pairs(ctx, ws, keys, keys_s, vals, s.order, s.total, I.layout.end_bit);
   return s;
 }
@@ -1016,7 +975,7 @@ void pad_rows(const CudaContext& ctx, detail::Workspace& ws, const std::vector<i
 
 void SpatialIndex::knn(const CudaContext& ctx, PointsView query, LengthsView query_lengths, int64_t k, float* dist,
                        int64_t* idx) const {
-  check_query(*this, query, query_lengths);
+  core::validate_index_query(batch(), query, query_lengths);
   PCOPS_CHECK(k >= 0, Value, "k: expected >= 0, got ", k);
   PCOPS_CHECK(impl_->has_lengths || k <= impl_->count, Value, "k: expected <= ", impl_->count,
               " (the number of indexed points), got ", k);
@@ -1043,7 +1002,7 @@ void SpatialIndex::ball_query(const CudaContext& ctx, PointsView query, LengthsV
                               int64_t K, float* dist2, int64_t* idx) const {
   PCOPS_CHECK(std::isfinite(radius) && radius >= 0.0f, Value, "radius: expected finite and >= 0, got ", radius);
   if (K > kMaxWarpK) {  // the dense operator, which takes the radius
-    check_query(*this, query, query_lengths);
+    core::validate_index_query(batch(), query, query_lengths);
     PCOPS_CHECK(K >= 0, Value, "K: expected >= 0, got ", K);
     const int64_t B = query.batch;
     if (B * query.count == 0) return;
@@ -1062,7 +1021,7 @@ void SpatialIndex::ball_query(const CudaContext& ctx, PointsView query, LengthsV
 
 void SpatialIndex::ball_query_below(const CudaContext& ctx, PointsView query, LengthsView query_lengths, float R2,
                                     int64_t K, float* dist2, int64_t* idx) const {
-  check_query(*this, query, query_lengths);
+  core::validate_index_query(batch(), query, query_lengths);
   PCOPS_CHECK(R2 >= 0.0f, Value, "R2: expected >= 0, got ", R2);
   PCOPS_CHECK(K >= 0, Value, "K: expected >= 0, got ", K);
   PCOPS_CHECK(K <= kMaxWarpK, Value, "K: at most ", kMaxWarpK, " with a given threshold, got ", K);

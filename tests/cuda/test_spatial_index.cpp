@@ -255,49 +255,30 @@ TEST(CudaSpatialIndex, EmptyAndErrors) {
 
 namespace {
 
-// The dense cuda::knn's two 3-D paths (a SpatialIndex built per call, the uniform grid) agree
-// with the CPU whatever the override picks.
-TEST(CudaSpatialIndex, DenseKnnPathsAgree) {
+// The dense cuda::knn and cuda::ball_query paths (a SpatialIndex built per call, the grid and
+// scan paths) agree with the CPU whatever the overrides pick.
+TEST(CudaSpatialIndex, DenseOperatorPathsAgree) {
   std::mt19937 rng(13);
   for (const std::string kind : {"uniform", "clustered", "duplicates", "nonfinite"}) {
     Cloud x = shaped(kind, rng, 9000);
     Cloud q = queries_for(x, rng, 500);
     DeviceCloud dx(x), dq(q);
-    for (int64_t k : {1, 16, 32}) {
-      const Result want = cpu_knn(q, x, k);
-      for (const char* mode : {"never", "always", ""}) {
-        pcops_cuda_test::ScopedEnv env("PCOPS_CUDA_KNN_INDEX", mode);
-        StreamContext sc;
+    for (const char* mode : {"never", "always", ""}) {
+      pcops_cuda_test::ScopedEnv knn_env("PCOPS_CUDA_KNN_INDEX", mode);
+      pcops_cuda_test::ScopedEnv ball_env("PCOPS_CUDA_BALL_QUERY_INDEX", mode);
+      StreamContext sc;
+      for (int64_t k : {1, 16, 32}) {
         DeviceResult out(q.count * k);
         pcops::cuda::knn(sc.ctx, dq.view, dx.view, {}, {}, pcops::KnnParams{k}, out.dist.data(), out.idx.data());
-        EXPECT_TRUE(pcops_test::same_result(out.download(), want)) << kind << " k=" << k << " mode=" << mode;
+        EXPECT_TRUE(pcops_test::same_result(out.download(), cpu_knn(q, x, k))) << kind << " k=" << k << " " << mode;
       }
-    }
-  }
-}
-
-}  // namespace
-
-namespace {
-
-// The dense cuda::ball_query's paths (a SpatialIndex built per call, the scan and grid paths)
-// agree with the CPU whatever the override picks.
-TEST(CudaSpatialIndex, DenseBallQueryPathsAgree) {
-  std::mt19937 rng(17);
-  for (const std::string kind : {"uniform", "clustered", "duplicates", "nonfinite"}) {
-    Cloud x = shaped(kind, rng, 9000);
-    Cloud q = queries_for(x, rng, 500);
-    DeviceCloud dx(x), dq(q);
-    for (float r : {0.02f, 0.2f}) {
-      for (int64_t K : {1, 16, 32}) {
-        const Result want = cpu_ball(q, x, r, K);
-        for (const char* mode : {"never", "always", ""}) {
-          pcops_cuda_test::ScopedEnv env("PCOPS_CUDA_BALL_QUERY_INDEX", mode);
-          StreamContext sc;
+      for (float r : {0.02f, 0.2f}) {
+        for (int64_t K : {1, 16, 32}) {
           DeviceResult out(q.count * K);
           pcops::cuda::ball_query(sc.ctx, dq.view, dx.view, {}, {}, pcops::BallQueryParams{r, K}, out.dist.data(),
                                   out.idx.data());
-          EXPECT_TRUE(pcops_test::same_result(out.download(), want)) << kind << " r=" << r << " K=" << K << " " << mode;
+          EXPECT_TRUE(pcops_test::same_result(out.download(), cpu_ball(q, x, r, K)))
+              << kind << " r=" << r << " K=" << K << " " << mode;
         }
       }
     }
