@@ -76,8 +76,6 @@ void ball_brute_cloud(const CpuContext& ctx, const PointsView& query, const Poin
 bool ball_grid_cloud(const CpuContext& ctx, const PointsView& query, const PointsView& ref,
                      int64_t b, int64_t mq, int64_t n, int64_t K, float radius, float R2, float* dist2,
                      int64_t* idx) {
-  // Every match has exact distance below rr (the float32 s is within a relative 1e-6 of the
-  // exact squared distance, up to an absolute underflow error far below kBoundTiny).
   const double rr = std::sqrt(static_cast<double>(R2) + kBoundTiny) * (1.0 + 1e-5);
   // Warm buffers across calls (see knn.cpp). A reference, so that the workers' lambdas below use
   // this thread's grid rather than their own thread_local instance.
@@ -98,6 +96,17 @@ bool ball_grid_cloud(const CpuContext& ctx, const PointsView& query, const Point
     index.ball_query(ctx, single_cloud(query, b, mq), LengthsView{}, radius, K, dist2 + b * M * K, idx + b * M * K);
     return true;
   }
+  ball_grid_search(ctx, query, b, mq, K, R2, g, dist2 + b * M * K, idx + b * M * K);
+  return true;
+}
+
+}  // namespace
+
+void ball_grid_search(const CpuContext& ctx, const PointsView& query, int64_t b, int64_t mq, int64_t K, float R2,
+                      const grid::Grid& g, float* dist2, int64_t* idx) {
+  // Every match has exact distance below rr (the float32 s is within a relative 1e-6 of the
+  // exact squared distance, up to an absolute underflow error far below kBoundTiny).
+  const double rr = std::sqrt(static_cast<double>(R2) + kBoundTiny) * (1.0 + 1e-5);
   const double lim = static_cast<double>(R2);
   auto gap = [&](int a, int64_t c, double v) {
     double d = std::max({0.0, g.edge(a, c) - v, v - g.edge(a, c + 1)}) - g.slack;
@@ -109,50 +118,39 @@ bool ball_grid_cloud(const CpuContext& ctx, const PointsView& query, const Point
     float s[kBlock + 16];
     int32_t off[kBlock + 16];
     for (int64_t m = m0; m < m1; ++m) {
-      const int64_t i = b * M + m;
       const float qx = query.at(b, m, 0), qy = query.at(b, m, 1), qz = query.at(b, m, 2);
       fk.reset();
-      if (!grid::finite3(qx, qy, qz)) {
-        // s is +inf or NaN for every reference: nothing matches; keep the literal rule anyway.
-        for (int64_t j = 0; j < n; ++j) {
-          const float sj = common::squared_distance3(qx, qy, qz, ref.at(b, j, 0), ref.at(b, j, 1),
-                                                     ref.at(b, j, 2));
-          if (sj < R2) fk.push(static_cast<uint32_t>(j), sj);
+      // A non-finite query matches nothing (s is +inf or NaN, R2 finite); nor does a point with a
+      // non-finite coordinate (kept out of the grid's cells).
+      if (grid::finite3(qx, qy, qz)) {
+        const double q[3] = {qx, qy, qz};
+        int64_t c0[3], c1[3];
+        for (int a = 0; a < 3; ++a) {
+          c0[a] = g.coord(a, q[a] - rr - g.slack);
+          c1[a] = g.coord(a, q[a] + rr + g.slack);
         }
-        fk.finish(dist2 + i * K, idx + i * K);
-        continue;
-      }
-      const double q[3] = {qx, qy, qz};
-      int64_t c0[3], c1[3];
-      for (int a = 0; a < 3; ++a) {
-        c0[a] = g.coord(a, q[a] - rr - g.slack);
-        c1[a] = g.coord(a, q[a] + rr + g.slack);
-      }
-      for (int64_t z = c0[2]; z <= c1[2]; ++z) {
-        const double gz = gap(2, z, q[2]);
-        if (beyond(gz)) continue;
-        for (int64_t y = c0[1]; y <= c1[1]; ++y) {
-          const double gyz = gz + gap(1, y, q[1]);
-          if (beyond(gyz)) continue;
-          const int64_t row = g.cell(0, y, z);
-          const int64_t p0 = g.cell_start[row + c0[0]], p1 = g.cell_start[row + c1[0] + 1];
-          for (int64_t j0 = p0; j0 < p1; j0 += kBlock) {
-            const int len = static_cast<int>(std::min<int64_t>(kBlock, p1 - j0));
-            const int cnt = grid::filter3(g.x.data() + j0, g.y.data() + j0, g.z.data() + j0, len,
-                                          qx, qy, qz, R2, true, s, off);
-            const int32_t* ids = g.id.data() + j0;
-            for (int c = 0; c < cnt; ++c) fk.push(static_cast<uint32_t>(ids[off[c]]), s[c]);
+        for (int64_t z = c0[2]; z <= c1[2]; ++z) {
+          const double gz = gap(2, z, q[2]);
+          if (beyond(gz)) continue;
+          for (int64_t y = c0[1]; y <= c1[1]; ++y) {
+            const double gyz = gz + gap(1, y, q[1]);
+            if (beyond(gyz)) continue;
+            const int64_t row = g.cell(0, y, z);
+            const int64_t p0 = g.cell_start[row + c0[0]], p1 = g.cell_start[row + c1[0] + 1];
+            for (int64_t j0 = p0; j0 < p1; j0 += kBlock) {
+              const int len = static_cast<int>(std::min<int64_t>(kBlock, p1 - j0));
+              const int cnt = grid::filter3(g.x.data() + j0, g.y.data() + j0, g.z.data() + j0, len, qx, qy, qz, R2,
+                                            true, s, off);
+              const int32_t* ids = g.id.data() + j0;
+              for (int c = 0; c < cnt; ++c) fk.push(static_cast<uint32_t>(ids[off[c]]), s[c]);
+            }
           }
         }
       }
-      // Points with a non-finite coordinate never match a finite query (s is +inf or NaN).
-      fk.finish(dist2 + i * K, idx + i * K);
+      fk.finish(dist2 + m * K, idx + m * K);
     }
   });
-  return true;
 }
-
-}  // namespace
 
 void ball_query(const CpuContext& ctx, PointsView query, PointsView ref, LengthsView query_lengths,
                 LengthsView ref_lengths, const BallQueryParams& params, float* dist2, int64_t* idx) {

@@ -1,5 +1,6 @@
 #pragma once
-// The grid search of the CPU kNN (knn.cpp), shared with the spatial index (spatial_index.cpp).
+// The grid searches of the CPU kNN (knn.cpp) and ball query (ball_query.cpp), shared with the
+// spatial index (spatial_index.cpp).
 #include <cstdint>
 
 #include "cpu/spatial_grid.hpp"
@@ -42,5 +43,11 @@ bool knn_grid_skewed(const grid::Grid& g, const grid::BuildOptions& opt);
 // grid g (built over one cloud): row m of dist / idx at dist + m k / idx + m k.
 void knn_grid_search(const CpuContext& ctx, const PointsView& query, int64_t b, int64_t mq, int64_t k,
                      const grid::Grid& g, int64_t n, float* dist, int64_t* idx);
+
+// The ball query (first K matches s < R2 by index, R2 finite) of queries [0, mq) of cloud b of
+// `query` among the points of the grid g: row m of dist2 / idx at dist2 + m K / idx + m K.
+// Shared by the dense ball query (ball_query.cpp) and the spatial index where it keeps a grid.
+void ball_grid_search(const CpuContext& ctx, const PointsView& query, int64_t b, int64_t mq, int64_t K, float R2,
+                      const grid::Grid& g, float* dist2, int64_t* idx);
 
 }  // namespace pcops::cpu

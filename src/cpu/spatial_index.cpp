@@ -606,6 +606,10 @@ void SpatialIndex::ball_query_below(const CpuContext& ctx, PointsView query, Len
     const int64_t mq = query_lengths.get(b, M);
     for (int64_t m = mq; m < M; ++m) pad_ball(dist2 + (b * M + m) * K, idx + (b * M + m) * K, K);
     if (mq == 0) continue;
+    if (c.grid && std::isfinite(R2)) {  // even density: the dense operator's grid search
+      ball_grid_search(ctx, query, b, mq, K, R2, *c.grid, dist2 + b * M * K, idx + b * M * K);
+      continue;
+    }
     ensure_tree(ctx, c, leaf_);
     group_queries(ctx, c, query, b, mq, kBallGroup, G);
     const int64_t groups = static_cast<int64_t>(G.leaf.size());

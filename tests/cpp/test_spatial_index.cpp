@@ -104,29 +104,33 @@ TEST(SpatialIndex, BatchesWithLengthsAndRebuild) {
   }
 }
 
-// With a grid, the tree is built on the first ball query: concurrent first queries build it once
-// and all get the dense operator's result.
-TEST(SpatialIndex, ConcurrentFirstBallQueries) {
+// With a grid, ball queries of a finite threshold search the grid (no tree); the tree is built on
+// the first query that needs it (here an infinite threshold: every finite point matches), once,
+// whatever the threads, and every query gets the dense operator's result.
+TEST(SpatialIndex, GridBallQueriesAndConcurrentFirstTreeQueries) {
   const int64_t n = 20000, m = 500, K = 12;
   const std::vector<float> pts = cloud("uniform", n, 8);
   const PointsView P = PointsView::contiguous(pts.data(), 1, n, 3);
   const PointsView Q = PointsView::contiguous(pts.data(), 1, m, 3);
-  std::vector<float> rd(m * K);
-  std::vector<int64_t> ri(m * K);
-  pcops::cpu::ball_query({}, Q, P, {}, {}, pcops::BallQueryParams{0.03f, K}, rd.data(), ri.data());
   pcops::cpu::SpatialIndex index;
   index.build({}, P, {}, {});
   ASSERT_TRUE(index.cloud(0).grid != nullptr);  // an even cloud keeps the grid
   const int64_t grid_only = index.memory_bytes();
-  std::vector<std::vector<float>> d(4, std::vector<float>(m * K));
-  std::vector<std::vector<int64_t>> i(4, std::vector<int64_t>(m * K));
-  std::vector<std::thread> threads;
-  for (int t = 0; t < 4; ++t)
-    threads.emplace_back([&, t] { index.ball_query({}, Q, {}, 0.03f, K, d[t].data(), i[t].data()); });
-  for (auto& th : threads) th.join();
-  for (int t = 0; t < 4; ++t) {
-    EXPECT_EQ(i[t], ri);
-    EXPECT_TRUE(same_bits(d[t], rd));
+  for (float r : {0.03f, 1e20f}) {  // R2 = fl32(1e40) = +inf: the tree
+    std::vector<float> rd(m * K);
+    std::vector<int64_t> ri(m * K);
+    pcops::cpu::ball_query({}, Q, P, {}, {}, pcops::BallQueryParams{r, K}, rd.data(), ri.data());
+    std::vector<std::vector<float>> d(4, std::vector<float>(m * K));
+    std::vector<std::vector<int64_t>> i(4, std::vector<int64_t>(m * K));
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t)
+      threads.emplace_back([&, t] { index.ball_query({}, Q, {}, r, K, d[t].data(), i[t].data()); });
+    for (auto& th : threads) th.join();
+    for (int t = 0; t < 4; ++t) {
+      EXPECT_EQ(i[t], ri) << r;
+      EXPECT_TRUE(same_bits(d[t], rd)) << r;
+    }
+    if (r < 1.0f) EXPECT_EQ(index.memory_bytes(), grid_only);  // no tree yet
   }
   EXPECT_GT(index.memory_bytes(), grid_only);
 }

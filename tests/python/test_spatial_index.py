@@ -179,12 +179,17 @@ def test_reuse_copy_threads_and_half_precision(gen):
     assert torch.equal(one[1], first[1]) and torch.equal(one[0], first[0])
     tree = pcops.SpatialIndex(orig, grid=False)
     assert torch.equal(tree.knn(q, 9)[1], first[1])
-    # With the grid, the tree is built on the first ball query (from the grid's copy of the
-    # points: the source tensor has changed since), and then held too.
+    # With the grid, ball queries search it; the tree is built on the first query that needs it
+    # (kNN with 4 k > n), from the grid's copy of the points (the source tensor has changed
+    # since), and then held too.
     grid_only = index.memory_bytes
     d2, bi = index.ball_query(q, 0.05, 12)
     ref_d2, ref_bi = pcops.ball_query(q[None], orig[None], 0.05, 12)
     assert torch.equal(bi, ref_bi[0]) and torch.equal(d2, ref_d2[0])
+    assert index.memory_bytes == grid_only
+    big = index.knn(q, 1001)
+    ref_big = dense_knn(orig[None], q[None], 1001)
+    assert torch.equal(big[1], ref_big[1][0]) and torch.equal(big[0], ref_big[0][0])
     assert index.memory_bytes == grid_only + tree.memory_bytes
     assert torch.equal(index.knn(q, 9)[1], first[1])
     half = torch.rand(1000, 3, generator=gen).to(torch.bfloat16)
