@@ -23,6 +23,38 @@ def _as_batch(t: torch.Tensor, name: str) -> tuple[torch.Tensor, bool]:
     return t, single
 
 
+def _flat_to_padded(points, lengths, batch, batch_size, name: str = "points", batch_name: str = "batch"):
+    """Stacked clouds ``[N, 3]`` with a sorted batch vector as a padded ``[B, Nmax, 3]`` batch.
+
+    Returns ``(padded, lengths [B], (ptr [B + 1], cloud id per row, row within its cloud))``.
+    """
+    from pcops.flat import _batch_count, _num_clouds, _ptr
+
+    if lengths is not None:
+        raise ValueError("lengths: not used with flat clouds (give batch)")
+    if not isinstance(points, torch.Tensor):
+        raise TypeError(f"{name}: expected a tensor, got {type(points).__name__}")
+    if points.dim() != 2:
+        raise ValueError(f"{name}: expected [N, 3] stacked clouds with {batch_name}, got shape {tuple(points.shape)}")
+    n = points.shape[0]
+    needed = _num_clouds(batch, n, batch_name)
+    if name == "query":  # the index's clouds: batch_size is the index's count
+        if needed > batch_size:
+            raise ValueError(f"{batch_name}: cloud ids up to {needed - 1}, the index holds {batch_size} clouds")
+        clouds = batch_size
+    else:
+        clouds = _batch_count(batch_size, max(needed, 1))
+    ptr = _ptr(batch, n, clouds, points.device)
+    counts = ptr.diff()
+    cloud = (torch.zeros(n, dtype=torch.int64, device=points.device) if batch is None
+             else batch.to(device=points.device, dtype=torch.int64))
+    pos = torch.arange(n, device=points.device) - ptr[cloud]
+    width = int(counts.max()) if clouds > 0 else 0
+    padded = points.new_zeros(clouds, width, points.shape[1])
+    padded[cloud, pos] = points
+    return padded, counts, (ptr, cloud, pos)
+
+
 class SpatialIndex:
     """Exact nearest-neighbour and ball queries over clouds indexed once.
 
@@ -41,7 +73,11 @@ class SpatialIndex:
         leaf_size: at most this many points per leaf (>= 1).
         grid: also keep, for kNN, the uniform grid of :func:`pcops.knn` on clouds whose density is
             even enough for it (faster than the tree there; about 16 more bytes per point). Clouds
-            of strongly varying density use the tree either way; ball queries always do.
+            of strongly varying density use the tree either way.
+        batch: flat (stacked) clouds, as :mod:`pcops.flat` / torch_cluster: ``points`` ``[N, 3]``
+            and their sorted cloud ids ``[N]``; queries then come stacked too (``batch=`` of each
+            query method) and results index the stacked points.
+        batch_size: the number of flat clouds (at least the largest id + 1).
 
     Raises:
         ValueError: bad shapes, lengths or leaf size.
@@ -53,8 +89,18 @@ class SpatialIndex:
     """
 
     def __init__(
-        self, points: torch.Tensor, lengths: torch.Tensor | None = None, leaf_size: int = 128, grid: bool = True
+        self,
+        points: torch.Tensor,
+        lengths: torch.Tensor | None = None,
+        leaf_size: int = 128,
+        grid: bool = True,
+        *,
+        batch: torch.Tensor | None = None,
+        batch_size: int | None = None,
     ):
+        self._flat = None  # flat (stacked) clouds: their CSR offsets
+        if batch is not None or batch_size is not None:
+            points, lengths, self._flat = _flat_to_padded(points, lengths, batch, batch_size)
         pts, self._single = _as_batch(points, "points")
         leaf_size = _checks.integer(leaf_size, "leaf_size")
         if not isinstance(grid, bool):
@@ -93,7 +139,25 @@ class SpatialIndex:
         """Bytes held by the index (sorted coordinates, indices and tree)."""
         return int(self._index.info()[4])
 
-    def _query(self, query: torch.Tensor, query_lengths: torch.Tensor | None):
+    def _query(self, query: torch.Tensor, query_lengths: torch.Tensor | None, batch: torch.Tensor | None = None):
+        """The query as the held index wants it: ``(q [B, M, 3], query_lengths, flat)``, flat =
+        (CSR offsets of the flat queries, their cloud ids, their rows in the padded batch) or None."""
+        if self._flat is not None:
+            if query_lengths is not None:
+                raise ValueError("query_lengths: not used by an index over flat clouds (give batch)")
+            if not isinstance(query, torch.Tensor) or query.dim() != 2:
+                raise ValueError("query: expected [M, 3] (the index holds flat clouds)"
+                                 + (f", got shape {tuple(query.shape)}" if isinstance(query, torch.Tensor) else ""))
+            if query.device != self._device:
+                raise ValueError(f"query: expected device {self._device} (as the index), got {query.device}")
+            q, ql, flat = _flat_to_padded(query, None, batch, self.batch, name="query", batch_name="batch")
+            return q, ql, flat
+        if batch is not None:
+            raise ValueError("batch: only for an index built over flat clouds (SpatialIndex(points, batch=...))")
+        q, ql = self._padded_query(query, query_lengths)
+        return q, ql, None
+
+    def _padded_query(self, query: torch.Tensor, query_lengths: torch.Tensor | None):
         q, single = _as_batch(query, "query")
         torch._check_value(
             single == self._single,
@@ -109,45 +173,58 @@ class SpatialIndex:
         return q, query_lengths
 
     def knn(
-        self, query: torch.Tensor, k: int, query_lengths: torch.Tensor | None = None
+        self, query: torch.Tensor, k: int, query_lengths: torch.Tensor | None = None, *, batch=None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The ``k`` nearest indexed points of every query, as :func:`pcops.knn`.
 
         Args:
-            query: ``[M, 3]`` (one-cloud index) or ``[B, M, 3]`` coordinates.
-            k: neighbours per query (0 <= k <= N; with build ``lengths`` a larger k pads).
+            query: ``[M, 3]`` (one-cloud index) or ``[B, M, 3]`` coordinates; ``[M, 3]`` stacked
+                clouds with ``batch`` for an index over flat clouds.
+            k: neighbours per query (0 <= k <= N; with build ``lengths`` or flat clouds a larger k
+                pads).
             query_lengths: optional int64 ``[B]`` valid queries per cloud.
+            batch: flat index only: the queries' sorted cloud ids ``[M]`` (None: all in cloud 0).
 
         Returns:
             ``(dist, idx)``: float32 Euclidean distances and int64 indices into the indexed
             points, ``[M, k]`` or ``[B, M, k]``, ordered by (squared distance, index); unfilled
-            slots hold ``(inf, -1)``.
+            slots hold ``(inf, -1)``. Flat index: ``[M, k]`` with indices into the stacked points.
         """
         k = _checks.integer(k, "k")
-        q, ql = self._query(query, query_lengths)
+        q, ql, flat = self._query(query, query_lengths, batch)
         dist, idx = self._index.knn(q, k, ql)
+        if flat is not None:
+            return self._unpad(flat, dist, idx)
         return (dist[0], idx[0]) if self._single else (dist, idx)
 
+    def _unpad(self, flat, values: torch.Tensor, idx: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Rows of the padded batch back in flat query order, indices into the stacked points."""
+        _, qb, qpos = flat
+        values, idx = values[qb, qpos], idx[qb, qpos]
+        return values, torch.where(idx >= 0, idx + self._flat[0][qb][:, None], idx)
+
     def ball_query(
-        self, query: torch.Tensor, radius: float, K: int, query_lengths: torch.Tensor | None = None
+        self, query: torch.Tensor, radius: float, K: int, query_lengths: torch.Tensor | None = None, *, batch=None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The first ``K`` indexed points (in index order) within ``radius`` of every query, as
         :func:`pcops.ball_query`: ``(dist2, idx)`` with squared distances, slots after the
-        matches ``(0, -1)``."""
+        matches ``(0, -1)``. ``batch`` as in :meth:`knn`."""
         K = _checks.integer(K, "K")
         if isinstance(radius, bool) or not isinstance(radius, (int, float)):
             raise TypeError(f"radius: expected a number, got {type(radius).__name__}")
-        q, ql = self._query(query, query_lengths)
+        q, ql, flat = self._query(query, query_lengths, batch)
         dist2, idx = self._index.ball_query(q, float(radius), K, ql)
+        if flat is not None:
+            return self._unpad(flat, dist2, idx)
         return (dist2[0], idx[0]) if self._single else (dist2, idx)
 
     def nearest(
-        self, query: torch.Tensor, query_lengths: torch.Tensor | None = None
+        self, query: torch.Tensor, query_lengths: torch.Tensor | None = None, *, batch=None
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """The nearest indexed point of every query: ``knn(query, 1)`` without its last axis,
         ``(dist, idx)`` of shape ``[M]`` or ``[B, M]`` (smallest (squared distance, index); ``(inf,
         -1)`` for a query past ``query_lengths`` or over an empty cloud)."""
-        dist, idx = self.knn(query, 1, query_lengths)
+        dist, idx = self.knn(query, 1, query_lengths, batch=batch)
         return dist[..., 0], idx[..., 0]
 
     def radius(
@@ -157,6 +234,8 @@ class SpatialIndex:
         max_num_neighbors: int = 32,
         query_lengths: torch.Tensor | None = None,
         ignore_same_index: bool = False,
+        *,
+        batch=None,
     ) -> torch.Tensor:
         """Radius search with the contract of :func:`pcops.flat.radius` (torch_cluster.radius):
         for each query, the indexed points with ``s < fl32(r * r)`` (the product in float64), the
@@ -165,8 +244,10 @@ class SpatialIndex:
 
         Returns:
             int64 ``[2, E]``: row 0 the query, row 1 the point, grouped by query, points ascending.
-            For a batched index the indices are flattened: ``b * M + m`` and ``b * N + j``.
-            Equal to ``pcops.flat.radius(points, query, r, max_num_neighbors=...)`` for one cloud.
+            For a batched index the indices are flattened: ``b * M + m`` and ``b * N + j``; over
+            flat clouds they are rows of the stacked queries and points, and the result equals
+            ``pcops.flat.radius(points, query, r, batch_points, batch, max_num_neighbors=...)``
+            (``ignore_same_index`` then compares those stacked rows, as torch_cluster does).
         """
         max_num_neighbors = _checks.integer(max_num_neighbors, "max_num_neighbors")
         if isinstance(r, bool) or not isinstance(r, (int, float)):
@@ -177,19 +258,29 @@ class SpatialIndex:
             raise ValueError(f"max_num_neighbors: expected >= 0, got {max_num_neighbors}")
         if not isinstance(ignore_same_index, bool):
             raise TypeError(f"ignore_same_index: expected a bool, got {type(ignore_same_index).__name__}")
-        q, ql = self._query(query, query_lengths)
+        q, ql, flat = self._query(query, query_lengths, batch)
         width = max_num_neighbors + (1 if ignore_same_index else 0)
         if max_num_neighbors == 0 or q.shape[0] * q.shape[1] == 0:
             return torch.empty(2, 0, dtype=torch.int64, device=q.device)
         R2 = torch.tensor(float(r) * float(r), dtype=torch.float64).float().item()  # fl32(r * r)
         _, idx = self._index.ball_query_below(q, R2, width, ql)
+        # Row and point numbers of the result: flattened batch, or rows of the stacked clouds.
+        if flat is None:
+            rows = torch.arange(q.shape[0] * q.shape[1], device=q.device).view(q.shape[0], q.shape[1], 1)
+            base = (torch.arange(q.shape[0], device=q.device) * int(self._index.info()[1])).view(-1, 1, 1)
+        else:
+            rows = torch.full(q.shape[:2], -1, dtype=torch.int64, device=q.device)
+            rows[flat[1], flat[2]] = torch.arange(flat[1].shape[0], device=q.device)
+            rows = rows.unsqueeze(-1)
+            base = self._flat[0][:-1].view(-1, 1, 1)
+        point = torch.where(idx >= 0, idx + base, idx)
         valid = idx >= 0
         if ignore_same_index:
-            valid &= idx != torch.arange(q.shape[1], device=q.device)[None, :, None]
+            valid &= point != (rows if flat is not None else torch.arange(q.shape[1], device=q.device)[None, :, None]
+                               + base)
         keep = valid & (valid.cumsum(-1) <= max_num_neighbors)
         b, m, t = keep.nonzero(as_tuple=True)
-        count = int(self._index.info()[1])
-        return torch.stack([b * q.shape[1] + m, b * count + idx[b, m, t]])
+        return torch.stack([rows[b, m, 0], point[b, m, t]])
 
     def __repr__(self) -> str:
         return (f"SpatialIndex(batch={self.batch}, points={self.num_points}, leaf_size={self.leaf_size}, "

@@ -333,3 +333,60 @@ def test_radius_errors(gen):
     with pytest.raises(TypeError, match="ignore_same_index"):
         index.radius(q, 0.1, 4, ignore_same_index=1)
     assert index.radius(q[:0], 0.3).shape == (2, 0)
+
+
+def test_flat_clouds_with_batch_vectors(gen):
+    """An index over stacked clouds (sorted batch vector, an empty cloud in the middle): kNN,
+    ball query, radius and nearest equal pcops.flat / the dense operators per cloud, with indices
+    into the stacked points."""
+    from pcops import flat
+
+    sizes, qsizes = [700, 0, 1, 350], [200, 30, 5, 0]
+    pts = torch.cat([torch.rand(n, 3, generator=gen) * (i + 1) for i, n in enumerate(sizes)])
+    q = torch.cat([torch.rand(m, 3, generator=gen) * (i + 1) for i, m in enumerate(qsizes)])
+    bx = torch.repeat_interleave(torch.arange(4), torch.tensor(sizes))
+    bq = torch.repeat_interleave(torch.arange(4), torch.tensor(qsizes))
+    index = pcops.SpatialIndex(pts, batch=bx, leaf_size=16)
+    assert index.batch == 4 and index.num_points == sizes
+    for k in (1, 5, 40):
+        dist, idx = index.knn(q, k, batch=bq)
+        assert dist.shape == (q.shape[0], k)
+        rows = torch.arange(q.shape[0])[:, None].expand(-1, k)
+        got = torch.stack([rows[idx >= 0], idx[idx >= 0]])
+        assert torch.equal(got, flat.knn(pts, q, k, bx, bq)), k
+        ptr = [0, 700, 700, 701, 1051]
+        qptr = [0, 200, 230, 235, 235]
+        for c in range(4):  # distances and padding per cloud, against the dense operator
+            rows_c = slice(qptr[c], qptr[c + 1])
+            if qptr[c + 1] == qptr[c]:
+                continue
+            dd, di = pcops.knn(q[None, rows_c], pts[None, ptr[c]:ptr[c + 1]], k,
+                               None, torch.tensor([ptr[c + 1] - ptr[c]]))
+            assert torch.equal(dist[rows_c], dd[0])
+            assert torch.equal(idx[rows_c], torch.where(di[0] >= 0, di[0] + ptr[c], di[0]))
+    d2, bi = index.ball_query(q, 0.3, 12, batch=bq)
+    for c in range(4):
+        rows_c = slice(qptr[c], qptr[c + 1])
+        if qptr[c + 1] == qptr[c]:
+            continue
+        rd2, ri = pcops.ball_query(q[None, rows_c], pts[None, ptr[c]:ptr[c + 1]], 0.3, 12,
+                                   None, torch.tensor([ptr[c + 1] - ptr[c]]))
+        assert torch.equal(d2[rows_c], rd2[0]) and torch.equal(bi[rows_c], torch.where(ri[0] >= 0, ri[0] + ptr[c], ri[0]))
+    for ignore in (False, True):
+        assert torch.equal(index.radius(q, 0.3, 9, batch=bq, ignore_same_index=ignore),
+                           flat.radius(pts, q, 0.3, bx, bq, max_num_neighbors=9, ignore_same_index=ignore))
+    assert torch.equal(index.radius(pts, 0.2, 7, batch=bx, ignore_same_index=True),
+                       flat.radius(pts, pts, 0.2, bx, bx, max_num_neighbors=7, ignore_same_index=True))
+    sel = bq != 1
+    _, ni = index.nearest(q[sel], batch=bq[sel])
+    assert torch.equal(ni, flat.nearest(q[sel], pts, bq[sel], bx))
+    nd, ni = index.nearest(q[~sel], batch=bq[~sel])  # cloud 1 is empty
+    assert bool((ni == -1).all()) and bool(torch.isinf(nd).all())
+    with pytest.raises(ValueError, match="query_lengths"):
+        index.knn(q, 3, torch.tensor([1, 1, 1, 1]), batch=bq)
+    with pytest.raises(ValueError, match="batch"):
+        index.knn(q, 3, batch=torch.full((q.shape[0],), 4))
+    with pytest.raises(ValueError, match="batch"):
+        pcops.SpatialIndex(pts).knn(q, 3, batch=bq)
+    with pytest.raises(ValueError, match="lengths"):
+        pcops.SpatialIndex(pts, torch.tensor([3]), batch=bx)

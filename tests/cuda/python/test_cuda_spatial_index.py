@@ -172,3 +172,21 @@ def test_radius_and_nearest_equal_the_cpu(kind, gen):
     dist, idx = index.nearest(q.to(DEV))
     want_d, want_i = dense_knn(q, pts, 1)
     assert same_bits(idx, want_i[:, 0]) and same_bits(dist, want_d[:, 0])
+
+
+def test_flat_clouds_equal_the_cpu_index(gen):
+    sizes, qsizes = [3000, 0, 40, 1200], [500, 20, 9, 0]
+    pts = torch.cat([torch.rand(n, 3, generator=gen) * (i + 1) for i, n in enumerate(sizes)])
+    q = torch.cat([torch.rand(m, 3, generator=gen) * (i + 1) for i, m in enumerate(qsizes)])
+    bx = torch.repeat_interleave(torch.arange(4), torch.tensor(sizes))
+    bq = torch.repeat_interleave(torch.arange(4), torch.tensor(qsizes))
+    cpu = pcops.SpatialIndex(pts, batch=bx)
+    gpu = pcops.SpatialIndex(pts.to(DEV), batch=bx.to(DEV))
+    for k in (4, 16, 50):
+        d, i = gpu.knn(q.to(DEV), k, batch=bq.to(DEV))
+        wd, wi = cpu.knn(q, k, batch=bq)
+        assert same_bits(i, wi) and same_bits(d, wd), k
+    d2, i = gpu.ball_query(q.to(DEV), 0.2, 24, batch=bq.to(DEV))
+    wd2, wi = cpu.ball_query(q, 0.2, 24, batch=bq)
+    assert same_bits(i, wi) and same_bits(d2, wd2)
+    assert same_bits(gpu.radius(q.to(DEV), 0.2, 8, batch=bq.to(DEV)), cpu.radius(q, 0.2, 8, batch=bq))
