@@ -87,7 +87,7 @@ bool ball_grid_cloud(const CpuContext& ctx, const PointsView& query, const Point
   grid::build(ctx, ref, b, n, opt, g);
   if (g.num_cells <= 8) return false;
   const int64_t M = query.count;
-  if (g.h > 1.5 * opt.min_cell && g.load > kIndexLoad * opt.points_per_cell) {
+  if (g.h > 1.5 * opt.min_cell && g.load > kIndexLoad * opt.points_per_cell && index_routes_enabled()) {
     // The cell budget kept the cells well above the radius and they are overfull: strongly uneven
     // density (clusters, dense cores). The spatial index's adaptive tree searches faster there;
     // same results either way.

@@ -237,7 +237,7 @@ void knn_grid_cloud(const CpuContext& ctx, const PointsView& query, const Points
   const grid::BuildOptions opt = knn_grid_options(k);
   grid::build(ctx, ref, b, n, opt, g);
   const int64_t M = query.count;
-  if (knn_grid_skewed(g, opt)) {
+  if (knn_grid_skewed(g, opt) && index_routes_enabled()) {
     // Strongly uneven density (clusters, dense cores in sparse halos): the grid's cells near
     // the dense parts stay overfull within its cell budget, so the adaptive tree of the spatial
     // index searches faster. Same results either way.

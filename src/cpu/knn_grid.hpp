@@ -2,6 +2,8 @@
 // The grid searches of the CPU kNN (knn.cpp) and ball query (ball_query.cpp), shared with the
 // spatial index (spatial_index.cpp).
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
 
 #include "cpu/spatial_grid.hpp"
 #include "pcops/context.hpp"
@@ -21,6 +23,13 @@ inline void prefetch_query_row(const PointsView& query, int64_t b, int64_t m, in
   prefetch_line(&query.at(b, m, 0));
   for (int64_t o = 0; o < k && o < 64; o += 16) prefetch_line(dist + m * k + o);
   for (int64_t o = 0; o < k && o < 64; o += 8) prefetch_line(idx + m * k + o);
+}
+
+// Whether the dense kNN, ball query and radius may hand uneven clouds to a spatial index
+// (PCOPS_CPU_INDEX_ROUTES=never keeps them on their grid, for measurements; same results).
+inline bool index_routes_enabled() {
+  const char* e = std::getenv("PCOPS_CPU_INDEX_ROUTES");
+  return e == nullptr || std::strcmp(e, "never") != 0;
 }
 
 // Cloud b of a batch view, alone (count points).

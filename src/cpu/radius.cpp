@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "common/distance.hpp"
+#include "cpu/knn_grid.hpp"
 #include "cpu/spatial_grid.hpp"
 #include "pcops/spatial_index.hpp"
 
@@ -135,7 +136,8 @@ int64_t radius(const CpuContext& ctx, RaggedPointsView x, RaggedPointsView y, Of
       const PointsView cloud{x.row(ptr_x.begin(b)), 1, n, 3, 0, x.stride_point, x.stride_dim};
       grid::build(ctx, cloud, 0, n, opt, *g);
       if (g->num_cells <= 8) continue;
-      if (width <= kIndexMaxWidth && g->h > 1.5 * opt.min_cell && g->load > kIndexLoad * opt.points_per_cell) {
+      if (width <= kIndexMaxWidth && g->h > 1.5 * opt.min_cell && g->load > kIndexLoad * opt.points_per_cell &&
+          index_routes_enabled()) {
         SpatialIndex index;
         index.build(ctx, cloud, LengthsView{}, SpatialIndexParams{SpatialIndexParams{}.leaf_size, false});
         const PointsView queries{y.row(ptr_y.begin(b)), 1, m, 3, 0, y.stride_point, y.stride_dim};

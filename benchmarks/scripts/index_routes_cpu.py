@@ -1,0 +1,111 @@
+"""CPU timings behind the spatial-index routes of the dense and flat operators, in one run.
+
+For each cloud (uniform in the unit cube; clustered = 90 % in 20 gaussian clusters of sigma 0.002
+and 10 % uniform; random order) and size (--sizes), every point querying, radius r = the median
+16th-neighbour distance of 2000 points:
+- pcops.ball_query (dense), pcops.flat.radius_graph (max_num_neighbors 32) and pcops.knn (k =
+  16), each with the index routes disabled (PCOPS_CPU_INDEX_ROUTES=never: the grid alone) and as
+  shipped (uneven clouds go through an index built for the call);
+- pcops.SpatialIndex(points).ball_query (build included; even clouds search the index's grid);
+each the median of --repeat runs after one warm-up (time.perf_counter), with a check that every
+path returned the same bits. JSON goes to --out (default
+benchmarks/results/index-routes-cpu-<date>-<commit>.json).
+
+    PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \\
+        python benchmarks/scripts/index_routes_cpu.py --sizes 300k,1M
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+import pcops
+from pcops import flat
+from pcops.bench.run import git_info
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def count(text: str) -> int:
+    text = text.strip().lower()
+    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
+    return int(float(text[:-1] if scale > 1 else text) * scale)
+
+
+def cloud(kind: str, n: int) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    p = torch.rand(n, 3, generator=g)
+    if kind == "clustered":
+        m = int(round(0.9 * n))
+        centres = torch.rand(20, 3, generator=g)
+        p[:m] = centres[torch.randint(0, 20, (m,), generator=g)] + 0.002 * torch.randn(m, 3, generator=g)
+    elif kind != "uniform":
+        raise SystemExit(f"unknown cloud {kind}")
+    return p[torch.randperm(n, generator=g)].contiguous()
+
+
+def timed(fn, repeat: int):
+    out = fn()
+    times = []
+    for _ in range(repeat):
+        t = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times), out
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="300k,1M")
+    ap.add_argument("--clouds", default="uniform,clustered")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    rows = []
+    for n in [count(s) for s in args.sizes.split(",")]:
+        for kind in args.clouds.split(","):
+            p = cloud(kind, n)
+            d, _ = pcops.knn(p[None, :2000], p[None], 16)
+            r = float(d[0, :, 15].median())
+            os.environ["PCOPS_CPU_INDEX_ROUTES"] = "never"
+            t_dense_grid, (gd, gi) = timed(lambda: pcops.ball_query(p[None], p[None], r, 32), args.repeat)
+            t_graph_grid, edges_grid = timed(lambda: flat.radius_graph(p, r, max_num_neighbors=32), args.repeat)
+            t_knn_grid, (kd, ki) = timed(lambda: pcops.knn(p[None], p[None], 16), args.repeat)
+            os.environ.pop("PCOPS_CPU_INDEX_ROUTES")
+            t_dense, (dd, di) = timed(lambda: pcops.ball_query(p[None], p[None], r, 32), args.repeat)
+            t_index, (xd, xi) = timed(lambda: pcops.SpatialIndex(p).ball_query(p, r, 32), args.repeat)
+            t_graph, edges = timed(lambda: flat.radius_graph(p, r, max_num_neighbors=32), args.repeat)
+            t_knn, (kd2, ki2) = timed(lambda: pcops.knn(p[None], p[None], 16), args.repeat)
+            row = {"cloud": kind, "points": n, "radius": r, "K": 32,
+                   "ball_query_grid_only_s": t_dense_grid, "ball_query_s": t_dense, "index_ball_query_s": t_index,
+                   "radius_graph_grid_only_s": t_graph_grid, "radius_graph_s": t_graph,
+                   "knn16_grid_only_s": t_knn_grid, "knn16_s": t_knn,
+                   "same": bool(torch.equal(di[0], xi) and torch.equal(dd[0], xd) and torch.equal(gi, di)
+                                and torch.equal(gd, dd) and torch.equal(edges, edges_grid)
+                                and torch.equal(ki, ki2) and torch.equal(kd, kd2)),
+                   "radius_graph_edges": int(edges.shape[1])}
+            rows.append(row)
+            print(json.dumps(row), flush=True)
+    info = git_info()
+    commit = (info["commit"] or "unknown")[:7]
+    env = {"tracked_changes": info["dirty"], "torch": torch.__version__, "threads": torch.get_num_threads(),
+           "machine": platform.machine(), "python": platform.python_version(), "commit": commit,
+           "pcops": pcops.__version__}
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
+    path = Path(args.out) if args.out else REPO / "benchmarks" / "results" / f"index-routes-cpu-{stamp}-{commit}.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"environment": env, "args": vars(args), "results": rows}, indent=1))
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
