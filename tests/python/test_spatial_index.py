@@ -390,3 +390,26 @@ def test_flat_clouds_with_batch_vectors(gen):
         pcops.SpatialIndex(pts).knn(q, 3, batch=bq)
     with pytest.raises(ValueError, match="lengths"):
         pcops.SpatialIndex(pts, torch.tensor([3]), batch=bx)
+
+
+def test_cpu_index_routes_change_no_result(gen, monkeypatch):
+    """Tight clusters send the dense kNN, ball query and radius through a spatial index;
+    PCOPS_CPU_INDEX_ROUTES=never keeps them on their grids: the same bits either way."""
+    from pcops import flat
+
+    centres = torch.rand(6, 3, generator=gen)
+    p = centres[torch.arange(6000) % 6] + 1e-4 * torch.randn(6000, 3, generator=gen)
+    p[::37] = torch.rand(p[::37].shape, generator=gen)
+
+    def run():
+        return (pcops.knn(p[None], p[None], 16), pcops.ball_query(p[None], p[None], 3e-4, 40),
+                flat.radius_graph(p, 3e-4, max_num_neighbors=20))
+
+    routed = run()
+    monkeypatch.setenv("PCOPS_CPU_INDEX_ROUTES", "never")
+    grid = run()
+    for a, b in zip(routed, grid):
+        if isinstance(a, tuple):
+            assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+        else:
+            assert torch.equal(a, b)
