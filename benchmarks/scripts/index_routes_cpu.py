@@ -1,7 +1,7 @@
 """CPU timings behind the spatial-index routes of the dense and flat operators, in one run.
 
-For each cloud (uniform in the unit cube; clustered = 90 % in 20 gaussian clusters of sigma 0.002
-and 10 % uniform; random order) and size (--sizes), every point querying, radius r = the median
+For each cloud (spatial_index_scale.py's: uniform in the unit cube; clustered = 90 % in 20
+gaussian clusters of sigma 0.002 and 10 % uniform; random order) and size (--sizes), every point querying, radius r = the median
 16th-neighbour distance of 2000 points:
 - pcops.ball_query (dense), pcops.flat.radius_graph (max_num_neighbors 32) and pcops.knn (k =
   16), each with the index routes disabled (PCOPS_CPU_INDEX_ROUTES=never: the grid alone) and as
@@ -31,26 +31,9 @@ import torch
 import pcops
 from pcops import flat
 from pcops.bench.run import git_info
+from spatial_index_scale import cloud, count  # the same clouds as the 10M scale probe
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def count(text: str) -> int:
-    text = text.strip().lower()
-    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
-    return int(float(text[:-1] if scale > 1 else text) * scale)
-
-
-def cloud(kind: str, n: int) -> torch.Tensor:
-    g = torch.Generator().manual_seed(0)
-    p = torch.rand(n, 3, generator=g)
-    if kind == "clustered":
-        m = int(round(0.9 * n))
-        centres = torch.rand(20, 3, generator=g)
-        p[:m] = centres[torch.randint(0, 20, (m,), generator=g)] + 0.002 * torch.randn(m, 3, generator=g)
-    elif kind != "uniform":
-        raise SystemExit(f"unknown cloud {kind}")
-    return p[torch.randperm(n, generator=g)].contiguous()
 
 
 def timed(fn, repeat: int):

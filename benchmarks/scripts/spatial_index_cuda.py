@@ -37,15 +37,10 @@ import torch
 
 import pcops
 from pcops import data as pdata
+from spatial_index_scale import count
 
 REPO = Path(__file__).resolve().parents[2]
 DEV = torch.device("cuda")
-
-
-def count(text: str) -> int:
-    text = text.strip().lower()
-    scale = {"k": 1_000, "m": 1_000_000}.get(text[-1:], 1)
-    return int(float(text[:-1] if scale > 1 else text) * scale)
 
 
 def find_data(name: str) -> Path:

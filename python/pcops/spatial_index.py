@@ -23,8 +23,10 @@ def _as_batch(t: torch.Tensor, name: str) -> tuple[torch.Tensor, bool]:
     return t, single
 
 
-def _flat_to_padded(points, lengths, batch, batch_size, name: str = "points", batch_name: str = "batch"):
-    """Stacked clouds ``[N, 3]`` with a sorted batch vector as a padded ``[B, Nmax, 3]`` batch.
+def _flat_to_padded(points, lengths, batch, batch_size, name: str = "points", batch_name: str = "batch",
+                    clouds: int | None = None):
+    """Stacked clouds ``[N, 3]`` with a sorted batch vector as a padded ``[B, Nmax, 3]`` batch: B
+    from ``batch_size`` / the largest id, or exactly ``clouds`` (the queries of a built index).
 
     Returns ``(padded, lengths [B], (ptr [B + 1], cloud id per row, row within its cloud))``.
     """
@@ -38,12 +40,10 @@ def _flat_to_padded(points, lengths, batch, batch_size, name: str = "points", ba
         raise ValueError(f"{name}: expected [N, 3] stacked clouds with {batch_name}, got shape {tuple(points.shape)}")
     n = points.shape[0]
     needed = _num_clouds(batch, n, batch_name)
-    if name == "query":  # the index's clouds: batch_size is the index's count
-        if needed > batch_size:
-            raise ValueError(f"{batch_name}: cloud ids up to {needed - 1}, the index holds {batch_size} clouds")
-        clouds = batch_size
-    else:
+    if clouds is None:
         clouds = _batch_count(batch_size, max(needed, 1))
+    elif needed > clouds:
+        raise ValueError(f"{batch_name}: cloud ids up to {needed - 1}, the index holds {clouds} clouds")
     ptr = _ptr(batch, n, clouds, points.device)
     counts = ptr.diff()
     cloud = (torch.zeros(n, dtype=torch.int64, device=points.device) if batch is None
@@ -150,8 +150,7 @@ class SpatialIndex:
                                  + (f", got shape {tuple(query.shape)}" if isinstance(query, torch.Tensor) else ""))
             if query.device != self._device:
                 raise ValueError(f"query: expected device {self._device} (as the index), got {query.device}")
-            q, ql, flat = _flat_to_padded(query, None, batch, self.batch, name="query", batch_name="batch")
-            return q, ql, flat
+            return _flat_to_padded(query, None, batch, None, name="query", clouds=self.batch)
         if batch is not None:
             raise ValueError("batch: only for an index built over flat clouds (SpatialIndex(points, batch=...))")
         q, ql = self._padded_query(query, query_lengths)
@@ -264,20 +263,24 @@ class SpatialIndex:
             return torch.empty(2, 0, dtype=torch.int64, device=q.device)
         R2 = torch.tensor(float(r) * float(r), dtype=torch.float64).float().item()  # fl32(r * r)
         _, idx = self._index.ball_query_below(q, R2, width, ql)
-        # Row and point numbers of the result: flattened batch, or rows of the stacked clouds.
+        # Numbers of the result's queries and points (flattened batch, or rows of the stacked
+        # clouds), and the point each query skips with ignore_same_index (same number within its
+        # cloud; over flat clouds the same stacked row, as torch_cluster).
+        dev = q.device
         if flat is None:
-            rows = torch.arange(q.shape[0] * q.shape[1], device=q.device).view(q.shape[0], q.shape[1], 1)
-            base = (torch.arange(q.shape[0], device=q.device) * int(self._index.info()[1])).view(-1, 1, 1)
+            rows = torch.arange(q.shape[0] * q.shape[1], device=dev).view(q.shape[0], q.shape[1], 1)
+            base = (torch.arange(q.shape[0], device=dev) * int(self._index.info()[1])).view(-1, 1, 1)
+            same = torch.arange(q.shape[1], device=dev).view(1, -1, 1) + base
         else:
-            rows = torch.full(q.shape[:2], -1, dtype=torch.int64, device=q.device)
-            rows[flat[1], flat[2]] = torch.arange(flat[1].shape[0], device=q.device)
+            rows = torch.full(q.shape[:2], -1, dtype=torch.int64, device=dev)
+            rows[flat[1], flat[2]] = torch.arange(flat[1].shape[0], device=dev)
             rows = rows.unsqueeze(-1)
             base = self._flat[0][:-1].view(-1, 1, 1)
-        point = torch.where(idx >= 0, idx + base, idx)
+            same = rows
+        point = idx + base
         valid = idx >= 0
         if ignore_same_index:
-            valid &= point != (rows if flat is not None else torch.arange(q.shape[1], device=q.device)[None, :, None]
-                               + base)
+            valid &= point != same
         keep = valid & (valid.cumsum(-1) <= max_num_neighbors)
         b, m, t = keep.nonzero(as_tuple=True)
         return torch.stack([rows[b, m, 0], point[b, m, t]])

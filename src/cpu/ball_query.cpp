@@ -21,9 +21,6 @@ namespace pcops::cpu {
 namespace {
 
 constexpr int kBlock = 256;
-// Mean cell load (in units of the target points per cell) above which a budget-limited grid is
-// too uneven (as the kNN's rule, knn.cpp).
-constexpr double kIndexLoad = 10.0;
 
 void pad(float* od, int64_t* oi, int64_t K) {
   for (int64_t t = 0; t < K; ++t) {
@@ -76,18 +73,15 @@ void ball_brute_cloud(const CpuContext& ctx, const PointsView& query, const Poin
 bool ball_grid_cloud(const CpuContext& ctx, const PointsView& query, const PointsView& ref,
                      int64_t b, int64_t mq, int64_t n, int64_t K, float radius, float R2, float* dist2,
                      int64_t* idx) {
-  const double rr = std::sqrt(static_cast<double>(R2) + kBoundTiny) * (1.0 + 1e-5);
   // Warm buffers across calls (see knn.cpp). A reference, so that the workers' lambdas below use
   // this thread's grid rather than their own thread_local instance.
   static thread_local grid::Grid tls_grid;
   grid::Grid& g = tls_grid;
-  grid::BuildOptions opt;
-  opt.min_cell = rr * 0.5;
-  opt.points_per_cell = 2.0;
+  const grid::BuildOptions opt = radius_grid_options(R2);
   grid::build(ctx, ref, b, n, opt, g);
   if (g.num_cells <= 8) return false;
   const int64_t M = query.count;
-  if (g.h > 1.5 * opt.min_cell && g.load > kIndexLoad * opt.points_per_cell && index_routes_enabled()) {
+  if (radius_grid_skewed(g, opt) && index_routes_enabled()) {
     // The cell budget kept the cells well above the radius and they are overfull: strongly uneven
     // density (clusters, dense cores). The spatial index's adaptive tree searches faster there;
     // same results either way.
@@ -101,6 +95,20 @@ bool ball_grid_cloud(const CpuContext& ctx, const PointsView& query, const Point
 }
 
 }  // namespace
+
+grid::BuildOptions radius_grid_options(float R2) {
+  // Every match has exact distance below rr (the float32 s is within a relative 1e-6 of the exact
+  // squared distance, up to an absolute underflow error far below kBoundTiny).
+  const double rr = std::sqrt(static_cast<double>(R2) + kBoundTiny) * (1.0 + 1e-5);
+  grid::BuildOptions opt;
+  opt.min_cell = rr * 0.5;
+  opt.points_per_cell = 2.0;
+  return opt;
+}
+
+bool radius_grid_skewed(const grid::Grid& g, const grid::BuildOptions& opt) {
+  return g.h > 1.5 * opt.min_cell && g.load > kIndexLoad * opt.points_per_cell;
+}
 
 void ball_grid_search(const CpuContext& ctx, const PointsView& query, int64_t b, int64_t mq, int64_t K, float R2,
                       const grid::Grid& g, float* dist2, int64_t* idx) {

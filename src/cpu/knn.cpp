@@ -28,12 +28,11 @@ namespace {
 constexpr int kBlock = 256;
 // Queries of one cell that pay for gathering the points of its 3 x 3 x 3 cells into one block.
 constexpr int64_t kShareMinQueries = 4;
-// Above this mean cell load (in units of the target points per cell) a cloud goes to the spatial
-// index instead of the grid. Measured on 2 cores at 300k points, k = 16 (all-points queries,
-// random order; load of the grid after its refinement): uniform (load 5) grid 0.38 s / index
-// 0.85 s, sphere (12) 0.39 / 0.43 s, dense core + sparse halo + sheet (182) 0.93 / 0.67 s,
-// 20 tight clusters + 10 % uniform (6116) 2.09 / 0.73 s.
-constexpr double kIndexLoad = 10.0;
+// kIndexLoad (knn_grid.hpp): above that mean cell load a cloud goes to the spatial index instead
+// of the grid. Measured on 2 cores at 300k points, k = 16 (all-points queries, random order; load
+// of the grid after its refinement): uniform (load 5) grid 0.38 s / index 0.85 s, sphere (12)
+// 0.39 / 0.43 s, dense core + sparse halo + sheet (182) 0.93 / 0.67 s, 20 tight clusters + 10 %
+// uniform (6116) 2.09 / 0.73 s.
 
 
 void pad(float* od, int64_t* oi, int64_t k) {

@@ -41,6 +41,10 @@ inline PointsView single_cloud(const PointsView& v, int64_t b, int64_t count) {
   return one;
 }
 
+// Above this mean cell load (in units of the target points per cell) a grid counts as too uneven
+// to search and the spatial index's tree serves instead (measurements in knn.cpp).
+constexpr double kIndexLoad = 10.0;
+
 // The grid that suits k neighbours (about k / 4 points per cell).
 grid::BuildOptions knn_grid_options(int64_t k);
 
@@ -52,6 +56,14 @@ bool knn_grid_skewed(const grid::Grid& g, const grid::BuildOptions& opt);
 // grid g (built over one cloud): row m of dist / idx at dist + m k / idx + m k.
 void knn_grid_search(const CpuContext& ctx, const PointsView& query, int64_t b, int64_t mq, int64_t k,
                      const grid::Grid& g, int64_t n, float* dist, int64_t* idx);
+
+// The grid of a radius search (ball query, radius) with threshold R2 (finite): cells of at least
+// half the radius (padded for rounding), about 2 points per cell.
+grid::BuildOptions radius_grid_options(float R2);
+
+// Whether such a grid is too uneven to search: the cell budget kept its cells above 1.5x their
+// floor and their mean load is above kIndexLoad times the target (tight clusters, dense cores).
+bool radius_grid_skewed(const grid::Grid& g, const grid::BuildOptions& opt);
 
 // The ball query (first K matches s < R2 by index, R2 finite) of queries [0, mq) of cloud b of
 // `query` among the points of the grid g: row m of dist2 / idx at dist2 + m K / idx + m K.

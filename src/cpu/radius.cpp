@@ -27,9 +27,7 @@ constexpr int64_t kQueryBlock = 256;
 constexpr int kBlock = grid::kFilterBlock;
 constexpr double kMargin = 1.0 - 1e-5;
 constexpr double kTiny = 1e-30;
-// The spatial-index route (see radius()): mean cell load, in units of the target, above which a
-// budget-limited grid counts as uneven (as kNN and ball query), and the largest cap it serves.
-constexpr double kIndexLoad = 10.0;
+// The largest cap (+1) the spatial-index route (see radius()) serves.
 constexpr int64_t kIndexMaxWidth = 1024;
 
 float sq_dist(const RaggedPointsView& x, const RaggedPointsView& y, int64_t i, int64_t j) {
@@ -126,19 +124,15 @@ int64_t radius(const CpuContext& ctx, RaggedPointsView x, RaggedPointsView y, Of
   std::vector<std::vector<int64_t>> index_hits(static_cast<size_t>(B));  // [m_b, width] per cloud
   const int64_t width = cap + (ignore_same ? 1 : 0);
   if (x.dim == 3 && std::isfinite(R2)) {
-    const double rr = std::sqrt(static_cast<double>(R2) + kTiny) * (1.0 + 1e-5);
+    const grid::BuildOptions opt = radius_grid_options(R2);
     for (int64_t b = 0; b < B; ++b) {
       const int64_t n = ptr_x.length(b), m = ptr_y.length(b);
       if (n < 512 || m < 16 || n >= (int64_t{1} << 31)) continue;
       auto g = std::make_unique<grid::Grid>();
-      grid::BuildOptions opt;
-      opt.min_cell = rr * 0.5;
-      opt.points_per_cell = 2.0;
       const PointsView cloud{x.row(ptr_x.begin(b)), 1, n, 3, 0, x.stride_point, x.stride_dim};
       grid::build(ctx, cloud, 0, n, opt, *g);
       if (g->num_cells <= 8) continue;
-      if (width <= kIndexMaxWidth && g->h > 1.5 * opt.min_cell && g->load > kIndexLoad * opt.points_per_cell &&
-          index_routes_enabled()) {
+      if (width <= kIndexMaxWidth && radius_grid_skewed(*g, opt) && index_routes_enabled()) {
         SpatialIndex index;
         index.build(ctx, cloud, LengthsView{}, SpatialIndexParams{SpatialIndexParams{}.leaf_size, false});
         const PointsView queries{y.row(ptr_y.begin(b)), 1, m, 3, 0, y.stride_point, y.stride_dim};
