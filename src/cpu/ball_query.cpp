@@ -68,7 +68,7 @@ void ball_brute_cloud(const CpuContext& ctx, const PointsView& query, const Poin
 // Grid search over cloud b. Returns false (and writes nothing) when the grid does not pay. A cloud
 // whose grid is overfull within its cell budget goes to the spatial index instead (measured on 2
 // cores, all points querying, radius = the median 16th-neighbour distance, K = 32: 20 tight
-// clusters + 10 % uniform, 300k points 0.36 -> 0.19 s, 1M 2.92 -> 0.71 s; uniform clouds keep
+// clusters + 10 % uniform, 300k points 0.40 -> 0.19 s, 1M 2.79 -> 0.72 s; uniform clouds keep
 // the grid; benchmarks/scripts/index_routes_cpu.py).
 bool ball_grid_cloud(const CpuContext& ctx, const PointsView& query, const PointsView& ref,
                      int64_t b, int64_t mq, int64_t n, int64_t K, float radius, float R2, float* dist2,

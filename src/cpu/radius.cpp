@@ -4,7 +4,7 @@
 // the max_num_neighbors smallest reference indices. Other clouds (any D) use a brute force in
 // reference order that stops at the cap. Clouds too uneven for the grid go through a spatial
 // index (the radius graph of 20 clusters of sigma 0.002 + 10 % uniform, 1M points, r = the median
-// 16th-neighbour distance, cap 32, 2 cores: 3.32 -> 1.68 s; benchmarks/scripts/index_routes_cpu.py).
+// 16th-neighbour distance, cap 32, 2 cores: 3.64 -> 1.59 s; benchmarks/scripts/index_routes_cpu.py).
 // Count-then-fill: matches are gathered per block of queries, then the caller's [2, E] buffer is
 // allocated and filled.
 // Parallel decomposition: blocks of consecutive queries (across clouds), one task each.
