@@ -343,6 +343,8 @@ struct Tree {
   const float4* pts;
   const float4* box;
   const CloudDesc* clouds;
+  const Quant* quant;
+  KeyLayout layout;
 };
 
 struct QueryArgs {
@@ -520,8 +522,45 @@ __global__ void __launch_bounds__(32 * kLaneWarps) lane_kernel(QueryArgs a, Tree
       }
       return __ballot_sync(0xFFFFFFFFu, kept) != 0u;
     };
+    // kNN: the warp first scans the leaves around one query's place in the sorted points (the
+    // leaves holding the chunk's own neighbours when the queries are the points), so that every
+    // lane starts the walk with a bound close to its k-th distance; the walk skips those leaves.
+    int64_t seed0 = 0, seed1 = -1;
     if (any_active != 0u && d.levels > 0) {
       region();
+      if (!kBall) {
+        const int src = ((any_active >> 16) & 1u) ? 16 : __ffs(any_active) - 1;
+        const uint64_t qk =
+            point_key(t.layout, t.quant[b], b, __shfl_sync(0xFFFFFFFFu, qx, src), __shfl_sync(0xFFFFFFFFu, qy, src),
+                      __shfl_sync(0xFFFFFFFFu, qz, src));
+        const auto key_at = [&](int64_t i) {
+          const float4 p = t.pts[d.pbase + i];
+          return point_key(t.layout, t.quant[b], b, p.x, p.y, p.z);
+        };
+        // Its place: the first finite point whose key is not below qk, 32 probes a step.
+        int64_t lo = 0, hi = d.finite;
+        while (hi - lo > 32) {
+          const int64_t step = (hi - lo + 31) / 32;
+          const int64_t i = lo + lane * step;
+          const int c = __popc(__ballot_sync(0xFFFFFFFFu, i < hi && key_at(i) < qk));
+          if (c == 0) {
+            hi = lo;
+            break;
+          }
+          lo += (c - 1) * step;
+          hi = min(hi, lo + step);
+        }
+        if (hi > lo) lo += __popc(__ballot_sync(0xFFFFFFFFu, lo + lane < hi && key_at(lo + lane) < qk));
+        const int64_t leaves = d.count[0];
+        const int64_t f = min(lo / kLeaf, leaves - 1);
+        seed0 = max(int64_t{0}, f - 1);
+        seed1 = min(leaves - 1, f + 1);
+        for (int64_t s = seed0; s <= seed1; ++s) {
+          const int64_t p0 = d.pbase + s * kLeaf;
+          scan(p0, static_cast<int>(min(int64_t{kLeaf}, d.pbase + d.finite - p0)), active);
+        }
+        region();
+      }
       int sp = 0;
       if (lane == 0) stack[0] = entry(d.levels - 1, 0);
       sp = 1;
@@ -531,6 +570,7 @@ __global__ void __launch_bounds__(32 * kLaneWarps) lane_kernel(QueryArgs a, Tree
         __syncwarp();
         const int l = e >> 28;
         const int64_t i = e & 0x0FFFFFFF;
+        if (l == 0 && i >= seed0 && i <= seed1) continue;  // scanned first
         const int64_t g = d.node[l] + i;
         const float4 lo = t.box[2 * g], hi = t.box[2 * g + 1];
         if (!meets(lo, hi)) continue;
@@ -925,7 +965,7 @@ void run_search(const CudaContext& ctx, const SpatialIndex::Impl& I, const Point
   if (s.total == 0) return;
   QueryArgs a{query, query.count, k, static_cast<int64_t>(qlen.size()), s.qoff, s.cprefix, s.chunks, s.order,
               R2, dist, idx};
-  const Tree t{I.pts, I.box, I.clouds};
+  const Tree t{I.pts, I.box, I.clouds, I.quant, I.layout};
   // One lane per query when the queries are dense enough that a warp's 32 consecutive (sorted)
   // queries lie close together; sparse queries take one warp each. PCOPS_CUDA_INDEX_KERNEL=lane|warp
   // overrides (measured: docs/ops/spatial_index.md).
