@@ -5,6 +5,8 @@
 //
 // E is known from the offsets, so there is no host synchronisation: allocate(E) is called first.
 // Paths, chosen per cloud on the host (offsets are host memory):
+// - Euclidean, 3-D, k <= 32, a cloud of >= 100k references queried densely (the dense kNN's rule,
+//   detail::index_route, PCOPS_CUDA_KNN_INDEX): a SpatialIndex of the cloud built for the call.
 // - Euclidean, 3-D, cloud eligible for the dense kNN grid (src/cuda/knn.cu: >= 4096 references,
 //   4k <= n, k <= 1024): the dense grid kernels through detail::knn_grid, all such clouds in one
 //   pass (blockIdx.y = cloud), writing local indices straight into row 1 of the edges.
@@ -29,6 +31,7 @@
 #include "pcops/error.hpp"
 #include "pcops/knn.hpp"
 #include "pcops/nearest.hpp"
+#include "pcops/spatial_index.hpp"
 
 namespace pcops::cuda {
 namespace {
@@ -293,6 +296,18 @@ void ragged_select(const CudaContext& ctx, const RaggedPointsView& rv, const Rag
     for (int64_t b = 0; b < B; ++b) {
       const int64_t n = rptr.length(b), m = qptr.length(b);
       if (n == 0 || m == 0) continue;
+      if (!cosine && D == 3 && n >= k &&
+          detail::index_route("PCOPS_CUDA_KNN_INDEX", k, LengthsView{}, m, LengthsView{}, n, 1)) {
+        // The dense kNN's index route, per cloud: a SpatialIndex of this cloud built for the call,
+        // its k local indices per query written straight into row 1 (n >= k: rows of k slots).
+        const CudaContext c = detail::stream_ordered(ctx);
+        const PointsView rc{rv.data + rptr.begin(b) * rv.stride_point, 1, n, 3, 0, rv.stride_point, rv.stride_dim};
+        const PointsView qc{qv.data + qptr.begin(b) * qv.stride_point, 1, m, 3, 0, qv.stride_point, qv.stride_dim};
+        SpatialIndex index;
+        index.build(c, rc, LengthsView{}, SpatialIndexParams{});
+        index.knn(c, qc, LengthsView{}, k, ws.alloc<float>(m * k), row1 + eoff[static_cast<size_t>(b)]);
+        continue;
+      }
       if (!cosine && detail::knn_grid_eligible(D, n, k)) {
         // Eligible clouds have n >= 4k, so their rows hold exactly k slots.
         grid.push_back(detail::KnnGridCloud{qptr.begin(b) * qv.stride_point,

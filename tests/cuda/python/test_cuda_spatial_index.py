@@ -190,3 +190,31 @@ def test_flat_clouds_equal_the_cpu_index(gen):
     wd2, wi = cpu.ball_query(q, 0.2, 24, batch=bq)
     assert same_bits(i, wi) and same_bits(d2, wd2)
     assert same_bits(gpu.radius(q.to(DEV), 0.2, 8, batch=bq.to(DEV)), cpu.radius(q, 0.2, 8, batch=bq))
+
+
+def test_flat_knn_routes_large_clouds_to_the_index(gen, monkeypatch):
+    # A clustered cloud of 150k points (index route) beside small ones (grid and warp paths) in one
+    # flat batch: knn / knn_graph / nearest on CUDA equal the CPU, and the route changes no bit.
+    from pcops import flat
+
+    big = torch.rand(20, 3, generator=gen)[torch.randint(0, 20, (150_000,), generator=gen)]
+    big = big + 0.002 * torch.randn(150_000, 3, generator=gen)
+    sizes = [150_000, 6000, 20]
+    pts = torch.cat([big, torch.rand(6000, 3, generator=gen), torch.rand(20, 3, generator=gen)])
+    batch = torch.repeat_interleave(torch.arange(3), torch.tensor(sizes))
+    want = flat.knn(pts, pts, 16, batch, batch)
+    got = flat.knn(pts.to(DEV), pts.to(DEV), 16, batch.to(DEV), batch.to(DEV))
+    assert same_bits(got, want)
+    monkeypatch.setenv("PCOPS_CUDA_KNN_INDEX", "never")
+    assert same_bits(flat.knn(pts.to(DEV), pts.to(DEV), 16, batch.to(DEV), batch.to(DEV)), want)
+    monkeypatch.setenv("PCOPS_CUDA_KNN_INDEX", "always")  # every cloud with n >= k, the 20-point one too
+    assert same_bits(flat.knn(pts.to(DEV), pts.to(DEV), 16, batch.to(DEV), batch.to(DEV)), want)
+    assert same_bits(flat.knn(pts.to(DEV), pts.to(DEV), 24, batch.to(DEV), batch.to(DEV)),
+                     flat.knn(pts, pts, 24, batch, batch))  # 24 > 20 points: that cloud keeps its path
+    monkeypatch.delenv("PCOPS_CUDA_KNN_INDEX")
+    graph = flat.knn_graph(pts.to(DEV), 8, batch.to(DEV), loop=False)
+    assert same_bits(graph, flat.knn_graph(pts, 8, batch, loop=False))
+    q = torch.cat([big[::3] + 1e-4, torch.rand(500, 3, generator=gen)])
+    bq = torch.repeat_interleave(torch.arange(2), torch.tensor([big[::3].shape[0], 500]))
+    assert same_bits(flat.nearest(q.to(DEV), pts[:156_000].to(DEV), bq.to(DEV), batch[:156_000].to(DEV)),
+                     flat.nearest(q, pts[:156_000], bq, batch[:156_000]))
