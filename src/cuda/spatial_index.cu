@@ -11,12 +11,14 @@
 // Queries are sorted the same way (cloud, flag, Morton code of the cloud's box), so that queries
 // near each other run together:
 // - k <= 32 (ball query: K <= 32): one lane per query, a warp per 32 consecutive sorted queries.
-//   Each lane keeps its best values sorted in registers. The warp walks the tree depth first,
+//   Each lane keeps its best values sorted in registers. kNN first scans the three leaves around
+//   the middle query's place in the sorted points (its Morton neighbours), so that every lane
+//   starts with a bound near its k-th distance. The warp then walks the tree depth first,
 //   nearest child (to the queries' centre) first, visiting a node only when its box meets the
 //   union of the lanes' search boxes ([q - r, q + r], r from the lane's current threshold with a
 //   margin that covers float32 rounding); a leaf is scanned when some lane cannot prove it beyond
-//   its threshold (the rounding-safe double lower bound of the CPU), its 32 points broadcast to
-//   every lane by shuffles.
+//   its threshold (the rounding-safe double lower bound of the CPU), its 32 points staged in
+//   shared memory for every lane.
 // - larger k (and K): one warp per query, the same walk with the query's own bound, the warp's
 //   lanes taking a node's 32 children or a leaf's 32 points, primitives::WarpTopK selecting.
 // - k or K above 1024: the points are put back in index order and the dense operator runs.
