@@ -5,6 +5,14 @@
 // Count-then-fill: a counting pass writes c_i = min(cap, matches) per query, CUB scans c into
 // edge offsets, one synchronisation reads E back, allocate(E), and a fill pass writes the edges.
 // Paths, chosen per cloud on the host (offsets are host memory) and per query on the device:
+// - spatial index (3-D, finite R2, K = cap + 1 with ignore_same_index (else cap) <= 32, a cloud
+//   of >= 100k references queried densely: the dense operators' rule, detail::index_route;
+//   PCOPS_CUDA_RADIUS_INDEX=always|never overrides): a SpatialIndex of the cloud built for the
+//   call, whose ball_query_below gives each query its K smallest matching local indices in
+//   ascending order before the counting pass (the CPU's index route, src/cpu/radius.cpp). Those
+//   are the first K matches in index order, so the first cap of them other than the query's own
+//   row (ignore_same_index: reference row == query row, as everywhere here) are its edges; the
+//   counting and fill passes read them, one warp per query, a lane per slot.
 // - ordered scan (D != 3, R2 = +inf, clouds under RadiusPolicy::kGridMinPoints): one warp per
 //   query walks its cloud in index order and stops at the cap; exact by construction.
 // - uniform grid (3-D, finite R2): all grid clouds in one build (bounding box by integer
@@ -30,6 +38,7 @@
 #include "cuda/primitives/ragged.cuh"
 #include "pcops/error.hpp"
 #include "pcops/radius.hpp"
+#include "pcops/spatial_index.hpp"
 
 namespace pcops::cuda {
 namespace {
@@ -53,7 +62,7 @@ struct RadiusPolicy {
 };
 
 constexpr unsigned kFull = 0xFFFFFFFFu;
-enum Mode : int8_t { kNone = 0, kOrdered = 1, kGrid = 2 };
+enum Mode : int8_t { kNone = 0, kOrdered = 1, kGrid = 2, kIndex = 3 };
 enum Sat : int8_t { kFits = 0, kSatGrid = 1, kSatOrdered = 2 };
 
 __device__ __forceinline__ bool finite3(float a, float b, float c) {
@@ -84,6 +93,14 @@ struct Tables {
   const int64_t* yoff;  // B + 1 query offsets
   const int8_t* mode;   // Mode per cloud
   int64_t B;
+};
+
+// The spatial-index route's matches: cloud b's query q (local) has its K slots at
+// idx[off[b] + q * K, + K), local reference indices ascending, -1 after the last match.
+struct IndexHits {
+  const int64_t* idx;
+  const int64_t* off;  // per cloud (kIndex clouds only)
+  int64_t K;
 };
 
 // Cell coordinate along one axis, in double: monotone in v and accurate enough (dims <= 2^21,
@@ -358,14 +375,23 @@ __device__ __forceinline__ Query load_query(const FlatPoints& x, const FlatPoint
   return qq;
 }
 
+// Slot `lane` of query qq's index row (-1 past K): a reference other than the query's own row.
+__device__ __forceinline__ bool index_slot(const IndexHits& h, const Tables& t, const Query& qq, int64_t b,
+                                           bool ignore_same, int64_t& j) {
+  const int lane = threadIdx.x & 31;
+  j = lane < h.K ? h.idx[h.off[b] + (qq.i - t.yoff[b]) * h.K + lane] : -1;
+  return j >= 0 && !(ignore_same && qq.x0 + j == qq.i);
+}
+
 // Counting pass. One warp per query (grid-stride over all query rows): cnt[i] = min(cap, matches),
-// sat[i] says whether there are more than cap matches and which fill takes the query.
+// sat[i] says whether there are more than cap matches and which fill takes the query (kFits for
+// the index route's queries: their fill reads the index row whatever the count).
 template <bool kDim3>
 __global__ void __launch_bounds__(RadiusPolicy::kWarpsPerBlock * 32)
     count_kernel(FlatPoints x, FlatPoints y, int64_t M, int64_t D, Tables t,
                  const GridParams* __restrict__ params, const unsigned long long* __restrict__ start,
-                 const float4* __restrict__ pts, float R2, int64_t cap, bool ignore_same,
-                 int64_t* __restrict__ cnt, int8_t* __restrict__ sat) {
+                 const float4* __restrict__ pts, IndexHits hits, float R2, int64_t cap,
+                 bool ignore_same, int64_t* __restrict__ cnt, int8_t* __restrict__ sat) {
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * RadiusPolicy::kWarpsPerBlock;
   for (int64_t i = blockIdx.x * int64_t{RadiusPolicy::kWarpsPerBlock} + (threadIdx.x >> 5); i < M;
@@ -378,6 +404,10 @@ __global__ void __launch_bounds__(RadiusPolicy::kWarpsPerBlock * 32)
     if (mode == kOrdered && qq.n > 0) {
       count = ordered_count<kDim3>(x, y, qq, D, R2, ignore_same, cap);
       s = count > cap ? kSatOrdered : kFits;
+    } else if (kDim3 && mode == kIndex) {
+      // The row's matches other than the own row; at most K = cap (+1), clamped to cap below.
+      int64_t j;
+      count = __popc(__ballot_sync(kFull, index_slot(hits, t, qq, b, ignore_same, j)));
     } else if (kDim3 && mode == kGrid) {
       const GridParams g = params[b];
       // R2 is finite here: a non-finite query matches nothing, and nor does a cloud without a
@@ -426,13 +456,13 @@ __device__ __forceinline__ void warp_sort(uint32_t* buf, int count, int lane) {
 // Fill pass. One warp per query, edges at [off[i], off[i] + cnt[i]). capacity > 0: the grid
 // queries select through a shared-memory buffer of `capacity` (= 2 * pow2 >= max(cap, 32))
 // local indices per warp; capacity == 0: unsaturated grid queries write unordered (a segmented
-// sort follows).
+// sort follows). Index-route queries take their row's slots, one per lane.
 template <bool kDim3>
 __global__ void __launch_bounds__(RadiusPolicy::kWarpsPerBlock * 32)
     fill_kernel(FlatPoints x, FlatPoints y, int64_t M, int64_t D, Tables t,
                 const GridParams* __restrict__ params, const unsigned long long* __restrict__ start,
-                const float4* __restrict__ pts, float R2, int64_t cap, bool ignore_same,
-                const int64_t* __restrict__ cnt, const int8_t* __restrict__ sat,
+                const float4* __restrict__ pts, IndexHits hits, float R2, int64_t cap,
+                bool ignore_same, const int64_t* __restrict__ cnt, const int8_t* __restrict__ sat,
                 const int64_t* __restrict__ off, int capacity, int64_t* __restrict__ row0,
                 int64_t* __restrict__ out1) {
   extern __shared__ uint32_t smem32[];
@@ -447,6 +477,16 @@ __global__ void __launch_bounds__(RadiusPolicy::kWarpsPerBlock * 32)
     const Query qq = load_query(x, y, t, i, b, kDim3);
     const int64_t o = off[i];
     const int8_t s = sat[i];
+    if (kDim3 && t.mode[b] == kIndex) {  // the first c slots other than the own row, in order
+      int64_t j;
+      const bool ok = index_slot(hits, t, qq, b, ignore_same, j);
+      const int64_t pos = __popc(__ballot_sync(kFull, ok) & lt);
+      if (ok && pos < c) {
+        out1[o + pos] = qq.x0 + j;
+        row0[o + pos] = qq.i;
+      }
+      continue;
+    }
     if (!kDim3 || t.mode[b] == kOrdered || s == kSatOrdered) {
       ordered_fill<kDim3>(x, y, qq, D, R2, ignore_same, c, o, row0, out1);
       continue;
@@ -522,18 +562,27 @@ int64_t radius(const CudaContext& ctx, RaggedPointsView x, RaggedPointsView y, O
   detail::Workspace ws(ctx);
   constexpr int T = RadiusPolicy::kThreads;
 
-  // Paths per cloud, and the grid's cell budget.
+  // Paths per cloud, the grid's cell budget and the index route's slots.
   const bool is3 = D == 3;
   const bool grid_ok = is3 && std::isfinite(R2);
+  // The index rows' width: cap, plus the own row's slot (> 32, no route; clamped against overflow).
+  const int64_t width = cap <= 32 ? cap + (ignore_same ? 1 : 0) : 33;
   std::vector<int8_t> mode(static_cast<size_t>(B), kNone);
   std::vector<int64_t> cell_off(static_cast<size_t>(B) + 1, 0);
-  int64_t max_grid_n = 0;
+  std::vector<int64_t> hit_off(static_cast<size_t>(B), 0);
+  int64_t max_grid_n = 0, total_hits = 0, max_hits = 0;
   bool any_grid = false;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t n = ptr_x.length(b), m = ptr_y.length(b);
     int64_t cells = 0;
     if (n > 0 && m > 0) {
-      if (grid_ok && n >= RadiusPolicy::kGridMinPoints && n < (int64_t{1} << 31)) {
+      if (grid_ok && m < (int64_t{1} << 31) &&
+          detail::index_route("PCOPS_CUDA_RADIUS_INDEX", width, LengthsView{}, m, LengthsView{}, n, 1)) {
+        mode[b] = kIndex;
+        hit_off[b] = total_hits;
+        total_hits += m * width;
+        max_hits = std::max(max_hits, m * width);
+      } else if (grid_ok && n >= RadiusPolicy::kGridMinPoints && n < (int64_t{1} << 31)) {
         mode[b] = kGrid;
         cells = RadiusPolicy::kCellsPerPoint * n + RadiusPolicy::kExtraCells;
         max_grid_n = std::max(max_grid_n, n);
@@ -549,6 +598,26 @@ int64_t radius(const CudaContext& ctx, RaggedPointsView x, RaggedPointsView y, O
   const Tables tab{primitives::upload(ctx, ws, xo), primitives::upload(ctx, ws, yo),
                    primitives::upload(ctx, ws, mode), B};
   const FlatPoints fx = primitives::flat_points(x), fy = primitives::flat_points(y);
+
+  // Index route: per cloud, a SpatialIndex of its references and the K = width smallest matching
+  // local indices of each of its queries (the distances are not needed: one buffer serves all).
+  IndexHits hits{nullptr, nullptr, width};
+  if (total_hits > 0) {
+    int64_t* idx = ws.alloc<int64_t>(total_hits);
+    float* dist2 = ws.alloc<float>(max_hits);
+    const CudaContext c = detail::stream_ordered(ctx);  // the index's memory as workspace
+    for (int64_t b = 0; b < B; ++b) {
+      if (mode[b] != kIndex) continue;
+      const int64_t n = ptr_x.length(b), m = ptr_y.length(b);
+      const PointsView rc{x.row(ptr_x.begin(b)), 1, n, 3, 0, x.stride_point, x.stride_dim};
+      const PointsView qc{y.row(ptr_y.begin(b)), 1, m, 3, 0, y.stride_point, y.stride_dim};
+      SpatialIndex index;
+      index.build(c, rc, LengthsView{}, SpatialIndexParams{});
+      index.ball_query_below(c, qc, LengthsView{}, R2, width, dist2, idx + hit_off[b]);
+    }
+    hits.idx = idx;
+    hits.off = primitives::upload(ctx, ws, hit_off);
+  }
 
   // Grid build.
   GridParams* gp = nullptr;
@@ -593,11 +662,11 @@ int64_t radius(const CudaContext& ctx, RaggedPointsView x, RaggedPointsView y, O
   const dim3 qgrid(static_cast<unsigned>(primitives::blocks_for(M, RadiusPolicy::kWarpsPerBlock)));
   const dim3 qblock(RadiusPolicy::kWarpsPerBlock * 32);
   if (is3)
-    detail::launch(ctx, count_kernel<true>, qgrid, qblock, 0, fx, fy, M, D, tab, gp, start, pts, R2,
-                   cap, ignore_same, cnt, sat);
+    detail::launch(ctx, count_kernel<true>, qgrid, qblock, 0, fx, fy, M, D, tab, gp, start, pts, hits,
+                   R2, cap, ignore_same, cnt, sat);
   else
-    detail::launch(ctx, count_kernel<false>, qgrid, qblock, 0, fx, fy, M, D, tab, gp, start, pts, R2,
-                   cap, ignore_same, cnt, sat);
+    detail::launch(ctx, count_kernel<false>, qgrid, qblock, 0, fx, fy, M, D, tab, gp, start, pts, hits,
+                   R2, cap, ignore_same, cnt, sat);
   {
     size_t temp_bytes = 0;
     PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, temp_bytes, cnt, off, M + 1, stream));
@@ -620,11 +689,11 @@ int64_t radius(const CudaContext& ctx, RaggedPointsView x, RaggedPointsView y, O
   int64_t* out1 = unordered ? ws.alloc<int64_t>(E) : row1;
   const size_t smem = static_cast<size_t>(RadiusPolicy::kWarpsPerBlock) * capacity * sizeof(uint32_t);
   if (is3) {
-    detail::launch(ctx, fill_kernel<true>, qgrid, qblock, smem, fx, fy, M, D, tab, gp, start, pts, R2,
-                   cap, ignore_same, cnt, sat, off, capacity, row0, out1);
+    detail::launch(ctx, fill_kernel<true>, qgrid, qblock, smem, fx, fy, M, D, tab, gp, start, pts, hits,
+                   R2, cap, ignore_same, cnt, sat, off, capacity, row0, out1);
   } else {
-    detail::launch(ctx, fill_kernel<false>, qgrid, qblock, 0, fx, fy, M, D, tab, gp, start, pts, R2,
-                   cap, ignore_same, cnt, sat, off, 0, row0, out1);
+    detail::launch(ctx, fill_kernel<false>, qgrid, qblock, 0, fx, fy, M, D, tab, gp, start, pts, hits,
+                   R2, cap, ignore_same, cnt, sat, off, 0, row0, out1);
   }
   if (unordered) {
     size_t temp_bytes = 0;

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <limits>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda_util.hpp"
@@ -269,6 +270,68 @@ TEST(CudaRadius, OneMillionPoints) {
   const int64_t n = 1000000;
   const Flat x = single(uniform(rng, n, 3));
   expect_radius(x, x, radius_for(n, 16), 32, true);
+}
+
+// n points around `clusters` centres uniform in the unit cube, gaussian of deviation sigma.
+std::vector<float> gaussian_clusters(std::mt19937& rng, int64_t n, int clusters, float sigma) {
+  std::uniform_real_distribution<float> u(0.0f, 1.0f);
+  std::normal_distribution<float> g(0.0f, sigma);
+  std::uniform_int_distribution<int> pick(0, clusters - 1);
+  std::vector<float> centres(static_cast<size_t>(3 * clusters)), v(static_cast<size_t>(3 * n));
+  for (float& c : centres) c = u(rng);
+  for (int64_t i = 0; i < n; ++i) {
+    const int c = pick(rng);
+    for (int a = 0; a < 3; ++a) v[3 * i + a] = centres[3 * c + a] + g(rng);
+  }
+  return v;
+}
+
+// The first m points of `src`, each coordinate moved by up to eps.
+std::vector<float> jittered(std::mt19937& rng, const std::vector<float>& src, int64_t m, float eps) {
+  std::uniform_real_distribution<float> u(-eps, eps);
+  std::vector<float> v(src.begin(), src.begin() + 3 * m);
+  for (float& f : v) f += u(rng);
+  return v;
+}
+
+// The spatial-index route (PCOPS_CUDA_RADIUS_INDEX=always routes every cloud with K = cap (+1
+// with ignore_same_index) <= 32; never, none) gives the CPU's edges. Tight clusters (queries
+// saturating the cap beside unsaturated ones), non-finite points, empty clouds and a query cloud
+// without references. ignore_same_index skips reference row == query row (global rows): queries
+// that are jittered copies of their cloud's first references (cloud 0, whose rows line up: the
+// skipped pair is a match at a nonzero distance), copies whose reference row lies in another
+// cloud (cloud 4: nothing skipped), and the radius graph (x, x).
+TEST(CudaRadius, IndexRouteAgrees) {
+  std::mt19937 rng(11);
+  Flat x, y;
+  std::vector<float> c0 = gaussian_clusters(rng, 4000, 8, 0.002f);
+  const float bad[3] = {std::nanf(""), INFINITY, -INFINITY};
+  for (int t = 0; t < 12; ++t) c0[static_cast<size_t>((t * 977) % c0.size())] = bad[t % 3];
+  x.add(c0);
+  y.add(jittered(rng, c0, 1500, 1e-4f));
+  x.add({});  // queries without references
+  y.add(uniform(rng, 30, 3));
+  x.add(uniform(rng, 500, 3));  // references without queries
+  y.add({});
+  x.add({});  // both empty
+  y.add({});
+  const std::vector<float> c4 = gaussian_clusters(rng, 3000, 5, 0.002f);
+  x.add(c4);
+  y.add(jittered(rng, c4, 800, 5e-4f));
+  x.add(uniform(rng, 60, 3));  // a small uniform cloud
+  y.add(uniform(rng, 40, 3));
+  for (const char* mode : {"always", "never"}) {  // the default rule routes none of these clouds
+    pcops_cuda_test::ScopedEnv env("PCOPS_CUDA_RADIUS_INDEX", mode);  // unset at the end of the scope
+    SCOPED_TRACE(std::string("PCOPS_CUDA_RADIUS_INDEX=") + mode);
+    for (double r : {0.003, 0.0008}) {
+      for (int64_t cap : {1, 16, 31, 32}) {  // cap 32 with ignore_same_index: K = 33, no route
+        for (bool ignore : {false, true}) {
+          expect_radius(x, y, r, cap, ignore, cap == 16);
+          expect_radius(x, x, r, cap, ignore);
+        }
+      }
+    }
+  }
 }
 
 TEST(CudaRadius, BadInputRaises) {

@@ -125,6 +125,42 @@ def test_one_million_points(gen):
     _assert_same(*_on_both(flat.knn_graph, x, 16))
 
 
+@pytest.mark.parametrize("r,cap,ignore", [(0.003, 16, False), (0.003, 31, True), (0.01, 32, False),
+                                          (0.06, 24, True), (0.003, 40, False)])
+def test_radius_index_route(gen, monkeypatch, r, cap, ignore):
+    # A clustered cloud of 150k points (20 gaussian clusters of sigma 0.002: its queries saturate
+    # the cap; the index route by default) beside a uniform one of 6000 points (unsaturated; grid)
+    # and one of 20 (ordered scan) in one flat batch. The route (cap (+1) <= 32 only: cap 40 keeps
+    # the old paths even with "always") changes no bit: default, never, always (every cloud).
+    sizes = [150_000, 6000, 20]
+    centres = torch.rand(20, 3, generator=gen)
+    big = centres[torch.randint(0, 20, (sizes[0],), generator=gen)]
+    big = big + 0.002 * torch.randn(sizes[0], 3, generator=gen)
+    x = torch.cat([big, _rand(gen, sizes[1]), _rand(gen, sizes[2])])
+    b = _batch(sizes)
+    # Queries: every other row, so query row i and reference row i (the pair ignore_same_index
+    # skips) are different points, in different clouds past the first.
+    y, by = x[1::2], b[1::2]
+    want = flat.radius(x, y, r, b, by, max_num_neighbors=cap, ignore_same_index=ignore)
+    want_graph = flat.radius_graph(x, r, b, loop=not ignore, max_num_neighbors=cap)
+    deg = torch.bincount(want[0], minlength=y.shape[0])
+    assert (deg[:75_000] == cap).float().mean() > 0.9 and (deg[75_000:78_000] < cap).all()
+    xc, yc, bc, byc = x.to(CUDA), y.to(CUDA), b.to(CUDA), by.to(CUDA)
+    for mode in (None, "never", "always"):
+        if mode is None:
+            monkeypatch.delenv("PCOPS_CUDA_RADIUS_INDEX", raising=False)
+        else:
+            monkeypatch.setenv("PCOPS_CUDA_RADIUS_INDEX", mode)
+        got = flat.radius(xc, yc, r, bc, byc, max_num_neighbors=cap, ignore_same_index=ignore)
+        got_graph = flat.radius_graph(xc, r, bc, loop=not ignore, max_num_neighbors=cap)
+        assert got.device.type == "cuda" and got_graph.device.type == "cuda"
+        try:
+            _assert_same(want, got)
+            _assert_same(want_graph, got_graph)
+        except AssertionError as e:
+            raise AssertionError(f"PCOPS_CUDA_RADIUS_INDEX={mode}: {e}") from None
+
+
 # --------------------------------------------------------------------------------------------
 # torch_cluster stand-in
 
