@@ -145,8 +145,12 @@ class SpatialIndex {
   void ball_query(const CudaContext& ctx, PointsView query, LengthsView query_lengths, float radius, int64_t K,
                   float* dist2, int64_t* idx) const;
   // The same with the threshold given (s < R2, R2 >= 0), as the CPU index's; K <= 1024.
+  // skip_offset (CUDA only): when not kNoSkip, query row m never matches reference m + skip_offset
+  // of its cloud (the radius search's ignore_same_index: the query's own row), which then takes
+  // no slot of the K.
+  static constexpr int64_t kNoSkip = INT64_MIN;
   void ball_query_below(const CudaContext& ctx, PointsView query, LengthsView query_lengths, float R2, int64_t K,
-                        float* dist2, int64_t* idx) const;
+                        float* dist2, int64_t* idx, int64_t skip_offset = kNoSkip) const;
 
   int64_t batch() const;
   int64_t count() const;

@@ -5,14 +5,12 @@
 // Count-then-fill: a counting pass writes c_i = min(cap, matches) per query, CUB scans c into
 // edge offsets, one synchronisation reads E back, allocate(E), and a fill pass writes the edges.
 // Paths, chosen per cloud on the host (offsets are host memory) and per query on the device:
-// - spatial index (3-D, finite R2, K = cap + 1 with ignore_same_index (else cap) <= 32, a cloud
-//   of >= 100k references queried densely: the dense operators' rule, detail::index_route;
-//   PCOPS_CUDA_RADIUS_INDEX=always|never overrides): a SpatialIndex of the cloud built for the
-//   call, whose ball_query_below gives each query its K smallest matching local indices in
-//   ascending order before the counting pass (the CPU's index route, src/cpu/radius.cpp). Those
-//   are the first K matches in index order, so the first cap of them other than the query's own
-//   row (ignore_same_index: reference row == query row, as everywhere here) are its edges; the
-//   counting and fill passes read them, one warp per query, a lane per slot.
+// - spatial index (3-D, finite R2, cap <= 32, a cloud of >= 100k references queried densely: the
+//   dense operators' rule, detail::index_route; PCOPS_CUDA_RADIUS_INDEX=always|never overrides):
+//   a SpatialIndex of the cloud built for the call, whose ball_query_below gives each query its
+//   cap smallest matching local indices in ascending order before the counting pass, the query's
+//   own row excluded there with ignore_same_index (reference row == query row, as everywhere
+//   here): its edges. The counting and fill passes read them, one warp per query, a lane per slot.
 // - ordered scan (D != 3, R2 = +inf, clouds under RadiusPolicy::kGridMinPoints): one warp per
 //   query walks its cloud in index order and stops at the cap; exact by construction.
 // - uniform grid (3-D, finite R2): all grid clouds in one build (bounding box by integer
@@ -375,7 +373,8 @@ __device__ __forceinline__ Query load_query(const FlatPoints& x, const FlatPoint
   return qq;
 }
 
-// Slot `lane` of query qq's index row (-1 past K): a reference other than the query's own row.
+// Slot `lane` of query qq's index row (-1 past K). The index skipped the query's own row already;
+// the test here keeps the rule in one place should a row hold it.
 __device__ __forceinline__ bool index_slot(const IndexHits& h, const Tables& t, const Query& qq, int64_t b,
                                            bool ignore_same, int64_t& j) {
   const int lane = threadIdx.x & 31;
@@ -565,8 +564,8 @@ int64_t radius(const CudaContext& ctx, RaggedPointsView x, RaggedPointsView y, O
   // Paths per cloud, the grid's cell budget and the index route's slots.
   const bool is3 = D == 3;
   const bool grid_ok = is3 && std::isfinite(R2);
-  // The index rows' width: cap, plus the own row's slot (> 32, no route; clamped against overflow).
-  const int64_t width = cap <= 32 ? cap + (ignore_same ? 1 : 0) : 33;
+  // The index rows' width: cap (> 32: no route; clamped against overflow).
+  const int64_t width = std::min<int64_t>(cap, 33);
   std::vector<int8_t> mode(static_cast<size_t>(B), kNone);
   std::vector<int64_t> cell_off(static_cast<size_t>(B) + 1, 0);
   std::vector<int64_t> hit_off(static_cast<size_t>(B), 0);
@@ -613,7 +612,8 @@ int64_t radius(const CudaContext& ctx, RaggedPointsView x, RaggedPointsView y, O
       const PointsView qc{y.row(ptr_y.begin(b)), 1, m, 3, 0, y.stride_point, y.stride_dim};
       SpatialIndex index;
       index.build(c, rc, LengthsView{}, SpatialIndexParams{});
-      index.ball_query_below(c, qc, LengthsView{}, R2, width, dist2, idx + hit_off[b]);
+      index.ball_query_below(c, qc, LengthsView{}, R2, width, dist2, idx + hit_off[b],
+                             ignore_same ? ptr_y.begin(b) - ptr_x.begin(b) : SpatialIndex::kNoSkip);
     }
     hits.idx = idx;
     hits.off = primitives::upload(ctx, ws, hit_off);

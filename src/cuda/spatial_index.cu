@@ -357,6 +357,7 @@ struct QueryArgs {
   int64_t chunks;
   const uint32_t* order;  // sorted queries' m
   float R2;               // ball query
+  int64_t skip;           // ball query: query m never matches reference m + skip (kNoSkip: none)
   float* dist;
   int64_t* idx;
 };
@@ -431,6 +432,8 @@ __global__ void __launch_bounds__(32 * kLaneWarps) lane_kernel(QueryArgs a, Tree
       qz = p[2 * a.query.stride_dim];
     }
     const int64_t out = (b * a.M + m) * a.k;
+    // Ball query: the reference this query must not match (its own row), as an index (or none).
+    const int64_t own = kBall && a.skip != SpatialIndex::kNoSkip ? m + a.skip : -1;
     bool active = in && finite3(qx, qy, qz) && (!kBall || a.R2 > 0.0f);
     if (in && !active) {  // kNN: every key +inf, the first k by index; ball query: no match
       for (int s = 0; s < k; ++s) {
@@ -506,7 +509,8 @@ __global__ void __launch_bounds__(32 * kLaneWarps) lane_kernel(QueryArgs a, Tree
         for (int j = 0; j < cnt; ++j) {
           const float4 p = staged[j];
           const float s = common::squared_distance3(qx, qy, qz, p.x, p.y, p.z);
-          const bool pass = kBall ? s < a.R2 : !(s > tk);  // NaN passes; the insertion decides
+          const bool pass = kBall ? s < a.R2 && static_cast<int64_t>(__float_as_uint(p.w)) != own
+                                  : !(s > tk);  // NaN passes; the insertion decides
           mask |= static_cast<unsigned>(pass) << j;
         }
       }
@@ -645,6 +649,7 @@ __global__ void __launch_bounds__(256) warp_kernel(QueryArgs a, Tree t, int half
     const float* qp = point_ptr(a.query, b, m);
     const float qx = qp[0], qy = qp[a.query.stride_dim], qz = qp[2 * a.query.stride_dim];
     const int64_t out = (b * a.M + m) * a.k;
+    const int64_t own = kBall && a.skip != SpatialIndex::kNoSkip ? m + a.skip : -1;  // see lane_kernel
     if (!finite3(qx, qy, qz) || (kBall && !(a.R2 > 0.0f))) {
       for (int64_t s = lane; s < a.k; s += 32) {
         a.dist[out + s] = kBall ? 0.0f : INFINITY;
@@ -668,7 +673,7 @@ __global__ void __launch_bounds__(256) warp_kernel(QueryArgs a, Tree t, int half
       const float4 p = valid ? t.pts[p0 + lane] : make_float4(0, 0, 0, 0);
       const float s = common::squared_distance3(qx, qy, qz, p.x, p.y, p.z);
       const uint32_t id = __float_as_uint(p.w);
-      if (kBall) top.offer(ball_value(s, id), valid && s < a.R2);
+      if (kBall) top.offer(ball_value(s, id), valid && s < a.R2 && static_cast<int64_t>(id) != own);
       else top.offer(knn_value(s, id), valid);
     };
     if (d.levels > 0) {
@@ -961,12 +966,12 @@ SortedQueries sort_queries(const CudaContext& ctx, detail::Workspace& ws, const 
 
 template <bool kBall>
 void run_search(const CudaContext& ctx, const SpatialIndex::Impl& I, const PointsView& query,
-                const std::vector<int64_t>& qlen, int64_t k, float R2, float* dist, int64_t* idx) {
+                const std::vector<int64_t>& qlen, int64_t k, float R2, int64_t skip, float* dist, int64_t* idx) {
   detail::Workspace ws(ctx);
   const SortedQueries s = sort_queries(ctx, ws, I, query, qlen);
   if (s.total == 0) return;
   QueryArgs a{query, query.count, k, static_cast<int64_t>(qlen.size()), s.qoff, s.cprefix, s.chunks, s.order,
-              R2, dist, idx};
+              R2, skip, dist, idx};
   const Tree t{I.pts, I.box, I.clouds, I.quant, I.layout};
   // One lane per query when the queries are dense enough that a warp's 32 consecutive (sorted)
   // queries lie close together; sparse queries take one warp each. PCOPS_CUDA_INDEX_KERNEL=lane|warp
@@ -1037,7 +1042,7 @@ void SpatialIndex::knn(const CudaContext& ctx, PointsView query, LengthsView que
     detail::Workspace ws(ctx);
     pad_rows(ctx, ws, qlen, M, k, INFINITY, dist, idx);
   }
-  run_search<false>(ctx, I, query, qlen, k, 0.0f, dist, idx);
+  run_search<false>(ctx, I, query, qlen, k, 0.0f, kNoSkip, dist, idx);
 }
 
 void SpatialIndex::ball_query(const CudaContext& ctx, PointsView query, LengthsView query_lengths, float radius,
@@ -1062,7 +1067,7 @@ void SpatialIndex::ball_query(const CudaContext& ctx, PointsView query, LengthsV
 }
 
 void SpatialIndex::ball_query_below(const CudaContext& ctx, PointsView query, LengthsView query_lengths, float R2,
-                                    int64_t K, float* dist2, int64_t* idx) const {
+                                    int64_t K, float* dist2, int64_t* idx, int64_t skip_offset) const {
   core::validate_index_query(batch(), query, query_lengths);
   PCOPS_CHECK(R2 >= 0.0f, Value, "R2: expected >= 0, got ", R2);
   PCOPS_CHECK(K >= 0, Value, "K: expected >= 0, got ", K);
@@ -1076,7 +1081,7 @@ void SpatialIndex::ball_query_below(const CudaContext& ctx, PointsView query, Le
     detail::Workspace ws(ctx);
     pad_rows(ctx, ws, qlen, M, K, 0.0f, dist2, idx);
   }
-  run_search<true>(ctx, I, query, qlen, K, R2, dist2, idx);
+  run_search<true>(ctx, I, query, qlen, K, R2, skip_offset, dist2, idx);
 }
 
 }  // namespace pcops::cuda

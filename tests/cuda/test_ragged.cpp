@@ -324,7 +324,7 @@ TEST(CudaRadius, IndexRouteAgrees) {
     pcops_cuda_test::ScopedEnv env("PCOPS_CUDA_RADIUS_INDEX", mode);  // unset at the end of the scope
     SCOPED_TRACE(std::string("PCOPS_CUDA_RADIUS_INDEX=") + mode);
     for (double r : {0.003, 0.0008}) {
-      for (int64_t cap : {1, 16, 31, 32}) {  // cap 32 with ignore_same_index: K = 33, no route
+      for (int64_t cap : {1, 16, 31, 32, 33}) {  // 33: above the route's cap of 32
         for (bool ignore : {false, true}) {
           expect_radius(x, y, r, cap, ignore, cap == 16);
           expect_radius(x, x, r, cap, ignore);

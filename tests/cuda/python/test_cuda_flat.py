@@ -125,12 +125,12 @@ def test_one_million_points(gen):
     _assert_same(*_on_both(flat.knn_graph, x, 16))
 
 
-@pytest.mark.parametrize("r,cap,ignore", [(0.003, 16, False), (0.003, 31, True), (0.01, 32, False),
-                                          (0.06, 24, True), (0.003, 40, False)])
+@pytest.mark.parametrize("r,cap,ignore", [(0.003, 16, False), (0.003, 31, True), (0.003, 32, True),
+                                          (0.01, 32, False), (0.06, 24, True), (0.003, 40, False)])
 def test_radius_index_route(gen, monkeypatch, r, cap, ignore):
     # A clustered cloud of 150k points (20 gaussian clusters of sigma 0.002: its queries saturate
     # the cap; the index route by default) beside a uniform one of 6000 points (unsaturated; grid)
-    # and one of 20 (ordered scan) in one flat batch. The route (cap (+1) <= 32 only: cap 40 keeps
+    # and one of 20 (ordered scan) in one flat batch. The route (cap <= 32 only: cap 40 keeps
     # the old paths even with "always") changes no bit: default, never, always (every cloud).
     sizes = [150_000, 6000, 20]
     centres = torch.rand(20, 3, generator=gen)
