@@ -208,4 +208,40 @@ inline const int64_t* upload_lengths(const CudaContext& ctx, Workspace& ws, cons
   return dev;
 }
 
+// Ordered-int encoding of a float (integer order is float order), for boxes reduced with integer
+// atomics, and back.
+__device__ __forceinline__ int ordered_int(float f) {
+  const int i = __float_as_int(f);
+  return i < 0 ? i ^ 0x7FFFFFFF : i;
+}
+__device__ __forceinline__ float from_ordered_int(int i) { return __int_as_float(i < 0 ? i ^ 0x7FFFFFFF : i); }
+
+// A thread's running box of finite 3-D points in ordered ints (the bounding-box kernels of the
+// grid kNN and of the spatial index): add() each finite point, then flush() reduces the box over
+// the warp (every lane calls it) and lane 0 applies one atomicMin / atomicMax per axis, unless the
+// warp saw no point.
+struct OrderedBox3 {
+  int mn[3] = {0x7FFFFFFF, 0x7FFFFFFF, 0x7FFFFFFF};
+  int mx[3] = {static_cast<int>(0x80000000u), static_cast<int>(0x80000000u), static_cast<int>(0x80000000u)};
+  __device__ __forceinline__ void add(float x, float y, float z) {
+    const int v[3] = {ordered_int(x), ordered_int(y), ordered_int(z)};
+    for (int a = 0; a < 3; ++a) {
+      mn[a] = min(mn[a], v[a]);
+      mx[a] = max(mx[a], v[a]);
+    }
+  }
+  __device__ __forceinline__ void flush(int* bmin, int* bmax) {
+    for (int a = 0; a < 3; ++a) {
+      mn[a] = __reduce_min_sync(0xFFFFFFFFu, mn[a]);
+      mx[a] = __reduce_max_sync(0xFFFFFFFFu, mx[a]);
+    }
+    if ((threadIdx.x & 31) == 0 && mn[0] != 0x7FFFFFFF) {
+      for (int a = 0; a < 3; ++a) {
+        atomicMin(&bmin[a], mn[a]);
+        atomicMax(&bmax[a], mx[a]);
+      }
+    }
+  }
+};
+
 }  // namespace pcops::cuda::detail

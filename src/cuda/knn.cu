@@ -185,11 +185,6 @@ struct CloudScratch {
   unsigned long long sumsq, total;
 };
 
-__device__ __forceinline__ int ordered(float f) {
-  const int i = __float_as_int(f);
-  return i < 0 ? i ^ 0x7FFFFFFF : i;
-}
-__device__ __forceinline__ float unordered(int i) { return __int_as_float(i < 0 ? i ^ 0x7FFFFFFF : i); }
 
 __device__ __forceinline__ double edge(const GridParams& g, int a, int c) {
   return g.lo[a] + static_cast<double>(c) * g.h;
@@ -282,29 +277,14 @@ __global__ void init_scratch_kernel(CloudScratch* sc, int C) {
 // warp min/max then one integer atomic per warp and axis.
 __global__ void bbox_kernel(PointsView ref, const PassCloud* clouds, CloudScratch* sc) {
   const PassCloud cl = clouds[blockIdx.y];
-  int mn[3] = {0x7FFFFFFF, 0x7FFFFFFF, 0x7FFFFFFF};
-  int mx[3] = {static_cast<int>(0x80000000u), static_cast<int>(0x80000000u), static_cast<int>(0x80000000u)};
+  detail::OrderedBox3 box;
   for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < cl.n;
        j += int64_t{gridDim.x} * blockDim.x) {
     const float* p = row_ptr(ref, cl.rbase, j);
     const float x = p[0], y = p[ref.stride_dim], z = p[2 * ref.stride_dim];
-    if (!finite3(x, y, z)) continue;
-    const int v[3] = {ordered(x), ordered(y), ordered(z)};
-    for (int a = 0; a < 3; ++a) {
-      mn[a] = min(mn[a], v[a]);
-      mx[a] = max(mx[a], v[a]);
-    }
+    if (finite3(x, y, z)) box.add(x, y, z);
   }
-  for (int a = 0; a < 3; ++a) {
-    mn[a] = __reduce_min_sync(0xFFFFFFFFu, mn[a]);
-    mx[a] = __reduce_max_sync(0xFFFFFFFFu, mx[a]);
-  }
-  if ((threadIdx.x & 31) == 0) {
-    for (int a = 0; a < 3; ++a) {
-      atomicMin(&sc[blockIdx.y].bmin[a], mn[a]);
-      atomicMax(&sc[blockIdx.y].bmax[a], mx[a]);
-    }
-  }
+  box.flush(sc[blockIdx.y].bmin, sc[blockIdx.y].bmax);
 }
 
 // First cell size of each cloud from its box and point count. One thread per cloud.
@@ -316,8 +296,8 @@ __global__ void params_kernel(const PassCloud* clouds, const CloudScratch* sc, G
   double lo[3], hi[3];
   for (int a = 0; a < 3; ++a) {
     if (sc[c].bmin[a] <= sc[c].bmax[a]) {
-      lo[a] = unordered(sc[c].bmin[a]);
-      hi[a] = unordered(sc[c].bmax[a]);
+      lo[a] = detail::from_ordered_int(sc[c].bmin[a]);
+      hi[a] = detail::from_ordered_int(sc[c].bmax[a]);
     } else {
       lo[a] = hi[a] = 0.0;
     }

@@ -101,11 +101,6 @@ struct BoxScratch {
   int bmin[3], bmax[3];
 };
 
-__device__ __forceinline__ int ordered(float f) {
-  const int i = __float_as_int(f);
-  return i < 0 ? i ^ 0x7FFFFFFF : i;
-}
-__device__ __forceinline__ float unordered(int i) { return __int_as_float(i < 0 ? i ^ 0x7FFFFFFF : i); }
 
 __device__ __forceinline__ const float* point_ptr(const PointsView& v, int64_t b, int64_t n) {
   return v.data + b * v.stride_batch + n * v.stride_point;
@@ -150,28 +145,13 @@ __global__ void init_box_kernel(BoxScratch* sc, int64_t B) {
 __global__ void bbox_kernel(PointsView pts, const int64_t* len, int64_t B, BoxScratch* sc) {
   for (int64_t b = blockIdx.y; b < B; b += gridDim.y) {
     const int64_t n = len[b];
-    int mn[3] = {0x7FFFFFFF, 0x7FFFFFFF, 0x7FFFFFFF};
-    int mx[3] = {static_cast<int>(0x80000000u), static_cast<int>(0x80000000u), static_cast<int>(0x80000000u)};
+    detail::OrderedBox3 box;
     for (int64_t j = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; j < n; j += int64_t{gridDim.x} * blockDim.x) {
       const float* p = point_ptr(pts, b, j);
       const float x = p[0], y = p[pts.stride_dim], z = p[2 * pts.stride_dim];
-      if (!finite3(x, y, z)) continue;
-      const int v[3] = {ordered(x), ordered(y), ordered(z)};
-      for (int a = 0; a < 3; ++a) {
-        mn[a] = min(mn[a], v[a]);
-        mx[a] = max(mx[a], v[a]);
-      }
+      if (finite3(x, y, z)) box.add(x, y, z);
     }
-    for (int a = 0; a < 3; ++a) {
-      mn[a] = __reduce_min_sync(0xFFFFFFFFu, mn[a]);
-      mx[a] = __reduce_max_sync(0xFFFFFFFFu, mx[a]);
-    }
-    if ((threadIdx.x & 31) == 0 && mn[0] != 0x7FFFFFFF) {
-      for (int a = 0; a < 3; ++a) {
-        atomicMin(&sc[b].bmin[a], mn[a]);
-        atomicMax(&sc[b].bmax[a], mx[a]);
-      }
-    }
+    box.flush(sc[b].bmin, sc[b].bmax);
   }
 }
 
@@ -181,7 +161,7 @@ __global__ void quant_kernel(const BoxScratch* sc, int64_t B, int bits, Quant* q
     const float cells = static_cast<float>(1 << bits);
     for (int a = 0; a < 3; ++a) {
       if (sc[b].bmin[a] <= sc[b].bmax[a]) {
-        const float lo = unordered(sc[b].bmin[a]), hi = unordered(sc[b].bmax[a]);
+        const float lo = detail::from_ordered_int(sc[b].bmin[a]), hi = detail::from_ordered_int(sc[b].bmax[a]);
         const float ext = hi - lo;  // may round to inf for huge boxes: scale 0, one cell
         q.lo[a] = lo;
         q.scale[a] = ext > 0.0f && ext < INFINITY ? cells / ext : 0.0f;
