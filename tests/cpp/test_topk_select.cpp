@@ -51,4 +51,38 @@ TEST(TopkSelect, SmallestKMatchesNthElement) {
   }
 }
 
+// The streaming selector, every k from 1 to 40 (k <= 16: the sorted 16-slot array on AVX-512
+// machines; above: the buffer cut by smallest_k) and streams shorter and longer than k, reused
+// after reset: the kept values are the k smallest, ascending, and the threshold is never below the
+// true k-th smallest seen (so no value that belongs is refused).
+TEST(TopkSelect, SmallestKStreamsMatchSorting) {
+  std::mt19937_64 rng(13);
+  for (int64_t k = 1; k <= 40; ++k) {
+    pcops::cpu::select::SmallestK best(k);
+    for (int64_t n : {int64_t{0}, int64_t{1}, k - 1, k, k + 1, 3 * k + 5, int64_t{400}}) {
+      if (n < 0) continue;
+      best.reset();
+      EXPECT_EQ(best.threshold(), UINT64_MAX);
+      const std::vector<uint64_t> a = distinct_keys(n, rng);
+      std::vector<uint64_t> seen;
+      for (const uint64_t v : a) {
+        best.push(v);
+        seen.push_back(v);
+        if (static_cast<int64_t>(seen.size()) >= k) {
+          std::nth_element(seen.begin(), seen.begin() + (k - 1), seen.end());
+          ASSERT_GE(best.threshold(), seen[static_cast<size_t>(k - 1)]) << "k = " << k << ", n = " << n;
+        } else {
+          ASSERT_EQ(best.threshold(), UINT64_MAX) << "k = " << k << ", n = " << n;
+        }
+      }
+      std::vector<uint64_t> want = a;
+      std::sort(want.begin(), want.end());
+      want.resize(static_cast<size_t>(std::min(k, n)));
+      const int64_t got = best.finish();
+      ASSERT_EQ(got, static_cast<int64_t>(want.size())) << "k = " << k << ", n = " << n;
+      EXPECT_TRUE(std::equal(want.begin(), want.end(), best.data())) << "k = " << k << ", n = " << n;
+    }
+  }
+}
+
 }  // namespace
