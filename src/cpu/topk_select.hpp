@@ -96,7 +96,8 @@ __attribute__((target("avx512f"))) inline void insert16_avx512(uint64_t* a, uint
   const __m512i v0 = _mm512_loadu_si512(a), v1 = _mm512_loadu_si512(a + 8);
   const __mmask8 m0 = _mm512_cmpgt_epu64_mask(v0, x), m1 = _mm512_cmpgt_epu64_mask(v1, x);
   // Lane i's predecessor (lane i - 1; lane 0 of the upper half follows lane 7 of the lower).
-  const __m512i s0 = _mm512_alignr_epi64(v0, v0, 7), s1 = _mm512_alignr_epi64(v1, v0, 7);
+  // (The zero-masked form: GCC warns that the unmasked one reads an undefined register.)
+  const __m512i s0 = _mm512_maskz_alignr_epi64(0xFF, v0, v0, 7), s1 = _mm512_maskz_alignr_epi64(0xFF, v1, v0, 7);
   const __mmask8 p0 = static_cast<__mmask8>(m0 << 1), p1 = static_cast<__mmask8>((m1 << 1) | (m0 >> 7));
   _mm512_storeu_si512(a, _mm512_mask_mov_epi64(_mm512_mask_mov_epi64(v0, m0, x), p0, s0));
   _mm512_storeu_si512(a + 8, _mm512_mask_mov_epi64(_mm512_mask_mov_epi64(v1, m1, x), p1, s1));
