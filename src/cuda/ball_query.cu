@@ -661,7 +661,7 @@ void ball_query(const CudaContext& ctx, PointsView query, PointsView ref, Length
   // even clouds 0.8x-1.7x; docs/ops/spatial_index.md). Same results. PCOPS_CUDA_BALL_QUERY_INDEX
   // = always | never overrides.
   if (R2 > 0.0f && std::isfinite(R2) &&
-      detail::index_route("PCOPS_CUDA_BALL_QUERY_INDEX", K, query_lengths, M, ref_lengths, N, B)) {
+      detail::IndexRoute("PCOPS_CUDA_BALL_QUERY_INDEX")(K, query_lengths, M, ref_lengths, N, B)) {
     const CudaContext c = detail::stream_ordered(ctx);
     SpatialIndex index;
     index.build(c, ref, ref_lengths, SpatialIndexParams{});

@@ -167,22 +167,34 @@ inline CudaContext stream_ordered(const CudaContext& ctx) {
 
 // Whether the CUDA operators' index route applies: PCOPS_CUDA_<op>_INDEX = always | never, else
 // the measured rule (k <= 32, a cloud of at least 100k points, at least one query per 8 points).
-inline bool index_route(const char* env, int64_t k, const LengthsView& query_lengths, int64_t M,
-                        const LengthsView& ref_lengths, int64_t N, int64_t B) {
-  if (k > 32 || N >= (int64_t{1} << 31)) return false;
-  if (const char* e = std::getenv(env); e != nullptr && *e != 0) {
-    if (std::strcmp(e, "always") == 0) return true;
-    if (std::strcmp(e, "never") == 0) return false;
+// The override is read once, when the rule is made, so per-cloud decisions cost no getenv.
+class IndexRoute {
+ public:
+  explicit IndexRoute(const char* env) {
+    if (const char* e = std::getenv(env); e != nullptr && *e != 0) {
+      if (std::strcmp(e, "always") == 0) force_ = 1;
+      if (std::strcmp(e, "never") == 0) force_ = -1;
+    }
   }
-  int64_t queries = 0, points = 0, largest = 0;
-  for (int64_t b = 0; b < B; ++b) {
-    queries += query_lengths.get(b, M);
-    const int64_t n = ref_lengths.get(b, N);
-    points += n;
-    largest = std::max(largest, n);
+  bool operator()(int64_t k, const LengthsView& query_lengths, int64_t M, const LengthsView& ref_lengths,
+                  int64_t N, int64_t B) const {
+    if (k > 32 || N >= (int64_t{1} << 31)) return false;
+    if (force_ != 0) return force_ > 0;
+    int64_t queries = 0, points = 0, largest = 0;
+    for (int64_t b = 0; b < B; ++b) {
+      queries += query_lengths.get(b, M);
+      const int64_t n = ref_lengths.get(b, N);
+      points += n;
+      largest = std::max(largest, n);
+    }
+    return largest >= 100000 && queries * 8 >= points;
   }
-  return largest >= 100000 && queries * 8 >= points;
-}
+  // One cloud of n references and m queries.
+  bool operator()(int64_t k, int64_t m, int64_t n) const { return (*this)(k, LengthsView{}, m, LengthsView{}, n, 1); }
+
+ private:
+  int force_ = 0;  // 1: always, -1: never, 0: the rule
+};
 
 template <class T>
 __global__ void fill_kernel(T* p, int64_t n, T value) {

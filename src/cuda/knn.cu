@@ -798,7 +798,7 @@ void knn(const CudaContext& ctx, PointsView query, PointsView ref, LengthsView q
   // 3-D, k <= 32, a cloud of at least 100k points queried densely: a SpatialIndex built for the
   // call, whose adaptive leaves win on uneven clouds (12.5x on clusters at 1M points) and stay
   // within 0.8x-1.2x of the grid on even ones (H200, docs/ops/spatial_index.md). Same results.
-  if (ref.dim == 3 && detail::index_route("PCOPS_CUDA_KNN_INDEX", k, query_lengths, M, ref_lengths, N, B)) {
+  if (ref.dim == 3 && detail::IndexRoute("PCOPS_CUDA_KNN_INDEX")(k, query_lengths, M, ref_lengths, N, B)) {
     const CudaContext c = detail::stream_ordered(ctx);  // the index's memory as workspace
     SpatialIndex index;
     index.build(c, ref, ref_lengths, SpatialIndexParams{});

@@ -6,7 +6,7 @@
 // E is known from the offsets, so there is no host synchronisation: allocate(E) is called first.
 // Paths, chosen per cloud on the host (offsets are host memory):
 // - Euclidean, 3-D, k <= 32, a cloud of >= 100k references queried densely (the dense kNN's rule,
-//   detail::index_route, PCOPS_CUDA_KNN_INDEX): a SpatialIndex of the cloud built for the call.
+//   detail::IndexRoute, PCOPS_CUDA_KNN_INDEX): a SpatialIndex of the cloud built for the call.
 // - Euclidean, 3-D, cloud eligible for the dense kNN grid (src/cuda/knn.cu: >= 4096 references,
 //   4k <= n, k <= 1024): the dense grid kernels through detail::knn_grid, all such clouds in one
 //   pass (blockIdx.y = cloud), writing local indices straight into row 1 of the edges.
@@ -293,11 +293,11 @@ void ragged_select(const CudaContext& ctx, const RaggedPointsView& rv, const Rag
     std::vector<int8_t> brute(static_cast<size_t>(std::max<int64_t>(B, 1)), 0);
     std::vector<detail::KnnGridCloud> grid;
     bool any_brute = false;
+    const detail::IndexRoute index_route("PCOPS_CUDA_KNN_INDEX");
     for (int64_t b = 0; b < B; ++b) {
       const int64_t n = rptr.length(b), m = qptr.length(b);
       if (n == 0 || m == 0) continue;
-      if (!cosine && D == 3 && n >= k &&
-          detail::index_route("PCOPS_CUDA_KNN_INDEX", k, LengthsView{}, m, LengthsView{}, n, 1)) {
+      if (!cosine && D == 3 && n >= k && index_route(k, m, n)) {
         // The dense kNN's index route, per cloud: a SpatialIndex of this cloud built for the call,
         // its k local indices per query written straight into row 1 (n >= k: rows of k slots).
         const CudaContext c = detail::stream_ordered(ctx);

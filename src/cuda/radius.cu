@@ -6,7 +6,7 @@
 // edge offsets, one synchronisation reads E back, allocate(E), and a fill pass writes the edges.
 // Paths, chosen per cloud on the host (offsets are host memory) and per query on the device:
 // - spatial index (3-D, finite R2, cap <= 32, a cloud of >= 100k references queried densely: the
-//   dense operators' rule, detail::index_route; PCOPS_CUDA_RADIUS_INDEX=always|never overrides):
+//   dense operators' rule, detail::IndexRoute; PCOPS_CUDA_RADIUS_INDEX=always|never overrides):
 //   a SpatialIndex of the cloud built for the call, whose ball_query_below gives each query its
 //   cap smallest matching local indices in ascending order before the counting pass, the query's
 //   own row excluded there with ignore_same_index (reference row == query row, as everywhere
@@ -571,12 +571,12 @@ int64_t radius(const CudaContext& ctx, RaggedPointsView x, RaggedPointsView y, O
   std::vector<int64_t> hit_off(static_cast<size_t>(B), 0);
   int64_t max_grid_n = 0, total_hits = 0, max_hits = 0;
   bool any_grid = false;
+  const detail::IndexRoute index_route("PCOPS_CUDA_RADIUS_INDEX");
   for (int64_t b = 0; b < B; ++b) {
     const int64_t n = ptr_x.length(b), m = ptr_y.length(b);
     int64_t cells = 0;
     if (n > 0 && m > 0) {
-      if (grid_ok && m < (int64_t{1} << 31) &&
-          detail::index_route("PCOPS_CUDA_RADIUS_INDEX", width, LengthsView{}, m, LengthsView{}, n, 1)) {
+      if (grid_ok && m < (int64_t{1} << 31) && index_route(width, m, n)) {
         mode[b] = kIndex;
         hit_off[b] = total_hits;
         total_hits += m * width;

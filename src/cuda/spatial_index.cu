@@ -40,6 +40,7 @@
 #include "common/distance.hpp"
 #include "common/morton.hpp"
 #include "cuda/common.cuh"
+#include "cuda/primitives/ragged.cuh"
 #include "cuda/primitives/warp_topk.cuh"
 #include "pcops/ball_query.hpp"
 #include "pcops/error.hpp"
@@ -48,6 +49,8 @@
 namespace pcops::cuda {
 namespace {
 
+using primitives::blocks_for;
+using primitives::upload;
 using primitives::WarpTopK;
 
 constexpr int kLeaf = 32;          // points per leaf, children per node: a warp's width
@@ -729,17 +732,6 @@ KeyLayout key_layout(int64_t B) {
   L.shift = 3 * L.bits + 1;
   L.end_bit = L.shift + cb;
   return L;
-}
-
-int64_t blocks_for(int64_t items, int threads, int64_t cap = int64_t{1} << 20) {
-  return std::max<int64_t>(1, std::min<int64_t>(cap, detail::ceil_div(items, threads)));
-}
-
-template <class T>
-T* upload(const CudaContext& ctx, detail::Workspace& ws, const std::vector<T>& host) {
-  T* dev = ws.alloc<T>(static_cast<int64_t>(std::max<size_t>(host.size(), 1)));
-  detail::copy_to_device_async(ctx, dev, host.data(), host.size() * sizeof(T));
-  return dev;
 }
 
 // Sorts a batch of key/value pairs (CUB radix sort, stable).
