@@ -20,30 +20,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import statistics
-import time
-from datetime import datetime, timezone
-from pathlib import Path
 
 import torch
 
 import pcops
 from pcops import flat
-from pcops.bench.run import git_info
+from probe_timing import cpu_median, write_probe  # this directory
 from spatial_index_scale import cloud, count  # the same clouds as the 10M scale probe
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def timed(fn, repeat: int):
-    out = fn()
-    times = []
-    for _ in range(repeat):
-        t = time.perf_counter()
-        out = fn()
-        times.append(time.perf_counter() - t)
-    return statistics.median(times), out
 
 
 def main():
@@ -60,14 +44,14 @@ def main():
             d, _ = pcops.knn(p[None, :2000], p[None], 16)
             r = float(d[0, :, 15].median())
             os.environ["PCOPS_CPU_INDEX_ROUTES"] = "never"
-            t_dense_grid, (gd, gi) = timed(lambda: pcops.ball_query(p[None], p[None], r, 32), args.repeat)
-            t_graph_grid, edges_grid = timed(lambda: flat.radius_graph(p, r, max_num_neighbors=32), args.repeat)
-            t_knn_grid, (kd, ki) = timed(lambda: pcops.knn(p[None], p[None], 16), args.repeat)
+            t_dense_grid, (gd, gi) = cpu_median(lambda: pcops.ball_query(p[None], p[None], r, 32), args.repeat)
+            t_graph_grid, edges_grid = cpu_median(lambda: flat.radius_graph(p, r, max_num_neighbors=32), args.repeat)
+            t_knn_grid, (kd, ki) = cpu_median(lambda: pcops.knn(p[None], p[None], 16), args.repeat)
             os.environ.pop("PCOPS_CPU_INDEX_ROUTES")
-            t_dense, (dd, di) = timed(lambda: pcops.ball_query(p[None], p[None], r, 32), args.repeat)
-            t_index, (xd, xi) = timed(lambda: pcops.SpatialIndex(p).ball_query(p, r, 32), args.repeat)
-            t_graph, edges = timed(lambda: flat.radius_graph(p, r, max_num_neighbors=32), args.repeat)
-            t_knn, (kd2, ki2) = timed(lambda: pcops.knn(p[None], p[None], 16), args.repeat)
+            t_dense, (dd, di) = cpu_median(lambda: pcops.ball_query(p[None], p[None], r, 32), args.repeat)
+            t_index, (xd, xi) = cpu_median(lambda: pcops.SpatialIndex(p).ball_query(p, r, 32), args.repeat)
+            t_graph, edges = cpu_median(lambda: flat.radius_graph(p, r, max_num_neighbors=32), args.repeat)
+            t_knn, (kd2, ki2) = cpu_median(lambda: pcops.knn(p[None], p[None], 16), args.repeat)
             row = {"cloud": kind, "points": n, "radius": r, "K": 32,
                    "ball_query_grid_only_s": t_dense_grid, "ball_query_s": t_dense, "index_ball_query_s": t_index,
                    "radius_graph_grid_only_s": t_graph_grid, "radius_graph_s": t_graph,
@@ -78,17 +62,7 @@ def main():
                    "radius_graph_edges": int(edges.shape[1])}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    info = git_info()
-    commit = (info["commit"] or "unknown")[:7]
-    env = {"tracked_changes": info["dirty"], "torch": torch.__version__, "threads": torch.get_num_threads(),
-           "machine": platform.machine(), "python": platform.python_version(), "commit": commit,
-           "pcops": pcops.__version__}
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    path = Path(args.out) if args.out else REPO / "benchmarks" / "results" / f"index-routes-cpu-{stamp}-{commit}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"environment": env, "args": vars(args), "results": rows}, indent=1))
-    print(f"wrote {path}")
-
+    write_probe("index-routes-cpu", args, rows, {"threads": torch.get_num_threads()})
 
 if __name__ == "__main__":
     main()

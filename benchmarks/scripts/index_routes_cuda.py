@@ -22,18 +22,15 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-from datetime import datetime, timezone
-from pathlib import Path
 
 import torch
 
 import pcops
 from pcops import flat
+from probe_timing import write_probe  # this directory
 from spatial_index_cuda import DEV, make_cloud, timed  # the same clouds and timing
 from spatial_index_scale import count
 
-REPO = Path(__file__).resolve().parents[2]
 ROUTES = ("PCOPS_CUDA_KNN_INDEX", "PCOPS_CUDA_BALL_QUERY_INDEX", "PCOPS_CUDA_RADIUS_INDEX")
 
 
@@ -84,19 +81,8 @@ def main():
             print(json.dumps(row), flush=True)
             del p, batch
             torch.cuda.empty_cache()
-    commit = args.commit
-    if commit is None:
-        from pcops.bench.run import git_info
-        commit = (git_info()["commit"] or "unknown")[:7]
-    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": torch.cuda.get_device_name(),
-           "python": platform.python_version(), "machine": platform.machine(), "pcops": pcops.__version__,
-           "commit": commit}
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    path = Path(args.out) if args.out else REPO / "benchmarks" / "results" / f"index-routes-cuda-{stamp}-{commit}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"environment": env, "args": vars(args), "results": rows}, indent=1))
-    print(f"wrote {path}")
-
+    write_probe("index-routes-cuda", args, rows,
+                {"cuda": torch.version.cuda, "device": torch.cuda.get_device_name()})
 
 if __name__ == "__main__":
     main()

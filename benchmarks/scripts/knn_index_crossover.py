@@ -14,13 +14,12 @@ warm-up), and whether both paths returned the same bits. JSON goes to --out.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-from pathlib import Path
 
 import torch
 
 import pcops
+from probe_timing import write_probe  # this directory
 from spatial_index_cuda import DEV, count, make_cloud, timed  # the same clouds and timing
 
 
@@ -56,10 +55,7 @@ def main():
                     print(f"{kind:9s} n={n:8d} m={m:8d} k={k:2d} " +
                           " ".join(f"{name} {t * 1e3:8.3f}" for name, (t, _) in res.items()) +
                           f" ms same {row['same']}", flush=True)
-    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": torch.cuda.get_device_name(),
-           "commit": args.commit, "pcops": pcops.__version__}
-    Path(args.out).write_text(json.dumps({"environment": env, "args": vars(args), "results": rows}, indent=1))
-
+    write_probe("knn-index-crossover", args, rows, {"cuda": torch.version.cuda, "device": torch.cuda.get_device_name()})
 
 if __name__ == "__main__":
     main()

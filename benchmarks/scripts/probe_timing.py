@@ -1,9 +1,12 @@
-"""Timing helpers of the probes: medians of repeated calls after one warm-up call."""
+"""Timing helpers of the probes (medians of repeated calls after one warm-up call) and their JSON output."""
 
 from __future__ import annotations
 
+import os
+import platform
 import statistics
 import time
+from pathlib import Path
 
 import torch
 
@@ -43,3 +46,24 @@ def cuda_median(fn, repeat: int, warmup: int = 1) -> tuple[float, object]:
     """Median CUDA-event time of ``repeat`` calls (after a warm-up, synchronised) and the last result."""
     times, out = cuda_times(fn, repeat, warmup)
     return statistics.median(times), out
+
+
+def write_probe(stem: str, args, rows: list, env: dict | None = None) -> Path:
+    """Writes a probe's {"environment", "args", "results"} to ``args.out``, else to
+    benchmarks/results/<stem>-<time>-<commit>.json (pcops.bench.run.write_json). The environment
+    adds to ``env`` the versions, the machine and the commit; ``args.commit`` (a tree copied
+    without .git) names the commit as PCOPS_GIT_COMMIT does."""
+    import pcops
+    from pcops.bench.run import git_info, result_path, write_json
+
+    if getattr(args, "commit", None):
+        os.environ["PCOPS_GIT_COMMIT"] = args.commit
+    info = git_info()
+    env = {**(env or {}), "torch": torch.__version__, "python": platform.python_version(),
+           "machine": platform.machine(), "pcops": pcops.__version__,
+           "commit": (info["commit"] or "unknown")[:7], "tracked_changes": info["dirty"]}
+    out = getattr(args, "out", None)
+    path = Path(out) if out else result_path(Path(__file__).resolve().parents[2] / "benchmarks" / "results", stem)
+    write_json({"environment": env, "args": vars(args), "results": rows}, path=path)
+    print(f"wrote {path}")
+    return path

@@ -26,10 +26,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import statistics
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
@@ -37,9 +35,9 @@ import torch
 
 import pcops
 from pcops import data as pdata
+from probe_timing import write_probe  # this directory
 from spatial_index_scale import count
 
-REPO = Path(__file__).resolve().parents[2]
 DEV = torch.device("cuda")
 
 
@@ -180,19 +178,8 @@ def main():
             print(json.dumps(row), flush=True)
             del index, p, td, ti
             torch.cuda.empty_cache()
-    env = {"torch": torch.__version__, "cuda": torch.version.cuda, "device": torch.cuda.get_device_name(),
-           "python": platform.python_version(), "machine": platform.machine(), "pcops": pcops.__version__}
-    commit = args.commit
-    if commit is None:
-        from pcops.bench.run import git_info
-        commit = (git_info()["commit"] or "unknown")[:7]
-    env["commit"] = commit
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    path = Path(args.out) if args.out else REPO / "benchmarks" / "results" / f"spatial-index-cuda-{stamp}-{commit}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"environment": env, "args": vars(args), "results": rows}, indent=1))
-    print(f"wrote {path}")
-
+    write_probe("spatial-index-cuda", args, rows,
+                {"cuda": torch.version.cuda, "device": torch.cuda.get_device_name()})
 
 if __name__ == "__main__":
     main()

@@ -14,20 +14,13 @@ benchmarks/results/spatial-index-scale-<date>-<commit>.json (or --out).
 from __future__ import annotations
 
 import argparse
-import json
-import platform
 import resource
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 
 import torch
 
 import pcops
-from pcops.bench.run import git_info
-
-REPO = Path(__file__).resolve().parents[2]
-
+from probe_timing import write_probe  # this directory
 
 def count(text: str) -> int:
     text = text.strip().lower()
@@ -83,16 +76,7 @@ def main():
               f"({nb} queries, r={args.radius}, K={args.K}) {ball:.2f} s, index {index.memory_bytes / 1e6:.0f} MB, "
               f"exact {row['exact']}, peak RSS so far {row['peak_rss_bytes'] / 1e9:.2f} GB", flush=True)
         del index, dist, idx
-    info = git_info()
-    commit = (info["commit"] or "unknown")[:7]
-    env = {"tracked_changes": info["dirty"], "torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.machine(),
-           "python": platform.python_version(), "commit": commit, "pcops": pcops.__version__}
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    path = Path(args.out) if args.out else REPO / "benchmarks" / "results" / f"spatial-index-scale-{stamp}-{commit}.json"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"environment": env, "args": vars(args), "results": rows}, indent=1))
-    print(f"wrote {path}")
-
+    write_probe("spatial-index-scale", args, rows, {"threads": torch.get_num_threads()})
 
 if __name__ == "__main__":
     main()
