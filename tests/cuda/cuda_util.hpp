@@ -11,7 +11,9 @@
 #include <vector>
 
 #include "oracle.hpp"
+#include "pcops/ball_query.hpp"
 #include "pcops/context.hpp"
+#include "pcops/knn.hpp"
 #include "pcops/view.hpp"
 
 namespace pcops_cuda_test {
@@ -129,5 +131,19 @@ struct DeviceResult {
   }
   pcops_test::Result download() const { return {dist.download(), idx.download()}; }
 };
+
+// The CPU backend's kNN and ball query (sentinel-prefilled outputs): the CUDA tests' references.
+inline pcops_test::Result cpu_knn(const pcops::PointsView& q, const pcops::PointsView& x, int64_t k,
+                                  pcops::LengthsView ql = {}, pcops::LengthsView xl = {}) {
+  pcops_test::Result r = pcops_test::sentinel_result(q.batch * q.count * k);
+  pcops::cpu::knn({}, q, x, ql, xl, pcops::KnnParams{k}, r.dist.data(), r.idx.data());
+  return r;
+}
+inline pcops_test::Result cpu_ball(const pcops::PointsView& q, const pcops::PointsView& x, float radius, int64_t K,
+                                   pcops::LengthsView ql = {}, pcops::LengthsView xl = {}) {
+  pcops_test::Result r = pcops_test::sentinel_result(q.batch * q.count * K);
+  pcops::cpu::ball_query({}, q, x, ql, xl, pcops::BallQueryParams{radius, K}, r.dist.data(), r.idx.data());
+  return r;
+}
 
 }  // namespace pcops_cuda_test

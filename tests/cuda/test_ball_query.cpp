@@ -19,19 +19,12 @@
 namespace {
 
 using pcops_cuda_test::DeviceBuffer;
+using pcops_cuda_test::cpu_ball;
 using pcops_cuda_test::DeviceCloud;
 using pcops_cuda_test::DeviceResult;
 using pcops_cuda_test::StreamContext;
 using pcops_test::Cloud;
 using pcops_test::Result;
-
-Result cpu_ball(const Cloud& q, const Cloud& x, float r, int64_t K, pcops::LengthsView ql = {},
-                pcops::LengthsView xl = {}) {
-  Result res = pcops_test::sentinel_result(q.batch * q.count * K);
-  pcops::cpu::ball_query({}, q.view(), x.view(), ql, xl, pcops::BallQueryParams{r, K},
-                         res.dist.data(), res.idx.data());
-  return res;
-}
 
 Result cuda_ball(const DeviceCloud& q, const DeviceCloud& x, int64_t size, float r, int64_t K,
                  pcops::LengthsView ql = {}, pcops::LengthsView xl = {}, bool strided = false) {
@@ -45,7 +38,7 @@ Result cuda_ball(const DeviceCloud& q, const DeviceCloud& x, int64_t size, float
 // CUDA == CPU, bitwise; contiguous views and (optionally) strided ones.
 void expect_same(const Cloud& q, const Cloud& x, float r, int64_t K, pcops::LengthsView ql = {},
                  pcops::LengthsView xl = {}, bool also_strided = false) {
-  const Result want = cpu_ball(q, x, r, K, ql, xl);
+  const Result want = cpu_ball(q.view(), x.view(), r, K, ql, xl);
   DeviceCloud dq(q), dx(x);
   const int64_t size = q.batch * q.count * K;
   EXPECT_TRUE(pcops_test::same_result(cuda_ball(dq, dx, size, r, K, ql, xl), want))
@@ -75,7 +68,7 @@ bool same_bits(const std::vector<float>& a, const std::vector<float>& b, std::st
 // padded slots (it must not leak) and compares the gradients bitwise.
 void expect_same_backward(const Cloud& q, const Cloud& x, float r, int64_t K, uint32_t seed,
                           bool strided = false) {
-  const Result fwd = cpu_ball(q, x, r, K);
+  const Result fwd = cpu_ball(q.view(), x.view(), r, K);
   std::mt19937 rng(seed);
   std::uniform_real_distribution<float> u(-3.0f, 3.0f);
   std::vector<float> G(fwd.idx.size());

@@ -19,18 +19,12 @@
 
 namespace {
 
+using pcops_cuda_test::cpu_knn;
 using pcops_cuda_test::DeviceCloud;
 using pcops_cuda_test::DeviceResult;
 using pcops_cuda_test::StreamContext;
 using pcops_test::Cloud;
 using pcops_test::Result;
-
-Result cpu_knn(const pcops::PointsView& q, const pcops::PointsView& x, int64_t k,
-               pcops::LengthsView ql = {}, pcops::LengthsView xl = {}) {
-  Result r = pcops_test::sentinel_result(q.batch * q.count * k);
-  pcops::cpu::knn({}, q, x, ql, xl, pcops::KnnParams{k}, r.dist.data(), r.idx.data());
-  return r;
-}
 
 Result cuda_knn(const pcops::PointsView& q, const pcops::PointsView& x, int64_t k,
                 pcops::LengthsView ql = {}, pcops::LengthsView xl = {}) {

@@ -21,25 +21,13 @@
 
 namespace {
 
+using pcops_cuda_test::cpu_ball;
+using pcops_cuda_test::cpu_knn;
 using pcops_cuda_test::DeviceCloud;
 using pcops_cuda_test::DeviceResult;
 using pcops_cuda_test::StreamContext;
 using pcops_test::Cloud;
 using pcops_test::Result;
-
-Result cpu_knn(const Cloud& q, const Cloud& x, int64_t k, pcops::LengthsView ql = {}, pcops::LengthsView xl = {}) {
-  Result r = pcops_test::sentinel_result(q.batch * q.count * k);
-  pcops::cpu::knn({}, q.view(), x.view(), ql, xl, pcops::KnnParams{k}, r.dist.data(), r.idx.data());
-  return r;
-}
-
-Result cpu_ball(const Cloud& q, const Cloud& x, float radius, int64_t K, pcops::LengthsView ql = {},
-                pcops::LengthsView xl = {}) {
-  Result r = pcops_test::sentinel_result(q.batch * q.count * K);
-  pcops::cpu::ball_query({}, q.view(), x.view(), ql, xl, pcops::BallQueryParams{radius, K}, r.dist.data(),
-                         r.idx.data());
-  return r;
-}
 
 Result index_knn(const StreamContext& sc, const pcops::cuda::SpatialIndex& index, const pcops::PointsView& q,
                  int64_t k, pcops::LengthsView ql = {}) {
@@ -101,16 +89,16 @@ TEST(CudaSpatialIndex, AdversarialShapesEqualTheDenseOperators) {
     EXPECT_EQ(index.cloud_size(0), x.count);
     EXPECT_GE(index.memory_bytes(), 16 * x.count);
     for (int64_t k : {1, 3, 16, 32, 33, 100}) {
-      const Result want = cpu_knn(q, x, k);
+      const Result want = cpu_knn(q.view(), x.view(), k);
       EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dq.view, k), want)) << kind << " k=" << k;
       if (k == 16)
         EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dq.strided, k), want)) << kind << " strided";
     }
     // All points querying (the kNN graph).
-    EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dx.view, 8), cpu_knn(x, x, 8))) << kind;
+    EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dx.view, 8), cpu_knn(x.view(), x.view(), 8))) << kind;
     for (float r : {0.0f, 0.01f, 0.08f}) {
       for (int64_t K : {1, 16, 32, 40}) {
-        EXPECT_TRUE(pcops_test::same_result(index_ball(sc, index, dq.view, r, K), cpu_ball(q, x, r, K)))
+        EXPECT_TRUE(pcops_test::same_result(index_ball(sc, index, dq.view, r, K), cpu_ball(q.view(), x.view(), r, K)))
             << kind << " r=" << r << " K=" << K;
       }
     }
@@ -126,9 +114,9 @@ TEST(CudaSpatialIndex, LargeKTakesTheDenseFallback) {
   pcops::cuda::SpatialIndex index;
   index.build(sc.ctx, dx.view, {}, {});
   for (int64_t k : {1024, 1100})
-    EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dq.view, k), cpu_knn(q, x, k))) << "k=" << k;
+    EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dq.view, k), cpu_knn(q.view(), x.view(), k))) << "k=" << k;
   for (int64_t K : {1024, 1500})
-    EXPECT_TRUE(pcops_test::same_result(index_ball(sc, index, dq.view, 0.3f, K), cpu_ball(q, x, 0.3f, K)))
+    EXPECT_TRUE(pcops_test::same_result(index_ball(sc, index, dq.view, 0.3f, K), cpu_ball(q.view(), x.view(), 0.3f, K)))
         << "K=" << K;
 }
 
@@ -154,11 +142,11 @@ TEST(CudaSpatialIndex, BatchesWithLengthsQueryLengthsAndRebuild) {
   EXPECT_TRUE(index.has_lengths());
   EXPECT_EQ(index.cloud_size(2), 20);
   for (int64_t k : {1, 16, 25, 40})  // k > 20 pads the third cloud
-    EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dq.view, k, QL), cpu_knn(q, x, k, QL, L))) << k;
-  EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dq.view, 9), cpu_knn(q, x, 9, {}, L)));
+    EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dq.view, k, QL), cpu_knn(q.view(), x.view(), k, QL, L))) << k;
+  EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dq.view, 9), cpu_knn(q.view(), x.view(), 9, {}, L)));
   for (int64_t K : {8, 64})
     EXPECT_TRUE(
-        pcops_test::same_result(index_ball(sc, index, dq.view, 0.05f, K, QL), cpu_ball(q, x, 0.05f, K, QL, L)))
+        pcops_test::same_result(index_ball(sc, index, dq.view, 0.05f, K, QL), cpu_ball(q.view(), x.view(), 0.05f, K, QL, L)))
         << K;
 }
 
@@ -171,8 +159,8 @@ TEST(CudaSpatialIndex, RealCloudsAllPoints) {
     pcops::cuda::SpatialIndex index;
     index.build(sc.ctx, dx.view, {}, {});
     for (int64_t k : {16, 64})
-      EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dx.view, k), cpu_knn(x, x, k))) << name << " " << k;
-    EXPECT_TRUE(pcops_test::same_result(index_ball(sc, index, dx.view, 0.02f, 32), cpu_ball(x, x, 0.02f, 32)))
+      EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dx.view, k), cpu_knn(x.view(), x.view(), k))) << name << " " << k;
+    EXPECT_TRUE(pcops_test::same_result(index_ball(sc, index, dx.view, 0.02f, 32), cpu_ball(x.view(), x.view(), 0.02f, 32)))
         << name;
   }
 }
@@ -186,7 +174,7 @@ TEST(CudaSpatialIndex, MillionPointsAllPoints) {
     StreamContext sc;
     pcops::cuda::SpatialIndex index;
     index.build(sc.ctx, dx.view, {}, {});
-    EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dx.view, 16), cpu_knn(x, x, 16))) << kind;
+    EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dx.view, 16), cpu_knn(x.view(), x.view(), 16))) << kind;
   }
 }
 
@@ -200,9 +188,9 @@ TEST(CudaSpatialIndex, ShortCasesForSanitizers) {
     pcops::cuda::SpatialIndex index;
     index.build(sc.ctx, dx.view, {}, {});
     for (int64_t k : {5, 32, 70})
-      EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dq.view, k), cpu_knn(q, x, k))) << kind << k;
+      EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dq.view, k), cpu_knn(q.view(), x.view(), k))) << kind << k;
     for (int64_t K : {16, 48})
-      EXPECT_TRUE(pcops_test::same_result(index_ball(sc, index, dq.view, 0.1f, K), cpu_ball(q, x, 0.1f, K)))
+      EXPECT_TRUE(pcops_test::same_result(index_ball(sc, index, dq.view, 0.1f, K), cpu_ball(q.view(), x.view(), 0.1f, K)))
           << kind << K;
   }
 }
@@ -234,7 +222,7 @@ TEST(CudaSpatialIndex, EmptyAndErrors) {
   pcops_test::expect_error(ErrorKind::Value, [&] { index.build(sc.ctx, dx.view, {badlen.data(), 2}, {}); }, "len");
   // The failed builds left the index as it was.
   EXPECT_EQ(index.batch(), 2);
-  EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dq.view, 4), cpu_knn(q, x, 4)));
+  EXPECT_TRUE(pcops_test::same_result(index_knn(sc, index, dq.view, 4), cpu_knn(q.view(), x.view(), 4)));
   // An empty index answers with padding.
   pcops::cuda::SpatialIndex empty;
   const std::vector<int64_t> zero = {0, 0};
@@ -270,14 +258,14 @@ TEST(CudaSpatialIndex, DenseOperatorPathsAgree) {
       for (int64_t k : {1, 16, 32}) {
         DeviceResult out(q.count * k);
         pcops::cuda::knn(sc.ctx, dq.view, dx.view, {}, {}, pcops::KnnParams{k}, out.dist.data(), out.idx.data());
-        EXPECT_TRUE(pcops_test::same_result(out.download(), cpu_knn(q, x, k))) << kind << " k=" << k << " " << mode;
+        EXPECT_TRUE(pcops_test::same_result(out.download(), cpu_knn(q.view(), x.view(), k))) << kind << " k=" << k << " " << mode;
       }
       for (float r : {0.02f, 0.2f}) {
         for (int64_t K : {1, 16, 32}) {
           DeviceResult out(q.count * K);
           pcops::cuda::ball_query(sc.ctx, dq.view, dx.view, {}, {}, pcops::BallQueryParams{r, K}, out.dist.data(),
                                   out.idx.data());
-          EXPECT_TRUE(pcops_test::same_result(out.download(), cpu_ball(q, x, r, K)))
+          EXPECT_TRUE(pcops_test::same_result(out.download(), cpu_ball(q.view(), x.view(), r, K)))
               << kind << " r=" << r << " K=" << K << " " << mode;
         }
       }
