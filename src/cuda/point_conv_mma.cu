@@ -25,7 +25,11 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <stdexcept>
+#include <utility>
+#include <iterator>
 
 #include "common/bits.hpp"
 #include "cuda/common.cuh"
@@ -36,12 +40,9 @@ namespace {
 
 struct MvmrPolicy {
   static constexpr int kThreads = 256;  // 8 warps: 2 (rows) x 4 (channels)
-  static constexpr int BM = 64;         // destination rows per tile (6 bits of the key)
-  static constexpr int kLocalBits = 6;
   static constexpr int MC = 64;  // triplet rows per chunk
   static constexpr int BK = 32;  // source channels per stage
   static constexpr int kPad = 8;  // halves of padding per shared row (conflict-free ldmatrix)
-  static constexpr int kStages = 3;  // cp.async pipeline depth
 };
 
 struct VvorPolicy {
@@ -60,14 +61,36 @@ struct VvorPolicy {
 using common::bits_for;
 
 // Key layout of the MVMR sort: (segment = tile * K + k, local destination row, source row).
+// The tile holds bm = 1 << local_bits destination rows.
 struct MvmrKey {
-  int src_bits, seg_bits;
+  int src_bits, seg_bits, local_bits, bm;
   int64_t tiles, segments;  // segments = tiles * K; key segment `segments`: an invalid triplet
 };
 
-MvmrKey mvmr_key(int64_t n_dst, int64_t n_src, int64_t K) {
+// The MVMR kernel's shape: destination rows per tile (bm), destination channels per block (bn),
+// pipeline stages. PCOPS_CUDA_POINT_CONV_CONFIG=<bm>x<bn>x<stages> picks one of the compiled ones.
+struct MvmrConfig {
+  int bm, bn, stages;
+};
+constexpr MvmrConfig kMvmrConfigs[] = {{64, 128, 3}, {64, 64, 3},  {128, 64, 3},  {128, 128, 3},
+                                       {128, 64, 6}, {64, 128, 4}, {128, 128, 4}, {64, 64, 7}};
+
+MvmrConfig mvmr_config(int64_t n_out_c) {
+  MvmrConfig c{128, n_out_c <= 64 ? 64 : 128, 3};
+  if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_CONFIG"); e != nullptr && *e != 0) {
+    int bm = 0, bn = 0, st = 0;
+    if (std::sscanf(e, "%dx%dx%d", &bm, &bn, &st) == 3)
+      for (const MvmrConfig& k : kMvmrConfigs)
+        if (k.bm == bm && k.bn == bn && k.stages == st) c = k;
+  }
+  return c;
+}
+
+MvmrKey mvmr_key(int64_t n_dst, int64_t n_src, int64_t K, int bm) {
   MvmrKey m;
-  m.tiles = detail::ceil_div(n_dst, MvmrPolicy::BM);
+  m.bm = bm;
+  m.local_bits = bm == 128 ? 7 : 6;
+  m.tiles = detail::ceil_div(n_dst, bm);
   m.segments = m.tiles * K;
   m.src_bits = bits_for(std::max<int64_t>(n_src - 1, 1));
   m.seg_bits = bits_for(m.segments);  // one more value: the invalid triplets
@@ -76,7 +99,7 @@ MvmrKey mvmr_key(int64_t n_dst, int64_t n_src, int64_t K) {
 
 // The packed keys fit 64 bits and the tiles the grid.
 bool mvmr_key_fits(const MvmrKey& m) {
-  return m.tiles < (int64_t{1} << 31) && m.seg_bits + MvmrPolicy::kLocalBits + m.src_bits <= 64;
+  return m.tiles < (int64_t{1} << 31) && m.seg_bits + m.local_bits + m.src_bits <= 64;
 }
 
 // Key layout of the VVOR sort: (k, i, j); k = K marks an invalid triplet.
@@ -165,9 +188,9 @@ __global__ void mvmr_keys_kernel(const int64_t* __restrict__ t, int64_t T, int d
   PCOPS_CUDA_GRID_STRIDE(p, T) {
     const int64_t d = t[p * 3 + dst_col], s = t[p * 3 + src_col], k = t[p * 3 + 2];
     const bool ok = d >= 0 && d < n_dst && s >= 0 && s < n_src && k >= 0 && k < K;
-    const uint64_t seg = ok ? static_cast<uint64_t>((d / MvmrPolicy::BM) * K + k) : static_cast<uint64_t>(m.segments);
-    const uint64_t local = ok ? static_cast<uint64_t>(d % MvmrPolicy::BM) : 0;
-    keys[p] = (seg << (MvmrPolicy::kLocalBits + m.src_bits)) | (local << m.src_bits) | (ok ? static_cast<uint64_t>(s) : 0);
+    const uint64_t seg = ok ? static_cast<uint64_t>((d / m.bm) * K + k) : static_cast<uint64_t>(m.segments);
+    const uint64_t local = ok ? static_cast<uint64_t>(d % m.bm) : 0;
+    keys[p] = (seg << (m.local_bits + m.src_bits)) | (local << m.src_bits) | (ok ? static_cast<uint64_t>(s) : 0);
   }
 }
 
@@ -189,67 +212,108 @@ __global__ void key_offsets_kernel(const uint64_t* __restrict__ sorted, int64_t 
 // n_in_c] (rows contiguous over the source channels). Grid (tiles, ceil(n_out_c / BN)).
 // Pipeline: the stages (chunk, BK channels) run kStages - 1 ahead through cp.async, one
 // __syncthreads per stage.
-template <class T, int BN>
+template <class T, int BN, int BM, int S>
 __global__ void __launch_bounds__(MvmrPolicy::kThreads)
     mvmr_mma_kernel(const uint64_t* __restrict__ keys, const int64_t* __restrict__ seg_off, MvmrKey m, int64_t K,
                     const T* __restrict__ src, int64_t n_in_c, const T* __restrict__ mat, int64_t n_out_c,
                     int64_t n_dst, T* __restrict__ dst) {
   using P = MvmrPolicy;
-  constexpr int BM = P::BM, MC = P::MC, BK = P::BK, LD = BK + P::kPad, S = P::kStages;
+  constexpr int MC = P::MC, BK = P::BK, LD = BK + P::kPad;
+  constexpr int kAL = MC * (BK / 8) / P::kThreads;  // 16-byte source loads per thread and stage
+  static_assert(MC * (BK / 8) % P::kThreads == 0, "whole loads per thread");
   constexpr int NF = BN / 32;      // n8 fragments per warp (a warp covers BN / 4 channels)
-  constexpr int PLD = BN + 8;      // floats per row of the products
   static_assert(BN == 64 || BN == 128, "BN");
   extern __shared__ __align__(16) unsigned char smem[];
   T* As = reinterpret_cast<T*>(smem);                         // [S][MC][LD]
   T* Bs = As + S * MC * LD;                                    // [S][BN][LD]
-  float* Ps = reinterpret_cast<float*>(Bs + S * BN * LD);      // [MC][PLD]
-  float* Os = Ps + MC * PLD;                                   // [BM][BN]
-  int* rows_s = reinterpret_cast<int*>(Os + BM * BN);          // [MC] local destination rows
+  float* Os = reinterpret_cast<float*>(Bs + S * BN * LD);      // [BM][BN]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
   const int64_t tile = blockIdx.x;
   const int64_t o0 = int64_t{blockIdx.y} * BN;
-  const int64_t nb = (n_in_c + BK - 1) / BK;
+  const int nb = static_cast<int>((n_in_c + BK - 1) / BK);
   const uint64_t src_mask = (uint64_t{1} << m.src_bits) - 1;
+  const int Ki = static_cast<int>(K);
 
   for (int e = tid; e < BM * BN; e += P::kThreads) Os[e] = 0.0f;
 
   // The stage sequence: segments k = 0..K-1 of this tile, MC triplets a chunk, nb stages a chunk.
+  // Sorted positions fit 31 bits (point_conv_mma_supported), so the cursors are 32-bit.
   const int64_t* so = seg_off + tile * K;
   struct Stage {
-    int64_t k, q, n, b;  // k == K: past the end
+    int k, q, n, b;  // k == K: past the end
   };
-  const auto first_chunk = [&](int64_t k) {
-    while (k < K && so[k + 1] == so[k]) ++k;
-    Stage c{k, 0, 0, 0};
-    if (k < K) c.q = so[k], c.n = so[k + 1] - so[k] < MC ? so[k + 1] - so[k] : MC;
-    return c;
+  const auto first_chunk = [&](int k) {
+    int q = 0, e = 0;
+    if (k < Ki) q = static_cast<int>(so[k]), e = static_cast<int>(so[k + 1]);
+    while (k < Ki && e == q) {
+      ++k;
+      if (k < Ki) e = static_cast<int>(so[k + 1]);
+    }
+    return Stage{k, q, e - q < MC ? e - q : MC, 0};
   };
   const auto next_stage = [&](const Stage& c) {
     if (c.b + 1 < nb) return Stage{c.k, c.q, c.n, c.b + 1};
-    const int64_t q = c.q + c.n;
-    if (q < so[c.k + 1]) return Stage{c.k, q, so[c.k + 1] - q < MC ? so[c.k + 1] - q : MC, 0};
+    const int q = c.q + c.n, e = static_cast<int>(so[c.k + 1]);
+    if (q < e) return Stage{c.k, q, e - q < MC ? e - q : MC, 0};
     return first_chunk(c.k + 1);
   };
 
-  // A stage's loads: the chunk's source rows (channels b*BK ..) and W_k's block (BN x BK).
+  // Every stage of a chunk loads the same rows through the same threads: chunk rows r (kAL per
+  // thread) and W_k rows (kBL per thread), 16 bytes each, at channel offset b * BK. Their base
+  // pointers are set when the loads reach a new chunk; the chunk's source rows are read from the
+  // keys one stage ahead (src_next), so no load waits on them.
+  constexpr int kBL = BN * (BK / 8) / P::kThreads;
+  static_assert(BN * (BK / 8) % P::kThreads == 0, "whole loads per thread");
+  constexpr int kSegs = BK / 8;
+  const int seg8 = (tid % kSegs) * 8;  // the thread's channel offset inside a stage (all its loads)
+  int64_t src_next[kAL];
+  const T* a_ptr[kAL];
+  const T* b_ptr[kBL];
+  bool b_ok[kBL];
+  const auto fetch_rows = [&](const Stage& c) {
+#pragma unroll
+    for (int u = 0; u < kAL; ++u) {
+      const int r = (tid + u * P::kThreads) / kSegs;
+      src_next[u] = c.k < Ki && r < c.n ? static_cast<int64_t>(keys[c.q + r] & src_mask) : -1;
+    }
+  };
   const auto load_stage = [&](const Stage& c, int buf) {
     T* as = As + buf * MC * LD;
     T* bs = Bs + buf * BN * LD;
-    const int64_t c0 = c.b * BK;
-    for (int e = tid; e < MC * (BK / 8); e += P::kThreads) {
-      const int r = e / (BK / 8), seg = e % (BK / 8);
-      const int64_t ch = c0 + seg * 8;
-      const bool ok = r < c.n && ch < n_in_c;
-      const int64_t sr = ok ? static_cast<int64_t>(keys[c.q + r] & src_mask) : 0;
-      cp_async16(as + r * LD + seg * 8, src + (ok ? sr * n_in_c + ch : 0), ok ? 16 : 0);
+    if (c.b == 0) {
+#pragma unroll
+      for (int u = 0; u < kAL; ++u) a_ptr[u] = src_next[u] >= 0 ? src + src_next[u] * n_in_c + seg8 : nullptr;
+#pragma unroll
+      for (int v = 0; v < kBL; ++v) {
+        const int64_t o = o0 + (tid + v * P::kThreads) / kSegs;
+        b_ok[v] = o < n_out_c;
+        b_ptr[v] = mat + (static_cast<int64_t>(c.k) * n_out_c + (b_ok[v] ? o : 0)) * n_in_c + seg8;
+      }
     }
-    for (int e = tid; e < BN * (BK / 8); e += P::kThreads) {
-      const int r = e / (BK / 8), seg = e % (BK / 8);
-      const int64_t ch = c0 + seg * 8, o = o0 + r;
-      const bool ok = o < n_out_c && ch < n_in_c;
-      cp_async16(bs + r * LD + seg * 8, mat + (ok ? (c.k * n_out_c + o) * n_in_c + ch : 0), ok ? 16 : 0);
+    const int c0 = c.b * BK;
+    const bool ch_ok = c0 + seg8 < n_in_c;
+#pragma unroll
+    for (int u = 0; u < kAL; ++u) {
+      const int r = (tid + u * P::kThreads) / kSegs;
+      const bool ok = a_ptr[u] != nullptr && ch_ok;
+      cp_async16(as + r * LD + seg8, ok ? a_ptr[u] + c0 : src, ok ? 16 : 0);
+    }
+#pragma unroll
+    for (int v = 0; v < kBL; ++v) {
+      const int r = (tid + v * P::kThreads) / kSegs;
+      const bool ok = b_ok[v] && ch_ok;
+      cp_async16(bs + r * LD + seg8, ok ? b_ptr[v] + c0 : mat, ok ? 16 : 0);
+    }
+  };
+  // Issues the loads of stage `ld` into buffer `b` and moves `ld` on; entering a new chunk, its
+  // source rows are requested now and used by the next call.
+  const auto load_and_advance = [&](Stage& ld, int b) {
+    if (ld.k < Ki) {
+      load_stage(ld, b);
+      ld = next_stage(ld);
+      if (ld.b == 0) fetch_rows(ld);
     }
   };
 
@@ -265,24 +329,28 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads)
   zero_acc();
 
   Stage cur = first_chunk(0), ld = cur;
+  fetch_rows(ld);
 #pragma unroll
   for (int st = 0; st < S - 1; ++st) {
-    if (ld.k < K) {
-      load_stage(ld, st);
-      ld = next_stage(ld);
-    }
+    load_and_advance(ld, st);
     cp_async_commit();
   }
   int buf = 0, ldbuf = S - 1;
-  int my_row = 0;  // thread r < n: the local destination row of chunk row r
-  while (cur.k < K) {
-    if (cur.b == 0 && tid < cur.n) my_row = static_cast<int>((keys[cur.q + tid] >> m.src_bits) & (BM - 1));
-    pipeline_step<S>(ldbuf, [&](int b) {
-      if (ld.k < K) {
-        load_stage(ld, b);
-        ld = next_stage(ld);
-      }
-    });
+  // The local destination rows of the thread's accumulator rows (wm * 32 + mi * 16 + g + 8 h of the
+  // chunk), -1 past the chunk; read at a chunk's first stage, used at its last.
+  const int g = lane >> 2, q4 = lane & 3;
+  int my_rows[2][2];
+  while (cur.k < Ki) {
+    if (cur.b == 0) {
+#pragma unroll
+      for (int mi = 0; mi < 2; ++mi)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int r = wm * 32 + mi * 16 + g + 8 * h;
+          my_rows[mi][h] = r < cur.n ? static_cast<int>((keys[cur.q + r] >> m.src_bits) & (BM - 1)) : -1;
+        }
+    }
+    pipeline_step<S>(ldbuf, [&](int b) { load_and_advance(ld, b); });
     const T* as = As + buf * MC * LD;
     const T* bs = Bs + buf * BN * LD;
 #pragma unroll
@@ -308,53 +376,67 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads)
     }
     buf = buf + 1 == S ? 0 : buf + 1;
     if (cur.b == nb - 1) {
-      // The chunk's products to shared memory; then the rows are cut in two at a change of
-      // destination row near the middle, and one thread per (channel, half) adds each run of
-      // equal destination rows, in row order, into the tile's sums (the halves touch different
-      // rows). The next writes of Ps / rows_s come after at least one more barrier.
-      const int g = lane >> 2, q4 = lane & 3;
+      // The chunk's products into the tile's sums, fragment by fragment (16 chunk rows; warps
+      // wm = 0 then, after a barrier, wm = 1; mi = 0 then 1): inside a fragment each run of equal
+      // destination rows is summed by a segmented scan over its rows (shuffles across the lane
+      // groups g, then the low half's last partial joins the high half), and the run's last row adds
+      // the sum into the tile's sums. The order is fixed by the sorted triplets alone.
+      const auto add_fragment = [&](int mi) {
+        const unsigned full = 0xffffffffu;
+        const int rl = my_rows[mi][0], rh = my_rows[mi][1];
+        int up_l[3], up_h[3];
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
+        for (int st = 0; st < 3; ++st) {
+          up_l[st] = __shfl_up_sync(full, rl, 4 << st);
+          up_h[st] = __shfl_up_sync(full, rh, 4 << st);
+        }
+        const int r7 = __shfl_sync(full, rl, 28 + q4);                 // row 7 of the fragment
+        // (Every lane takes part in every shuffle; the selections come after.)
+        const int down_l = __shfl_down_sync(full, rl, 4), first_h = __shfl_sync(full, rh, q4);
+        const int down_h = __shfl_down_sync(full, rh, 4);
+        const int next_l = g < 7 ? down_l : first_h;
+        const int next_h = g < 7 ? down_h : -2;  // row 15: always a run's end
+        const bool tail_l = rl >= 0 && rl != next_l, tail_h = rh >= 0 && rh != next_h;
 #pragma unroll
         for (int ni = 0; ni < NF; ++ni) {
-          const int r = wm * 32 + mi * 16 + g, col = wn * (BN / 4) + ni * 8 + 2 * q4;
-          *reinterpret_cast<float2*>(Ps + r * PLD + col) = make_float2(acc[mi][ni][0], acc[mi][ni][1]);
-          *reinterpret_cast<float2*>(Ps + (r + 8) * PLD + col) = make_float2(acc[mi][ni][2], acc[mi][ni][3]);
-        }
-      if (tid < cur.n) rows_s[tid] = my_row;
-      __syncthreads();
-      const int n = static_cast<int>(cur.n);
-      int split = n / 2;
-      while (split > 0 && split < n && rows_s[split] == rows_s[split - 1]) ++split;
-      constexpr int kHalves = P::kThreads / BN;  // 2 (BN 128) or 4 (BN 64: quarters, cut alike)
-      const int col = tid % BN, part = tid / BN;
-      int lo = 0, hi = n;
-      if constexpr (kHalves == 2) {
-        lo = part == 0 ? 0 : split, hi = part == 0 ? split : n;
-      } else {
-        int cut[5] = {0, 0, split, 0, n};
-        for (int h = 1; h < 4; h += 2) {
-          const int a = cut[h - 1], z = h == 1 ? split : n;
-          int c = (a + z) / 2;
-          while (c > a && c < z && rows_s[c] == rows_s[c - 1]) ++c;
-          cut[h] = c;
-        }
-        lo = cut[part], hi = cut[part + 1];
-      }
-      if (lo < hi) {
-        int row = rows_s[lo];
-        float run = Ps[lo * PLD + col];
-        for (int r = lo + 1; r < hi; ++r) {
-          const int rr = rows_s[r];
-          const float v = Ps[r * PLD + col];
-          if (rr != row) {
-            Os[row * BN + col] += run;
-            row = rr, run = v;
-          } else {
-            run += v;
+          float v[4] = {acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]};
+#pragma unroll
+          for (int st = 0; st < 3; ++st) {
+#pragma unroll
+            for (int x = 0; x < 4; ++x) {
+              const float t = __shfl_up_sync(full, v[x], 4 << st);
+              const bool same = g >= (1 << st) && (x < 2 ? up_l[st] == rl : up_h[st] == rh);
+              if (same) v[x] += t;
+            }
+          }
+#pragma unroll
+          for (int x = 0; x < 2; ++x) {
+            const float c7 = __shfl_sync(full, v[x], 28 + q4);
+            if (rh >= 0 && rh == r7) v[2 + x] += c7;
+          }
+          const int col = wn * (BN / 4) + ni * 8 + 2 * q4;
+          if (tail_l) {
+            float2* o = reinterpret_cast<float2*>(Os + rl * BN + col);
+            const float2 cur_o = *o;
+            *o = make_float2(cur_o.x + v[0], cur_o.y + v[1]);
+          }
+          if (tail_h) {
+            float2* o = reinterpret_cast<float2*>(Os + rh * BN + col);
+            const float2 cur_o = *o;
+            *o = make_float2(cur_o.x + v[2], cur_o.y + v[3]);
           }
         }
-        Os[row * BN + col] += run;
+      };
+#pragma unroll
+      for (int phase = 0; phase < 2; ++phase) {
+        if (phase == 1) __syncthreads();
+        if (wm == phase) {
+#pragma unroll
+          for (int mi = 0; mi < 2; ++mi) {
+            if (wm * 32 + mi * 16 < cur.n) add_fragment(mi);  // warp-uniform
+            __syncwarp();
+          }
+        }
       }
       zero_acc();
     }
@@ -512,12 +594,11 @@ __global__ void vvor_sum_kernel(const float* __restrict__ part, int64_t slices, 
   }
 }
 
-template <class T, int BN>
+template <class T, int BN, int BM, int S>
 size_t mvmr_smem() {
   using P = MvmrPolicy;
   constexpr int LD = P::BK + P::kPad;
-  return sizeof(T) * P::kStages * (P::MC * LD + BN * LD) + sizeof(float) * (P::MC * (BN + 8) + P::BM * BN) +
-         sizeof(int) * P::MC;
+  return sizeof(T) * S * (P::MC * LD + BN * LD) + sizeof(float) * BM * BN;
 }
 
 // One MVMR: dst rows n_dst (triplet column dst_col), source rows n_src (column src_col).
@@ -529,10 +610,10 @@ struct Segments {
 };
 
 Segments sort_segments(const CudaContext& ctx, detail::Workspace& ws, const int64_t* triplets, int64_t T_,
-                       int dst_col, int src_col, int64_t n_dst, int64_t n_src, int64_t K) {
+                       int dst_col, int src_col, int64_t n_dst, int64_t n_src, int64_t K, int bm) {
   const cudaStream_t stream = detail::stream_of(ctx);
-  const MvmrKey m = mvmr_key(n_dst, n_src, K);
-  const int bits = m.seg_bits + MvmrPolicy::kLocalBits + m.src_bits;
+  const MvmrKey m = mvmr_key(n_dst, n_src, K, bm);
+  const int bits = m.seg_bits + m.local_bits + m.src_bits;
   auto* keys = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
   auto* sorted = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
   int64_t* seg_off = ws.alloc<int64_t>(m.segments + 1);
@@ -546,7 +627,7 @@ Segments sort_segments(const CudaContext& ctx, detail::Workspace& ws, const int6
     PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp, temp_bytes, keys, sorted, T_, 0, bits, stream));
   }
   detail::launch(ctx, key_offsets_kernel, dim3(detail::grid_blocks(m.segments + 1, NT)), dim3(NT), 0,
-                 static_cast<const uint64_t*>(sorted), T_, MvmrPolicy::kLocalBits + m.src_bits, m.segments, seg_off);
+                 static_cast<const uint64_t*>(sorted), T_, m.local_bits + m.src_bits, m.segments, seg_off);
   return Segments{m, sorted, seg_off};
 }
 
@@ -554,21 +635,24 @@ template <class T>
 void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* triplets, int64_t T_, int dst_col,
               int src_col, int64_t n_dst, int64_t n_src, int64_t K, const T* src, int64_t n_in_c, const T* mat,
               int64_t n_out_c, T* dst) {
-  const Segments sg = sort_segments(ctx, ws, triplets, T_, dst_col, src_col, n_dst, n_src, K);
+  const MvmrConfig cfg = mvmr_config(n_out_c);
+  const Segments sg = sort_segments(ctx, ws, triplets, T_, dst_col, src_col, n_dst, n_src, K, cfg.bm);
   const MvmrKey m = sg.m;
   const uint64_t* sorted = sg.sorted;
   const int64_t* seg_off = sg.seg_off;
-  const auto go = [&](auto bn_c) {
-    constexpr int BN = decltype(bn_c)::value;
-    const size_t smem = mvmr_smem<T, BN>();
-    auto kernel = mvmr_mma_kernel<T, BN>;
+  const auto go = [&](auto cfg_c) {
+    constexpr MvmrConfig C = kMvmrConfigs[decltype(cfg_c)::value];
+    if (C.bm != cfg.bm || C.bn != cfg.bn || C.stages != cfg.stages) return;
+    const size_t smem = mvmr_smem<T, C.bn, C.bm, C.stages>();
+    auto kernel = mvmr_mma_kernel<T, C.bn, C.bm, C.stages>;
     PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles), static_cast<unsigned>(detail::ceil_div(n_out_c, BN))),
+    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles), static_cast<unsigned>(detail::ceil_div(n_out_c, C.bn))),
                    dim3(MvmrPolicy::kThreads), smem, static_cast<const uint64_t*>(sorted),
                    static_cast<const int64_t*>(seg_off), m, K, src, n_in_c, mat, n_out_c, n_dst, dst);
   };
-  if (n_out_c <= 64) go(std::integral_constant<int, 64>{});
-  else go(std::integral_constant<int, 128>{});
+  [&]<size_t... I>(std::index_sequence<I...>) {
+    (go(std::integral_constant<size_t, I>{}), ...);
+  }(std::make_index_sequence<std::size(kMvmrConfigs)>{});
 }
 
 template <class T>
@@ -638,8 +722,8 @@ bool point_conv_mma_supported(const PointConvShape& s) {
   // Grid limits of the weight-gradient kernel (K blocks in x, channel tiles of 64 in y).
   if (s.kernels >= (int64_t{1} << 31) || detail::ceil_div(s.channels_out, 64) * detail::ceil_div(s.channels_in, 64) > 65535)
     return false;
-  return mvmr_key_fits(mvmr_key(s.num_out, s.num_in, s.kernels)) &&
-         mvmr_key_fits(mvmr_key(s.num_in, s.num_out, s.kernels)) && vvor_key(s).bits <= 64;
+  return mvmr_key_fits(mvmr_key(s.num_out, s.num_in, s.kernels, mvmr_config(s.channels_out).bm)) &&
+         mvmr_key_fits(mvmr_key(s.num_in, s.num_out, s.kernels, mvmr_config(s.channels_in).bm)) && vvor_key(s).bits <= 64;
 }
 
 void point_conv_mma(const CudaContext& ctx, const PointConvShape& s, Half16 type, const void* features,
