@@ -502,23 +502,34 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   const int64_t p0 = k_off[k] + len * blockIdx.z / gridDim.z, p1 = k_off[k] + len * (blockIdx.z + 1) / gridDim.z;
   const uint64_t jm = (uint64_t{1} << j_bits) - 1, im = (uint64_t{1} << i_bits) - 1;
 
+  // Each thread loads the same stage rows r_u (G and F alike: BC == BO) in every stage; the keys
+  // of a stage's rows are read one stage ahead (next_key), so no load waits on them.
+  constexpr int kSegs = BO / 8, kRL = KT * kSegs / P::kThreads;
+  static_assert(KT * kSegs % P::kThreads == 0, "whole loads per thread");
+  const int seg8 = (tid % kSegs) * 8;
+  const int64_t o_t = oo + seg8, c_t = cc + seg8;
+  uint64_t next_key[kRL];
+  bool next_ok[kRL];
+  const auto fetch_keys = [&](int64_t q) {
+#pragma unroll
+    for (int u = 0; u < kRL; ++u) {
+      const int r = (tid + u * P::kThreads) / kSegs;
+      next_ok[u] = q + r < p1;
+      next_key[u] = next_ok[u] ? keys[q + r] : 0;
+    }
+  };
   const auto load_stage = [&](int64_t q, int buf) {
     T* gs = Gs + buf * KT * LDG;
     T* fs = Fs + buf * KT * LDF;
-    for (int e = tid; e < KT * (BO / 8); e += P::kThreads) {
-      const int r = e / (BO / 8), seg = e % (BO / 8);
-      const int64_t o = oo + seg * 8;
-      const bool ok = q + r < p1 && o < co;
-      const int64_t i = ok ? static_cast<int64_t>((keys[q + r] >> j_bits) & im) : 0;
-      cp_async16(gs + r * LDG + seg * 8, G + (ok ? i * co + o : 0), ok ? 16 : 0);
+#pragma unroll
+    for (int u = 0; u < kRL; ++u) {
+      const int r = (tid + u * P::kThreads) / kSegs;
+      const int64_t i = static_cast<int64_t>((next_key[u] >> j_bits) & im), j = static_cast<int64_t>(next_key[u] & jm);
+      const bool gok = next_ok[u] && o_t < co, fok = next_ok[u] && c_t < ci;
+      cp_async16(gs + r * LDG + seg8, gok ? G + i * co + o_t : G, gok ? 16 : 0);
+      cp_async16(fs + r * LDF + seg8, fok ? F + j * ci + c_t : F, fok ? 16 : 0);
     }
-    for (int e = tid; e < KT * (BC / 8); e += P::kThreads) {
-      const int r = e / (BC / 8), seg = e % (BC / 8);
-      const int64_t c = cc + seg * 8;
-      const bool ok = q + r < p1 && c < ci;
-      const int64_t j = ok ? static_cast<int64_t>(keys[q + r] & jm) : 0;
-      cp_async16(fs + r * LDF + seg * 8, F + (ok ? j * ci + c : 0), ok ? 16 : 0);
-    }
+    fetch_keys(q + KT);
   };
 
   float acc[MF][NF][4];
@@ -530,6 +541,7 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
       for (int x = 0; x < 4; ++x) acc[mi][ni][x] = 0.0f;
 
   int64_t lq = p0;
+  fetch_keys(lq);
 #pragma unroll
   for (int st = 0; st < S - 1; ++st) {
     if (lq < p1) load_stage(lq, st), lq += KT;
