@@ -77,7 +77,7 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& shape, co
 // result to 16 bits). Needs point_conv_mma_supported(shape) (C_in and C_out multiples of 8, fewer
 // than 2^31 rows and triplets) and 16-byte aligned buffers; std::invalid_argument otherwise.
 // Extra memory: two 64-bit sort keys per triplet plus the sort's temporary storage, one offset
-// per (tile of 64 destination rows, k), and for grad_features a transposed copy of the weights.
+// per (tile of 128 destination rows, k), and for grad_features a transposed copy of the weights.
 bool point_conv_mma_supported(const PointConvShape& shape);
 
 void point_conv_mma(const CudaContext& ctx, const PointConvShape& shape, Half16 type, const void* features,

@@ -185,7 +185,7 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], 
   }
 }
 
-// keys[p] for triplet p: (segment << (6 + src_bits)) | (local destination row << src_bits) | source
+// keys[p] for triplet p: (segment << (local_bits + src_bits)) | (local destination row << src_bits) | source
 // row, or the segment `segments` (never visited) for a triplet out of range.
 __global__ void mvmr_keys_kernel(const int64_t* __restrict__ t, int64_t T, int dst_col, int src_col,
                                  int64_t n_dst, int64_t n_src, int64_t K, MvmrKey m, uint64_t* __restrict__ keys) {
