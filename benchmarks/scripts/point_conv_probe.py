@@ -8,8 +8,9 @@ runs after one warm-up; beside the peer the max abs difference from pcops' outpu
 On CUDA the peak allocated memory of each variant is recorded too (torch.cuda.max_memory_allocated
 above the inputs). --dtype sets the features' and weights' dtype for both sides (the peer's GEMMs
 then run on the tensor cores too), --mode pcops' mode ("fast": the tensor-core path for 16-bit
-inputs); --no-backward times the forward only. JSON goes to
-benchmarks/results/point-conv-probe[-cuda]-<date>-<commit>.json.
+inputs); --no-backward times the forward only. JSON goes to --out, else to
+benchmarks/results/point-conv-probe[-cuda]-<date>-<commit>.json; --commit names the commit of a
+tree copied without .git.
 
     PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \
         python benchmarks/scripts/point_conv_probe.py [--points 20000] [--k 16] [--channels 32,64] \
@@ -25,19 +26,14 @@ import argparse
 import json
 import platform
 import statistics
-import subprocess
 import time
-from datetime import datetime, timezone
-from pathlib import Path
 
 import numpy as np
 import torch
 
 import pcops
 from pcops import data as pdata
-
-REPO = Path(__file__).resolve().parents[2]
-
+from probe_timing import write_probe  # this directory
 
 def sync(device):
     if device.type == "cuda":
@@ -86,6 +82,7 @@ def main():
     ap.add_argument("--mode", default="exact", choices=["exact", "fast"])
     ap.add_argument("--no-backward", action="store_true")
     ap.add_argument("--out", default=None)
+    ap.add_argument("--commit", default=None, help="the commit measured (a tree copied without .git)")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     device = torch.device(args.device)
@@ -159,21 +156,9 @@ def main():
         rows.append(row)
         print(json.dumps(row), flush=True)
 
-    try:
-        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
-                                text=True, check=True).stdout.strip()
-    except (OSError, subprocess.CalledProcessError):
-        commit = "unknown"
-    env = {"torch": torch.__version__, "threads": torch.get_num_threads(), "machine": platform.machine(),
-           "processor": platform.processor(), "python": platform.python_version(), "commit": commit,
-           "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
-           "pcops": pcops.__version__}
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
-    name = f"point-conv-probe{'-cuda' if device.type == 'cuda' else ''}-{stamp}-{commit}.json"
-    path = Path(args.out) if args.out else REPO / "benchmarks" / "results" / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"environment": env, "args": vars(args), "results": rows}, indent=1))
-    print(f"wrote {path}")
+    env = {"threads": torch.get_num_threads(), "processor": platform.processor(),
+           "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
+    write_probe("point-conv-probe-cuda" if device.type == "cuda" else "point-conv-probe", args, rows, env)
 
 
 if __name__ == "__main__":
