@@ -34,7 +34,6 @@ constexpr int64_t kShareMinQueries = 4;
 // 0.39 / 0.43 s, dense core + sparse halo + sheet (182) 0.93 / 0.67 s, 20 tight clusters + 10 %
 // uniform (6116) 2.09 / 0.73 s.
 
-
 void pad(float* od, int64_t* oi, int64_t k) {
   for (int64_t t = 0; t < k; ++t) {
     od[t] = INFINITY;

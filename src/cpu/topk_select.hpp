@@ -4,7 +4,6 @@
 // std::sort spend most of their time in mispredicted branches there; these versions move data
 // with conditional increments instead.
 #include <algorithm>
-#include <cstdlib>
 #include <cstdint>
 #include <immintrin.h>
 #include <vector>

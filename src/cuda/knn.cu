@@ -185,7 +185,6 @@ struct CloudScratch {
   unsigned long long sumsq, total;
 };
 
-
 __device__ __forceinline__ double edge(const GridParams& g, int a, int c) {
   return g.lo[a] + static_cast<double>(c) * g.h;
 }

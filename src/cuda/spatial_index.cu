@@ -104,7 +104,6 @@ struct BoxScratch {
   int bmin[3], bmax[3];
 };
 
-
 __device__ __forceinline__ const float* point_ptr(const PointsView& v, int64_t b, int64_t n) {
   return v.data + b * v.stride_batch + n * v.stride_point;
 }
@@ -746,7 +745,6 @@ void sort_pairs(const CudaContext& ctx, detail::Workspace& ws, const uint64_t* k
                                                    stream));
 }
 
-
 }  // namespace
 
 struct SpatialIndex::Impl {
@@ -907,7 +905,6 @@ struct SortedQueries {
   int64_t* cprefix = nullptr;
   int64_t total = 0, chunks = 0;
 };
-
 
 SortedQueries sort_queries(const CudaContext& ctx, detail::Workspace& ws, const SpatialIndex::Impl& I,
                            const PointsView& query, const std::vector<int64_t>& qlen) {
