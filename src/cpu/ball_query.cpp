@@ -97,11 +97,8 @@ bool ball_grid_cloud(const CpuContext& ctx, const PointsView& query, const Point
 }  // namespace
 
 grid::BuildOptions radius_grid_options(float R2) {
-  // Every match has exact distance below rr (the float32 s is within a relative 1e-6 of the exact
-  // squared distance, up to an absolute underflow error far below kBoundTiny).
-  const double rr = std::sqrt(static_cast<double>(R2) + kBoundTiny) * (1.0 + 1e-5);
   grid::BuildOptions opt;
-  opt.min_cell = rr * 0.5;
+  opt.min_cell = radius_reach(R2) * 0.5;
   opt.points_per_cell = 2.0;
   return opt;
 }
@@ -112,9 +109,7 @@ bool radius_grid_skewed(const grid::Grid& g, const grid::BuildOptions& opt) {
 
 void ball_grid_search(const CpuContext& ctx, const PointsView& query, int64_t b, int64_t mq, int64_t K, float R2,
                       const grid::Grid& g, float* dist2, int64_t* idx) {
-  // Every match has exact distance below rr (the float32 s is within a relative 1e-6 of the
-  // exact squared distance, up to an absolute underflow error far below kBoundTiny).
-  const double rr = std::sqrt(static_cast<double>(R2) + kBoundTiny) * (1.0 + 1e-5);
+  const double rr = radius_reach(R2);  // every match is closer
   const double lim = static_cast<double>(R2);
   auto gap = [&](int a, int64_t c, double v) {
     double d = std::max({0.0, g.edge(a, c) - v, v - g.edge(a, c + 1)}) - g.slack;

@@ -1,6 +1,7 @@
 #pragma once
 // The grid searches of the CPU kNN (knn.cpp) and ball query (ball_query.cpp), shared with the
 // spatial index (spatial_index.cpp).
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -56,6 +57,11 @@ bool knn_grid_skewed(const grid::Grid& g, const grid::BuildOptions& opt);
 // grid g (built over one cloud): row m of dist / idx at dist + m k / idx + m k.
 void knn_grid_search(const CpuContext& ctx, const PointsView& query, int64_t b, int64_t mq, int64_t k,
                      const grid::Grid& g, int64_t n, float* dist, int64_t* idx);
+
+// A radius search's reach for threshold R2 (finite): every match has exact distance below it (the
+// float32 s is within a relative 1e-6 of the exact squared distance, up to an absolute underflow
+// error far below 1e-30).
+inline double radius_reach(float R2) { return std::sqrt(static_cast<double>(R2) + 1e-30) * (1.0 + 1e-5); }
 
 // The grid of a radius search (ball query, radius) with threshold R2 (finite): cells of at least
 // half the radius (padded for rounding), about 2 points per cell.

@@ -54,9 +54,7 @@ void brute(const RaggedPointsView& x, const RaggedPointsView& y, int64_t i, int6
 void grid_search(const grid::Grid& g, const RaggedPointsView& y, int64_t i, int64_t j0, float R2,
                  int64_t cap, bool ignore_same, std::vector<int64_t>& tmp,
                  std::vector<int64_t>& out) {
-  // Every match has exact distance below rr (the float32 s is within a relative 1e-6 of the
-  // exact squared distance, up to an absolute underflow error far below kTiny).
-  const double rr = std::sqrt(static_cast<double>(R2) + kTiny) * (1.0 + 1e-5);
+  const double rr = radius_reach(R2);  // every match is closer
   const double lim = static_cast<double>(R2);
   auto gap = [&](int a, int64_t c, double v) {
     double d = std::max({0.0, g.edge(a, c) - v, v - g.edge(a, c + 1)}) - g.slack;
