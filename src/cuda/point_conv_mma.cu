@@ -39,11 +39,13 @@
 namespace pcops::cuda {
 namespace {
 
+// The MVMR kernel's warps: MC / 32 (chunk rows, 32 each) x 4 (destination channels, BN / 4 each).
 struct MvmrPolicy {
-  static constexpr int kThreads = 256;  // 8 warps: 2 (rows) x 4 (channels)
-  static constexpr int MC = 64;  // triplet rows per chunk
-  static constexpr int BK = 32;  // source channels per stage
-  static constexpr int kPad = 8;  // halves of padding per shared row (conflict-free ldmatrix)
+  static constexpr int BK = 32;     // source channels per stage
+  static constexpr int kPad = 8;    // halves of padding per shared row (conflict-free ldmatrix)
+  static constexpr int kOsPad = 8;  // floats of padding per row of the tile's sums: the float2
+                                    // read-modify-writes of 4 rows x 4 lanes fall in 32 banks
+  static constexpr int threads(int mc) { return mc * 4; }
 };
 
 struct VvorPolicy {
@@ -69,23 +71,25 @@ struct MvmrKey {
 };
 
 // The MVMR kernel's shape: destination rows per tile (bm), destination channels per block (bn),
-// pipeline stages. PCOPS_CUDA_POINT_CONV_CONFIG=<bm>x<bn>x<stages> picks one of the compiled ones.
+// triplet rows per chunk (mc; the block has 4 * mc threads), pipeline stages.
+// PCOPS_CUDA_POINT_CONV_CONFIG=<bm>x<bn>x<mc>x<stages> picks one of the compiled ones.
 struct MvmrConfig {
-  int bm, bn, stages;
+  int bm, bn, mc, stages;
 };
 // The default: 128 x 128 x 3 (128 x 64 x 3 for at most 64 channels). Measured on an H200 (bf16,
 // 165k points, 2.64M triplets, forward at C = 128 / 256 / 512): 1.83 / 4.83 / 15.3 ms; 128 x 64:
 // 2.03 / 5.41 / 17.2 ms; 64 x 128: 2.39 / 6.42 / 21.0 ms. Deeper pipelines (4, 6, 7, 10 stages)
 // were not faster.
-constexpr MvmrConfig kMvmrConfigs[] = {{128, 128, 3}, {128, 64, 3}, {64, 128, 3}, {64, 64, 3}};
+constexpr MvmrConfig kMvmrConfigs[] = {{128, 128, 64, 3},  {128, 64, 64, 3},   {64, 128, 64, 3}, {64, 64, 64, 3},
+                                       {256, 128, 128, 3}, {256, 128, 128, 2}, {128, 128, 128, 3}};
 
 MvmrConfig mvmr_config(int64_t n_out_c) {
-  MvmrConfig c{128, n_out_c <= 64 ? 64 : 128, 3};
+  MvmrConfig c{128, n_out_c <= 64 ? 64 : 128, 64, 3};
   if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_CONFIG"); e != nullptr && *e != 0) {
-    int bm = 0, bn = 0, st = 0;
-    if (std::sscanf(e, "%dx%dx%d", &bm, &bn, &st) == 3)
+    int bm = 0, bn = 0, mc = 0, st = 0;
+    if (std::sscanf(e, "%dx%dx%dx%d", &bm, &bn, &mc, &st) == 4)
       for (const MvmrConfig& k : kMvmrConfigs)
-        if (k.bm == bm && k.bn == bn && k.stages == st) c = k;
+        if (k.bm == bm && k.bn == bn && k.mc == mc && k.stages == st) c = k;
   }
   return c;
 }
@@ -93,7 +97,7 @@ MvmrConfig mvmr_config(int64_t n_out_c) {
 MvmrKey mvmr_key(int64_t n_dst, int64_t n_src, int64_t K, int bm) {
   MvmrKey m;
   m.bm = bm;
-  m.local_bits = bm == 128 ? 7 : 6;
+  m.local_bits = bits_for(bm - 1);
   m.tiles = detail::ceil_div(n_dst, bm);
   m.segments = m.tiles * K;
   m.src_bits = bits_for(std::max<int64_t>(n_src - 1, 1));
@@ -216,21 +220,23 @@ __global__ void key_offsets_kernel(const uint64_t* __restrict__ sorted, int64_t 
 // n_in_c] (rows contiguous over the source channels). Grid (tiles, ceil(n_out_c / BN)).
 // Pipeline: the stages (chunk, BK channels) run kStages - 1 ahead through cp.async, one
 // __syncthreads per stage.
-template <class T, int BN, int BM, int S>
-__global__ void __launch_bounds__(MvmrPolicy::kThreads)
+template <class T, int BN, int BM, int MC, int S>
+__global__ void __launch_bounds__(MvmrPolicy::threads(MC))
     mvmr_mma_kernel(const uint64_t* __restrict__ keys, const int64_t* __restrict__ seg_off, MvmrKey m, int64_t K,
                     const T* __restrict__ src, int64_t n_in_c, const T* __restrict__ mat, int64_t n_out_c,
                     int64_t n_dst, T* __restrict__ dst) {
   using P = MvmrPolicy;
-  constexpr int MC = P::MC, BK = P::BK, LD = BK + P::kPad;
-  constexpr int kAL = MC * (BK / 8) / P::kThreads;  // 16-byte source loads per thread and stage
-  static_assert(MC * (BK / 8) % P::kThreads == 0, "whole loads per thread");
+  constexpr int NT = P::threads(MC), WM = MC / 32;  // WM row warps
+  constexpr int BK = P::BK, LD = BK + P::kPad, OSL = BN + P::kOsPad;
+  constexpr int kAL = MC * (BK / 8) / NT;  // 16-byte source loads per thread and stage
+  static_assert(MC * (BK / 8) % NT == 0, "whole loads per thread");
   constexpr int NF = BN / 32;      // n8 fragments per warp (a warp covers BN / 4 channels)
   static_assert(BN == 64 || BN == 128, "BN");
+  static_assert(MC % 32 == 0 && MC <= BM, "MC");
   extern __shared__ __align__(16) unsigned char smem[];
   T* As = reinterpret_cast<T*>(smem);                         // [S][MC][LD]
   T* Bs = As + S * MC * LD;                                    // [S][BN][LD]
-  float* Os = reinterpret_cast<float*>(Bs + S * BN * LD);      // [BM][BN]
+  float* Os = reinterpret_cast<float*>(Bs + S * BN * LD);      // [BM][OSL]
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
@@ -240,7 +246,7 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads)
   const uint64_t src_mask = (uint64_t{1} << m.src_bits) - 1;
   const int Ki = static_cast<int>(K);
 
-  for (int e = tid; e < BM * BN; e += P::kThreads) Os[e] = 0.0f;
+  for (int e = tid; e < BM * OSL; e += NT) Os[e] = 0.0f;
 
   // The stage sequence: segments k = 0..K-1 of this tile, MC triplets a chunk, nb stages a chunk.
   // Sorted positions fit 31 bits (point_conv_mma_supported), so the cursors are 32-bit.
@@ -268,18 +274,25 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads)
   // thread) and W_k rows (kBL per thread), 16 bytes each, at channel offset b * BK. Their base
   // pointers are set when the loads reach a new chunk; the chunk's source rows are read from the
   // keys one stage ahead (src_next), so no load waits on them.
-  constexpr int kBL = BN * (BK / 8) / P::kThreads;
-  static_assert(BN * (BK / 8) % P::kThreads == 0, "whole loads per thread");
+  constexpr int kBL = BN * (BK / 8) / NT;
+  static_assert(BN * (BK / 8) % NT == 0, "whole loads per thread");
   constexpr int kSegs = BK / 8;
   const int seg8 = (tid % kSegs) * 8;  // the thread's channel offset inside a stage (all its loads)
   int64_t src_next[kAL];
   const T* a_ptr[kAL];
   const T* b_ptr[kBL];
-  bool b_ok[kBL];
+  bool b_ok[kBL];  // the thread's weight rows: inside the channels (fixed for the block)
+  int64_t b_row[kBL];
+#pragma unroll
+  for (int v = 0; v < kBL; ++v) {
+    const int64_t o = o0 + (tid + v * NT) / kSegs;
+    b_ok[v] = o < n_out_c;
+    b_row[v] = b_ok[v] ? o : 0;
+  }
   const auto fetch_rows = [&](const Stage& c) {
 #pragma unroll
     for (int u = 0; u < kAL; ++u) {
-      const int r = (tid + u * P::kThreads) / kSegs;
+      const int r = (tid + u * NT) / kSegs;
       src_next[u] = c.k < Ki && r < c.n ? static_cast<int64_t>(keys[c.q + r] & src_mask) : -1;
     }
   };
@@ -290,23 +303,19 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads)
 #pragma unroll
       for (int u = 0; u < kAL; ++u) a_ptr[u] = src_next[u] >= 0 ? src + src_next[u] * n_in_c + seg8 : nullptr;
 #pragma unroll
-      for (int v = 0; v < kBL; ++v) {
-        const int64_t o = o0 + (tid + v * P::kThreads) / kSegs;
-        b_ok[v] = o < n_out_c;
-        b_ptr[v] = mat + (static_cast<int64_t>(c.k) * n_out_c + (b_ok[v] ? o : 0)) * n_in_c + seg8;
-      }
+      for (int v = 0; v < kBL; ++v) b_ptr[v] = mat + (static_cast<int64_t>(c.k) * n_out_c + b_row[v]) * n_in_c + seg8;
     }
     const int c0 = c.b * BK;
     const bool ch_ok = c0 + seg8 < n_in_c;
 #pragma unroll
     for (int u = 0; u < kAL; ++u) {
-      const int r = (tid + u * P::kThreads) / kSegs;
+      const int r = (tid + u * NT) / kSegs;
       const bool ok = a_ptr[u] != nullptr && ch_ok;
       cp_async16(as + r * LD + seg8, ok ? a_ptr[u] + c0 : src, ok ? 16 : 0);
     }
 #pragma unroll
     for (int v = 0; v < kBL; ++v) {
-      const int r = (tid + v * P::kThreads) / kSegs;
+      const int r = (tid + v * NT) / kSegs;
       const bool ok = b_ok[v] && ch_ok;
       cp_async16(bs + r * LD + seg8, ok ? b_ptr[v] + c0 : mat, ok ? 16 : 0);
     }
@@ -381,7 +390,7 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads)
     buf = buf + 1 == S ? 0 : buf + 1;
     if (cur.b == nb - 1) {
       // The chunk's products into the tile's sums, fragment by fragment (16 chunk rows; warps
-      // wm = 0 then, after a barrier, wm = 1; mi = 0 then 1): inside a fragment each run of equal
+      // wm = 0, 1, ... in turn with a barrier between; mi = 0 then 1): inside a fragment each run of equal
       // destination rows is summed by a segmented scan over its rows (shuffles across the lane
       // groups g, then the low half's last partial joins the high half), and the run's last row adds
       // the sum into the tile's sums. The order is fixed by the sorted triplets alone.
@@ -420,20 +429,20 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads)
           }
           const int col = wn * (BN / 4) + ni * 8 + 2 * q4;
           if (tail_l) {
-            float2* o = reinterpret_cast<float2*>(Os + rl * BN + col);
+            float2* o = reinterpret_cast<float2*>(Os + rl * OSL + col);
             const float2 cur_o = *o;
             *o = make_float2(cur_o.x + v[0], cur_o.y + v[1]);
           }
           if (tail_h) {
-            float2* o = reinterpret_cast<float2*>(Os + rh * BN + col);
+            float2* o = reinterpret_cast<float2*>(Os + rh * OSL + col);
             const float2 cur_o = *o;
             *o = make_float2(cur_o.x + v[2], cur_o.y + v[3]);
           }
         }
       };
 #pragma unroll
-      for (int phase = 0; phase < 2; ++phase) {
-        if (phase == 1) __syncthreads();
+      for (int phase = 0; phase < WM; ++phase) {
+        if (phase > 0) __syncthreads();
         if (wm == phase) {
 #pragma unroll
           for (int mi = 0; mi < 2; ++mi) {
@@ -448,10 +457,10 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads)
   }
   cp_async_wait<0>();
   __syncthreads();
-  for (int e = tid; e < BM * BN; e += P::kThreads) {
+  for (int e = tid; e < BM * BN; e += NT) {
     const int r = e / BN, col = e % BN;
     const int64_t row = tile * BM + r, o = o0 + col;
-    if (row < n_dst && o < n_out_c) dst[row * n_out_c + o] = Elem<T>::from(Os[e]);
+    if (row < n_dst && o < n_out_c) dst[row * n_out_c + o] = Elem<T>::from(Os[r * OSL + col]);
   }
 }
 
@@ -610,11 +619,11 @@ __global__ void vvor_sum_kernel(const float* __restrict__ part, int64_t slices, 
   }
 }
 
-template <class T, int BN, int BM, int S>
+template <class T, int BN, int BM, int MC, int S>
 size_t mvmr_smem() {
   using P = MvmrPolicy;
   constexpr int LD = P::BK + P::kPad;
-  return sizeof(T) * S * (P::MC * LD + BN * LD) + sizeof(float) * BM * BN;
+  return sizeof(T) * S * (MC * LD + BN * LD) + sizeof(float) * BM * (BN + P::kOsPad);
 }
 
 // One MVMR: dst rows n_dst (triplet column dst_col), source rows n_src (column src_col).
@@ -658,12 +667,12 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* trip
   const int64_t* seg_off = sg.seg_off;
   const auto go = [&](auto cfg_c) {
     constexpr MvmrConfig C = kMvmrConfigs[decltype(cfg_c)::value];
-    if (C.bm != cfg.bm || C.bn != cfg.bn || C.stages != cfg.stages) return;
-    const size_t smem = mvmr_smem<T, C.bn, C.bm, C.stages>();
-    auto kernel = mvmr_mma_kernel<T, C.bn, C.bm, C.stages>;
+    if (C.bm != cfg.bm || C.bn != cfg.bn || C.mc != cfg.mc || C.stages != cfg.stages) return;
+    const size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.stages>();
+    auto kernel = mvmr_mma_kernel<T, C.bn, C.bm, C.mc, C.stages>;
     PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles), static_cast<unsigned>(detail::ceil_div(n_out_c, C.bn))),
-                   dim3(MvmrPolicy::kThreads), smem, static_cast<const uint64_t*>(sorted),
+                   dim3(MvmrPolicy::threads(C.mc)), smem, static_cast<const uint64_t*>(sorted),
                    static_cast<const int64_t*>(seg_off), m, K, src, n_in_c, mat, n_out_c, n_dst, dst);
   };
   [&]<size_t... I>(std::index_sequence<I...>) {

@@ -229,7 +229,8 @@ void expect_close(const std::vector<Bf16>& got, const std::vector<double>& ref,
 TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
   std::mt19937 rng(23);
   for (const auto& sh : std::vector<std::vector<int64_t>>{
-           {300, 200, 40, 24, 27, 5000}, {90, 70, 8, 136, 4, 2000}, {400, 300, 16, 16, 1, 9000}}) {
+           {300, 200, 40, 24, 27, 5000}, {90, 70, 8, 136, 4, 2000}, {400, 300, 16, 16, 1, 9000},
+           {1500, 1300, 32, 136, 27, 40000}}) {  // the last: several tiles of 256 rows, chunks of 128
     Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
     const pcops::PointConvShape s = c.s;
     ASSERT_TRUE(pcops::cuda::point_conv_mma_supported(s));
