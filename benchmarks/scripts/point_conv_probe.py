@@ -8,7 +8,9 @@ runs after one warm-up; beside the peer the max abs difference from pcops' outpu
 On CUDA the peak allocated memory of each variant is recorded too (torch.cuda.max_memory_allocated
 above the inputs). --dtype sets the features' and weights' dtype for both sides (the peer's GEMMs
 then run on the tensor cores too), --mode pcops' mode ("fast": the tensor-core path for 16-bit
-inputs); --no-backward times the forward only. JSON goes to --out, else to
+inputs); --no-backward times the forward only. --order morton renumbers the points along a Morton
+(Z-order) curve first, as voxelised and serialised clouds come (neighbours then have near indices);
+the default keeps the sampled order, where neighbours' indices are random. JSON goes to --out, else to
 benchmarks/results/point-conv-probe[-cuda]-<date>-<commit>.json; --commit names the commit of a
 tree copied without .git.
 
@@ -60,6 +62,17 @@ def gather_gemm_scatter(features, weights, triplets, num_out, groups):
     return out
 
 
+def morton_order(pts: np.ndarray, bits: int = 10) -> np.ndarray:
+    """The permutation that sorts the points by the Morton code of their cell in a 2^bits grid."""
+    lo, hi = pts.min(0), pts.max(0)
+    q = ((pts - lo) / np.maximum(hi - lo, 1e-12) * ((1 << bits) - 1)).astype(np.int64)
+    code = np.zeros(len(pts), dtype=np.int64)
+    for b in range(bits):
+        for axis in range(3):
+            code |= ((q[:, axis] >> b) & 1) << (3 * b + axis)
+    return np.argsort(code, kind="stable")
+
+
 def peak_bytes(fn, device):
     if device.type != "cuda":
         return None
@@ -81,6 +94,7 @@ def main():
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--mode", default="exact", choices=["exact", "fast"])
     ap.add_argument("--no-backward", action="store_true")
+    ap.add_argument("--order", default="sampled", choices=["sampled", "morton"])
     ap.add_argument("--out", default=None)
     ap.add_argument("--commit", default=None, help="the commit measured (a tree copied without .git)")
     args = ap.parse_args()
@@ -95,6 +109,8 @@ def main():
     if cloud is None:
         raise SystemExit("bunny00.off not found; see docs/data.md")
     pts = pdata.sample_mesh(cloud.points, cloud.faces, args.points, seed=0)
+    if args.order == "morton":
+        pts = pts[morton_order(pts)]
     pts = torch.from_numpy(pts.astype(np.float32))
     dist, idx = pcops.knn(pts[None], pts[None], args.k)
     extent = float(torch.quantile(dist[0, :, -1], 0.9))
@@ -135,7 +151,7 @@ def main():
         flops = 2.0 * triplets.shape[0] * c * c
         row = {
             "channels": c, "points": n, "triplets": int(triplets.shape[0]), "dtype": args.dtype,
-            "mode": args.mode,
+            "mode": args.mode, "order": args.order,
             "pcops_forward_s": median_time(ours_fwd, args.repeat, device),
             "peer_forward_s": median_time(peer_fwd, args.repeat, device),
             "peer_max_abs_diff": float((ours_out - peer_out).abs().max()),

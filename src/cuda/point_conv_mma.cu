@@ -105,9 +105,9 @@ MvmrKey mvmr_key(int64_t n_dst, int64_t n_src, int64_t K, int bm) {
   return m;
 }
 
-// The packed keys fit 64 bits and the tiles the grid.
-bool mvmr_key_fits(const MvmrKey& m) {
-  return m.tiles < (int64_t{1} << 31) && m.seg_bits + m.local_bits + m.src_bits <= 64;
+// The packed keys fit 64 bits and the blocks (tiles x channel blocks of 64 or more) the grid.
+bool mvmr_key_fits(const MvmrKey& m, int64_t n_out_c) {
+  return m.tiles * detail::ceil_div(n_out_c, 64) < (int64_t{1} << 31) && m.seg_bits + m.local_bits + m.src_bits <= 64;
 }
 
 // Key layout of the VVOR sort: (k, i, j); k = K marks an invalid triplet.
@@ -217,7 +217,8 @@ __global__ void key_offsets_kernel(const uint64_t* __restrict__ sorted, int64_t 
 }
 
 // dst[r, o] = sum over the triplets of r (sorted keys) of mat[k, o, :] . src[s, :]; mat [K, n_out_c,
-// n_in_c] (rows contiguous over the source channels). Grid (tiles, ceil(n_out_c / BN)).
+// n_in_c] (rows contiguous over the source channels). Grid: tiles * ceil(n_out_c / BN) blocks, the
+// channel blocks of a tile adjacent (they gather the same source rows, so they meet in L2).
 // Pipeline: the stages (chunk, BK channels) run kStages - 1 ahead through cp.async, one
 // __syncthreads per stage.
 template <class T, int BN, int BM, int MC, int S>
@@ -240,8 +241,9 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
-  const int64_t tile = blockIdx.x;
-  const int64_t o0 = int64_t{blockIdx.y} * BN;
+  const int64_t n_cb = (n_out_c + BN - 1) / BN;
+  const int64_t tile = blockIdx.x / n_cb;
+  const int64_t o0 = (blockIdx.x % n_cb) * BN;
   const int nb = static_cast<int>((n_in_c + BK - 1) / BK);
   const uint64_t src_mask = (uint64_t{1} << m.src_bits) - 1;
   const int Ki = static_cast<int>(K);
@@ -671,7 +673,7 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* trip
     const size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.stages>();
     auto kernel = mvmr_mma_kernel<T, C.bn, C.bm, C.mc, C.stages>;
     PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles), static_cast<unsigned>(detail::ceil_div(n_out_c, C.bn))),
+    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles * detail::ceil_div(n_out_c, C.bn))),
                    dim3(MvmrPolicy::threads(C.mc)), smem, static_cast<const uint64_t*>(sorted),
                    static_cast<const int64_t*>(seg_off), m, K, src, n_in_c, mat, n_out_c, n_dst, dst);
   };
@@ -747,8 +749,9 @@ bool point_conv_mma_supported(const PointConvShape& s) {
   // Grid limits of the weight-gradient kernel (K blocks in x, channel tiles of 64 in y).
   if (s.kernels >= (int64_t{1} << 31) || detail::ceil_div(s.channels_out, 64) * detail::ceil_div(s.channels_in, 64) > 65535)
     return false;
-  return mvmr_key_fits(mvmr_key(s.num_out, s.num_in, s.kernels, mvmr_config(s.channels_out).bm)) &&
-         mvmr_key_fits(mvmr_key(s.num_in, s.num_out, s.kernels, mvmr_config(s.channels_in).bm)) && vvor_key(s).bits <= 64;
+  return mvmr_key_fits(mvmr_key(s.num_out, s.num_in, s.kernels, mvmr_config(s.channels_out).bm), s.channels_out) &&
+         mvmr_key_fits(mvmr_key(s.num_in, s.num_out, s.kernels, mvmr_config(s.channels_in).bm), s.channels_in) &&
+         vvor_key(s).bits <= 64;
 }
 
 void point_conv_mma(const CudaContext& ctx, const PointConvShape& s, Half16 type, const void* features,
