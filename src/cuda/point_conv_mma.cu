@@ -41,10 +41,6 @@ namespace {
 
 // The MVMR kernel's warps: MC / 32 (chunk rows, 32 each) x 4 (destination channels, BN / 4 each).
 struct MvmrPolicy {
-  static constexpr int BK = 32;     // source channels per stage
-  static constexpr int kPad = 8;    // halves of padding per shared row (conflict-free ldmatrix)
-  static constexpr int kOsPad = 8;  // floats of padding per row of the tile's sums: the float2
-                                    // read-modify-writes of 4 rows x 4 lanes fall in 32 banks
   static constexpr int threads(int mc) { return mc * 4; }
 };
 
@@ -71,25 +67,26 @@ struct MvmrKey {
 };
 
 // The MVMR kernel's shape: destination rows per tile (bm), destination channels per block (bn),
-// triplet rows per chunk (mc; the block has 4 * mc threads), pipeline stages.
-// PCOPS_CUDA_POINT_CONV_CONFIG=<bm>x<bn>x<mc>x<stages> picks one of the compiled ones.
+// triplet rows per chunk (mc; the block has 4 * mc threads), source channels per stage (bk),
+// pipeline stages. PCOPS_CUDA_POINT_CONV_CONFIG=<bm>x<bn>x<mc>x<bk>x<stages> picks one of the
+// compiled ones.
 struct MvmrConfig {
-  int bm, bn, mc, stages;
+  int bm, bn, mc, bk, stages;
 };
 // The default: 128 x 128 x 3 (128 x 64 x 3 for at most 64 channels). Measured on an H200 (bf16,
 // 165k points, 2.64M triplets, forward at C = 128 / 256 / 512): 1.83 / 4.83 / 15.3 ms; 128 x 64:
 // 2.03 / 5.41 / 17.2 ms; 64 x 128: 2.39 / 6.42 / 21.0 ms. Deeper pipelines (4, 6, 7, 10 stages)
 // were not faster.
-constexpr MvmrConfig kMvmrConfigs[] = {{128, 128, 64, 3},  {128, 64, 64, 3},   {64, 128, 64, 3}, {64, 64, 64, 3},
-                                       {256, 128, 128, 3}, {256, 128, 128, 2}, {128, 128, 128, 3}};
+constexpr MvmrConfig kMvmrConfigs[] = {{128, 128, 64, 32, 3}, {128, 64, 64, 32, 3}, {128, 128, 64, 64, 2},
+                                       {128, 64, 64, 64, 2},  {128, 64, 64, 64, 3}, {128, 128, 128, 64, 2}};
 
 MvmrConfig mvmr_config(int64_t n_out_c) {
-  MvmrConfig c{128, n_out_c <= 64 ? 64 : 128, 64, 3};
+  MvmrConfig c{128, n_out_c <= 64 ? 64 : 128, 64, 32, 3};
   if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_CONFIG"); e != nullptr && *e != 0) {
-    int bm = 0, bn = 0, mc = 0, st = 0;
-    if (std::sscanf(e, "%dx%dx%dx%d", &bm, &bn, &mc, &st) == 4)
+    int bm = 0, bn = 0, mc = 0, bk = 0, st = 0;
+    if (std::sscanf(e, "%dx%dx%dx%dx%d", &bm, &bn, &mc, &bk, &st) == 5)
       for (const MvmrConfig& k : kMvmrConfigs)
-        if (k.bm == bm && k.bn == bn && k.mc == mc && k.stages == st) c = k;
+        if (k.bm == bm && k.bn == bn && k.mc == mc && k.bk == bk && k.stages == st) c = k;
   }
   return c;
 }
@@ -216,28 +213,43 @@ __global__ void key_offsets_kernel(const uint64_t* __restrict__ sorted, int64_t 
   }
 }
 
+// The offset (in elements) of 16-byte chunk `chunk` of row `row` in a stage buffer of rows of BK
+// 16-bit elements, unpadded: the chunk index is XORed with the row's place in its 128 bytes of rows,
+// so that the 8 rows an ldmatrix reads (one chunk each) and a warp's 16-byte cp.async writes fall
+// in distinct banks.
+template <int BK>
+__device__ __forceinline__ int swizzled(int row, int chunk) {
+  constexpr int CH = BK / 8, R = 8 / CH;  // chunks per row, rows per 128 bytes
+  return row * BK + ((chunk ^ ((row / R) & (CH - 1))) << 3);
+}
+
 // dst[r, o] = sum over the triplets of r (sorted keys) of mat[k, o, :] . src[s, :]; mat [K, n_out_c,
 // n_in_c] (rows contiguous over the source channels). Grid: tiles * ceil(n_out_c / BN) blocks, the
 // channel blocks of a tile adjacent (they gather the same source rows, so they meet in L2).
-// Pipeline: the stages (chunk, BK channels) run kStages - 1 ahead through cp.async, one
-// __syncthreads per stage.
-template <class T, int BN, int BM, int MC, int S>
+// Pipeline: the stages (chunk, BK channels) run S - 1 ahead through cp.async, one __syncthreads per
+// stage.
+template <class T, int BN, int BM, int MC, int BK, int S>
 __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
     mvmr_mma_kernel(const uint64_t* __restrict__ keys, const int64_t* __restrict__ seg_off, MvmrKey m, int64_t K,
                     const T* __restrict__ src, int64_t n_in_c, const T* __restrict__ mat, int64_t n_out_c,
                     int64_t n_dst, T* __restrict__ dst) {
   using P = MvmrPolicy;
   constexpr int NT = P::threads(MC), WM = MC / 32;  // WM row warps
-  constexpr int BK = P::BK, LD = BK + P::kPad, OSL = BN + P::kOsPad;
-  constexpr int kAL = MC * (BK / 8) / NT;  // 16-byte source loads per thread and stage
-  static_assert(MC * (BK / 8) % NT == 0, "whole loads per thread");
-  constexpr int NF = BN / 32;      // n8 fragments per warp (a warp covers BN / 4 channels)
+  constexpr int kSegs = BK / 8;                     // 16-byte chunks per stage row
+  constexpr int kRowStep = NT / kSegs;              // stage rows loaded by the block per round
+  constexpr int kAL = MC / kRowStep, kBL = BN / kRowStep;  // source / weight rows per thread
+  static_assert(MC % kRowStep == 0 && BN % kRowStep == 0 && kRowStep % 8 == 0, "whole loads per thread");
+  constexpr int NF = BN / 32;  // n8 fragments per warp (a warp covers BN / 4 channels)
   static_assert(BN == 64 || BN == 128, "BN");
-  static_assert(MC % 32 == 0 && MC <= BM, "MC");
+  static_assert(BK == 32 || BK == 64, "BK");
+  static_assert(MC % 32 == 0 && MC <= BM && BM <= 256, "MC, BM");
+  static_assert(S >= 2 && S <= 3, "the chunk row buffers (4) cover S - 1 <= 2 stages ahead");
+  constexpr uint16_t kPast = 0xffff;
   extern __shared__ __align__(16) unsigned char smem[];
-  T* As = reinterpret_cast<T*>(smem);                         // [S][MC][LD]
-  T* Bs = As + S * MC * LD;                                    // [S][BN][LD]
-  float* Os = reinterpret_cast<float*>(Bs + S * BN * LD);      // [BM][OSL]
+  T* As = reinterpret_cast<T*>(smem);                    // [S][MC][BK], swizzled
+  T* Bs = As + S * MC * BK;                              // [S][BN][BK], swizzled
+  float* Os = reinterpret_cast<float*>(Bs + S * BN * BK);  // [BM][BN]
+  uint16_t* Rs = reinterpret_cast<uint16_t*>(Os + BM * BN);  // [4][MC]: chunk rows' local rows (kPast past)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
@@ -248,87 +260,85 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
   const uint64_t src_mask = (uint64_t{1} << m.src_bits) - 1;
   const int Ki = static_cast<int>(K);
 
-  for (int e = tid; e < BM * OSL; e += NT) Os[e] = 0.0f;
+  for (int e = tid; e < BM * BN; e += NT) Os[e] = 0.0f;
 
-  // The stage sequence: segments k = 0..K-1 of this tile, MC triplets a chunk, nb stages a chunk.
-  // Sorted positions fit 31 bits (point_conv_mma_supported), so the cursors are 32-bit.
+  // The stage sequence: segments k = 0..K-1 of this tile, MC triplets a chunk, nb stages a chunk;
+  // c counts the chunks. Sorted positions fit 31 bits (point_conv_mma_supported): 32-bit cursors.
   const int64_t* so = seg_off + tile * K;
   struct Stage {
-    int k, q, n, b;  // k == K: past the end
+    int k, q, n, b, c;  // k == K: past the end
   };
-  const auto first_chunk = [&](int k) {
+  const auto first_chunk = [&](int k, int c) {
     int q = 0, e = 0;
     if (k < Ki) q = static_cast<int>(so[k]), e = static_cast<int>(so[k + 1]);
     while (k < Ki && e == q) {
       ++k;
       if (k < Ki) e = static_cast<int>(so[k + 1]);
     }
-    return Stage{k, q, e - q < MC ? e - q : MC, 0};
+    return Stage{k, q, e - q < MC ? e - q : MC, 0, c};
   };
-  const auto next_stage = [&](const Stage& c) {
-    if (c.b + 1 < nb) return Stage{c.k, c.q, c.n, c.b + 1};
-    const int q = c.q + c.n, e = static_cast<int>(so[c.k + 1]);
-    if (q < e) return Stage{c.k, q, e - q < MC ? e - q : MC, 0};
-    return first_chunk(c.k + 1);
+  const auto next_stage = [&](const Stage& s) {
+    if (s.b + 1 < nb) return Stage{s.k, s.q, s.n, s.b + 1, s.c};
+    const int q = s.q + s.n, e = static_cast<int>(so[s.k + 1]);
+    if (q < e) return Stage{s.k, q, e - q < MC ? e - q : MC, 0, s.c + 1};
+    return first_chunk(s.k + 1, s.c + 1);
   };
 
-  // Every stage of a chunk loads the same rows through the same threads: chunk rows r (kAL per
-  // thread) and W_k rows (kBL per thread), 16 bytes each, at channel offset b * BK. Their base
-  // pointers are set when the loads reach a new chunk; the chunk's source rows are read from the
-  // keys one stage ahead (src_next), so no load waits on them.
-  constexpr int kBL = BN * (BK / 8) / NT;
-  static_assert(BN * (BK / 8) % NT == 0, "whole loads per thread");
-  constexpr int kSegs = BK / 8;
-  const int seg8 = (tid % kSegs) * 8;  // the thread's channel offset inside a stage (all its loads)
-  int64_t src_next[kAL];
+  // Every stage of a chunk loads the same rows through the same threads: source rows
+  // a_row0 + u * kRowStep of the chunk and weight rows a_row0 + v * kRowStep of W_k, 16 bytes each
+  // (chunk `seg` of the stage's BK channels). Their shared offsets are fixed (kRowStep is a multiple
+  // of 8, so every row of the thread has the same swizzle); the global pointers are set when the
+  // loads reach a new chunk, from the chunk's keys read one stage ahead (next_key), so no load
+  // waits on them. The same step stores the chunk rows' local destination rows in Rs for the sums.
+  const int seg = tid % kSegs, seg8 = seg * 8, a_row0 = tid / kSegs;
+  const int s_off = swizzled<BK>(a_row0, seg);  // + u * kRowStep * BK for the thread's other rows
+  uint64_t next_key[kAL];
   const T* a_ptr[kAL];
-  const T* b_ptr[kBL];
-  bool b_ok[kBL];  // the thread's weight rows: inside the channels (fixed for the block)
-  int64_t b_row[kBL];
+  const T* b_ptr;
+  uint32_t b_ok = 0;  // bit v: weight row v of the thread inside the channels (fixed for the block)
 #pragma unroll
-  for (int v = 0; v < kBL; ++v) {
-    const int64_t o = o0 + (tid + v * NT) / kSegs;
-    b_ok[v] = o < n_out_c;
-    b_row[v] = b_ok[v] ? o : 0;
-  }
-  const auto fetch_rows = [&](const Stage& c) {
+  for (int v = 0; v < kBL; ++v) b_ok |= static_cast<uint32_t>(o0 + a_row0 + v * kRowStep < n_out_c) << v;
+  const auto fetch_keys = [&](const Stage& s) {
 #pragma unroll
     for (int u = 0; u < kAL; ++u) {
-      const int r = (tid + u * NT) / kSegs;
-      src_next[u] = c.k < Ki && r < c.n ? static_cast<int64_t>(keys[c.q + r] & src_mask) : -1;
+      const int r = a_row0 + u * kRowStep;
+      next_key[u] = s.k < Ki && r < s.n ? keys[s.q + r] : ~uint64_t{0};
     }
   };
-  const auto load_stage = [&](const Stage& c, int buf) {
-    T* as = As + buf * MC * LD;
-    T* bs = Bs + buf * BN * LD;
-    if (c.b == 0) {
+  const auto load_stage = [&](const Stage& s, int buf) {
+    T* as = As + buf * MC * BK + s_off;
+    T* bs = Bs + buf * BN * BK + s_off;
+    if (s.b == 0) {
+      uint16_t* rs = Rs + (s.c & 3) * MC;
 #pragma unroll
-      for (int u = 0; u < kAL; ++u) a_ptr[u] = src_next[u] >= 0 ? src + src_next[u] * n_in_c + seg8 : nullptr;
-#pragma unroll
-      for (int v = 0; v < kBL; ++v) b_ptr[v] = mat + (static_cast<int64_t>(c.k) * n_out_c + b_row[v]) * n_in_c + seg8;
+      for (int u = 0; u < kAL; ++u) {
+        const bool ok = next_key[u] != ~uint64_t{0};
+        a_ptr[u] = ok ? src + static_cast<int64_t>(next_key[u] & src_mask) * n_in_c + seg8 : nullptr;
+        if (seg == 0)
+          rs[a_row0 + u * kRowStep] = ok ? static_cast<uint16_t>((next_key[u] >> m.src_bits) & (BM - 1)) : kPast;
+      }
+      b_ptr = mat + (static_cast<int64_t>(s.k) * n_out_c + o0 + a_row0) * n_in_c + seg8;
     }
-    const int c0 = c.b * BK;
+    const int c0 = s.b * BK;
     const bool ch_ok = c0 + seg8 < n_in_c;
 #pragma unroll
     for (int u = 0; u < kAL; ++u) {
-      const int r = (tid + u * NT) / kSegs;
       const bool ok = a_ptr[u] != nullptr && ch_ok;
-      cp_async16(as + r * LD + seg8, ok ? a_ptr[u] + c0 : src, ok ? 16 : 0);
+      cp_async16(as + u * kRowStep * BK, ok ? a_ptr[u] + c0 : src, ok ? 16 : 0);
     }
 #pragma unroll
     for (int v = 0; v < kBL; ++v) {
-      const int r = (tid + v * NT) / kSegs;
-      const bool ok = b_ok[v] && ch_ok;
-      cp_async16(bs + r * LD + seg8, ok ? b_ptr[v] + c0 : mat, ok ? 16 : 0);
+      const bool ok = ((b_ok >> v) & 1) != 0 && ch_ok;
+      cp_async16(bs + v * kRowStep * BK, ok ? b_ptr + v * kRowStep * n_in_c + c0 : mat, ok ? 16 : 0);
     }
   };
   // Issues the loads of stage `ld` into buffer `b` and moves `ld` on; entering a new chunk, its
-  // source rows are requested now and used by the next call.
+  // keys are requested now and used by the next call.
   const auto load_and_advance = [&](Stage& ld, int b) {
     if (ld.k < Ki) {
       load_stage(ld, b);
       ld = next_stage(ld);
-      if (ld.b == 0) fetch_rows(ld);
+      if (ld.b == 0) fetch_keys(ld);
     }
   };
 
@@ -343,39 +353,30 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
   };
   zero_acc();
 
-  Stage cur = first_chunk(0), ld = cur;
-  fetch_rows(ld);
+  Stage cur = first_chunk(0, 0), ld = cur;
+  fetch_keys(ld);
 #pragma unroll
   for (int st = 0; st < S - 1; ++st) {
     load_and_advance(ld, st);
     cp_async_commit();
   }
   int buf = 0, ldbuf = S - 1;
-  // The local destination rows of the thread's accumulator rows (wm * 32 + mi * 16 + g + 8 h of the
-  // chunk), -1 past the chunk; read at a chunk's first stage, used at its last.
   const int g = lane >> 2, q4 = lane & 3;
-  int my_rows[2][2];
+  // The ldmatrix rows of the lane: weight row (lane & 7) + 8 (lane >> 4) of an n16 pair, chunk
+  // ((lane >> 3) & 1); source row (lane & 15) of a fragment, chunk (lane >> 4).
+  const int b_lrow = (lane & 7) + ((lane >> 4) << 3), b_lch = (lane >> 3) & 1;
+  const int a_lrow = lane & 15, a_lch = lane >> 4;
   while (cur.k < Ki) {
-    if (cur.b == 0) {
-#pragma unroll
-      for (int mi = 0; mi < 2; ++mi)
-#pragma unroll
-        for (int h = 0; h < 2; ++h) {
-          const int r = wm * 32 + mi * 16 + g + 8 * h;
-          my_rows[mi][h] = r < cur.n ? static_cast<int>((keys[cur.q + r] >> m.src_bits) & (BM - 1)) : -1;
-        }
-    }
     pipeline_step<S>(ldbuf, [&](int b) { load_and_advance(ld, b); });
-    const T* as = As + buf * MC * LD;
-    const T* bs = Bs + buf * BN * LD;
+    const T* as = As + buf * MC * BK;
+    const T* bs = Bs + buf * BN * BK;
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) {
       unsigned bf[NF][2];
 #pragma unroll
       for (int nj = 0; nj < NF; nj += 2) {
         unsigned r[4];
-        const int n = wn * (BN / 4) + nj * 8 + (lane & 7) + ((lane >> 4) << 3);
-        ldmatrix_x4(r, bs + n * LD + kk + (((lane >> 3) & 1) << 3));
+        ldmatrix_x4(r, bs + swizzled<BK>(wn * (BN / 4) + nj * 8 + b_lrow, kk / 8 + b_lch));
         bf[nj][0] = r[0], bf[nj][1] = r[1], bf[nj + 1][0] = r[2], bf[nj + 1][1] = r[3];
       }
 #pragma unroll
@@ -383,7 +384,7 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
         const int row0 = wm * 32 + mi * 16;
         if (row0 < cur.n) {  // warp-uniform: fragments wholly past the chunk are skipped
           unsigned a[4];
-          ldmatrix_x4(a, as + (row0 + (lane & 15)) * LD + kk + ((lane >> 4) << 3));
+          ldmatrix_x4(a, as + swizzled<BK>(row0 + a_lrow, kk / 8 + a_lch));
 #pragma unroll
           for (int ni = 0; ni < NF; ++ni) mma16816<T>(acc[mi][ni], a, bf[ni][0], bf[ni][1]);
         }
@@ -392,13 +393,15 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
     buf = buf + 1 == S ? 0 : buf + 1;
     if (cur.b == nb - 1) {
       // The chunk's products into the tile's sums, fragment by fragment (16 chunk rows; warps
-      // wm = 0, 1, ... in turn with a barrier between; mi = 0 then 1): inside a fragment each run of equal
-      // destination rows is summed by a segmented scan over its rows (shuffles across the lane
-      // groups g, then the low half's last partial joins the high half), and the run's last row adds
-      // the sum into the tile's sums. The order is fixed by the sorted triplets alone.
+      // wm = 0, 1, ... in turn with a barrier between; mi = 0 then 1): inside a fragment each run
+      // of equal destination rows is summed by a segmented scan over its rows (shuffles across the
+      // lane groups g, then the low half's last partial joins the high half), and the run's last
+      // row adds the sum into the tile's sums. The order is fixed by the sorted triplets alone.
+      const uint16_t* rs = Rs + (cur.c & 3) * MC;
       const auto add_fragment = [&](int mi) {
         const unsigned full = 0xffffffffu;
-        const int rl = my_rows[mi][0], rh = my_rows[mi][1];
+        const int r0 = wm * 32 + mi * 16 + g;
+        const int rl = rs[r0] == kPast ? -1 : rs[r0], rh = rs[r0 + 8] == kPast ? -1 : rs[r0 + 8];
         int up_l[3], up_h[3];
 #pragma unroll
         for (int st = 0; st < 3; ++st) {
@@ -431,12 +434,12 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
           }
           const int col = wn * (BN / 4) + ni * 8 + 2 * q4;
           if (tail_l) {
-            float2* o = reinterpret_cast<float2*>(Os + rl * OSL + col);
+            float2* o = reinterpret_cast<float2*>(Os + rl * BN + col);
             const float2 cur_o = *o;
             *o = make_float2(cur_o.x + v[0], cur_o.y + v[1]);
           }
           if (tail_h) {
-            float2* o = reinterpret_cast<float2*>(Os + rh * OSL + col);
+            float2* o = reinterpret_cast<float2*>(Os + rh * BN + col);
             const float2 cur_o = *o;
             *o = make_float2(cur_o.x + v[2], cur_o.y + v[3]);
           }
@@ -462,7 +465,7 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
   for (int e = tid; e < BM * BN; e += NT) {
     const int r = e / BN, col = e % BN;
     const int64_t row = tile * BM + r, o = o0 + col;
-    if (row < n_dst && o < n_out_c) dst[row * n_out_c + o] = Elem<T>::from(Os[r * OSL + col]);
+    if (row < n_dst && o < n_out_c) dst[row * n_out_c + o] = Elem<T>::from(Os[e]);
   }
 }
 
@@ -621,11 +624,10 @@ __global__ void vvor_sum_kernel(const float* __restrict__ part, int64_t slices, 
   }
 }
 
-template <class T, int BN, int BM, int MC, int S>
+// Stage buffers, the tile's sums and the chunk rows' local rows (4 chunks).
+template <class T, int BN, int BM, int MC, int BK, int S>
 size_t mvmr_smem() {
-  using P = MvmrPolicy;
-  constexpr int LD = P::BK + P::kPad;
-  return sizeof(T) * S * (MC * LD + BN * LD) + sizeof(float) * BM * (BN + P::kOsPad);
+  return sizeof(T) * S * (MC + BN) * BK + sizeof(float) * BM * BN + sizeof(uint16_t) * 4 * MC;
 }
 
 // One MVMR: dst rows n_dst (triplet column dst_col), source rows n_src (column src_col).
@@ -669,9 +671,9 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* trip
   const int64_t* seg_off = sg.seg_off;
   const auto go = [&](auto cfg_c) {
     constexpr MvmrConfig C = kMvmrConfigs[decltype(cfg_c)::value];
-    if (C.bm != cfg.bm || C.bn != cfg.bn || C.mc != cfg.mc || C.stages != cfg.stages) return;
-    const size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.stages>();
-    auto kernel = mvmr_mma_kernel<T, C.bn, C.bm, C.mc, C.stages>;
+    if (C.bm != cfg.bm || C.bn != cfg.bn || C.mc != cfg.mc || C.bk != cfg.bk || C.stages != cfg.stages) return;
+    const size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.bk, C.stages>();
+    auto kernel = mvmr_mma_kernel<T, C.bn, C.bm, C.mc, C.bk, C.stages>;
     PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles * detail::ceil_div(n_out_c, C.bn))),
                    dim3(MvmrPolicy::threads(C.mc)), smem, static_cast<const uint64_t*>(sorted),
