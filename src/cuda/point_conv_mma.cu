@@ -73,15 +73,20 @@ struct MvmrKey {
 struct MvmrConfig {
   int bm, bn, mc, bk, stages;
 };
-// The default: 128 x 128 x 3 (128 x 64 x 3 for at most 64 channels). Measured on an H200 (bf16,
-// 165k points, 2.64M triplets, forward at C = 128 / 256 / 512): 1.83 / 4.83 / 15.3 ms; 128 x 64:
-// 2.03 / 5.41 / 17.2 ms; 64 x 128: 2.39 / 6.42 / 21.0 ms. Deeper pipelines (4, 6, 7, 10 stages)
-// were not faster.
-constexpr MvmrConfig kMvmrConfigs[] = {{128, 128, 64, 32, 3}, {128, 64, 64, 32, 3}, {128, 128, 64, 64, 2},
-                                       {128, 64, 64, 64, 2},  {128, 64, 64, 64, 3}, {128, 128, 128, 64, 2}};
+// The default: tiles of 128 rows, chunks of 64; 128 destination channels a block (64 for at most
+// 64), 64 source channels a stage in 2 stages (32 in 3 for at most 32 source channels). Both fit
+// two blocks per multiprocessor. Measured on an H200 (bf16, 165k points, 2.64M triplets, forward
+// at C = 128 / 256 / 512): 128x128x64x64x2 1.54 / 3.78 / 11.6 ms; 128x128x64x32x3 1.83 / 4.64 /
+// 13.8 ms. Slower: 128x64 at C >= 128 (x64x2: 1.85 / 4.77 / 14.9 ms), 3 stages of 64 channels
+// with 64 channels a block (17.3 ms at C = 512), chunks of 128 rows (17.5 ms); and, measured with
+// the earlier padded stages of 32 channels, tiles of 64 rows (21.0 ms) or 256 rows (16.1 ms) and
+// pipelines of 4 to 10 stages.
+constexpr MvmrConfig kMvmrConfigs[] = {{128, 128, 64, 64, 2}, {128, 64, 64, 64, 2}, {128, 128, 64, 32, 3},
+                                       {128, 64, 64, 32, 3}};
 
-MvmrConfig mvmr_config(int64_t n_out_c) {
-  MvmrConfig c{128, n_out_c <= 64 ? 64 : 128, 64, 32, 3};
+MvmrConfig mvmr_config(int64_t n_out_c, int64_t n_in_c) {
+  const bool wide = n_in_c > 32;
+  MvmrConfig c{128, n_out_c <= 64 ? 64 : 128, 64, wide ? 64 : 32, wide ? 2 : 3};
   if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_CONFIG"); e != nullptr && *e != 0) {
     int bm = 0, bn = 0, mc = 0, bk = 0, st = 0;
     if (std::sscanf(e, "%dx%dx%dx%dx%d", &bm, &bn, &mc, &bk, &st) == 5)
@@ -664,7 +669,7 @@ template <class T>
 void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* triplets, int64_t T_, int dst_col,
               int src_col, int64_t n_dst, int64_t n_src, int64_t K, const T* src, int64_t n_in_c, const T* mat,
               int64_t n_out_c, T* dst) {
-  const MvmrConfig cfg = mvmr_config(n_out_c);
+  const MvmrConfig cfg = mvmr_config(n_out_c, n_in_c);
   const Segments sg = sort_segments(ctx, ws, triplets, T_, dst_col, src_col, n_dst, n_src, K, cfg.bm);
   const MvmrKey m = sg.m;
   const uint64_t* sorted = sg.sorted;
@@ -751,8 +756,8 @@ bool point_conv_mma_supported(const PointConvShape& s) {
   // Grid limits of the weight-gradient kernel (K blocks in x, channel tiles of 64 in y).
   if (s.kernels >= (int64_t{1} << 31) || detail::ceil_div(s.channels_out, 64) * detail::ceil_div(s.channels_in, 64) > 65535)
     return false;
-  return mvmr_key_fits(mvmr_key(s.num_out, s.num_in, s.kernels, mvmr_config(s.channels_out).bm), s.channels_out) &&
-         mvmr_key_fits(mvmr_key(s.num_in, s.num_out, s.kernels, mvmr_config(s.channels_in).bm), s.channels_in) &&
+  return mvmr_key_fits(mvmr_key(s.num_out, s.num_in, s.kernels, mvmr_config(s.channels_out, s.channels_in).bm), s.channels_out) &&
+         mvmr_key_fits(mvmr_key(s.num_in, s.num_out, s.kernels, mvmr_config(s.channels_in, s.channels_out).bm), s.channels_in) &&
          vvor_key(s).bits <= 64;
 }
 
