@@ -301,11 +301,10 @@ void ragged_select(const CudaContext& ctx, const RaggedPointsView& rv, const Rag
         // The dense kNN's index route, per cloud: a SpatialIndex of this cloud built for the call,
         // its k local indices per query written straight into row 1 (n >= k: rows of k slots).
         const CudaContext c = detail::stream_ordered(ctx);
-        const PointsView rc{rv.data + rptr.begin(b) * rv.stride_point, 1, n, 3, 0, rv.stride_point, rv.stride_dim};
-        const PointsView qc{qv.data + qptr.begin(b) * qv.stride_point, 1, m, 3, 0, qv.stride_point, qv.stride_dim};
         SpatialIndex index;
-        index.build(c, rc, LengthsView{}, SpatialIndexParams{});
-        index.knn(c, qc, LengthsView{}, k, ws.alloc<float>(m * k), row1 + eoff[static_cast<size_t>(b)]);
+        index.build(c, primitives::cloud_points(rv, rptr.begin(b), n), LengthsView{}, SpatialIndexParams{});
+        index.knn(c, primitives::cloud_points(qv, qptr.begin(b), m), LengthsView{}, k, ws.alloc<float>(m * k),
+                  row1 + eoff[static_cast<size_t>(b)]);
         continue;
       }
       if (!cosine && detail::knn_grid_eligible(D, n, k)) {

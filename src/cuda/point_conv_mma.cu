@@ -68,11 +68,28 @@ struct MvmrKey {
 
 // The MVMR kernel's shape: destination rows per tile (bm), destination channels per block (bn),
 // triplet rows per chunk (mc; the block has 4 * mc threads), source channels per stage (bk),
-// pipeline stages. PCOPS_CUDA_POINT_CONV_CONFIG=<bm>x<bn>x<mc>x<bk>x<stages> picks one of the
-// compiled ones.
+// pipeline stages, and whether the products run on wgmma (sm_90a; otherwise mma.sync).
+// PCOPS_CUDA_POINT_CONV_CONFIG=<bm>x<bn>x<mc>x<bk>x<stages>[w] picks one of the compiled ones
+// (w: wgmma, taken only where it can run).
 struct MvmrConfig {
   int bm, bn, mc, bk, stages;
+  bool wg;
 };
+
+// wgmma runs where this library carries sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a; the
+// build defines PCOPS_CUDA_SM90A) and the current device is of compute capability 9.0, which
+// loads that code.
+bool wgmma_usable() {
+#if defined(PCOPS_CUDA_SM90A)
+  int dev = 0, major = 0, minor = 0;
+  if (cudaGetDevice(&dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
+  if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) return false;
+  return major == 9 && minor == 0;
+#else
+  return false;
+#endif
+}
 // The default: tiles of 128 rows, chunks of 64; 128 destination channels a block (64 for at most
 // 64), 64 source channels a stage in 2 stages (32 in 3 for at most 32 source channels). Both fit
 // two blocks per multiprocessor. Measured on an H200 (bf16, 165k points, 2.64M triplets, forward
@@ -81,17 +98,22 @@ struct MvmrConfig {
 // with 64 channels a block (17.3 ms at C = 512), chunks of 128 rows (17.5 ms); and, measured with
 // the earlier padded stages of 32 channels, tiles of 64 rows (21.0 ms) or 256 rows (16.1 ms) and
 // pipelines of 4 to 10 stages.
-constexpr MvmrConfig kMvmrConfigs[] = {{128, 128, 64, 64, 2}, {128, 64, 64, 64, 2}, {128, 128, 64, 32, 3},
-                                       {128, 64, 64, 32, 3}};
+constexpr MvmrConfig kMvmrConfigs[] = {{128, 128, 64, 64, 2, false}, {128, 64, 64, 64, 2, false},
+                                       {128, 128, 64, 32, 3, false}, {128, 64, 64, 32, 3, false},
+                                       {128, 128, 64, 64, 2, true}};
 
 MvmrConfig mvmr_config(int64_t n_out_c, int64_t n_in_c) {
-  const bool wide = n_in_c > 32;
-  MvmrConfig c{128, n_out_c <= 64 ? 64 : 128, 64, wide ? 64 : 32, wide ? 2 : 3};
+  const bool wide = n_in_c > 32, wg = wgmma_usable();
+  MvmrConfig c{128, n_out_c <= 64 ? 64 : 128, 64, wide ? 64 : 32, wide ? 2 : 3, wg && wide && n_out_c > 64};
   if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_CONFIG"); e != nullptr && *e != 0) {
     int bm = 0, bn = 0, mc = 0, bk = 0, st = 0;
-    if (std::sscanf(e, "%dx%dx%dx%dx%d", &bm, &bn, &mc, &bk, &st) == 5)
+    char w = 0;
+    const int got = std::sscanf(e, "%dx%dx%dx%dx%d%c", &bm, &bn, &mc, &bk, &st, &w);
+    if (got >= 5)
       for (const MvmrConfig& k : kMvmrConfigs)
-        if (k.bm == bm && k.bn == bn && k.mc == mc && k.bk == bk && k.stages == st) c = k;
+        if (k.bm == bm && k.bn == bn && k.mc == mc && k.bk == bk && k.stages == st && k.wg == (got == 6 && w == 'w') &&
+            (!k.wg || wg))
+          c = k;
   }
   return c;
 }
@@ -165,9 +187,12 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* 
 // The head of one pipeline step: the current stage has landed for every thread (wait and
 // barrier, which also frees the buffer of the previous stage), then `load(buffer)` issues the
 // stage kStages - 1 ahead into that buffer and commits it (an empty group past the end).
-template <int S, class Load>
+// kAsyncRead: the stage is read by wgmma (the async proxy), so each thread's landed cp.async
+// writes are fenced into that proxy before the barrier.
+template <int S, bool kAsyncRead = false, class Load>
 __device__ __forceinline__ void pipeline_step(int& ldbuf, Load&& load) {
   cp_async_wait<S - 2>();
+  if constexpr (kAsyncRead) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   __syncthreads();
   load(ldbuf);
   cp_async_commit();
@@ -189,6 +214,58 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], 
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
   }
+}
+
+// wgmma (sm_90a): one warpgroup multiplies a 64 x 16 slice of A by a 16 x 64 slice of B, both K-major
+// in shared memory with the 128-byte swizzle (rows of 64 16-bit elements, the 16-byte chunks of
+// row r XORed with r % 8: swizzled<64>), into 64 x 64 float32 accumulators: warp w of the group
+// holds rows 16 w .. 16 w + 15 as mma.sync's m16n8 accumulator fragments, d[j] for columns 8 j.
+// The descriptor: start address / 16, leading offset unused (1), stride 1024 bytes between groups
+// of 8 rows, swizzle mode 1 (128 bytes). A k16 step moves the start address by 32 bytes.
+__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
+         (uint64_t{1} << 62);
+}
+template <class T>
+__device__ __forceinline__ void wgmma_64x64(float (&d)[8][4], uint64_t da, uint64_t db) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (std::is_same_v<T, __half>) {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "l"(da), "l"(db));
+  } else {
+    asm volatile(
+        "{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])
+        : "l"(da), "l"(db));
+  }
+#else
+  (void)d, (void)da, (void)db;
+  __trap();  // never launched: the host picks wgmma only for sm_90a code on a 9.0 device
+#endif
+}
+// The accumulators' registers are pinned around the asynchronous MMAs (no read or write of them
+// is moved across the fence / wait).
+template <int N>
+__device__ __forceinline__ void pin_registers(float (&d)[N][4]) {
+#pragma unroll
+  for (int j = 0; j < N; ++j)
+#pragma unroll
+    for (int x = 0; x < 4; ++x) asm volatile("" : "+f"(d[j][x])::"memory");
+}
+__device__ __forceinline__ void wgmma_fence() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
+#endif
+}
+__device__ __forceinline__ void wgmma_commit_and_wait() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
+  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#endif
 }
 
 // keys[p] for triplet p: (segment << (local_bits + src_bits)) | (local destination row << src_bits) | source
@@ -232,8 +309,9 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 // n_in_c] (rows contiguous over the source channels). Grid: tiles * ceil(n_out_c / BN) blocks, the
 // channel blocks of a tile adjacent (they gather the same source rows, so they meet in L2).
 // Pipeline: the stages (chunk, BK channels) run S - 1 ahead through cp.async, one __syncthreads per
-// stage.
-template <class T, int BN, int BM, int MC, int BK, int S>
+// stage. WG: the products by wgmma (two warpgroups of 64 rows x 64 channels) instead of mma.sync
+// (warps of 32 rows x BN / 4 channels).
+template <class T, int BN, int BM, int MC, int BK, int S, bool WG>
 __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
     mvmr_mma_kernel(const uint64_t* __restrict__ keys, const int64_t* __restrict__ seg_off, MvmrKey m, int64_t K,
                     const T* __restrict__ src, int64_t n_in_c, const T* __restrict__ mat, int64_t n_out_c,
@@ -249,6 +327,7 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
   static_assert(BK == 32 || BK == 64, "BK");
   static_assert(MC % 32 == 0 && MC <= BM && BM <= 256, "MC, BM");
   static_assert(S >= 2 && S <= 3, "the chunk row buffers (4) cover S - 1 <= 2 stages ahead");
+  static_assert(!WG || (BN == 128 && MC == 64 && BK == 64), "wgmma: two warpgroups of 64 x 64, 128-byte rows");
   constexpr uint16_t kPast = 0xffff;
   extern __shared__ __align__(16) unsigned char smem[];
   T* As = reinterpret_cast<T*>(smem);                    // [S][MC][BK], swizzled
@@ -258,6 +337,9 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
+  if constexpr (WG) {
+    if ((smem_u32(smem) & 1023) != 0) __trap();  // the 128-byte swizzle repeats every 1024 bytes
+  }
   const int64_t n_cb = (n_out_c + BN - 1) / BN;
   const int64_t tile = blockIdx.x / n_cb;
   const int64_t o0 = (blockIdx.x % n_cb) * BN;
@@ -347,12 +429,18 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
     }
   };
 
-  float acc[2][NF][4];
+  // The accumulators: MI fragments of 16 rows x NFA n8 blocks per warp. mma.sync: warp (wm, wn)
+  // holds rows 32 wm + 16 mi x channels wn * BN / 4 + 8 ni; wgmma: warp w of warpgroup h holds
+  // rows 16 (w % 4) x channels 64 h + 8 ni. rg: the warp's group of rows (the groups add their
+  // sums in turn); ccol: its first channel.
+  constexpr int MI = WG ? 1 : 2, NFA = WG ? 8 : NF, NRG = WG ? 4 : WM;
+  const int rg = WG ? (warp & 3) : wm, ccol = WG ? (warp >> 2) * 64 : wn * (BN / 4);
+  float acc[MI][NFA][4];
   const auto zero_acc = [&] {
 #pragma unroll
-    for (int mi = 0; mi < 2; ++mi)
+    for (int mi = 0; mi < MI; ++mi)
 #pragma unroll
-      for (int ni = 0; ni < NF; ++ni)
+      for (int ni = 0; ni < NFA; ++ni)
 #pragma unroll
         for (int x = 0; x < 4; ++x) acc[mi][ni][x] = 0.0f;
   };
@@ -372,9 +460,19 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
   const int b_lrow = (lane & 7) + ((lane >> 4) << 3), b_lch = (lane >> 3) & 1;
   const int a_lrow = lane & 15, a_lch = lane >> 4;
   while (cur.k < Ki) {
-    pipeline_step<S>(ldbuf, [&](int b) { load_and_advance(ld, b); });
+    pipeline_step<S, WG>(ldbuf, [&](int b) { load_and_advance(ld, b); });
     const T* as = As + buf * MC * BK;
     const T* bs = Bs + buf * BN * BK;
+    if constexpr (WG) {
+      // The whole chunk (rows past it are zeros) times the warpgroup's 64 channels of W_k.
+      const uint32_t a0 = smem_u32(as), b0 = smem_u32(bs + (warp >> 2) * 64 * BK);
+      wgmma_fence();
+      pin_registers(acc[0]);
+#pragma unroll
+      for (int kk = 0; kk < BK; kk += 16) wgmma_64x64<T>(acc[0], sw128_desc(a0 + kk * 2), sw128_desc(b0 + kk * 2));
+      wgmma_commit_and_wait();
+      pin_registers(acc[0]);
+    } else {
 #pragma unroll
     for (int kk = 0; kk < BK; kk += 16) {
       unsigned bf[NF][2];
@@ -395,17 +493,18 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
         }
       }
     }
+    }
     buf = buf + 1 == S ? 0 : buf + 1;
     if (cur.b == nb - 1) {
-      // The chunk's products into the tile's sums, fragment by fragment (16 chunk rows; warps
-      // wm = 0, 1, ... in turn with a barrier between; mi = 0 then 1): inside a fragment each run
+      // The chunk's products into the tile's sums, fragment by fragment (16 chunk rows; row groups
+      // rg = 0, 1, ... in turn with a barrier between, their fragments mi in order): inside a fragment each run
       // of equal destination rows is summed by a segmented scan over its rows (shuffles across the
       // lane groups g, then the low half's last partial joins the high half), and the run's last
       // row adds the sum into the tile's sums. The order is fixed by the sorted triplets alone.
       const uint16_t* rs = Rs + (cur.c & 3) * MC;
       const auto add_fragment = [&](int mi) {
         const unsigned full = 0xffffffffu;
-        const int r0 = wm * 32 + mi * 16 + g;
+        const int r0 = rg * 16 * MI + mi * 16 + g;
         const int rl = rs[r0] == kPast ? -1 : rs[r0], rh = rs[r0 + 8] == kPast ? -1 : rs[r0 + 8];
         int up_l[3], up_h[3];
 #pragma unroll
@@ -421,7 +520,7 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
         const int next_h = g < 7 ? down_h : -2;  // row 15: always a run's end
         const bool tail_l = rl >= 0 && rl != next_l, tail_h = rh >= 0 && rh != next_h;
 #pragma unroll
-        for (int ni = 0; ni < NF; ++ni) {
+        for (int ni = 0; ni < NFA; ++ni) {
           float v[4] = {acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]};
 #pragma unroll
           for (int st = 0; st < 3; ++st) {
@@ -437,7 +536,7 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
             const float c7 = __shfl_sync(full, v[x], 28 + q4);
             if (rh >= 0 && rh == r7) v[2 + x] += c7;
           }
-          const int col = wn * (BN / 4) + ni * 8 + 2 * q4;
+          const int col = ccol + ni * 8 + 2 * q4;
           if (tail_l) {
             float2* o = reinterpret_cast<float2*>(Os + rl * BN + col);
             const float2 cur_o = *o;
@@ -451,12 +550,12 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
         }
       };
 #pragma unroll
-      for (int phase = 0; phase < WM; ++phase) {
+      for (int phase = 0; phase < NRG; ++phase) {
         if (phase > 0) __syncthreads();
-        if (wm == phase) {
+        if (rg == phase) {
 #pragma unroll
-          for (int mi = 0; mi < 2; ++mi) {
-            if (wm * 32 + mi * 16 < cur.n) add_fragment(mi);  // warp-uniform
+          for (int mi = 0; mi < MI; ++mi) {
+            if (rg * 16 * MI + mi * 16 < cur.n) add_fragment(mi);  // warp-uniform
             __syncwarp();
           }
         }
@@ -676,9 +775,11 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* trip
   const int64_t* seg_off = sg.seg_off;
   const auto go = [&](auto cfg_c) {
     constexpr MvmrConfig C = kMvmrConfigs[decltype(cfg_c)::value];
-    if (C.bm != cfg.bm || C.bn != cfg.bn || C.mc != cfg.mc || C.bk != cfg.bk || C.stages != cfg.stages) return;
+    if (C.bm != cfg.bm || C.bn != cfg.bn || C.mc != cfg.mc || C.bk != cfg.bk || C.stages != cfg.stages ||
+        C.wg != cfg.wg)
+      return;
     const size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.bk, C.stages>();
-    auto kernel = mvmr_mma_kernel<T, C.bn, C.bm, C.mc, C.bk, C.stages>;
+    auto kernel = mvmr_mma_kernel<T, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg>;
     PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles * detail::ceil_div(n_out_c, C.bn))),
                    dim3(MvmrPolicy::threads(C.mc)), smem, static_cast<const uint64_t*>(sorted),

@@ -373,13 +373,13 @@ __device__ __forceinline__ Query load_query(const FlatPoints& x, const FlatPoint
   return qq;
 }
 
-// Slot `lane` of query qq's index row (-1 past K). The index skipped the query's own row already;
-// the test here keeps the rule in one place should a row hold it.
+// Slot `lane` of query qq's index row: whether it holds a match, and its local index j (-1 past
+// K or past the row's matches). The index never returns the query's own row (skip_offset).
 __device__ __forceinline__ bool index_slot(const IndexHits& h, const Tables& t, const Query& qq, int64_t b,
-                                           bool ignore_same, int64_t& j) {
+                                           int64_t& j) {
   const int lane = threadIdx.x & 31;
   j = lane < h.K ? h.idx[h.off[b] + (qq.i - t.yoff[b]) * h.K + lane] : -1;
-  return j >= 0 && !(ignore_same && qq.x0 + j == qq.i);
+  return j >= 0;
 }
 
 // Counting pass. One warp per query (grid-stride over all query rows): cnt[i] = min(cap, matches),
@@ -404,9 +404,9 @@ __global__ void __launch_bounds__(RadiusPolicy::kWarpsPerBlock * 32)
       count = ordered_count<kDim3>(x, y, qq, D, R2, ignore_same, cap);
       s = count > cap ? kSatOrdered : kFits;
     } else if (kDim3 && mode == kIndex) {
-      // The row's matches other than the own row; at most K = cap (+1), clamped to cap below.
+      // The row's matches (never the own row): at most K = cap.
       int64_t j;
-      count = __popc(__ballot_sync(kFull, index_slot(hits, t, qq, b, ignore_same, j)));
+      count = __popc(__ballot_sync(kFull, index_slot(hits, t, qq, b, j)));
     } else if (kDim3 && mode == kGrid) {
       const GridParams g = params[b];
       // R2 is finite here: a non-finite query matches nothing, and nor does a cloud without a
@@ -476,9 +476,9 @@ __global__ void __launch_bounds__(RadiusPolicy::kWarpsPerBlock * 32)
     const Query qq = load_query(x, y, t, i, b, kDim3);
     const int64_t o = off[i];
     const int8_t s = sat[i];
-    if (kDim3 && t.mode[b] == kIndex) {  // the first c slots other than the own row, in order
+    if (kDim3 && t.mode[b] == kIndex) {  // the first c slots, in order
       int64_t j;
-      const bool ok = index_slot(hits, t, qq, b, ignore_same, j);
+      const bool ok = index_slot(hits, t, qq, b, j);
       const int64_t pos = __popc(__ballot_sync(kFull, ok) & lt);
       if (ok && pos < c) {
         out1[o + pos] = qq.x0 + j;
@@ -607,12 +607,11 @@ int64_t radius(const CudaContext& ctx, RaggedPointsView x, RaggedPointsView y, O
     const CudaContext c = detail::stream_ordered(ctx);  // the index's memory as workspace
     for (int64_t b = 0; b < B; ++b) {
       if (mode[b] != kIndex) continue;
-      const int64_t n = ptr_x.length(b), m = ptr_y.length(b);
-      const PointsView rc{x.row(ptr_x.begin(b)), 1, n, 3, 0, x.stride_point, x.stride_dim};
-      const PointsView qc{y.row(ptr_y.begin(b)), 1, m, 3, 0, y.stride_point, y.stride_dim};
       SpatialIndex index;
-      index.build(c, rc, LengthsView{}, SpatialIndexParams{});
-      index.ball_query_below(c, qc, LengthsView{}, R2, width, dist2, idx + hit_off[b],
+      index.build(c, primitives::cloud_points(x, ptr_x.begin(b), ptr_x.length(b)), LengthsView{},
+                  SpatialIndexParams{});
+      index.ball_query_below(c, primitives::cloud_points(y, ptr_y.begin(b), ptr_y.length(b)), LengthsView{}, R2,
+                             width, dist2, idx + hit_off[b],
                              ignore_same ? ptr_y.begin(b) - ptr_x.begin(b) : SpatialIndex::kNoSkip);
     }
     hits.idx = idx;

@@ -224,17 +224,6 @@ __global__ void finalize_kernel(CloudDesc* clouds, int64_t B) {
   }
 }
 
-// The cloud owning global node g of a level: the last c with prefix[c] <= g.
-__device__ __forceinline__ int64_t owner(const int64_t* prefix, int64_t B, int64_t g) {
-  int64_t lo = 0, hi = B - 1;
-  while (lo < hi) {
-    const int64_t mid = (lo + hi + 1) >> 1;
-    if (prefix[mid] <= g) lo = mid;
-    else hi = mid - 1;
-  }
-  return lo;
-}
-
 __device__ __forceinline__ void warp_box(bool valid, float x, float y, float z, uint32_t id, float4& lo,
                                          float4& hi) {
   float l[3] = {valid ? x : INFINITY, valid ? y : INFINITY, valid ? z : INFINITY};
@@ -258,7 +247,7 @@ __global__ void leaf_box_kernel(const float4* pts, const CloudDesc* clouds, cons
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x >> 5);
   for (int64_t g = blockIdx.x * int64_t{blockDim.x >> 5} + (threadIdx.x >> 5); g < leaves; g += warps) {
-    const int64_t c = owner(prefix, B, g);
+    const int64_t c = primitives::cloud_of(prefix, B, g);
     const CloudDesc& d = clouds[c];
     if (g - prefix[c] >= d.count[0]) continue;  // past the cloud's finite points (warp-uniform)
     const int64_t first = d.pbase + (g - prefix[c]) * kLeaf + lane;
@@ -279,7 +268,7 @@ __global__ void node_box_kernel(const CloudDesc* clouds, const int64_t* prefix, 
   const int lane = threadIdx.x & 31;
   const int64_t warps = int64_t{gridDim.x} * (blockDim.x >> 5);
   for (int64_t g = blockIdx.x * int64_t{blockDim.x >> 5} + (threadIdx.x >> 5); g < nodes; g += warps) {
-    const int64_t c = owner(prefix, B, g);
+    const int64_t c = primitives::cloud_of(prefix, B, g);
     const CloudDesc& d = clouds[c];
     const int64_t i = g - prefix[c];
     if (i >= d.count[l]) continue;  // warp-uniform
@@ -311,7 +300,7 @@ __global__ void node_box_kernel(const CloudDesc* clouds, const int64_t* prefix, 
 // Points back in index order ([B, N, 3] contiguous) for the dense fallback of large k.
 __global__ void unsort_kernel(const float4* pts, const int64_t* base, int64_t B, int64_t P, int64_t N, float* out) {
   PCOPS_CUDA_GRID_STRIDE(i, P) {
-    const int64_t b = owner(base, B, i);
+    const int64_t b = primitives::cloud_of(base, B, i);
     const float4 p = pts[i];
     float* o = out + (b * N + __float_as_uint(p.w)) * 3;
     o[0] = p.x;
@@ -401,7 +390,7 @@ __global__ void __launch_bounds__(32 * kLaneWarps) lane_kernel(QueryArgs a, Tree
   const int64_t warps = int64_t{gridDim.x} * kLaneWarps;
   const int k = static_cast<int>(a.k);
   for (int64_t w = blockIdx.x * int64_t{kLaneWarps} + (threadIdx.x >> 5); w < a.chunks; w += warps) {
-    const int64_t b = owner(a.cprefix, a.B, w);
+    const int64_t b = primitives::cloud_of(a.cprefix, a.B, w);
     const CloudDesc& d = t.clouds[b];
     const int64_t first = (w - a.cprefix[b]) * 32 + lane;
     const bool in = first < a.qoff[b + 1] - a.qoff[b];
@@ -625,7 +614,7 @@ __global__ void __launch_bounds__(256) warp_kernel(QueryArgs a, Tree t, int half
   WarpTopK top{buf, half, static_cast<int>(a.k)};
   const int64_t Q = a.qoff[a.B];
   for (int64_t i = blockIdx.x * int64_t{wpb} + warp; i < Q; i += int64_t{gridDim.x} * wpb) {
-    const int64_t b = owner(a.qoff, a.B, i);
+    const int64_t b = primitives::cloud_of(a.qoff, a.B, i);
     const CloudDesc& d = t.clouds[b];
     const int64_t m = a.order[i];
     const float* qp = point_ptr(a.query, b, m);

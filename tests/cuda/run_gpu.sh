@@ -34,7 +34,7 @@ has() { [[ " $STAGES " == *" $1 "* ]]; }
 
 if has build; then
   run_stage build bash -c "cmake -S . -B $BUILD -G Ninja -DCMAKE_BUILD_TYPE=Release -DPCOPS_WITH_CUDA=ON \
-    -DPCOPS_BUILD_TESTS=ON -DPCOPS_BUILD_TORCH=ON -DCMAKE_CUDA_ARCHITECTURES='90-real;90-virtual' \
+    -DPCOPS_BUILD_TESTS=ON -DPCOPS_BUILD_TORCH=ON -DCMAKE_CUDA_ARCHITECTURES='90a-real;90-virtual' \
     -DPython3_EXECUTABLE=$(command -v $PY) -DPCOPS_TEST_DATA_DIR=$PCOPS_DATA_DIR && cmake --build $BUILD -j $JOBS"
 fi
 if has cpu; then

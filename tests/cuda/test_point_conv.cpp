@@ -230,7 +230,9 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
   std::mt19937 rng(23);
   for (const auto& sh : std::vector<std::vector<int64_t>>{
            {300, 200, 40, 24, 27, 5000}, {90, 70, 8, 136, 4, 2000}, {400, 300, 16, 16, 1, 9000},
-           {1500, 1300, 32, 136, 27, 40000}}) {  // the last: several tiles of 256 rows, chunks of 128
+           // The last two: several tiles and chunks; 72 x 136 runs 128-channel blocks with stages of
+           // 64 channels both ways (wgmma on sm_90a).
+           {1500, 1300, 32, 136, 27, 40000}, {1500, 1300, 72, 136, 27, 30000}}) {
     Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
     const pcops::PointConvShape s = c.s;
     ASSERT_TRUE(pcops::cuda::point_conv_mma_supported(s));

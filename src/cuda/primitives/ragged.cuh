@@ -36,6 +36,12 @@ __device__ __forceinline__ int64_t cloud_of(const int64_t* __restrict__ off, int
   return lo;
 }
 
+// Rows [begin, begin + n) of a ragged batch of 3-d points as one cloud (a batch of one), for a
+// SpatialIndex built per cloud.
+inline PointsView cloud_points(const RaggedPointsView& v, int64_t begin, int64_t n) {
+  return PointsView{v.row(begin), 1, n, 3, 0, v.stride_point, v.stride_dim};
+}
+
 // Copies a host table to the device on the context's stream (workspace memory).
 template <class T>
 T* upload(const CudaContext& ctx, detail::Workspace& ws, const std::vector<T>& host) {

@@ -115,12 +115,13 @@ def test_fast_mode_forward_and_gradients_against_float64(shape, dtype, gen):
     _close(gw, rgw, rgwm, dtype, _chain(t, 2, K))
 
 
-def test_fast_mode_is_deterministic_and_independent_of_triplet_order(gen):
-    f, w, t = _inputs(gen, 4000, 3000, 64, 64, 4, 80000)  # weight gradient: five slices
+@pytest.mark.parametrize("c_out", [64, 128])  # 128: the 128-channel blocks (wgmma on sm_90a)
+def test_fast_mode_is_deterministic_and_independent_of_triplet_order(c_out, gen):
+    f, w, t = _inputs(gen, 4000, 3000, 64, c_out, 4, 80000)  # weight gradient: five slices
     # Long runs: output 7 sees 300 triplets through one kernel cell (several chunks of rows).
     t[:300, 0], t[:300, 2] = 7, 3
     f, w, t = f.bfloat16().cuda(), (w / 8).bfloat16().cuda(), t.cuda()
-    g = torch.rand(3000, 64, generator=gen).bfloat16().cuda()
+    g = torch.rand(3000, c_out, generator=gen).bfloat16().cuda()
     runs = []
     for perm in (None, None, torch.randperm(t.shape[0], generator=gen).cuda()):
         tt = t if perm is None else t[perm]
