@@ -3,7 +3,8 @@
 // and empty triplet sets, channel counts around the thread-block size; out-of-range triplets are
 // skipped without memory errors (run under compute-sanitizer). The tensor-core path (bfloat16)
 // against a float64 reference of its 16-bit inputs, run to run equal, with long runs of one
-// destination row, partial tiles, a weight gradient in slices and invalid triplets (skipped).
+// destination row, partial tiles, a weight gradient in slices and invalid triplets (skipped), under
+// every compiled shape of the MVMR kernel.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -11,8 +12,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "cuda_util.hpp"
@@ -226,12 +229,38 @@ void expect_close(const std::vector<Bf16>& got, const std::vector<double>& ref,
   }
 }
 
+// Sets PCOPS_CUDA_POINT_CONV_CONFIG for its lifetime ("" leaves the default), then restores it.
+class ConfigOverride {
+ public:
+  explicit ConfigOverride(const char* cfg) {
+    if (const char* e = std::getenv(kVar)) saved_ = e, had_ = true;
+    if (*cfg != 0) setenv(kVar, cfg, 1);
+    else unsetenv(kVar);
+  }
+  ~ConfigOverride() {
+    if (had_) setenv(kVar, saved_.c_str(), 1);
+    else unsetenv(kVar);
+  }
+  ConfigOverride(const ConfigOverride&) = delete;
+  ConfigOverride& operator=(const ConfigOverride&) = delete;
+
+ private:
+  static constexpr const char* kVar = "PCOPS_CUDA_POINT_CONV_CONFIG";
+  std::string saved_;
+  bool had_ = false;
+};
+
+// Every compiled MVMR shape (the default first; "w": wgmma, which falls back to mma.sync where
+// the library has no sm_90a code or the device is not of compute capability 9.0).
+const char* const kMvmrShapes[] = {"", "128x128x64x64x2", "128x64x64x64x2", "128x128x64x32x3", "128x64x64x32x3",
+                                   "128x128x64x64x2w"};
+
 TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
   std::mt19937 rng(23);
   for (const auto& sh : std::vector<std::vector<int64_t>>{
            {300, 200, 40, 24, 27, 5000}, {90, 70, 8, 136, 4, 2000}, {400, 300, 16, 16, 1, 9000},
-           // The last two: several tiles and chunks; 72 x 136 runs 128-channel blocks with stages of
-           // 64 channels both ways (wgmma on sm_90a).
+           // The last two: several tiles and chunks; 72 x 136: 128-channel blocks with stages of
+           // 64 channels both ways.
            {1500, 1300, 32, 136, 27, 40000}, {1500, 1300, 72, 136, 27, 30000}}) {
     Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
     const pcops::PointConvShape s = c.s;
@@ -243,10 +272,6 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
     for (const auto& b : junk) bad.t.insert(bad.t.end(), b, b + 3);
     bad.s.triplets += 3;
     const auto f = to_bf16(c.f), w = to_bf16(c.w), g = to_bf16(c.g);
-    const Mma a = run_mma(c, f, w, g), b = run_mma(bad, f, w, g);
-    EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0);
-    EXPECT_EQ(std::memcmp(a.gf.data(), b.gf.data(), a.gf.size() * 2), 0);
-    EXPECT_EQ(std::memcmp(a.gw.data(), b.gw.data(), a.gw.size() * 2), 0);
     const auto F = to_double(f), W = to_double(w), G = to_double(g);
     const int64_t ci = s.channels_in, co = s.channels_out;
     std::vector<double> out(s.num_out * co), om(out.size()), gf(F.size()), gfm(F.size()), gw(W.size()),
@@ -266,9 +291,17 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
     const auto longest = [](const std::vector<int64_t>& v) {
       return static_cast<double>(*std::max_element(v.begin(), v.end()));
     };
-    expect_close(a.out, out, om, longest(per_i) + ci, "forward");
-    expect_close(a.gf, gf, gfm, longest(per_j) + co, "grad_features");
-    expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights");
+    for (const char* cfg : kMvmrShapes) {
+      SCOPED_TRACE(std::string("MVMR shape '") + cfg + "'");
+      const ConfigOverride use(cfg);
+      const Mma a = run_mma(c, f, w, g), b = run_mma(bad, f, w, g);
+      EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0);
+      EXPECT_EQ(std::memcmp(a.gf.data(), b.gf.data(), a.gf.size() * 2), 0);
+      EXPECT_EQ(std::memcmp(a.gw.data(), b.gw.data(), a.gw.size() * 2), 0);
+      expect_close(a.out, out, om, longest(per_i) + ci, "forward");
+      expect_close(a.gf, gf, gfm, longest(per_j) + co, "grad_features");
+      expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights");
+    }
   }
 }
 
