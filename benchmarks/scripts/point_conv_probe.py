@@ -1,6 +1,7 @@
 """Timing probe (CPU, or CUDA with --device cuda): pcops.point_conv (MVMR, deterministic) against
 gather-GEMM-scatter in PyTorch (per kernel cell k: gather the input rows of k's triplets, one GEMM
-with W_k, index_add_ into the output), forward and forward + backward of features and weights.
+with W_k, index_add_ into the output), forward and forward + backward of features and weights,
+and forward + each gradient alone (the backward's parts).
 
 Triplets: a real mesh of the data set sampled on its faces (--points), k nearest neighbours
 (--k) and a 3 x 3 x 3 grid of kernel cells (27 matrices). Every time is the median of --repeat
@@ -137,10 +138,10 @@ def main():
         def peer_fwd():
             return gather_gemm_scatter(f, w, triplets, n, groups)
 
-        def fwd_bwd(fn):
+        def fwd_bwd(fn, features=True, weights=True):
             def run():
-                fr, wr = f.clone().requires_grad_(), w.clone().requires_grad_()
-                torch.autograd.grad(fn(fr, wr), (fr, wr), g)
+                fr, wr = f.clone().requires_grad_(features), w.clone().requires_grad_(weights)
+                torch.autograd.grad(fn(fr, wr), [x for x in (fr, wr) if x.requires_grad], g)
             return run
 
         ours_fb = fwd_bwd(lambda a, b: pcops.point_conv(a, b, triplets, n, mode=args.mode))
@@ -169,6 +170,12 @@ def main():
             row["peer_forward_backward_s"] = median_time(peer_fb, args.repeat, device)
             row["pcops_forward_backward_peak_bytes"] = peak_bytes(ours_fb, device)
             row["peer_forward_backward_peak_bytes"] = peak_bytes(peer_fb, device)
+            # The backward's parts: forward + one gradient each (the other input not requiring it).
+            for part, kw in (("grad_features", {"weights": False}), ("grad_weights", {"features": False})):
+                row[f"pcops_forward_{part}_s"] = median_time(
+                    fwd_bwd(lambda a, b: pcops.point_conv(a, b, triplets, n, mode=args.mode), **kw), args.repeat, device)
+                row[f"peer_forward_{part}_s"] = median_time(
+                    fwd_bwd(lambda a, b: gather_gemm_scatter(a, b, triplets, n, groups), **kw), args.repeat, device)
         rows.append(row)
         print(json.dumps(row), flush=True)
 
