@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 #include <utility>
 #include <iterator>
@@ -594,15 +595,18 @@ __global__ void vvor_keys_kernel(const int64_t* __restrict__ t, int64_t T, int64
   }
 }
 
-// grad_w[k, o, c] = sum over kernel k's triplets (i, j order) of G[i, o] F[j, c], over slice z of S
-// equal parts of kernel k's triplets. Grid (K, ceil(co / BO) * ceil(ci / BO), S). With S == 1 the
-// block writes gw (16-bit); otherwise float32 partials part[z][k][o][c], summed in slice order by
-// vvor_sum_kernel. Pipeline as the MVMR kernel's: kStages - 1 stages ahead, one barrier a stage.
+// grad_w[k, o, c] = sum over kernel k's triplets (i, j order) of G[i, o] F[j, c], over slice z.
+// Grid (K, ceil(co / BO) * ceil(ci / BO), Z). The slices: with cut == 0, Z equal parts of kernel
+// k's triplets (partial slot z * K + k); with cut > 0, the sorted triplets cut every `cut`
+// positions, slice z being kernel k's share of cut z (slot z + k; a cut without k's triplets ends
+// the block at once). With Z == 1 the block writes gw (16-bit); otherwise float32 partials
+// part[slot][o][c], summed in slice order by vvor_sum_kernel / vvor_sum_cuts_kernel. Pipeline as
+// the MVMR kernel's: kStages - 1 stages ahead, one barrier a stage.
 template <class T, int BO>
 __global__ void __launch_bounds__(VvorPolicy::kThreads)
     vvor_mma_kernel(const uint64_t* __restrict__ keys, const int64_t* __restrict__ k_off, int i_bits, int j_bits,
                     const T* __restrict__ G, int64_t co, const T* __restrict__ F, int64_t ci, int64_t K,
-                    T* __restrict__ gw, float* __restrict__ part) {
+                    int64_t cut, T* __restrict__ gw, float* __restrict__ part) {
   using P = VvorPolicy;
   constexpr int BC = BO, KT = P::KT, S = P::kStages;
   constexpr int LDG = BO + P::kPad, LDF = BC + P::kPad;
@@ -617,7 +621,13 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   const int64_t ctiles = (ci + BC - 1) / BC;
   const int64_t oo = int64_t{blockIdx.y / ctiles} * BO, cc = int64_t{blockIdx.y % ctiles} * BC;
   const int64_t len = k_off[k + 1] - k_off[k];
-  const int64_t p0 = k_off[k] + len * blockIdx.z / gridDim.z, p1 = k_off[k] + len * (blockIdx.z + 1) / gridDim.z;
+  int64_t p0 = k_off[k] + len * blockIdx.z / gridDim.z, p1 = k_off[k] + len * (blockIdx.z + 1) / gridDim.z;
+  int64_t slot = int64_t{blockIdx.z} * K + k;
+  if (cut > 0) {
+    p0 = max(k_off[k], int64_t{blockIdx.z} * cut), p1 = min(k_off[k + 1], (int64_t{blockIdx.z} + 1) * cut);
+    slot = blockIdx.z + k;
+    if (p0 >= p1) return;  // the whole block, before any barrier
+  }
   const uint64_t jm = (uint64_t{1} << j_bits) - 1, im = (uint64_t{1} << i_bits) - 1;
 
   // Each thread loads the same stage rows r_u (G and F alike: BC == BO) in every stage; the keys
@@ -713,7 +723,7 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
         for (int x = 0; x < 2; ++x) {
           if (o >= co || c + x >= ci) continue;
           if (gridDim.z == 1) gw[at + c + x] = Elem<T>::from(acc[mi][ni][2 * h + x]);
-          else part[(blockIdx.z * K * co) * ci + at + c + x] = acc[mi][ni][2 * h + x];
+          else part[slot * co * ci + (o * ci + c + x)] = acc[mi][ni][2 * h + x];
         }
       }
 }
@@ -724,6 +734,24 @@ __global__ void vvor_sum_kernel(const float* __restrict__ part, int64_t slices, 
   PCOPS_CUDA_GRID_STRIDE(e, count) {
     float acc = part[e];
     for (int64_t z = 1; z < slices; ++z) acc += part[z * count + e];
+    gw[e] = Elem<T>::from(acc);
+  }
+}
+
+// The same for cuts of `cut` sorted positions: element e of kernel k (per = co * ci elements a
+// kernel) sums the partials of the cuts its triplets reach, z0 = k_off[k] / cut to
+// (k_off[k + 1] - 1) / cut, in order (slots z + k); a kernel without triplets gets 0.
+template <class T>
+__global__ void vvor_sum_cuts_kernel(const float* __restrict__ part, const int64_t* __restrict__ k_off, int64_t cut,
+                                     int64_t per, int64_t count, T* __restrict__ gw) {
+  PCOPS_CUDA_GRID_STRIDE(e, count) {
+    const int64_t k = e / per, r = e - k * per, lo = k_off[k], hi = k_off[k + 1];
+    float acc = 0.0f;
+    if (hi > lo) {
+      const int64_t z0 = lo / cut, z1 = (hi - 1) / cut;
+      acc = part[(z0 + k) * per + r];
+      for (int64_t z = z0 + 1; z <= z1; ++z) acc += part[(z + k) * per + r];
+    }
     gw[e] = Elem<T>::from(acc);
   }
 }
@@ -826,11 +854,23 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
     detail::launch(ctx, key_offsets_kernel, dim3(detail::grid_blocks(K + 1, NT)), dim3(NT), 0,
                    static_cast<const uint64_t*>(sorted), T_, i_bits + j_bits, K, k_off);
     using P = VvorPolicy;
-    const int64_t count = K * Co * Ci;
-    const int64_t slices = std::max<int64_t>(
+    const int64_t count = K * Co * Ci, per = Co * Ci;
+    int64_t slices = std::max<int64_t>(
         1, std::min({detail::ceil_div(T_, K * P::kMinSlice), P::kMaxSlices,
                      P::kPartialBytes / (count * static_cast<int64_t>(sizeof(float)))}));
-    float* part = slices > 1 ? ws.alloc<float>(slices * count) : nullptr;
+    // PCOPS_CUDA_POINT_CONV_SLICES=cuts: slices of equal length across the kernels instead (cuts of
+    // the sorted triplets), so that the largest kernel cell is not one long chain per block.
+    int64_t cut = 0;
+    if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_SLICES"); e != nullptr && std::strcmp(e, "cuts") == 0) {
+      const int64_t fit = P::kPartialBytes / (per * static_cast<int64_t>(sizeof(float)));  // partials that fit
+      slices = 1;
+      if (fit > K + 1 && T_ > 0) {
+        cut = std::max({P::kMinSlice, detail::ceil_div(T_, fit - K), detail::ceil_div(T_, int64_t{65535})});
+        slices = detail::ceil_div(T_, cut);  // cuts
+        if (slices == 1) cut = 0;
+      }
+    }
+    float* part = slices > 1 ? ws.alloc<float>(cut > 0 ? (slices + K) * per : slices * count) : nullptr;
     const auto go = [&](auto bo_c) {
       constexpr int BO = decltype(bo_c)::value;
       const size_t smem = sizeof(T) * P::kStages * P::KT * 2 * (BO + P::kPad);
@@ -839,11 +879,14 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
       const int64_t tiles = detail::ceil_div(Co, BO) * detail::ceil_div(Ci, BO);
       detail::launch(ctx, kernel, dim3(static_cast<unsigned>(K), static_cast<unsigned>(tiles), static_cast<unsigned>(slices)),
                      dim3(P::kThreads), smem, static_cast<const uint64_t*>(sorted), static_cast<const int64_t*>(k_off),
-                     i_bits, j_bits, g, Co, f, Ci, K, gw, part);
+                     i_bits, j_bits, g, Co, f, Ci, K, cut, gw, part);
     };
     if (std::max(Co, Ci) <= 64) go(std::integral_constant<int, 64>{});
     else go(std::integral_constant<int, 128>{});
-    if (slices > 1)
+    if (cut > 0)
+      detail::launch(ctx, vvor_sum_cuts_kernel<T>, dim3(detail::grid_blocks(count, NT)), dim3(NT), 0,
+                     static_cast<const float*>(part), static_cast<const int64_t*>(k_off), cut, per, count, gw);
+    else if (slices > 1)
       detail::launch(ctx, vvor_sum_kernel<T>, dim3(detail::grid_blocks(count, NT)), dim3(NT), 0,
                      static_cast<const float*>(part), slices, count, gw);
   }

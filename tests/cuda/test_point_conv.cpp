@@ -4,7 +4,7 @@
 // skipped without memory errors (run under compute-sanitizer). The tensor-core path (bfloat16)
 // against a float64 reference of its 16-bit inputs, run to run equal, with long runs of one
 // destination row, partial tiles, a weight gradient in slices and invalid triplets (skipped), under
-// every compiled shape of the MVMR kernel.
+// every compiled shape of the MVMR kernel and both ways of slicing the weight gradient.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -16,6 +16,7 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "cuda_util.hpp"
@@ -229,27 +230,28 @@ void expect_close(const std::vector<Bf16>& got, const std::vector<double>& ref,
   }
 }
 
-// Sets PCOPS_CUDA_POINT_CONV_CONFIG for its lifetime ("" leaves the default), then restores it.
-class ConfigOverride {
+// Sets an environment variable for its lifetime ("" unsets it: the default), then restores it.
+class EnvOverride {
  public:
-  explicit ConfigOverride(const char* cfg) {
-    if (const char* e = std::getenv(kVar)) saved_ = e, had_ = true;
-    if (*cfg != 0) setenv(kVar, cfg, 1);
-    else unsetenv(kVar);
+  EnvOverride(const char* var, const char* value) : var_(var) {
+    if (const char* e = std::getenv(var)) saved_ = e, had_ = true;
+    if (*value != 0) setenv(var, value, 1);
+    else unsetenv(var);
   }
-  ~ConfigOverride() {
-    if (had_) setenv(kVar, saved_.c_str(), 1);
-    else unsetenv(kVar);
+  ~EnvOverride() {
+    if (had_) setenv(var_.c_str(), saved_.c_str(), 1);
+    else unsetenv(var_.c_str());
   }
-  ConfigOverride(const ConfigOverride&) = delete;
-  ConfigOverride& operator=(const ConfigOverride&) = delete;
+  EnvOverride(const EnvOverride&) = delete;
+  EnvOverride& operator=(const EnvOverride&) = delete;
 
  private:
-  static constexpr const char* kVar = "PCOPS_CUDA_POINT_CONV_CONFIG";
-  std::string saved_;
+  std::string var_, saved_;
   bool had_ = false;
 };
 
+constexpr const char* kConfigVar = "PCOPS_CUDA_POINT_CONV_CONFIG";
+constexpr const char* kSlicesVar = "PCOPS_CUDA_POINT_CONV_SLICES";
 // Every compiled MVMR shape (the default first; "w": wgmma, which falls back to mma.sync where
 // the library has no sm_90a code or the device is not of compute capability 9.0).
 const char* const kMvmrShapes[] = {"", "128x128x64x64x2", "128x64x64x64x2", "128x128x64x32x3", "128x64x64x32x3",
@@ -291,9 +293,14 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
     const auto longest = [](const std::vector<int64_t>& v) {
       return static_cast<double>(*std::max_element(v.begin(), v.end()));
     };
-    for (const char* cfg : kMvmrShapes) {
-      SCOPED_TRACE(std::string("MVMR shape '") + cfg + "'");
-      const ConfigOverride use(cfg);
+    // Every MVMR shape with the weight gradient's default slices, then the default shape with its
+    // slices cut across the kernels (PCOPS_CUDA_POINT_CONV_SLICES=cuts).
+    std::vector<std::pair<const char*, const char*>> runs;
+    for (const char* cfg : kMvmrShapes) runs.emplace_back(cfg, "");
+    runs.emplace_back("", "cuts");
+    for (const auto& [cfg, slices] : runs) {
+      SCOPED_TRACE(std::string("MVMR shape '") + cfg + "', slices '" + slices + "'");
+      const EnvOverride use(kConfigVar, cfg), cut(kSlicesVar, slices);
       const Mma a = run_mma(c, f, w, g), b = run_mma(bad, f, w, g);
       EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0);
       EXPECT_EQ(std::memcmp(a.gf.data(), b.gf.data(), a.gf.size() * 2), 0);
