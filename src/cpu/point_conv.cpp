@@ -146,30 +146,108 @@ __attribute__((always_inline)) inline void mvmr_term(const float* m, const float
   }
 }
 
+// R triplets of different rows at once (DB a multiple of 16): each W_k vector loaded once serves
+// the R rows' running sums, which stay independent, each in its own order.
+template <int DB, int R>
+__attribute__((always_inline)) inline void mvmr_terms(const float* m, const float* const (&s)[R], int64_t c_src,
+                                                      int64_t c_dst, float* const (&out)[R]) {
+  static_assert(DB % 16 == 0, "whole vectors");
+  constexpr int NV = DB / 16;
+  Vec16 acc[R][NV];
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) __builtin_memcpy(&acc[r][v], out[r] + 16 * v, sizeof(Vec16));
+  for (int64_t cs = 0; cs < c_src; ++cs) {
+    float x[R];
+    for (int r = 0; r < R; ++r) x[r] = s[r][cs];
+    const float* w = m + cs * c_dst;
+    for (int v = 0; v < NV; ++v) {
+      Vec16 wv;
+      __builtin_memcpy(&wv, w + 16 * v, sizeof(Vec16));
+      for (int r = 0; r < R; ++r) acc[r][v] = acc[r][v] + wv * x[r];
+    }
+  }
+  for (int r = 0; r < R; ++r)
+    for (int v = 0; v < NV; ++v) __builtin_memcpy(out[r] + 16 * v, &acc[r][v], sizeof(Vec16));
+}
+
+// Destination channels [d0, c_dst) of one triplet: register blocks of 64, 32, 16 and 8, then one
+// at a time.
+__attribute__((always_inline)) inline void mvmr_rest(int64_t d0, const float* mk, const float* s, int64_t c_src,
+                                                     int64_t c_dst, float* out) {
+  for (; d0 + 64 <= c_dst; d0 += 64) mvmr_term<64>(mk + d0, s, c_src, c_dst, out + d0);
+  if (d0 + 32 <= c_dst) mvmr_term<32>(mk + d0, s, c_src, c_dst, out + d0), d0 += 32;
+  if (d0 + 16 <= c_dst) mvmr_term<16>(mk + d0, s, c_src, c_dst, out + d0), d0 += 16;
+  if (d0 + 8 <= c_dst) mvmr_term<8>(mk + d0, s, c_src, c_dst, out + d0), d0 += 8;
+  for (; d0 < c_dst; ++d0) mvmr_term<1>(mk + d0, s, c_src, c_dst, out + d0);
+}
+
+// Destination channels of R triplets of different rows: the blocks of 64, 32 and 16 together,
+// the rest one triplet after the other.
+template <int R>
+__attribute__((always_inline)) inline void mvmr_group(const float* mk, const float* const (&s)[R], int64_t c_src,
+                                                      int64_t c_dst, float* const (&o)[R]) {
+  int64_t d0 = 0;
+  const auto at = [&](int64_t d) {
+    struct {
+      float* p[R];
+    } r;
+    for (int u = 0; u < R; ++u) r.p[u] = o[u] + d;
+    return r;
+  };
+  for (; d0 + 64 <= c_dst; d0 += 64) mvmr_terms<64, R>(mk + d0, s, c_src, c_dst, at(d0).p);
+  if (d0 + 32 <= c_dst) mvmr_terms<32, R>(mk + d0, s, c_src, c_dst, at(d0).p), d0 += 32;
+  if (d0 + 16 <= c_dst) mvmr_terms<16, R>(mk + d0, s, c_src, c_dst, at(d0).p), d0 += 16;
+  for (int u = 0; u < R; ++u) mvmr_rest(d0, mk, s[u], c_src, c_dst, o[u]);
+}
+
 // Tiles [t0, t1) of the MVMR: dst[r, d] = fl(dst[r, d] + fl(mat[k, s, d] * src[m, s])) over the
 // triplets of row r in ascending (k, m) order, s ascending inside each; m = the triplet's source
 // row, mat is [K, C_src, C_dst]. A tile's rows are zeroed, then its triplets are taken k by k
 // (offsets per (tile, k); rm: (row, source row) per triplet in grouping order), so W_k's columns
-// stay in L1 for the whole tile. Destination channels in register blocks of 64, 32, 16 and 8, then
-// one at a time. Cloned per ISA: the compiler vectorises over d; contraction stays off, so every
-// clone computes the same bits.
+// stay in cache for the whole tile. Inside a (tile, k) segment the runs of up to kRows rows go side
+// by side: step u takes the u-th triplet of every run that has one, kRows (or 2) rows at a time
+// with each W_k vector loaded once for all, so every row keeps its order. Destination channels
+// in register blocks of 64, 32, 16 and 8, then one at a time. Cloned per ISA: the compiler
+// vectorises over d; contraction stays off, so every clone computes the same bits.
+constexpr int kRows = 4;
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void mvmr_tiles(int64_t t0, int64_t t1, int64_t K, const int64_t* offsets, PairRef rm, const float* src,
                 int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, float* dst) {
   for (int64_t tile = t0; tile < t1; ++tile) {
-    const int64_t r_end = std::min(rows, (tile + 1) * kRowTile);
-    for (int64_t q = tile * kRowTile * c_dst; q < r_end * c_dst; ++q) dst[q] = 0.0f;
+    const int64_t r_end = std::min(rows, (tile + 1) * kRowTile), row0 = tile * kRowTile;
+    for (int64_t q = row0 * c_dst; q < r_end * c_dst; ++q) dst[q] = 0.0f;
     for (int64_t k = 0; k < K; ++k) {
       const float* mk = mat + k * c_src * c_dst;
-      for (int64_t p = offsets[tile * K + k]; p < offsets[tile * K + k + 1]; ++p) {
-        float* out = dst + rm.a(p, tile * kRowTile) * c_dst;
-        const float* s = src + rm.b(p) * c_src;
-        int64_t d0 = 0;
-        for (; d0 + 64 <= c_dst; d0 += 64) mvmr_term<64>(mk + d0, s, c_src, c_dst, out + d0);
-        if (d0 + 32 <= c_dst) mvmr_term<32>(mk + d0, s, c_src, c_dst, out + d0), d0 += 32;
-        if (d0 + 16 <= c_dst) mvmr_term<16>(mk + d0, s, c_src, c_dst, out + d0), d0 += 16;
-        if (d0 + 8 <= c_dst) mvmr_term<8>(mk + d0, s, c_src, c_dst, out + d0), d0 += 8;
-        for (; d0 < c_dst; ++d0) mvmr_term<1>(mk + d0, s, c_src, c_dst, out + d0);
+      const int64_t p1 = offsets[tile * K + k + 1];
+      int64_t p = offsets[tile * K + k];
+      while (p < p1) {
+        // Up to kRows runs of one row each: run r = [start[r], start[r] + len[r]).
+        int64_t start[kRows], len[kRows], longest = 0;
+        int runs = 0;
+        for (; runs < kRows && p < p1; ++runs) {
+          const int64_t row = rm.a(p, row0);
+          int64_t q = p + 1;
+          while (q < p1 && rm.a(q, row0) == row) ++q;
+          start[runs] = p, len[runs] = q - p, longest = std::max(longest, q - p);
+          p = q;
+        }
+        for (int64_t u = 0; u < longest; ++u) {
+          const float* s[kRows];
+          float* o[kRows];
+          int n = 0;
+          for (int r = 0; r < runs; ++r)
+            if (u < len[r]) {
+              const int64_t t = start[r] + u;
+              s[n] = src + rm.b(t) * c_src, o[n] = dst + rm.a(t, row0) * c_dst, ++n;
+            }
+          int g = 0;
+          if (n == 4) {
+            mvmr_group<4>(mk, {s[0], s[1], s[2], s[3]}, c_src, c_dst, {o[0], o[1], o[2], o[3]}), g = 4;
+          } else {
+            for (; g + 2 <= n; g += 2) mvmr_group<2>(mk, {s[g], s[g + 1]}, c_src, c_dst, {o[g], o[g + 1]});
+          }
+          for (; g < n; ++g) mvmr_rest(0, mk, s[g], c_src, c_dst, o[g]);
+        }
       }
     }
   }
