@@ -6,6 +6,8 @@
 #include "pcops/point_conv.hpp"
 
 #include <algorithm>
+#include <cstdint>
+#include <cstring>
 #include <tuple>
 #include <vector>
 
@@ -264,51 +266,71 @@ void mvmr(const CpuContext& ctx, const Pairs& g, int64_t K, const float* src, in
   });
 }
 
-// grad_weights block [k, o0 .. o0 + OB) x [c0 .. c0 + CB): fold kernel k's triplets in grouping
-// order, dw[k, o, c] = fl(dw[k, o, c] + fl(G[i, o] * F[j, c])), the OB x CB accumulators in
-// registers. ij: (i, j) of the triplets in grouping order (sequential reads).
+// The weight gradient folds kernel k's triplets kVvorChunk at a time: their rows of G (the task's
+// output channels) and F are first copied side by side into a scratch buffer, so that every
+// register tile of the task reads them from cache instead of gathering them again.
+constexpr int64_t kVvorChunk = 64;
+constexpr int64_t kVvorRows = 64;  // output channels per task
+
+// grad_weights tile [o, o + OB) x [c0, c0 + CB) over one chunk of n triplets: dw[o, c] =
+// fl(dw[o, c] + fl(G[i, o] * F[j, c])) triplet after triplet, the OB x CB running sums in registers
+// (read from dw and written back, exact float32 copies). gc: the chunk's G rows (ldg apart, the
+// task's first output channel first), fc: its F rows (ci apart); dw: rows of W_k's gradient.
 template <int OB, int CB>
-__attribute__((always_inline)) inline void vvor_tile(int64_t p0, int64_t p1, PairRef ij, const float* grad_out,
-                                                     const float* features, int64_t co, int64_t ci, int64_t o0,
-                                                     int64_t c0, float* dw) {
+__attribute__((always_inline)) inline void vvor_tile(int64_t n, const float* gc, int64_t ldg, const float* fc,
+                                                     int64_t ci, int64_t o, int64_t c0, float* dw) {
   float acc[OB][CB];
-  for (int o = 0; o < OB; ++o)
-    for (int c = 0; c < CB; ++c) acc[o][c] = 0.0f;
-  for (int64_t p = p0; p < p1; ++p) {
-    const float* go = grad_out + ij.a(p, 0) * co + o0;
-    const float* f = features + ij.b(p) * ci + c0;
-    for (int o = 0; o < OB; ++o) {
-      const float gv = go[o];
-      for (int c = 0; c < CB; ++c) acc[o][c] = acc[o][c] + gv * f[c];
+  for (int r = 0; r < OB; ++r)
+    for (int c = 0; c < CB; ++c) acc[r][c] = dw[(o + r) * ci + c0 + c];
+  for (int64_t t = 0; t < n; ++t) {
+    const float* go = gc + t * ldg + o;
+    const float* f = fc + t * ci + c0;
+    for (int r = 0; r < OB; ++r) {
+      const float gv = go[r];
+      for (int c = 0; c < CB; ++c) acc[r][c] = acc[r][c] + gv * f[c];
     }
   }
-  for (int o = 0; o < OB; ++o)
-    for (int c = 0; c < CB; ++c) dw[(o0 + o) * ci + c0 + c] = acc[o][c];
+  for (int r = 0; r < OB; ++r)
+    for (int c = 0; c < CB; ++c) dw[(o + r) * ci + c0 + c] = acc[r][c];
 }
 
-// Rows [o0, o1) of one column block of width CB: tiles of OB rows, then single rows.
+// Rows [0, rows) (relative to the task's first output channel) of one column block of width CB:
+// tiles of OB rows, then single rows.
 template <int OB, int CB>
-__attribute__((always_inline)) inline void vvor_columns(int64_t p0, int64_t p1, PairRef ij,
-                                                        const float* grad_out, const float* features, int64_t co,
-                                                        int64_t ci, int64_t o0, int64_t o1, int64_t c0, float* dw) {
-  int64_t o = o0;
-  for (; o + OB <= o1; o += OB) vvor_tile<OB, CB>(p0, p1, ij, grad_out, features, co, ci, o, c0, dw);
-  for (; o < o1; ++o) vvor_tile<1, CB>(p0, p1, ij, grad_out, features, co, ci, o, c0, dw);
+__attribute__((always_inline)) inline void vvor_columns(int64_t n, const float* gc, int64_t ldg, const float* fc,
+                                                        int64_t ci, int64_t rows, int64_t c0, float* dw) {
+  int64_t o = 0;
+  for (; o + OB <= rows; o += OB) vvor_tile<OB, CB>(n, gc, ldg, fc, ci, o, c0, dw);
+  for (; o < rows; ++o) vvor_tile<1, CB>(n, gc, ldg, fc, ci, o, c0, dw);
 }
 
-// grad_weights rows [o0, o1) of W_k (dw: W_k's gradient): column blocks of 64, 32, 16 and 8 in
-// register tiles of about 256 accumulators (4, 8, 16 and 16 rows), the last columns one at a time,
-// so each pass over k's triplets does as much work as the registers hold. Cloned per ISA like
-// mvmr_rows.
+// grad_weights rows [o0, o1) of W_k (dw: W_k's gradient; o1 - o0 <= kVvorRows) from kernel k's
+// triplets [p0, p1) in grouping order (ij: (i, j) per triplet): the rows are zeroed, then for each
+// chunk of triplets (gathered into scratch: kVvorChunk x (kVvorRows + ci) floats) column blocks of
+// 64, 32, 16 and 8 in register tiles of about 256 accumulators (4, 8, 16 and 16 rows), the last
+// columns one at a time. Every element still folds its triplets in grouping order. Cloned per ISA
+// like mvmr_tiles.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void vvor_block(int64_t p0, int64_t p1, PairRef ij, const float* grad_out, const float* features,
-                int64_t co, int64_t ci, int64_t o0, int64_t o1, float* dw) {
-  int64_t c = 0;
-  for (; c + 64 <= ci; c += 64) vvor_columns<4, 64>(p0, p1, ij, grad_out, features, co, ci, o0, o1, c, dw);
-  if (c + 32 <= ci) vvor_columns<8, 32>(p0, p1, ij, grad_out, features, co, ci, o0, o1, c, dw), c += 32;
-  if (c + 16 <= ci) vvor_columns<16, 16>(p0, p1, ij, grad_out, features, co, ci, o0, o1, c, dw), c += 16;
-  if (c + 8 <= ci) vvor_columns<16, 8>(p0, p1, ij, grad_out, features, co, ci, o0, o1, c, dw), c += 8;
-  for (; c < ci; ++c) vvor_columns<16, 1>(p0, p1, ij, grad_out, features, co, ci, o0, o1, c, dw);
+                int64_t co, int64_t ci, int64_t o0, int64_t o1, float* dw, float* scratch) {
+  const int64_t rows = o1 - o0;
+  float* d = dw + o0 * ci;
+  for (int64_t q = 0; q < rows * ci; ++q) d[q] = 0.0f;
+  float* gc = scratch;
+  float* fc = scratch + kVvorChunk * kVvorRows;
+  for (int64_t q0 = p0; q0 < p1; q0 += kVvorChunk) {
+    const int64_t n = std::min(kVvorChunk, p1 - q0);
+    for (int64_t t = 0; t < n; ++t) {
+      std::memcpy(gc + t * kVvorRows, grad_out + ij.a(q0 + t, 0) * co + o0, sizeof(float) * rows);
+      std::memcpy(fc + t * ci, features + ij.b(q0 + t) * ci, sizeof(float) * ci);
+    }
+    int64_t c = 0;
+    for (; c + 64 <= ci; c += 64) vvor_columns<4, 64>(n, gc, kVvorRows, fc, ci, rows, c, d);
+    if (c + 32 <= ci) vvor_columns<8, 32>(n, gc, kVvorRows, fc, ci, rows, c, d), c += 32;
+    if (c + 16 <= ci) vvor_columns<16, 16>(n, gc, kVvorRows, fc, ci, rows, c, d), c += 16;
+    if (c + 8 <= ci) vvor_columns<16, 8>(n, gc, kVvorRows, fc, ci, rows, c, d), c += 8;
+    for (; c < ci; ++c) vvor_columns<16, 1>(n, gc, kVvorRows, fc, ci, rows, c, d);
+  }
 }
 
 }  // namespace
@@ -341,16 +363,16 @@ void point_conv_backward(const CpuContext& ctx, const PointConvShape& s, const f
   if (grad_weights != nullptr && K * Co * Ci > 0) {
     const Pairs g = group_pairs(triplets, s.triplets, /*a_col=*/0, /*b_col=*/1, s.num_out, s.num_in, K, false);
     // Tasks own (k, block of output channels); each element sums its triplets in group order.
-    constexpr int64_t kBlock = 16;
-    const int64_t blocks = (Co + kBlock - 1) / kBlock;
+    const int64_t blocks = (Co + kVvorRows - 1) / kVvorRows;
     const int64_t T = s.triplets;
-    parallel_for(ctx, 0, K * blocks, grain_for((T / std::max<int64_t>(K, 1) + 1) * kBlock * Ci),
+    parallel_for(ctx, 0, K * blocks, grain_for((T / std::max<int64_t>(K, 1) + 1) * kVvorRows * Ci),
                  [&](int64_t q0, int64_t q1) {
+                   std::vector<float> scratch(static_cast<size_t>(kVvorChunk * (kVvorRows + Ci)));
                    for (int64_t q = q0; q < q1; ++q) {
-                     const int64_t k = q / blocks, o0 = (q % blocks) * kBlock;
-                     const int64_t o1 = std::min(Co, o0 + kBlock);
+                     const int64_t k = q / blocks, o0 = (q % blocks) * kVvorRows;
+                     const int64_t o1 = std::min(Co, o0 + kVvorRows);
                      vvor_block(g.offsets[k], g.offsets[k + 1], ref(g), grad_out, features, Co, Ci, o0, o1,
-                                grad_weights + k * Co * Ci);
+                                grad_weights + k * Co * Ci, scratch.data());
                    }
                  });
   }
