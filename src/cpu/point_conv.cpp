@@ -189,16 +189,14 @@ template <int R>
 __attribute__((always_inline)) inline void mvmr_group(const float* mk, const float* const (&s)[R], int64_t c_src,
                                                       int64_t c_dst, float* const (&o)[R]) {
   int64_t d0 = 0;
-  const auto at = [&](int64_t d) {
-    struct {
-      float* p[R];
-    } r;
-    for (int u = 0; u < R; ++u) r.p[u] = o[u] + d;
-    return r;
+  float* od[R];  // the rows' outputs at channel d0
+  const auto at = [&](int64_t d) -> float* const(&)[R] {
+    for (int u = 0; u < R; ++u) od[u] = o[u] + d;
+    return od;
   };
-  for (; d0 + 64 <= c_dst; d0 += 64) mvmr_terms<64, R>(mk + d0, s, c_src, c_dst, at(d0).p);
-  if (d0 + 32 <= c_dst) mvmr_terms<32, R>(mk + d0, s, c_src, c_dst, at(d0).p), d0 += 32;
-  if (d0 + 16 <= c_dst) mvmr_terms<16, R>(mk + d0, s, c_src, c_dst, at(d0).p), d0 += 16;
+  for (; d0 + 64 <= c_dst; d0 += 64) mvmr_terms<64, R>(mk + d0, s, c_src, c_dst, at(d0));
+  if (d0 + 32 <= c_dst) mvmr_terms<32, R>(mk + d0, s, c_src, c_dst, at(d0)), d0 += 32;
+  if (d0 + 16 <= c_dst) mvmr_terms<16, R>(mk + d0, s, c_src, c_dst, at(d0)), d0 += 16;
   for (int u = 0; u < R; ++u) mvmr_rest(d0, mk, s[u], c_src, c_dst, o[u]);
 }
 
@@ -211,7 +209,7 @@ __attribute__((always_inline)) inline void mvmr_group(const float* mk, const flo
 // with each W_k vector loaded once for all, so every row keeps its order. Destination channels
 // in register blocks of 64, 32, 16 and 8, then one at a time. Cloned per ISA: the compiler
 // vectorises over d; contraction stays off, so every clone computes the same bits.
-constexpr int kRows = 4;
+constexpr int kRows = 4;  // (the loop below takes groups of 4, 2 and 1)
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void mvmr_tiles(int64_t t0, int64_t t1, int64_t K, const int64_t* offsets, PairRef rm, const float* src,
                 int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, float* dst) {
