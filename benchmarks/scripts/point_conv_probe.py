@@ -132,11 +132,6 @@ def main():
         w = ((torch.rand(K, c, c, generator=gen) * 2 - 1) / (c * args.k) ** 0.5).to(device, dtype)
         g = torch.rand(n, c, generator=gen).to(device, dtype)
 
-        def ours_fwd():
-            return pcops.point_conv(f, w, triplets, n, mode=args.mode)
-
-        def peer_fwd():
-            return gather_gemm_scatter(f, w, triplets, n, groups)
 
         def fwd_bwd(fn, features=True, weights=True):
             def run():
@@ -144,8 +139,19 @@ def main():
                 torch.autograd.grad(fn(fr, wr), [x for x in (fr, wr) if x.requires_grad], g)
             return run
 
-        ours_fb = fwd_bwd(lambda a, b: pcops.point_conv(a, b, triplets, n, mode=args.mode))
-        peer_fb = fwd_bwd(lambda a, b: gather_gemm_scatter(a, b, triplets, n, groups))
+        def ours(a, b):
+            return pcops.point_conv(a, b, triplets, n, mode=args.mode)
+
+        def peer(a, b):
+            return gather_gemm_scatter(a, b, triplets, n, groups)
+
+        ours_fb, peer_fb = fwd_bwd(ours), fwd_bwd(peer)
+
+        def ours_fwd():
+            return ours(f, w)
+
+        def peer_fwd():
+            return peer(f, w)
         ours_out, peer_out = ours_fwd().float(), peer_fwd().float()
         # The float64 value, to show each side's error.
         ref = gather_gemm_scatter(f.double(), w.double(), triplets, n, groups)
@@ -172,10 +178,8 @@ def main():
             row["peer_forward_backward_peak_bytes"] = peak_bytes(peer_fb, device)
             # The backward's parts: forward + one gradient each (the other input not requiring it).
             for part, kw in (("grad_features", {"weights": False}), ("grad_weights", {"features": False})):
-                row[f"pcops_forward_{part}_s"] = median_time(
-                    fwd_bwd(lambda a, b: pcops.point_conv(a, b, triplets, n, mode=args.mode), **kw), args.repeat, device)
-                row[f"peer_forward_{part}_s"] = median_time(
-                    fwd_bwd(lambda a, b: gather_gemm_scatter(a, b, triplets, n, groups), **kw), args.repeat, device)
+                row[f"pcops_forward_{part}_s"] = median_time(fwd_bwd(ours, **kw), args.repeat, device)
+                row[f"peer_forward_{part}_s"] = median_time(fwd_bwd(peer, **kw), args.repeat, device)
         rows.append(row)
         print(json.dumps(row), flush=True)
 

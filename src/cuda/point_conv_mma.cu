@@ -25,6 +25,7 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -79,14 +80,20 @@ struct MvmrConfig {
 
 // wgmma runs where this library carries sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a; the
 // build defines PCOPS_CUDA_SM90A) and the current device is of compute capability 9.0, which
-// loads that code.
+// loads that code. The capability is read once per device.
 bool wgmma_usable() {
 #if defined(PCOPS_CUDA_SM90A)
-  int dev = 0, major = 0, minor = 0;
+  constexpr int kDevices = 64;
+  static std::atomic<int8_t> known[kDevices] = {};  // 0: not read yet, 1: yes, -1: no
+  int dev = 0;
   if (cudaGetDevice(&dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
-  if (cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) != cudaSuccess) return false;
-  return major == 9 && minor == 0;
+  if (dev >= 0 && dev < kDevices && known[dev].load(std::memory_order_relaxed) != 0) return known[dev] > 0;
+  int major = 0, minor = 0;
+  const bool yes = cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) == cudaSuccess &&
+                   cudaDeviceGetAttribute(&minor, cudaDevAttrComputeCapabilityMinor, dev) == cudaSuccess &&
+                   major == 9 && minor == 0;
+  if (dev >= 0 && dev < kDevices) known[dev].store(yes ? 1 : -1, std::memory_order_relaxed);
+  return yes;
 #else
   return false;
 #endif

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "oracle.hpp"
@@ -20,16 +21,25 @@ namespace pcops_cuda_test {
 
 #define PCOPS_TEST_CUDA(expr) ASSERT_EQ((expr), cudaSuccess) << #expr << ": " << cudaGetErrorString(expr)
 
-// Sets an environment variable (a backend's tuning override, read at every call) for the scope.
+// Sets an environment variable (a backend's tuning override, read at every call) for the scope
+// ("" unsets it: the backend's default), then restores what it was.
 class ScopedEnv {
  public:
-  ScopedEnv(const char* name, const char* value) : name_(name) { setenv(name, value, 1); }
-  ~ScopedEnv() { unsetenv(name_); }
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* e = std::getenv(name)) saved_ = e, had_ = true;
+    if (*value != 0) setenv(name, value, 1);
+    else unsetenv(name);
+  }
+  ~ScopedEnv() {
+    if (had_) setenv(name_.c_str(), saved_.c_str(), 1);
+    else unsetenv(name_.c_str());
+  }
   ScopedEnv(const ScopedEnv&) = delete;
   ScopedEnv& operator=(const ScopedEnv&) = delete;
 
  private:
-  const char* name_;
+  std::string name_, saved_;
+  bool had_ = false;
 };
 
 inline void check(cudaError_t e, const char* what) {

@@ -12,7 +12,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <random>
 #include <string>
@@ -230,26 +229,6 @@ void expect_close(const std::vector<Bf16>& got, const std::vector<double>& ref,
   }
 }
 
-// Sets an environment variable for its lifetime ("" unsets it: the default), then restores it.
-class EnvOverride {
- public:
-  EnvOverride(const char* var, const char* value) : var_(var) {
-    if (const char* e = std::getenv(var)) saved_ = e, had_ = true;
-    if (*value != 0) setenv(var, value, 1);
-    else unsetenv(var);
-  }
-  ~EnvOverride() {
-    if (had_) setenv(var_.c_str(), saved_.c_str(), 1);
-    else unsetenv(var_.c_str());
-  }
-  EnvOverride(const EnvOverride&) = delete;
-  EnvOverride& operator=(const EnvOverride&) = delete;
-
- private:
-  std::string var_, saved_;
-  bool had_ = false;
-};
-
 constexpr const char* kConfigVar = "PCOPS_CUDA_POINT_CONV_CONFIG";
 constexpr const char* kSlicesVar = "PCOPS_CUDA_POINT_CONV_SLICES";
 // Every compiled MVMR shape (the default first; "w": wgmma, which falls back to mma.sync where
@@ -300,7 +279,7 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
     runs.emplace_back("", "cuts");
     for (const auto& [cfg, slices] : runs) {
       SCOPED_TRACE(std::string("MVMR shape '") + cfg + "', slices '" + slices + "'");
-      const EnvOverride use(kConfigVar, cfg), cut(kSlicesVar, slices);
+      const pcops_cuda_test::ScopedEnv use(kConfigVar, cfg), cut(kSlicesVar, slices);
       const Mma a = run_mma(c, f, w, g), b = run_mma(bad, f, w, g);
       EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0);
       EXPECT_EQ(std::memcmp(a.gf.data(), b.gf.data(), a.gf.size() * 2), 0);
