@@ -51,11 +51,10 @@ struct VvorPolicy {
   static constexpr int KT = 32;         // triplets per stage
   static constexpr int kPad = 8;
   static constexpr int kStages = 3;
-  // Slices of a kernel's triplets (float32 partials, summed in order): about one per kMinSlice
-  // triplets, at most kMaxSlices, and at most kPartialBytes of partials. Fixed by the shape
-  // alone, so the result does not depend on the device.
+  // Slices of the sorted triplets (float32 partials, summed in order): cuts of at least kMinSlice
+  // triplets, as many as kPartialBytes of partials allow. Fixed by the shape alone, so the
+  // result does not depend on the device.
   static constexpr int64_t kMinSlice = 4096;
-  static constexpr int64_t kMaxSlices = 64;
   static constexpr int64_t kPartialBytes = int64_t{64} << 20;
 };
 
@@ -603,12 +602,11 @@ __global__ void vvor_keys_kernel(const int64_t* __restrict__ t, int64_t T, int64
 }
 
 // grad_w[k, o, c] = sum over kernel k's triplets (i, j order) of G[i, o] F[j, c], over slice z.
-// Grid (K, ceil(co / BO) * ceil(ci / BO), Z). The slices: with cut == 0, Z equal parts of kernel
-// k's triplets (partial slot z * K + k); with cut > 0, the sorted triplets cut every `cut`
-// positions, slice z being kernel k's share of cut z (slot z + k; a cut without k's triplets ends
-// the block at once). With Z == 1 the block writes gw (16-bit); otherwise float32 partials
-// part[slot][o][c], summed in slice order by vvor_sum_kernel / vvor_sum_cuts_kernel. Pipeline as
-// the MVMR kernel's: kStages - 1 stages ahead, one barrier a stage.
+// Grid (K, ceil(co / BO) * ceil(ci / BO), Z). cut == 0: one slice (Z == 1), the block writes gw
+// (16-bit). cut > 0: the sorted triplets cut every `cut` positions, slice z being kernel k's share
+// of cut z (a cut without k's triplets ends the block at once), written as float32 partials
+// part[z + k][o][c] and summed in cut order by vvor_sum_cuts_kernel. Pipeline as the MVMR
+// kernel's: kStages - 1 stages ahead, one barrier a stage.
 template <class T, int BO>
 __global__ void __launch_bounds__(VvorPolicy::kThreads)
     vvor_mma_kernel(const uint64_t* __restrict__ keys, const int64_t* __restrict__ k_off, int i_bits, int j_bits,
@@ -627,12 +625,10 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   const int64_t k = blockIdx.x;
   const int64_t ctiles = (ci + BC - 1) / BC;
   const int64_t oo = int64_t{blockIdx.y / ctiles} * BO, cc = int64_t{blockIdx.y % ctiles} * BC;
-  const int64_t len = k_off[k + 1] - k_off[k];
-  int64_t p0 = k_off[k] + len * blockIdx.z / gridDim.z, p1 = k_off[k] + len * (blockIdx.z + 1) / gridDim.z;
-  int64_t slot = int64_t{blockIdx.z} * K + k;
+  int64_t p0 = k_off[k], p1 = k_off[k + 1];
+  const int64_t slot = int64_t{blockIdx.z} + k;
   if (cut > 0) {
-    p0 = max(k_off[k], int64_t{blockIdx.z} * cut), p1 = min(k_off[k + 1], (int64_t{blockIdx.z} + 1) * cut);
-    slot = blockIdx.z + k;
+    p0 = max(p0, int64_t{blockIdx.z} * cut), p1 = min(p1, (int64_t{blockIdx.z} + 1) * cut);
     if (p0 >= p1) return;  // the whole block, before any barrier
   }
   const uint64_t jm = (uint64_t{1} << j_bits) - 1, im = (uint64_t{1} << i_bits) - 1;
@@ -729,23 +725,14 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
         const int64_t at = (k * co + o) * ci;
         for (int x = 0; x < 2; ++x) {
           if (o >= co || c + x >= ci) continue;
-          if (gridDim.z == 1) gw[at + c + x] = Elem<T>::from(acc[mi][ni][2 * h + x]);
+          if (cut == 0) gw[at + c + x] = Elem<T>::from(acc[mi][ni][2 * h + x]);
           else part[slot * co * ci + (o * ci + c + x)] = acc[mi][ni][2 * h + x];
         }
       }
 }
 
-// gw[e] = the slices' partials summed in slice order (float32), rounded once.
-template <class T>
-__global__ void vvor_sum_kernel(const float* __restrict__ part, int64_t slices, int64_t count, T* __restrict__ gw) {
-  PCOPS_CUDA_GRID_STRIDE(e, count) {
-    float acc = part[e];
-    for (int64_t z = 1; z < slices; ++z) acc += part[z * count + e];
-    gw[e] = Elem<T>::from(acc);
-  }
-}
-
-// The same for cuts of `cut` sorted positions: element e of kernel k (per = co * ci elements a
+// gw[e] = the partials of the cuts of `cut` sorted positions, summed in order (float32) and rounded
+// once: element e of kernel k (per = co * ci elements a
 // kernel) sums the partials of the cuts its triplets reach, z0 = k_off[k] / cut to
 // (k_off[k + 1] - 1) / cut, in order (slots z + k); a kernel without triplets gets 0.
 template <class T>
@@ -862,22 +849,17 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
                    static_cast<const uint64_t*>(sorted), T_, i_bits + j_bits, K, k_off);
     using P = VvorPolicy;
     const int64_t count = K * Co * Ci, per = Co * Ci;
-    int64_t slices = std::max<int64_t>(
-        1, std::min({detail::ceil_div(T_, K * P::kMinSlice), P::kMaxSlices,
-                     P::kPartialBytes / (count * static_cast<int64_t>(sizeof(float)))}));
-    // PCOPS_CUDA_POINT_CONV_SLICES=cuts: slices of equal length across the kernels instead (cuts of
-    // the sorted triplets), so that the largest kernel cell is not one long chain per block.
-    int64_t cut = 0;
-    if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_SLICES"); e != nullptr && std::strcmp(e, "cuts") == 0) {
-      const int64_t fit = P::kPartialBytes / (per * static_cast<int64_t>(sizeof(float)));  // partials that fit
-      slices = 1;
-      if (fit > K + 1 && T_ > 0) {
-        cut = std::max({P::kMinSlice, detail::ceil_div(T_, fit - K), detail::ceil_div(T_, int64_t{65535})});
-        slices = detail::ceil_div(T_, cut);  // cuts
-        if (slices == 1) cut = 0;
-      }
+    // Slices: the sorted triplets cut into equal lengths across the kernels (each kernel's share of
+    // a cut one partial), as many as kPartialBytes of partials allow, so that the largest kernel
+    // cell is not one long chain per block. One slice: the blocks write gw directly.
+    const int64_t fit = P::kPartialBytes / (per * static_cast<int64_t>(sizeof(float)));  // partials that fit
+    int64_t cut = 0, slices = 1;
+    if (fit > K + 1 && T_ > 0) {
+      cut = std::max({P::kMinSlice, detail::ceil_div(T_, fit - K), detail::ceil_div(T_, int64_t{65535})});
+      slices = detail::ceil_div(T_, cut);  // cuts
+      if (slices == 1) cut = 0;
     }
-    float* part = slices > 1 ? ws.alloc<float>(cut > 0 ? (slices + K) * per : slices * count) : nullptr;
+    float* part = cut > 0 ? ws.alloc<float>((slices + K) * per) : nullptr;
     const auto go = [&](auto bo_c) {
       constexpr int BO = decltype(bo_c)::value;
       const size_t smem = sizeof(T) * P::kStages * P::KT * 2 * (BO + P::kPad);
@@ -893,9 +875,6 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
     if (cut > 0)
       detail::launch(ctx, vvor_sum_cuts_kernel<T>, dim3(detail::grid_blocks(count, NT)), dim3(NT), 0,
                      static_cast<const float*>(part), static_cast<const int64_t*>(k_off), cut, per, count, gw);
-    else if (slices > 1)
-      detail::launch(ctx, vvor_sum_kernel<T>, dim3(detail::grid_blocks(count, NT)), dim3(NT), 0,
-                     static_cast<const float*>(part), slices, count, gw);
   }
 }
 

@@ -230,7 +230,6 @@ void expect_close(const std::vector<Bf16>& got, const std::vector<double>& ref,
 }
 
 constexpr const char* kConfigVar = "PCOPS_CUDA_POINT_CONV_CONFIG";
-constexpr const char* kSlicesVar = "PCOPS_CUDA_POINT_CONV_SLICES";
 // Every compiled MVMR shape (the default first; "w": wgmma, which falls back to mma.sync where
 // the library has no sm_90a code or the device is not of compute capability 9.0).
 const char* const kMvmrShapes[] = {"", "128x128x64x64x2", "128x64x64x64x2", "128x128x64x32x3", "128x64x64x32x3",
@@ -272,14 +271,9 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
     const auto longest = [](const std::vector<int64_t>& v) {
       return static_cast<double>(*std::max_element(v.begin(), v.end()));
     };
-    // Every MVMR shape with the weight gradient's default slices, then the default shape with its
-    // slices cut across the kernels (PCOPS_CUDA_POINT_CONV_SLICES=cuts).
-    std::vector<std::pair<const char*, const char*>> runs;
-    for (const char* cfg : kMvmrShapes) runs.emplace_back(cfg, "");
-    runs.emplace_back("", "cuts");
-    for (const auto& [cfg, slices] : runs) {
-      SCOPED_TRACE(std::string("MVMR shape '") + cfg + "', slices '" + slices + "'");
-      const pcops_cuda_test::ScopedEnv use(kConfigVar, cfg), cut(kSlicesVar, slices);
+    for (const char* cfg : kMvmrShapes) {
+      SCOPED_TRACE(std::string("MVMR shape '") + cfg + "'");
+      const pcops_cuda_test::ScopedEnv use(kConfigVar, cfg);
       const Mma a = run_mma(c, f, w, g), b = run_mma(bad, f, w, g);
       EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0);
       EXPECT_EQ(std::memcmp(a.gf.data(), b.gf.data(), a.gf.size() * 2), 0);
