@@ -41,9 +41,10 @@
 namespace pcops::cuda {
 namespace {
 
-// The MVMR kernel's warps: MC / 32 (chunk rows, 32 each) x 4 (destination channels, BN / 4 each).
+// The MVMR kernel's warps: 2 (chunk rows: 32 of every 64 each) x 4 (destination channels, BN / 4
+// each); wgmma: two warpgroups.
 struct MvmrPolicy {
-  static constexpr int threads(int mc) { return mc * 4; }
+  static constexpr int kThreads = 256;
 };
 
 struct VvorPolicy {
@@ -319,12 +320,12 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 // stage. WG: the products by wgmma (two warpgroups of 64 rows x 64 channels) instead of mma.sync
 // (warps of 32 rows x BN / 4 channels).
 template <class T, int BN, int BM, int MC, int BK, int S, bool WG>
-__global__ void __launch_bounds__(MvmrPolicy::threads(MC))
+__global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
     mvmr_mma_kernel(const uint64_t* __restrict__ keys, const int64_t* __restrict__ seg_off, MvmrKey m, int64_t K,
                     const T* __restrict__ src, int64_t n_in_c, const T* __restrict__ mat, int64_t n_out_c,
                     int64_t n_dst, T* __restrict__ dst) {
   using P = MvmrPolicy;
-  constexpr int NT = P::threads(MC), WM = MC / 32;  // WM row warps
+  constexpr int NT = P::kThreads;
   constexpr int kSegs = BK / 8;                     // 16-byte chunks per stage row
   constexpr int kRowStep = NT / kSegs;              // stage rows loaded by the block per round
   constexpr int kAL = MC / kRowStep, kBL = BN / kRowStep;  // source / weight rows per thread
@@ -332,15 +333,15 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
   constexpr int NF = BN / 32;  // n8 fragments per warp (a warp covers BN / 4 channels)
   static_assert(BN == 64 || BN == 128, "BN");
   static_assert(BK == 32 || BK == 64, "BK");
-  static_assert(MC % 32 == 0 && MC <= BM && BM <= 256, "MC, BM");
+  static_assert(MC == 64 && MC <= BM && BM <= 128, "MC, BM (local rows fit a byte beside kPast)");
   static_assert(S >= 2 && S <= 3, "the chunk row buffers (4) cover S - 1 <= 2 stages ahead");
   static_assert(!WG || (BN == 128 && MC == 64 && BK == 64), "wgmma: two warpgroups of 64 x 64, 128-byte rows");
-  constexpr uint16_t kPast = 0xffff;
+  constexpr uint8_t kPast = 0xff;
   extern __shared__ __align__(16) unsigned char smem[];
   T* As = reinterpret_cast<T*>(smem);                    // [S][MC][BK], swizzled
   T* Bs = As + S * MC * BK;                              // [S][BN][BK], swizzled
   float* Os = reinterpret_cast<float*>(Bs + S * BN * BK);  // [BM][BN]
-  uint16_t* Rs = reinterpret_cast<uint16_t*>(Os + BM * BN);  // [4][MC]: chunk rows' local rows (kPast past)
+  uint8_t* Rs = reinterpret_cast<uint8_t*>(Os + BM * BN);  // [4][MC]: chunk rows' local rows (kPast past)
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
@@ -403,13 +404,13 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
     T* as = As + buf * MC * BK + s_off;
     T* bs = Bs + buf * BN * BK + s_off;
     if (s.b == 0) {
-      uint16_t* rs = Rs + (s.c & 3) * MC;
+      uint8_t* rs = Rs + (s.c & 3) * MC;
 #pragma unroll
       for (int u = 0; u < kAL; ++u) {
         const bool ok = next_key[u] != ~uint64_t{0};
         a_ptr[u] = ok ? src + static_cast<int64_t>(next_key[u] & src_mask) * n_in_c + seg8 : nullptr;
         if (seg == 0)
-          rs[a_row0 + u * kRowStep] = ok ? static_cast<uint16_t>((next_key[u] >> m.src_bits) & (BM - 1)) : kPast;
+          rs[a_row0 + u * kRowStep] = ok ? static_cast<uint8_t>((next_key[u] >> m.src_bits) & (BM - 1)) : kPast;
       }
       b_ptr = mat + (static_cast<int64_t>(s.k) * n_out_c + o0 + a_row0) * n_in_c + seg8;
     }
@@ -438,10 +439,11 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
 
   // The accumulators: MI fragments of 16 rows x NFA n8 blocks per warp. mma.sync: warp (wm, wn)
   // holds rows 32 wm + 16 mi x channels wn * BN / 4 + 8 ni; wgmma: warp w of warpgroup h holds
-  // rows 16 (w % 4) x channels 64 h + 8 ni. rg: the warp's group of rows (the groups add their
-  // sums in turn); ccol: its first channel.
-  constexpr int MI = WG ? 1 : 2, NFA = WG ? 8 : NF, NRG = WG ? 4 : WM;
+  // rows 16 (w % 4) x channels 64 h + 8 ni. rg: the warp's group of rows (NG groups of GR rows);
+  // ccol: its first channel.
+  constexpr int MI = WG ? 1 : 2, NFA = WG ? 8 : NF, NG = WG ? 4 : 2, GR = MC / NG;
   const int rg = WG ? (warp & 3) : wm, ccol = WG ? (warp >> 2) * 64 : wn * (BN / 4);
+  const auto frag_row = [&](int mi) { return rg * GR + mi * 16; };
   float acc[MI][NFA][4];
   const auto zero_acc = [&] {
 #pragma unroll
@@ -490,8 +492,8 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
         bf[nj][0] = r[0], bf[nj][1] = r[1], bf[nj + 1][0] = r[2], bf[nj + 1][1] = r[3];
       }
 #pragma unroll
-      for (int mi = 0; mi < 2; ++mi) {
-        const int row0 = wm * 32 + mi * 16;
+      for (int mi = 0; mi < MI; ++mi) {
+        const int row0 = frag_row(mi);
         if (row0 < cur.n) {  // warp-uniform: fragments wholly past the chunk are skipped
           unsigned a[4];
           ldmatrix_x4(a, as + swizzled<BK>(row0 + a_lrow, kk / 8 + a_lch));
@@ -508,10 +510,10 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
       // of equal destination rows is summed by a segmented scan over its rows (shuffles across the
       // lane groups g, then the low half's last partial joins the high half), and the run's last
       // row adds the sum into the tile's sums. The order is fixed by the sorted triplets alone.
-      const uint16_t* rs = Rs + (cur.c & 3) * MC;
+      const uint8_t* rs = Rs + (cur.c & 3) * MC;
       const auto add_fragment = [&](int mi) {
         const unsigned full = 0xffffffffu;
-        const int r0 = rg * 16 * MI + mi * 16 + g;
+        const int r0 = frag_row(mi) + g;
         const int rl = rs[r0] == kPast ? -1 : rs[r0], rh = rs[r0 + 8] == kPast ? -1 : rs[r0 + 8];
         int up_l[3], up_h[3];
 #pragma unroll
@@ -556,13 +558,29 @@ __global__ void __launch_bounds__(MvmrPolicy::threads(MC))
           }
         }
       };
+      // Two groups write the same sums only where a run of rows crosses the boundary between them
+      // (or, for groups two apart, covers the group between). Without such a run all groups add at
+      // once; otherwise in phases, a barrier between: groups rg % nph == p in phase p (two
+      // phases, even groups then odd, unless a run covers a whole group; then one per group). The
+      // phases follow from the chunk's rows alone (block-uniform), so the order stays fixed.
+      const auto one_run = [&](int a, int b) { return rs[a] != kPast && rs[a] == rs[b]; };
+      bool crossed = false;
 #pragma unroll
-      for (int phase = 0; phase < NRG; ++phase) {
+      for (int q = 1; q < NG; ++q) crossed |= one_run(q * GR - 1, q * GR);
+      int nph = crossed ? 2 : 1;
+      if constexpr (NG > 2) {
+        bool covered = false;
+#pragma unroll
+        for (int q = 1; q + 1 < NG; ++q) covered |= one_run(q * GR - 1, (q + 1) * GR);
+        if (covered) nph = NG;
+      }
+      for (int phase = 0; phase < nph; ++phase) {
+        if (phase * GR >= cur.n) break;  // block-uniform: the rest is past the chunk
         if (phase > 0) __syncthreads();
-        if (rg == phase) {
+        if (rg % nph == phase) {
 #pragma unroll
           for (int mi = 0; mi < MI; ++mi) {
-            if (rg * 16 * MI + mi * 16 < cur.n) add_fragment(mi);  // warp-uniform
+            if (frag_row(mi) < cur.n) add_fragment(mi);  // warp-uniform
             __syncwarp();
           }
         }
@@ -753,7 +771,7 @@ __global__ void vvor_sum_cuts_kernel(const float* __restrict__ part, const int64
 // Stage buffers, the tile's sums and the chunk rows' local rows (4 chunks).
 template <class T, int BN, int BM, int MC, int BK, int S>
 size_t mvmr_smem() {
-  return sizeof(T) * S * (MC + BN) * BK + sizeof(float) * BM * BN + sizeof(uint16_t) * 4 * MC;
+  return sizeof(T) * S * (MC + BN) * BK + sizeof(float) * BM * BN + sizeof(uint8_t) * 4 * MC;
 }
 
 // One MVMR: dst rows n_dst (triplet column dst_col), source rows n_src (column src_col).
@@ -804,7 +822,7 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* trip
     auto kernel = mvmr_mma_kernel<T, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg>;
     PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles * detail::ceil_div(n_out_c, C.bn))),
-                   dim3(MvmrPolicy::threads(C.mc)), smem, static_cast<const uint64_t*>(sorted),
+                   dim3(MvmrPolicy::kThreads), smem, static_cast<const uint64_t*>(sorted),
                    static_cast<const int64_t*>(seg_off), m, K, src, n_in_c, mat, n_out_c, n_dst, dst);
   };
   [&]<size_t... I>(std::index_sequence<I...>) {
