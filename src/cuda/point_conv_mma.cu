@@ -69,10 +69,10 @@ struct MvmrKey {
 };
 
 // The MVMR kernel's shape: destination rows per tile (bm), destination channels per block (bn),
-// triplet rows per chunk (mc; the block has 4 * mc threads), source channels per stage (bk),
+// triplet rows per chunk (mc; the block has 256 threads), source channels per stage (bk),
 // pipeline stages, and whether the products run on wgmma (sm_90a; otherwise mma.sync).
 // PCOPS_CUDA_POINT_CONV_CONFIG=<bm>x<bn>x<mc>x<bk>x<stages>[w] picks one of the compiled ones
-// (w: wgmma, taken only where it can run).
+// (w: wgmma, taken only where it can run; elsewhere the mma.sync default).
 struct MvmrConfig {
   int bm, bn, mc, bk, stages;
   bool wg;
@@ -105,18 +105,23 @@ bool wgmma_usable() {
 // 13.8 ms. Slower: 128x64 at C >= 128 (x64x2: 1.85 / 4.77 / 14.9 ms), 3 stages of 64 channels
 // with 64 channels a block (17.3 ms at C = 512), chunks of 128 rows (17.5 ms); and, measured with
 // the earlier padded stages of 32 channels, tiles of 64 rows (21.0 ms) or 256 rows (16.1 ms) and
-// pipelines of 4 to 10 stages.
+// pipelines of 4 to 10 stages; chunks of 128 rows on 256 threads (MI = 4; 31.4 ms with stages of
+// 32 channels in 3, spilling, 20.5 ms with 64 in 2, one block per multiprocessor).
 constexpr MvmrConfig kMvmrConfigs[] = {{128, 128, 64, 64, 2, false}, {128, 64, 64, 64, 2, false},
                                        {128, 128, 64, 32, 3, false}, {128, 64, 64, 32, 3, false},
-                                       {128, 128, 64, 64, 2, true}};
+                                       {128, 128, 64, 64, 2, true},   {128, 128, 64, 32, 4, true}};
 
-// wgmma (128x128x64x64x2w) where it was measured faster, both channel counts above 256: forward at
-// C = 128 / 256 / 512 1.77 / 4.30 / 11.1 ms against mma.sync's 1.54-1.65 / 3.78-3.81 / 11.6 ms
-// (it multiplies whole chunks of 64 rows, segments fill about 70 % of them, and sums in four turns).
+// wgmma where both channel counts exceed 128: with stages of 32 channels in 4 (one stage's products
+// in flight across the next step) up to 256 channels, of 64 in 2 beyond. Forward at C = 128 / 256 /
+// 512, same run (point-conv-probe-cuda-20261130-211400-*.json): 128x128x64x32x4w 1.52 / 3.46 /
+// 9.39 ms, 128x128x64x64x2w 9.22 ms at 512, mma.sync (128x128x64x64x2) 1.62 / 3.74 ms at 128 / 256.
+// Before the chunk's sums ran at once (they took four turns), wgmma was slower below 512.
 MvmrConfig mvmr_config(int64_t n_out_c, int64_t n_in_c) {
   const bool wide = n_in_c > 32;
-  MvmrConfig c{128, n_out_c <= 64 ? 64 : 128, 64, wide ? 64 : 32, wide ? 2 : 3,
-               n_out_c > 256 && n_in_c > 256 && wgmma_usable()};
+  const MvmrConfig sync{128, n_out_c <= 64 ? 64 : 128, 64, wide ? 64 : 32, wide ? 2 : 3, false};
+  MvmrConfig c = sync;
+  if (n_out_c > 128 && n_in_c > 128 && wgmma_usable())
+    c = std::max(n_out_c, n_in_c) > 256 ? MvmrConfig{128, 128, 64, 64, 2, true} : MvmrConfig{128, 128, 64, 32, 4, true};
   if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_CONFIG"); e != nullptr && *e != 0) {
     int bm = 0, bn = 0, mc = 0, bk = 0, st = 0;
     char w = 0;
@@ -125,7 +130,7 @@ MvmrConfig mvmr_config(int64_t n_out_c, int64_t n_in_c) {
       for (const MvmrConfig& k : kMvmrConfigs)
         if (k.bm == bm && k.bn == bn && k.mc == mc && k.bk == bk && k.stages == st && k.wg == (got == 6 && w == 'w'))
           c = k;
-    if (c.wg && !wgmma_usable()) c.wg = false;  // the same shape on mma.sync
+    if (c.wg && !wgmma_usable()) c = sync;  // the mma.sync default
   }
   return c;
 }
@@ -197,13 +202,14 @@ __device__ __forceinline__ void ldmatrix_x4_trans(unsigned (&r)[4], const void* 
 }
 
 // The head of one pipeline step: the current stage has landed for every thread (wait and
-// barrier, which also frees the buffer of the previous stage), then `load(buffer)` issues the
-// stage kStages - 1 ahead into that buffer and commits it (an empty group past the end).
-// kAsyncRead: the stage is read by wgmma (the async proxy), so each thread's landed cp.async
-// writes are fenced into that proxy before the barrier.
-template <int S, bool kAsyncRead = false, class Load>
+// barrier, which also frees the buffer of the stage S - A steps back), then `load(buffer)` issues
+// the stage A ahead into that buffer and commits it (an empty group past the end). A = S - 1
+// unless the buffers are still read after the step (wgmma in flight). kAsyncRead: the stage is
+// read by wgmma (the async proxy), so each thread's landed cp.async writes are fenced into that
+// proxy before the barrier.
+template <int S, int A = S - 1, bool kAsyncRead = false, class Load>
 __device__ __forceinline__ void pipeline_step(int& ldbuf, Load&& load) {
-  cp_async_wait<S - 2>();
+  cp_async_wait<A - 1>();
   if constexpr (kAsyncRead) asm volatile("fence.proxy.async.shared::cta;" ::: "memory");
   __syncthreads();
   load(ldbuf);
@@ -230,13 +236,17 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], 
 
 // wgmma (sm_90a): one warpgroup multiplies a 64 x 16 slice of A by a 16 x 64 slice of B, both K-major
 // in shared memory with the 128-byte swizzle (rows of 64 16-bit elements, the 16-byte chunks of
-// row r XORed with r % 8: swizzled<64>), into 64 x 64 float32 accumulators: warp w of the group
-// holds rows 16 w .. 16 w + 15 as mma.sync's m16n8 accumulator fragments, d[j] for columns 8 j.
-// The descriptor: start address / 16, leading offset unused (1), stride 1024 bytes between groups
-// of 8 rows, swizzle mode 1 (128 bytes). A k16 step moves the start address by 32 bytes.
-__device__ __forceinline__ uint64_t sw128_desc(uint32_t addr) {
-  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) | (uint64_t{1024 >> 4} << 32) |
-         (uint64_t{1} << 62);
+// row r XORed with r % 8: swizzled<64>) or the 64-byte one (rows of 32, chunks XORed with
+// (r / 2) % 4: swizzled<32>), into 64 x 64 float32 accumulators: warp w of the group holds rows
+// 16 w .. 16 w + 15 as mma.sync's m16n8 accumulator fragments, d[j] for columns 8 j.
+// The descriptor: start address / 16, leading offset unused (1), stride between groups of 8 rows
+// (8 rows of BK elements), swizzle mode 1 (128 bytes) or 2 (64 bytes). A k16 step moves the start
+// address by 32 bytes.
+template <int BK>
+__device__ __forceinline__ uint64_t swizzled_desc(uint32_t addr) {
+  static_assert(BK == 64 || BK == 32, "128- or 64-byte rows");
+  constexpr uint64_t kStride = 8 * BK * 2, kMode = BK == 64 ? 1 : 2;
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) | ((kStride >> 4) << 32) | (kMode << 62);
 }
 // The instruction for 16-bit type TY ("f16" or "bf16"); operands 0-31 the accumulators d[8][4].
 #define PCOPS_WGMMA_64X64(TY, d, da, db)                                                             \
@@ -269,10 +279,16 @@ __device__ __forceinline__ void wgmma_fence() {
   asm volatile("wgmma.fence.sync.aligned;" ::: "memory");
 #endif
 }
-__device__ __forceinline__ void wgmma_commit_and_wait() {
+__device__ __forceinline__ void wgmma_commit() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.commit_group.sync.aligned;" ::: "memory");
-  asm volatile("wgmma.wait_group.sync.aligned 0;" ::: "memory");
+#endif
+}
+// Waits until at most N of the warpgroup's committed groups are in flight.
+template <int N>
+__device__ __forceinline__ void wgmma_wait() {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 #endif
 }
 
@@ -334,8 +350,11 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   static_assert(BN == 64 || BN == 128, "BN");
   static_assert(BK == 32 || BK == 64, "BK");
   static_assert(MC == 64 && MC <= BM && BM <= 128, "MC, BM (local rows fit a byte beside kPast)");
-  static_assert(S >= 2 && S <= 3, "the chunk row buffers (4) cover S - 1 <= 2 stages ahead");
-  static_assert(!WG || (BN == 128 && MC == 64 && BK == 64), "wgmma: two warpgroups of 64 x 64, 128-byte rows");
+  // Stages loaded ahead: S - 1, or S - 2 where wgmma keeps one stage's products in flight across
+  // the next step (S >= 3: its buffer is not reloaded until that step's end).
+  constexpr int kWgInFlight = WG && S >= 3 ? 1 : 0, kAhead = S - 1 - kWgInFlight;
+  static_assert(S >= 2 && S <= 4 && kAhead <= 3, "the chunk row buffers (4) cover kAhead <= 3 stages ahead");
+  static_assert(!WG || (BN == 128 && MC == 64), "wgmma: two warpgroups of 64 x 64");
   constexpr uint8_t kPast = 0xff;
   extern __shared__ __align__(16) unsigned char smem[];
   T* As = reinterpret_cast<T*>(smem);                    // [S][MC][BK], swizzled
@@ -458,136 +477,145 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   Stage cur = first_chunk(0, 0), ld = cur;
   fetch_keys(ld);
 #pragma unroll
-  for (int st = 0; st < S - 1; ++st) {
+  for (int st = 0; st < kAhead; ++st) {
     load_and_advance(ld, st);
     cp_async_commit();
   }
-  int buf = 0, ldbuf = S - 1;
+  int buf = 0, ldbuf = kAhead;
   const int g = lane >> 2, q4 = lane & 3;
   // The ldmatrix rows of the lane: weight row (lane & 7) + 8 (lane >> 4) of an n16 pair, chunk
   // ((lane >> 3) & 1); source row (lane & 15) of a fragment, chunk (lane >> 4).
   const int b_lrow = (lane & 7) + ((lane >> 4) << 3), b_lch = (lane >> 3) & 1;
   const int a_lrow = lane & 15, a_lch = lane >> 4;
-  while (cur.k < Ki) {
-    pipeline_step<S, WG>(ldbuf, [&](int b) { load_and_advance(ld, b); });
-    const T* as = As + buf * MC * BK;
-    const T* bs = Bs + buf * BN * BK;
-    if constexpr (WG) {
-      // The whole chunk (rows past it are zeros) times the warpgroup's 64 channels of W_k.
-      const uint32_t a0 = smem_u32(as), b0 = smem_u32(bs + (warp >> 2) * 64 * BK);
-      wgmma_fence();
-      pin_registers(acc[0]);
+  while (cur.k < Ki) {  // a chunk: nb stages, then its sums
+    for (int sb = 0; sb < nb; ++sb) {
+      pipeline_step<S, kAhead, WG>(ldbuf, [&](int b) { load_and_advance(ld, b); });
+      const T* as = As + buf * MC * BK;
+      const T* bs = Bs + buf * BN * BK;
+      if constexpr (WG) {
+        // The whole chunk (rows past it are zeros) times the warpgroup's 64 channels of W_k; the
+        // products of the previous stage may still be in flight (kWgInFlight), and all are done
+        // before the chunk's sums.
+        const uint32_t a0 = smem_u32(as), b0 = smem_u32(bs + (warp >> 2) * 64 * BK);
+        wgmma_fence();
+        pin_registers(acc[0]);
 #pragma unroll
-      for (int kk = 0; kk < BK; kk += 16) wgmma_64x64<T>(acc[0], sw128_desc(a0 + kk * 2), sw128_desc(b0 + kk * 2));
-      wgmma_commit_and_wait();
-      pin_registers(acc[0]);
-    } else {
+        for (int kk = 0; kk < BK; kk += 16)
+          wgmma_64x64<T>(acc[0], swizzled_desc<BK>(a0 + kk * 2), swizzled_desc<BK>(b0 + kk * 2));
+        wgmma_commit();
+        wgmma_wait<kWgInFlight>();
+        pin_registers(acc[0]);
+      } else {
 #pragma unroll
-    for (int kk = 0; kk < BK; kk += 16) {
-      unsigned bf[NF][2];
+        for (int kk = 0; kk < BK; kk += 16) {
+          unsigned bf[NF][2];
 #pragma unroll
-      for (int nj = 0; nj < NF; nj += 2) {
-        unsigned r[4];
-        ldmatrix_x4(r, bs + swizzled<BK>(wn * (BN / 4) + nj * 8 + b_lrow, kk / 8 + b_lch));
-        bf[nj][0] = r[0], bf[nj][1] = r[1], bf[nj + 1][0] = r[2], bf[nj + 1][1] = r[3];
-      }
-#pragma unroll
-      for (int mi = 0; mi < MI; ++mi) {
-        const int row0 = frag_row(mi);
-        if (row0 < cur.n) {  // warp-uniform: fragments wholly past the chunk are skipped
-          unsigned a[4];
-          ldmatrix_x4(a, as + swizzled<BK>(row0 + a_lrow, kk / 8 + a_lch));
-#pragma unroll
-          for (int ni = 0; ni < NF; ++ni) mma16816<T>(acc[mi][ni], a, bf[ni][0], bf[ni][1]);
-        }
-      }
-    }
-    }
-    buf = buf + 1 == S ? 0 : buf + 1;
-    if (cur.b == nb - 1) {
-      // The chunk's products into the tile's sums, fragment by fragment (16 chunk rows; row groups
-      // rg = 0, 1, ... in turn with a barrier between, their fragments mi in order): inside a fragment each run
-      // of equal destination rows is summed by a segmented scan over its rows (shuffles across the
-      // lane groups g, then the low half's last partial joins the high half), and the run's last
-      // row adds the sum into the tile's sums. The order is fixed by the sorted triplets alone.
-      const uint8_t* rs = Rs + (cur.c & 3) * MC;
-      const auto add_fragment = [&](int mi) {
-        const unsigned full = 0xffffffffu;
-        const int r0 = frag_row(mi) + g;
-        const int rl = rs[r0] == kPast ? -1 : rs[r0], rh = rs[r0 + 8] == kPast ? -1 : rs[r0 + 8];
-        int up_l[3], up_h[3];
-#pragma unroll
-        for (int st = 0; st < 3; ++st) {
-          up_l[st] = __shfl_up_sync(full, rl, 4 << st);
-          up_h[st] = __shfl_up_sync(full, rh, 4 << st);
-        }
-        const int r7 = __shfl_sync(full, rl, 28 + q4);                 // row 7 of the fragment
-        // (Every lane takes part in every shuffle; the selections come after.)
-        const int down_l = __shfl_down_sync(full, rl, 4), first_h = __shfl_sync(full, rh, q4);
-        const int down_h = __shfl_down_sync(full, rh, 4);
-        const int next_l = g < 7 ? down_l : first_h;
-        const int next_h = g < 7 ? down_h : -2;  // row 15: always a run's end
-        const bool tail_l = rl >= 0 && rl != next_l, tail_h = rh >= 0 && rh != next_h;
-#pragma unroll
-        for (int ni = 0; ni < NFA; ++ni) {
-          float v[4] = {acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]};
-#pragma unroll
-          for (int st = 0; st < 3; ++st) {
-#pragma unroll
-            for (int x = 0; x < 4; ++x) {
-              const float t = __shfl_up_sync(full, v[x], 4 << st);
-              const bool same = g >= (1 << st) && (x < 2 ? up_l[st] == rl : up_h[st] == rh);
-              if (same) v[x] += t;
-            }
+          for (int nj = 0; nj < NF; nj += 2) {
+            unsigned r[4];
+            ldmatrix_x4(r, bs + swizzled<BK>(wn * (BN / 4) + nj * 8 + b_lrow, kk / 8 + b_lch));
+            bf[nj][0] = r[0], bf[nj][1] = r[1], bf[nj + 1][0] = r[2], bf[nj + 1][1] = r[3];
           }
-#pragma unroll
-          for (int x = 0; x < 2; ++x) {
-            const float c7 = __shfl_sync(full, v[x], 28 + q4);
-            if (rh >= 0 && rh == r7) v[2 + x] += c7;
-          }
-          const int col = ccol + ni * 8 + 2 * q4;
-          if (tail_l) {
-            float2* o = reinterpret_cast<float2*>(Os + rl * BN + col);
-            const float2 cur_o = *o;
-            *o = make_float2(cur_o.x + v[0], cur_o.y + v[1]);
-          }
-          if (tail_h) {
-            float2* o = reinterpret_cast<float2*>(Os + rh * BN + col);
-            const float2 cur_o = *o;
-            *o = make_float2(cur_o.x + v[2], cur_o.y + v[3]);
-          }
-        }
-      };
-      // Two groups write the same sums only where a run of rows crosses the boundary between them
-      // (or, for groups two apart, covers the group between). Without such a run all groups add at
-      // once; otherwise in phases, a barrier between: groups rg % nph == p in phase p (two
-      // phases, even groups then odd, unless a run covers a whole group; then one per group). The
-      // phases follow from the chunk's rows alone (block-uniform), so the order stays fixed.
-      const auto one_run = [&](int a, int b) { return rs[a] != kPast && rs[a] == rs[b]; };
-      bool crossed = false;
-#pragma unroll
-      for (int q = 1; q < NG; ++q) crossed |= one_run(q * GR - 1, q * GR);
-      int nph = crossed ? 2 : 1;
-      if constexpr (NG > 2) {
-        bool covered = false;
-#pragma unroll
-        for (int q = 1; q + 1 < NG; ++q) covered |= one_run(q * GR - 1, (q + 1) * GR);
-        if (covered) nph = NG;
-      }
-      for (int phase = 0; phase < nph; ++phase) {
-        if (phase * GR >= cur.n) break;  // block-uniform: the rest is past the chunk
-        if (phase > 0) __syncthreads();
-        if (rg % nph == phase) {
 #pragma unroll
           for (int mi = 0; mi < MI; ++mi) {
-            if (frag_row(mi) < cur.n) add_fragment(mi);  // warp-uniform
-            __syncwarp();
+            const int row0 = frag_row(mi);
+            if (row0 < cur.n) {  // warp-uniform: fragments wholly past the chunk are skipped
+              unsigned a[4];
+              ldmatrix_x4(a, as + swizzled<BK>(row0 + a_lrow, kk / 8 + a_lch));
+#pragma unroll
+              for (int ni = 0; ni < NF; ++ni) mma16816<T>(acc[mi][ni], a, bf[ni][0], bf[ni][1]);
+            }
           }
         }
       }
-      zero_acc();
+      buf = buf + 1 == S ? 0 : buf + 1;
     }
-    cur = next_stage(cur);
+    if constexpr (WG) {
+      wgmma_wait<0>();  // the chunk's last products
+      pin_registers(acc[0]);
+    }
+    // The chunk's products into the tile's sums, fragment by fragment (16 chunk rows; a warp's
+    // fragments mi in order, the row groups at once or in turns, below): inside a fragment each
+    // run of equal destination rows is summed by a segmented scan over its rows (shuffles across
+    // the lane groups g, then the low half's last partial joins the high half), and the run's last
+    // row adds the sum into the tile's sums. The order is fixed by the sorted triplets alone.
+    const uint8_t* rs = Rs + (cur.c & 3) * MC;
+    const auto add_fragment = [&](int mi) {
+      const unsigned full = 0xffffffffu;
+      const int r0 = frag_row(mi) + g;
+      const int rl = rs[r0] == kPast ? -1 : rs[r0], rh = rs[r0 + 8] == kPast ? -1 : rs[r0 + 8];
+      int up_l[3], up_h[3];
+#pragma unroll
+      for (int st = 0; st < 3; ++st) {
+        up_l[st] = __shfl_up_sync(full, rl, 4 << st);
+        up_h[st] = __shfl_up_sync(full, rh, 4 << st);
+      }
+      const int r7 = __shfl_sync(full, rl, 28 + q4);                 // row 7 of the fragment
+      // (Every lane takes part in every shuffle; the selections come after.)
+      const int down_l = __shfl_down_sync(full, rl, 4), first_h = __shfl_sync(full, rh, q4);
+      const int down_h = __shfl_down_sync(full, rh, 4);
+      const int next_l = g < 7 ? down_l : first_h;
+      const int next_h = g < 7 ? down_h : -2;  // row 15: always a run's end
+      const bool tail_l = rl >= 0 && rl != next_l, tail_h = rh >= 0 && rh != next_h;
+#pragma unroll
+      for (int ni = 0; ni < NFA; ++ni) {
+        float v[4] = {acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]};
+#pragma unroll
+        for (int st = 0; st < 3; ++st) {
+#pragma unroll
+          for (int x = 0; x < 4; ++x) {
+            const float t = __shfl_up_sync(full, v[x], 4 << st);
+            const bool same = g >= (1 << st) && (x < 2 ? up_l[st] == rl : up_h[st] == rh);
+            if (same) v[x] += t;
+          }
+        }
+#pragma unroll
+        for (int x = 0; x < 2; ++x) {
+          const float c7 = __shfl_sync(full, v[x], 28 + q4);
+          if (rh >= 0 && rh == r7) v[2 + x] += c7;
+        }
+        const int col = ccol + ni * 8 + 2 * q4;
+        if (tail_l) {
+          float2* o = reinterpret_cast<float2*>(Os + rl * BN + col);
+          const float2 cur_o = *o;
+          *o = make_float2(cur_o.x + v[0], cur_o.y + v[1]);
+        }
+        if (tail_h) {
+          float2* o = reinterpret_cast<float2*>(Os + rh * BN + col);
+          const float2 cur_o = *o;
+          *o = make_float2(cur_o.x + v[2], cur_o.y + v[3]);
+        }
+      }
+    };
+    // Two groups write the same sums only where a run of rows crosses the boundary between them
+    // (or, for groups two apart, covers the group between). Without such a run all groups add at
+    // once; otherwise in phases, a barrier between: groups rg % nph == p in phase p (two
+    // phases, even groups then odd, unless a run covers a whole group; then one per group). The
+    // phases follow from the chunk's rows alone (block-uniform), so the order stays fixed.
+    const auto one_run = [&](int a, int b) { return rs[a] != kPast && rs[a] == rs[b]; };
+    bool crossed = false;
+#pragma unroll
+    for (int q = 1; q < NG; ++q) crossed |= one_run(q * GR - 1, q * GR);
+    int nph = crossed ? 2 : 1;
+    if constexpr (NG > 2) {
+      bool covered = false;
+#pragma unroll
+      for (int q = 1; q + 1 < NG; ++q) covered |= one_run(q * GR - 1, (q + 1) * GR);
+      if (covered) nph = NG;
+    }
+    for (int phase = 0; phase < nph; ++phase) {
+      if (phase * GR >= cur.n) break;  // block-uniform: the rest is past the chunk
+      if (phase > 0) __syncthreads();
+      if (rg % nph == phase) {
+#pragma unroll
+        for (int mi = 0; mi < MI; ++mi) {
+          if (frag_row(mi) < cur.n) add_fragment(mi);  // warp-uniform
+          __syncwarp();
+        }
+      }
+    }
+    zero_acc();
+    cur.b = nb - 1;
+    cur = next_stage(cur);  // the next chunk
   }
   cp_async_wait<0>();
   __syncthreads();
@@ -813,11 +841,13 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* trip
   const MvmrKey m = sg.m;
   const uint64_t* sorted = sg.sorted;
   const int64_t* seg_off = sg.seg_off;
+  bool launched = false;
   const auto go = [&](auto cfg_c) {
     constexpr MvmrConfig C = kMvmrConfigs[decltype(cfg_c)::value];
     if (C.bm != cfg.bm || C.bn != cfg.bn || C.mc != cfg.mc || C.bk != cfg.bk || C.stages != cfg.stages ||
         C.wg != cfg.wg)
       return;
+    launched = true;
     const size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.bk, C.stages>();
     auto kernel = mvmr_mma_kernel<T, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg>;
     PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -828,6 +858,7 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* trip
   [&]<size_t... I>(std::index_sequence<I...>) {
     (go(std::integral_constant<size_t, I>{}), ...);
   }(std::make_index_sequence<std::size(kMvmrConfigs)>{});
+  if (!launched) throw std::logic_error("pcops point_conv: no compiled MVMR kernel for the chosen shape");
 }
 
 template <class T>

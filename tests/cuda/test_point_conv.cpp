@@ -4,7 +4,8 @@
 // skipped without memory errors (run under compute-sanitizer). The tensor-core path (bfloat16)
 // against a float64 reference of its 16-bit inputs, run to run equal, with long runs of one
 // destination row, partial tiles, a weight gradient in slices and invalid triplets (skipped), under
-// every compiled shape of the MVMR kernel and both ways of slicing the weight gradient.
+// every compiled shape of the MVMR kernel (or only the one PCOPS_CUDA_POINT_CONV_CONFIG names, so
+// that a sanitizer run can take one shape at a time).
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -12,7 +13,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <iterator>
 #include <random>
 #include <string>
 #include <utility>
@@ -233,7 +236,7 @@ constexpr const char* kConfigVar = "PCOPS_CUDA_POINT_CONV_CONFIG";
 // Every compiled MVMR shape (the default first; "w": wgmma, which falls back to mma.sync where
 // the library has no sm_90a code or the device is not of compute capability 9.0).
 const char* const kMvmrShapes[] = {"", "128x128x64x64x2", "128x64x64x64x2", "128x128x64x32x3", "128x64x64x32x3",
-                                   "128x128x64x64x2w"};
+                                   "128x128x64x64x2w", "128x128x64x32x4w"};
 
 TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
   std::mt19937 rng(23);
@@ -271,9 +274,12 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
     const auto longest = [](const std::vector<int64_t>& v) {
       return static_cast<double>(*std::max_element(v.begin(), v.end()));
     };
-    for (const char* cfg : kMvmrShapes) {
-      SCOPED_TRACE(std::string("MVMR shape '") + cfg + "'");
-      const pcops_cuda_test::ScopedEnv use(kConfigVar, cfg);
+    const char* pinned = std::getenv(kConfigVar);
+    std::vector<std::string> shapes(std::begin(kMvmrShapes), std::end(kMvmrShapes));
+    if (pinned != nullptr && *pinned != 0) shapes = {std::string(pinned)};
+    for (const std::string& cfg : shapes) {
+      SCOPED_TRACE("MVMR shape '" + cfg + "'");
+      const pcops_cuda_test::ScopedEnv use(kConfigVar, cfg.c_str());
       const Mma a = run_mma(c, f, w, g), b = run_mma(bad, f, w, g);
       EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0);
       EXPECT_EQ(std::memcmp(a.gf.data(), b.gf.data(), a.gf.size() * 2), 0);
