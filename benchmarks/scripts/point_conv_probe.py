@@ -85,6 +85,25 @@ def peak_bytes(fn, device):
     return torch.cuda.max_memory_allocated() - base
 
 
+def probe_triplets(points: int, k: int, order: str):
+    """The probe's cloud and triplets: bunny00.off sampled to `points`, kNN `k`, 27 cells sized by
+    the 90 % quantile of the k-th neighbour distance; `order` "morton" renumbers the points first."""
+    cloud = None
+    for root in pdata._candidates():
+        if (root / "bunny00.off").is_file():
+            cloud = pdata.load(root / "bunny00.off")
+            break
+    if cloud is None:
+        raise SystemExit("bunny00.off not found; see docs/data.md")
+    pts = pdata.sample_mesh(cloud.points, cloud.faces, points, seed=0)
+    if order == "morton":
+        pts = pts[morton_order(pts)]
+    pts = torch.from_numpy(pts.astype(np.float32))
+    dist, idx = pcops.knn(pts[None], pts[None], k)
+    extent = float(torch.quantile(dist[0, :, -1], 0.9))
+    return pts, pcops.point_conv_triplets(pts, pts, idx[0], extent, 3)
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=int, default=20000)
@@ -102,20 +121,8 @@ def main():
     dtype = getattr(torch, args.dtype)
     device = torch.device(args.device)
 
-    cloud = None
-    for root in pdata._candidates():
-        if (root / "bunny00.off").is_file():
-            cloud = pdata.load(root / "bunny00.off")
-            break
-    if cloud is None:
-        raise SystemExit("bunny00.off not found; see docs/data.md")
-    pts = pdata.sample_mesh(cloud.points, cloud.faces, args.points, seed=0)
-    if args.order == "morton":
-        pts = pts[morton_order(pts)]
-    pts = torch.from_numpy(pts.astype(np.float32))
-    dist, idx = pcops.knn(pts[None], pts[None], args.k)
-    extent = float(torch.quantile(dist[0, :, -1], 0.9))
-    triplets = pcops.point_conv_triplets(pts, pts, idx[0], extent, 3).to(device)
+    pts, triplets = probe_triplets(args.points, args.k, args.order)
+    triplets = triplets.to(device)
     K = 27
     order = torch.argsort(triplets[:, 2], stable=True)
     counts = torch.bincount(triplets[:, 2], minlength=K).tolist()
