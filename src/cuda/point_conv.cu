@@ -17,10 +17,12 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <stdexcept>
 
 #include "common/bits.hpp"
 #include "cuda/common.cuh"
+#include "cuda/primitives/async_copy.cuh"
 #include "pcops/point_conv.hpp"
 
 namespace pcops::cuda {
@@ -183,8 +185,9 @@ __global__ void gather_ij_kernel(const int64_t* order, const int64_t* t, int64_t
 
 struct VvorPolicy {
   static constexpr int kThreads = 128;
-  static constexpr int kO = 16;  // output channels per block (one per 8 threads)
-  static constexpr int kS = 64;  // triplets per shared-memory stage
+  static constexpr int kO = 16;    // output channels per block (one per 8 threads)
+  static constexpr int kS = 64;    // triplets per shared-memory stage
+  static constexpr int kRing = 4;  // vvor_ring_kernel: stage buffers (kRing - 1 stages in flight)
 };
 
 // The stage units of the weight gradient's block: thread tid's unit u covers stage row
@@ -318,6 +321,105 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   }
 }
 
+// The units of copy_units (as stage_rows / load_units) straight into a shared-memory stage of rows
+// W V floats wide by cp.async (16 bytes a unit for V = 4, 4 bytes for V = 1); columns at or past
+// ld are zero-filled, a row of -1 is skipped.
+template <int V, int U, int W, int NT>
+__device__ __forceinline__ void copy_units(float* stage, const int64_t (&rows)[U], const float* __restrict__ m,
+                                           int64_t ld, int64_t col0, int tid) {
+  static_assert(V == 4 || V == 1, "16- or 4-byte units");
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (rows[u] < 0) continue;
+    const int e = tid + NT * u;
+    const int64_t col = col0 + (e % W) * V;
+    float* d = stage + (e / W) * (W * V) + (e % W) * V;
+    const bool in = col < ld;  // V = 4: ld % 4 == 0, so the unit is wholly in or out
+    if constexpr (V == 4) primitives::cp_async16(d, in ? m + rows[u] * ld + col : m, in ? 16 : 0);
+    else primitives::cp_async4(d, in ? m + rows[u] * ld + col : m, in ? 4 : 0);
+  }
+}
+
+// The weight gradient as vvor_tiled_kernel (same blocks, chains and order of every fold, so the
+// same bits), with the stages copied by cp.async into a ring of kRing buffers, kRing - 1 stages
+// ahead of the fold (the tiled kernel has one stage in flight, in registers): the rows of a stage
+// are (i, j) pairs of a kernel cell in sorted order, gathered from anywhere in G and F, and the
+// fold of one stage (64 triplets) is shorter than their latency. The (i, j) of the next stage to
+// copy are read one stage ahead. One barrier a stage.
+template <int V, int R>
+__global__ void __launch_bounds__(VvorPolicy::kThreads)
+    vvor_ring_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ ii,
+                     const int64_t* __restrict__ jj, const float* __restrict__ grad_out,
+                     const float* __restrict__ features, int64_t co, int64_t ci, int64_t o_tiles, int64_t c_tiles,
+                     float* __restrict__ grad_weights) {
+  using P = VvorPolicy;
+  constexpr int NT = P::kThreads, S = P::kS, KO = P::kO, KC = 8 * R, NB = P::kRing;
+  constexpr int GV = KO / V, FV = KC / V;  // units per stage row
+  constexpr int GU = S * GV / NT;          // G units per thread per stage
+  constexpr int FU = S * FV / NT;          // F units per thread per stage
+  static_assert(GU >= 1 && FU >= 1 && S * GV % NT == 0 && S * FV % NT == 0, "whole units per thread");
+  static_assert(KC % V == 0 && NB >= 2, "vector units inside the tile; a ring");
+  __shared__ __align__(16) float gs[NB][S][KO];
+  __shared__ __align__(16) float fs[NB][S][KC];
+  const int tid = threadIdx.x;
+  const int64_t b = blockIdx.x;
+  const int64_t ct = b % c_tiles, ot = (b / c_tiles) % o_tiles, k = b / (c_tiles * o_tiles);
+  const int64_t o0 = ot * KO, c0 = ct * KC;
+  const int64_t begin = offsets[k], end = offsets[k + 1];
+  int64_t gi[GU], fj[FU];  // the rows of the next stage to copy
+  int64_t next = begin;    // its first position
+  const auto index = [&] {
+    stage_rows<GU, GV, NT>(gi, ii, next, end, tid);
+    stage_rows<FU, FV, NT>(fj, jj, next, end, tid);
+  };
+  const auto copy = [&](int buf) {  // the next stage into buffer buf, then the (i, j) of the one after
+    if (next < end) {
+      copy_units<V, GU, GV, NT>(&gs[buf][0][0], gi, grad_out, co, o0, tid);
+      copy_units<V, FU, FV, NT>(&fs[buf][0][0], fj, features, ci, c0, tid);
+      next += S;
+      index();
+    }
+    primitives::cp_async_commit();  // an empty group past the end
+  };
+  const int my_o = tid / 8, my_c = (tid % 8) * R;
+  float acc[R];
+#pragma unroll
+  for (int x = 0; x < R; ++x) acc[x] = 0.0f;
+  const auto fold = [&](int buf, int r) {
+    const float g = gs[buf][r][my_o];
+    float f[R];
+#pragma unroll
+    for (int x = 0; x < R; ++x) f[x] = fs[buf][r][my_c + x];
+#pragma unroll
+    for (int x = 0; x < R; ++x) acc[x] = __fadd_rn(acc[x], __fmul_rn(g, f[x]));
+  };
+  index();
+#pragma unroll
+  for (int st = 0; st < NB - 1; ++st) copy(st);
+  int buf = 0, cbuf = NB - 1;
+  for (int64_t p0 = begin; p0 < end; p0 += S) {
+    primitives::cp_async_wait<NB - 2>();  // this thread's copies of stage p0
+    __syncthreads();                      // everyone's; and the buffer folded last is free
+    copy(cbuf);
+    cbuf = cbuf + 1 == NB ? 0 : cbuf + 1;
+    if (end - p0 >= S) {
+#pragma unroll 16
+      for (int r = 0; r < S; ++r) fold(buf, r);
+    } else {
+      const int n = static_cast<int>(end - p0);
+      for (int r = 0; r < n; ++r) fold(buf, r);
+    }
+    buf = buf + 1 == NB ? 0 : buf + 1;
+  }
+  primitives::cp_async_wait<0>();
+  const int64_t o = o0 + my_o;
+  if (o < co) {
+#pragma unroll
+    for (int x = 0; x < R; ++x)
+      if (c0 + my_c + x < ci) grad_weights[(k * co + o) * ci + c0 + my_c + x] = acc[x];
+  }
+}
+
 // wt[k, c, o] = w[k, o, c].
 __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t ci, float* wt) {
   const int64_t total = K * co * ci;
@@ -377,16 +479,26 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     const int64_t o_tiles = detail::ceil_div(Co, int64_t{P::kO});
     // Two chains per thread: measured on one H200 (bunny00 at 20k and 165k points, C = 32, 64,
     // 128), two beat one and four at every size (165k, C = 32: 17.1 ms forward + backward against
-    // 19.2 and 27.6). PCOPS_CUDA_POINT_CONV_VVOR=1|2|4 forces it.
+    // 19.2 and 27.6). PCOPS_CUDA_POINT_CONV_VVOR=1|2|4 forces it; ring1|ring2|ring4 the same
+    // chains on vvor_ring_kernel (stages in flight by cp.async; not yet the default).
     int R = 2;
-    if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0) R = std::atoi(e);
-    if (R != 1 && R != 2 && R != 4) throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2 or 4");
+    bool ring = false;
+    if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0) {
+      ring = std::strncmp(e, "ring", 4) == 0;
+      const char* n = ring ? e + 4 : e;
+      R = (n[0] != 0 && n[1] == 0) ? n[0] - '0' : 0;
+    }
+    if (R != 1 && R != 2 && R != 4)
+      throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2, 4, ring1, ring2 or ring4");
     const int64_t c_tiles = detail::ceil_div(Ci, int64_t{8} * R);
     const int64_t blocks = K * o_tiles * c_tiles;
     if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many kernels x channels");
     const bool vec = rows_aligned16(grad_out, Co) && rows_aligned16(features, Ci);
     auto kernel = vec ? (R == 4 ? vvor_tiled_kernel<4, 4> : R == 2 ? vvor_tiled_kernel<4, 2> : vvor_tiled_kernel<4, 1>)
                       : (R == 4 ? vvor_tiled_kernel<1, 4> : R == 2 ? vvor_tiled_kernel<1, 2> : vvor_tiled_kernel<1, 1>);
+    if (ring)
+      kernel = vec ? (R == 4 ? vvor_ring_kernel<4, 4> : R == 2 ? vvor_ring_kernel<4, 2> : vvor_ring_kernel<4, 1>)
+                   : (R == 4 ? vvor_ring_kernel<1, 4> : R == 2 ? vvor_ring_kernel<1, 2> : vvor_ring_kernel<1, 1>);
     detail::launch(ctx, kernel, dim3(static_cast<unsigned>(blocks)), dim3(P::kThreads), 0, g.offsets,
                    static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj), grad_out, features, Co, Ci,
                    o_tiles, c_tiles, grad_weights);

@@ -17,6 +17,7 @@
 #include <cstring>
 #include <iterator>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -104,7 +105,8 @@ void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, co
   }
 }
 
-// PCOPS_CUDA_POINT_CONV_VVOR (chains per thread of the weight gradient) for one scope.
+// PCOPS_CUDA_POINT_CONV_VVOR (chains per thread of the weight gradient, "ring" for its cp.async
+// kernel) for one scope.
 struct VvorChains : pcops_cuda_test::ScopedEnv {
   explicit VvorChains(const char* chains) : ScopedEnv("PCOPS_CUDA_POINT_CONV_VVOR", chains) {}
 };
@@ -129,7 +131,8 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
       expect_bitwise(gpu.out, cpu.out, "forward");
       expect_bitwise(gpu.gf, cpu.gf, "grad_features");
       expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
-      for (const char* chains : {"1", "2", "4"}) {  // every weight-gradient tile, whatever the default
+      // Every weight-gradient tile, whatever the default, on both kernels (registers / cp.async ring).
+      for (const char* chains : {"1", "2", "4", "ring1", "ring2", "ring4"}) {
         const VvorChains forced(chains);
         expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
       }
@@ -159,10 +162,20 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
     expect_bitwise(gpu.out, cpu.out, "forward");
     expect_bitwise(gpu.gf, cpu.gf, "grad_features");
     expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
-    for (const char* chains : {"1", "4"}) {
+    for (const char* chains : {"1", "4", "ring1", "ring2", "ring4"}) {
       const VvorChains forced(chains);
       expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
     }
+  }
+}
+
+// A weight-gradient kernel the variable does not name is an error, not a silent default.
+TEST(CudaPointConv, UnknownWeightGradientKernelThrows) {
+  std::mt19937 rng(31);
+  const Case c = random_case(rng, 40, 30, 8, 8, 3, 200);
+  for (const char* bad : {"3", "0", "ring", "ring3", "rings", "12", "x"}) {
+    const VvorChains forced(bad);
+    EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }
 }
 
