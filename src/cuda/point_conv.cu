@@ -190,6 +190,43 @@ struct VvorPolicy {
   static constexpr int kRing = 4;  // vvor_ring_kernel: stage buffers (kRing - 1 stages in flight)
 };
 
+// Block blockIdx.x's tile of the weight gradient (kernel k, kO output x 8 R input channels from
+// o0, c0; blocks in (k, o tile, c tile) order) and thread tid's R chains in it: o = o0 + tid / 8,
+// c = c0 + R (tid % 8) .. + R - 1.
+template <int R>
+struct VvorTile {
+  static constexpr int KO = VvorPolicy::kO, KC = 8 * R;
+  int64_t k, o0, c0;
+  int my_o, my_c;
+  float acc[R];
+  __device__ __forceinline__ VvorTile(int64_t o_tiles, int64_t c_tiles, int tid) {
+    const int64_t b = blockIdx.x;
+    k = b / (c_tiles * o_tiles);
+    o0 = (b / c_tiles) % o_tiles * KO;
+    c0 = b % c_tiles * KC;
+    my_o = tid / 8, my_c = (tid % 8) * R;
+#pragma unroll
+    for (int x = 0; x < R; ++x) acc[x] = 0.0f;
+  }
+  // One triplet from its staged rows (g: G[i, o0 ..], f: F[j, c0 ..]): acc = fl(acc + fl(g * f)).
+  __device__ __forceinline__ void fold(const float* g_row, const float* f_row) {
+    const float g = g_row[my_o];
+    float f[R];
+#pragma unroll
+    for (int x = 0; x < R; ++x) f[x] = f_row[my_c + x];
+#pragma unroll
+    for (int x = 0; x < R; ++x) acc[x] = __fadd_rn(acc[x], __fmul_rn(g, f[x]));
+  }
+  // The chains inside the matrix into grad_weights [K, co, ci].
+  __device__ __forceinline__ void store(float* __restrict__ gw, int64_t co, int64_t ci) const {
+    const int64_t o = o0 + my_o;
+    if (o >= co) return;
+#pragma unroll
+    for (int x = 0; x < R; ++x)
+      if (c0 + my_c + x < ci) gw[(k * co + o) * ci + c0 + my_c + x] = acc[x];
+  }
+};
+
 // The stage units of the weight gradient's block: thread tid's unit u covers stage row
 // (tid + NT u) / W and the V columns from V ((tid + NT u) % W) of a tile W V columns wide.
 // rows[u] = the matrix row of that stage row (from src[p0 + stage row]), or -1 past `end`.
@@ -258,10 +295,9 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   __shared__ __align__(16) float gs[2][S][KO];
   __shared__ __align__(16) float fs[2][S][KC];
   const int tid = threadIdx.x;
-  const int64_t b = blockIdx.x;
-  const int64_t ct = b % c_tiles, ot = (b / c_tiles) % o_tiles, k = b / (c_tiles * o_tiles);
-  const int64_t o0 = ot * KO, c0 = ct * KC;
-  const int64_t begin = offsets[k], end = offsets[k + 1];
+  VvorTile<R> tile(o_tiles, c_tiles, tid);
+  const int64_t o0 = tile.o0, c0 = tile.c0;
+  const int64_t begin = offsets[tile.k], end = offsets[tile.k + 1];
   Vec<V> greg[GU] = {}, freg[FU] = {};
   int64_t gi[GU], fj[FU];  // the rows of the next stage to load
   const auto index = [&](int64_t p0) {
@@ -276,18 +312,7 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
     store_units<V, GU, GV, NT>(&gs[buf][0][0], greg, tid);
     store_units<V, FU, FV, NT>(&fs[buf][0][0], freg, tid);
   };
-  const int my_o = tid / 8, my_c = (tid % 8) * R;
-  float acc[R];
-#pragma unroll
-  for (int x = 0; x < R; ++x) acc[x] = 0.0f;
-  const auto fold = [&](int buf, int r) {
-    const float g = gs[buf][r][my_o];
-    float f[R];
-#pragma unroll
-    for (int x = 0; x < R; ++x) f[x] = fs[buf][r][my_c + x];
-#pragma unroll
-    for (int x = 0; x < R; ++x) acc[x] = __fadd_rn(acc[x], __fmul_rn(g, f[x]));
-  };
+  const auto fold = [&](int buf, int r) { tile.fold(gs[buf][r], fs[buf][r]); };
   if (begin < end) {
     index(begin);
     load();
@@ -313,12 +338,7 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
     __syncthreads();
     buf ^= 1;
   }
-  const int64_t o = o0 + my_o;
-  if (o < co) {
-#pragma unroll
-    for (int x = 0; x < R; ++x)
-      if (c0 + my_c + x < ci) grad_weights[(k * co + o) * ci + c0 + my_c + x] = acc[x];
-  }
+  tile.store(grad_weights, co, ci);
 }
 
 // The units of copy_units (as stage_rows / load_units) straight into a shared-memory stage of rows
@@ -362,10 +382,9 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   __shared__ __align__(16) float gs[NB][S][KO];
   __shared__ __align__(16) float fs[NB][S][KC];
   const int tid = threadIdx.x;
-  const int64_t b = blockIdx.x;
-  const int64_t ct = b % c_tiles, ot = (b / c_tiles) % o_tiles, k = b / (c_tiles * o_tiles);
-  const int64_t o0 = ot * KO, c0 = ct * KC;
-  const int64_t begin = offsets[k], end = offsets[k + 1];
+  VvorTile<R> tile(o_tiles, c_tiles, tid);
+  const int64_t o0 = tile.o0, c0 = tile.c0;
+  const int64_t begin = offsets[tile.k], end = offsets[tile.k + 1];
   int64_t gi[GU], fj[FU];  // the rows of the next stage to copy
   int64_t next = begin;    // its first position
   const auto index = [&] {
@@ -381,18 +400,7 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
     }
     primitives::cp_async_commit();  // an empty group past the end
   };
-  const int my_o = tid / 8, my_c = (tid % 8) * R;
-  float acc[R];
-#pragma unroll
-  for (int x = 0; x < R; ++x) acc[x] = 0.0f;
-  const auto fold = [&](int buf, int r) {
-    const float g = gs[buf][r][my_o];
-    float f[R];
-#pragma unroll
-    for (int x = 0; x < R; ++x) f[x] = fs[buf][r][my_c + x];
-#pragma unroll
-    for (int x = 0; x < R; ++x) acc[x] = __fadd_rn(acc[x], __fmul_rn(g, f[x]));
-  };
+  const auto fold = [&](int buf, int r) { tile.fold(gs[buf][r], fs[buf][r]); };
   index();
 #pragma unroll
   for (int st = 0; st < NB - 1; ++st) copy(st);
@@ -412,12 +420,7 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
     buf = buf + 1 == NB ? 0 : buf + 1;
   }
   primitives::cp_async_wait<0>();
-  const int64_t o = o0 + my_o;
-  if (o < co) {
-#pragma unroll
-    for (int x = 0; x < R; ++x)
-      if (c0 + my_c + x < ci) grad_weights[(k * co + o) * ci + c0 + my_c + x] = acc[x];
-  }
+  tile.store(grad_weights, co, ci);
 }
 
 // wt[k, c, o] = w[k, o, c].
