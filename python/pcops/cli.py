@@ -127,6 +127,7 @@ def cmd_bench(args) -> int:
     cfg = Config(
         ops=ops,
         sizes=sizes,
+        conv_sizes=sizes if args.sizes else list(C.CONV_SIZES),
         graph_sizes=[C.parse_size(s) for s in _csv(args.graph_sizes)] if args.graph_sizes
         else (list(C.GRAPH_SIZES) if not args.sizes else [s for s in sizes if s >= 100_000] or sizes[-1:]),
         orders=_csv(args.orders) if args.orders else list(C.ORDERS),
@@ -187,7 +188,7 @@ def _rel(path: Path) -> str:
 
 def _param_overrides(args) -> dict:
     out = {}
-    for key in ("k", "K", "radius", "num_samples", "num_queries"):
+    for key in ("k", "K", "radius", "num_samples", "num_queries", "channels"):
         v = getattr(args, key, None)
         if v is not None:
             out[key] = v
@@ -240,8 +241,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("bench", help="the comparison harness against peer libraries")
     p.add_argument("--ops", default=None,
-                   help="comma list of fps,knn,ball_query,knn_graph,flat_knn_graph,radius_graph (default all)")
-    p.add_argument("--sizes", default=None, help="comma list of cloud sizes, e.g. 20k,100k,1M")
+                   help="comma list of fps,knn,ball_query,knn_graph,flat_knn_graph,radius_graph (default all "
+                        "of these), and the opt-in three_nn,three_interpolate,point_conv")
+    p.add_argument("--sizes", default=None,
+                   help="comma list of cloud sizes, e.g. 20k,100k,1M (point_conv: default 20k)")
     p.add_argument("--graph-sizes", default=None,
                    help="sizes for knn_graph, flat_knn_graph and radius_graph (default 100k,1M)")
     p.add_argument("--batches", default=None,
@@ -270,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--radius", type=float, default=None, help="override the ball-query radius")
     p.add_argument("--num-samples", type=int, default=None, help="override the FPS sample count")
     p.add_argument("--num-queries", type=int, default=None, help="override the query count")
+    p.add_argument("--channels", type=int, default=None, help="override the channels (three_interpolate, point_conv)")
     p.set_defaults(func=cmd_bench)
     return parser
 

@@ -490,3 +490,100 @@ def test_cuda_probe_table_borrows_peers_of_an_earlier_run():
     own = {"results": [row("fps a", 0.5, {"torch loop": {"ms": 5.0, "mismatches": 3}})]}
     text = probe_markdown(own, "new.json", earlier, "old.json")
     assert "| torch loop | 5.00 ms | 3 | 10.0x |" in text and "old.json" not in text
+
+
+# ----------------------------------------------------------------------------------------------
+# point_conv in the harness (opt-in operator)
+# ----------------------------------------------------------------------------------------------
+
+
+def _direct_contract(F, W, t, num_out, G):
+    """The contract written out element by element (tiny sizes): every fold in its order."""
+    K, co, ci = W.shape
+    f32 = np.float32
+    out = np.zeros((num_out, co), f32)
+    for i in range(num_out):
+        rows = sorted((int(r[2]), int(r[1])) for r in t if r[0] == i)
+        for o in range(co):
+            acc = f32(0)
+            for k, j in rows:
+                for c in range(ci):
+                    acc = f32(acc + f32(W[k, o, c] * F[j, c]))
+            out[i, o] = acc
+    gf = np.zeros_like(F)
+    for j in range(F.shape[0]):
+        rows = sorted((int(r[2]), int(r[0])) for r in t if r[1] == j)
+        for c in range(ci):
+            acc = f32(0)
+            for k, i in rows:
+                for o in range(co):
+                    acc = f32(acc + f32(W[k, o, c] * G[i, o]))
+            gf[j, c] = acc
+    gw = np.zeros_like(W)
+    for k in range(K):
+        rows = sorted((int(r[0]), int(r[1])) for r in t if r[2] == k)
+        for o in range(co):
+            for c in range(ci):
+                acc = f32(0)
+                for i, j in rows:
+                    acc = f32(acc + f32(G[i, o] * F[j, c]))
+                gw[k, o, c] = acc
+    return out, gf, gw
+
+
+@pytest.mark.parametrize("shape", [(12, 9, 3, 4, 5, 60), (6, 7, 5, 2, 27, 40), (5, 5, 2, 3, 2, 0)])
+def test_oracle_point_conv_is_the_contract_and_equals_pcops(shape):
+    n_in, n_out, ci, co, K, T = shape
+    rng = np.random.default_rng(11)
+    F = rng.uniform(-1, 1, (n_in, ci)).astype(np.float32)
+    W = rng.uniform(-1, 1, (K, co, ci)).astype(np.float32)
+    G = rng.uniform(-1, 1, (n_out, co)).astype(np.float32)
+    t = np.stack([rng.integers(0, n_out, T), rng.integers(0, n_in, T), rng.integers(0, K, T)], 1).astype(np.int64)
+    t[: T // 4] = t[T // 4: 2 * (T // 4)]  # duplicated triplets count twice
+    got = oracle.point_conv(F, W, t, n_out, G, chunk=7)  # chunks of 7: the carried fold
+    for a, b in zip(got, _direct_contract(F, W, t, n_out, G)):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    f, w = torch.from_numpy(F).requires_grad_(), torch.from_numpy(W).requires_grad_()
+    out = pcops.point_conv(f, w, torch.from_numpy(t), n_out)
+    gf, gw = torch.autograd.grad(out, [f, w], torch.from_numpy(G), allow_unused=True)
+    gf = torch.zeros_like(f) if gf is None else gf
+    gw = torch.zeros_like(w) if gw is None else gw
+    for a, b in zip((out.detach(), gf, gw), got):
+        assert np.array_equal(a.numpy().view(np.uint32), b.view(np.uint32))
+
+
+def test_point_conv_check_counts_each_part():
+    case = C.make_case("point_conv", "sphere", 300, "random", params={"channels": 8, "k": 6})
+    assert case.params["triplets"] == len(case.extra["triplets"]) > 0
+    e = case.extra
+    want = oracle.point_conv(e["features"], e["weights"], e["triplets"], case.n, e["grad"])
+    peer = Peer("fake", "numpy", "point_conv", lambda x: None)
+    assert check(case, peer, want, want)["errors"] == 0
+    bad = [w.copy() for w in want]
+    bad[0][3, 1] = np.nextafter(bad[0][3, 1], np.float32(np.inf))
+    bad[2][0, 0, :2] += 1
+    c = check(case, peer, bad, want)
+    assert (c["forward_mismatches"], c["grad_features_mismatches"], c["grad_weights_mismatches"]) == (1, 0, 2)
+    assert c["errors"] == 3 and c["grad_weights_max_rel_diff"] > 0 and c["grad_features_max_rel_diff"] == 0
+
+
+def test_bench_point_conv_tiny(tmp_path):
+    results = tmp_path / "results"
+    docs = tmp_path / "docs" / "benchmarks.md"
+    rc = cli.main(["bench", "--ops", "point_conv", "--sizes", "1200", "--clouds", "sphere,mesh", "--orders",
+                   "random", "--repeat", "1", "--no-progress", "--channels", "16", "-k", "8",
+                   "--out", str(results), "--docs", str(docs)])
+    assert rc == 0
+    doc = _strict_json(next(results.glob("bench-*.json")))
+    recs = [r for r in doc["results"] if r["op"] == "point_conv"]
+    assert {(r["cloud"], r["n"]) for r in recs} == {("sphere", 1200), ("mesh", 1200)}
+    for r in recs:
+        assert r["status"] == "ok", r
+        assert r["params"]["channels"] == 16 and r["params"]["k"] == 8 and r["params"]["kernels"] == 27
+        assert r["params"]["triplets"] == 1200 * 8  # every point's 8 neighbours (itself included)
+        c = r["correctness"]
+        if r["is_pcops"]:
+            assert c["errors"] == 0, r
+        else:  # gather-GEMM-scatter: another order of the same sums
+            assert max(c[f"{p}_max_rel_diff"] for p in ("forward", "grad_features", "grad_weights")) < 1e-4
+    assert "Point convolution (PointCNN++ MVMR)" in docs.read_text()

@@ -35,7 +35,13 @@ GRAPH_SIZES = (100_000, 1_000_000)
 # cloud); three_interpolate is timed forward + features gradient.
 INTERP_OPS = ("three_nn", "three_interpolate")
 INTERP_LAYOUTS = ((16, 4096), (1, 100_000))  # (clouds B, unknown points N per cloud)
-ALL_OPS = OPS + INTERP_OPS
+# Point convolution (PointCNN++ MVMR), opt-in: every point of the cloud is an output and an input,
+# the triplets from its k nearest neighbours (itself included) in a t x t x t grid of kernel cells
+# sized by the 90 % quantile of the k-th neighbour distance (as benchmarks/scripts/point_conv_probe.py),
+# C channels in and out; timed forward + both gradients.
+CONV_OPS = ("point_conv",)
+CONV_SIZES = (20_000,)
+ALL_OPS = OPS + INTERP_OPS + CONV_OPS
 
 # Operator parameters (DESIGN.md section 7).
 PARAMS = {
@@ -54,6 +60,7 @@ PARAMS = {
     # exact three nearest known points (1 / (d + 1e-8), normalised, as PointNet++).
     "three_nn": {"known_ratio": 4},
     "three_interpolate": {"known_ratio": 4, "channels": 128},
+    "point_conv": {"k": 16, "kernel_size": 3, "channels": 32},
 }
 
 
@@ -243,6 +250,8 @@ def make_case(op: str, cloud: str, n: int, order: str, data_dir=None, params=Non
               batches: int = 1) -> Case | None:
     if op in INTERP_OPS:
         return _make_interp_case(op, cloud, n, order, data_dir, params, batches)
+    if op in CONV_OPS:
+        return _make_conv_case(op, cloud, n, order, data_dir, params)
     base = make_cloud(cloud, n, data_dir)
     if base is None:
         return None
@@ -328,4 +337,37 @@ def _make_interp_case(op, cloud, n, order, data_dir, params, batches) -> Case | 
         case.extra.update(idx=idx, weight=(w / w.sum(axis=2, keepdims=True)).astype(np.float32),
                           features=g.standard_normal((batches, c, m), dtype=np.float32),
                           grad=g.standard_normal((batches, c, n), dtype=np.float32))
+    return case
+
+
+def _make_conv_case(op, cloud, n, order, data_dir, params) -> Case | None:
+    """point_conv on one cloud: its triplets (built by pcops, an input here like the points), random
+    float32 features [N, C], weights [t^3, C, C] scaled by 1 / sqrt(C k) and an upstream gradient."""
+    import torch
+
+    import pcops
+
+    p = dict(PARAMS[op])
+    if params:
+        p.update({k: v for k, v in params.items() if k in p})
+    base = make_cloud(cloud, n, data_dir)
+    if base is None:
+        return None
+    pts, desc = base
+    pts = np.ascontiguousarray(reorder(pts, order))
+    k, t, c = min(int(p["k"]), n), int(p["kernel_size"]), int(p["channels"])
+    x = torch.from_numpy(pts)
+    dist, idx = pcops.knn(x[None], x[None], k)
+    extent = float(torch.quantile(dist[0, :, -1], 0.9))
+    triplets = pcops.point_conv_triplets(x, x, idx[0], extent, t).numpy()
+    kernels = t ** 3
+    g = np.random.default_rng(SEED + 8)
+    p.update(k=k, kernels=kernels, triplets=int(len(triplets)))
+    desc += f", {len(triplets)} triplets (kNN {k}, {t}^3 kernel cells), C = {c}"
+    case = Case(op, cloud, order, n, pts, None, p, desc)
+    case.extra.update(
+        triplets=np.ascontiguousarray(triplets, np.int64),
+        features=g.uniform(-1, 1, (n, c)).astype(np.float32),
+        weights=(g.uniform(-1, 1, (kernels, c, c)) / np.sqrt(c * k)).astype(np.float32),
+        grad=g.uniform(-1, 1, (n, c)).astype(np.float32))
     return case

@@ -303,3 +303,64 @@ def ball_query_mismatches(got: np.ndarray, want: np.ndarray) -> int:
     got = np.asarray(got, np.int64).reshape(want.shape)
     got = np.where(got < 0, -1, got)
     return int(np.count_nonzero(got != want))
+
+
+# ----------------------------------------------------------------------------------------------
+# point_conv (docs/ops/point_conv.md): every fold in the contract's order, float32, one rounding
+# for each product and each sum.
+# ----------------------------------------------------------------------------------------------
+
+
+def _rounds(t: np.ndarray, cols: tuple[int, int, int]):
+    """The triplet rows sorted by ``cols`` (most significant first) and dealt into rounds: round p
+    holds the p-th row of every group of equal ``cols[0]``, so one round updates distinct rows.
+    Yields the (i, j, k) columns of each round."""
+    order = np.lexsort((t[:, cols[2]], t[:, cols[1]], t[:, cols[0]]))
+    s = t[order]
+    key = s[:, cols[0]]
+    idx = np.arange(len(s))
+    first = np.ones(len(s), bool)
+    first[1:] = key[1:] != key[:-1]
+    rank = idx - np.maximum.accumulate(np.where(first, idx, 0))
+    for p in range(int(rank.max()) + 1 if len(rank) else 0):
+        r = s[rank == p]
+        yield r[:, 0], r[:, 1], r[:, 2]
+
+
+def point_conv(features: np.ndarray, weights: np.ndarray, triplets: np.ndarray, num_out: int,
+               grad: np.ndarray, chunk: int = 4096):
+    """Forward, grad_features and grad_weights of ``point_conv`` in the contract's float32 order
+    (features [N_in, C_in], weights [K, C_out, C_in], triplets [T, 3] rows (i, j, k), all in
+    range; grad [N_out, C_out] the upstream gradient). Forward: out[i, o] folds i's triplets in
+    (k, j) order, input channels ascending; grad_features[j, c] folds j's in (k, i) order, output
+    channels ascending; grad_weights[k, o, c] folds k's in (i, j) order (a sequential float32
+    accumulate, ``chunk`` triplets at a time). Returns the three float32 arrays."""
+    F = np.ascontiguousarray(features, np.float32)
+    W = np.ascontiguousarray(weights, np.float32)
+    G = np.ascontiguousarray(grad, np.float32)
+    t = np.asarray(triplets, np.int64).reshape(-1, 3)
+    K, co, ci = W.shape
+    out = np.zeros((num_out, co), np.float32)
+    for i, j, k in _rounds(t, (0, 2, 1)):
+        acc = out[i]
+        for c in range(ci):
+            acc = acc + W[k, :, c] * F[j, c][:, None]
+        out[i] = acc
+    gf = np.zeros_like(F)
+    for i, j, k in _rounds(t, (1, 2, 0)):
+        acc = gf[j]
+        for o in range(co):
+            acc = acc + W[k, o, :] * G[i, o][:, None]
+        gf[j] = acc
+    gw = np.zeros_like(W)
+    s = t[np.lexsort((t[:, 1], t[:, 0], t[:, 2]))]
+    bounds = np.searchsorted(s[:, 2], np.arange(K + 1))
+    for k in range(K):
+        carry = np.zeros((1, co, ci), np.float32)  # +0
+        for p in range(bounds[k], bounds[k + 1], chunk):
+            r = s[p:min(p + chunk, bounds[k + 1])]
+            prod = G[r[:, 0]][:, :, None] * F[r[:, 1]][:, None, :]
+            # ufunc.accumulate is the sequential fold acc = fl(acc + x) in float32.
+            carry = np.add.accumulate(np.concatenate([carry, prod]), axis=0)[-1:]
+        gw[k] = carry[0]
+    return out, gf, gw

@@ -536,6 +536,44 @@ def _torch_three_interpolate(x: Inputs):
     return out.detach(), grad
 
 
+# ----------------------------------------------------------------------------------------------
+# point_conv: forward + both gradients, returned as (out, grad_features, grad_weights) and compared
+# bit for bit with the contract.
+# ----------------------------------------------------------------------------------------------
+
+
+def _pcops_point_conv(x: Inputs):
+    import torch
+
+    import pcops
+
+    f, w = x.tensors["features"], x.tensors["weights"]
+    out = pcops.point_conv(f, w, x.tensors["triplets"], f.shape[0])
+    gf, gw = torch.autograd.grad(out, [f, w], x.tensors["grad"])
+    x.sync()
+    return out.detach(), gf, gw
+
+
+def _torch_point_conv(x: Inputs):
+    """Gather-GEMM-scatter: the triplets grouped by kernel cell (a stable sort by k), per cell the
+    input rows gathered, one GEMM with W_k and index_add_ into the output; gradients by autograd."""
+    import torch
+
+    f, w, t = x.tensors["features"], x.tensors["weights"], x.tensors["triplets"]
+    order = torch.argsort(t[:, 2], stable=True)
+    counts = torch.bincount(t[:, 2], minlength=w.shape[0]).tolist()
+    out = torch.zeros(f.shape[0], w.shape[1], dtype=f.dtype, device=f.device)
+    start = 0
+    for k, c in enumerate(counts):
+        if c:
+            rows = t[order[start:start + c]]
+            out = out.index_add(0, rows[:, 0], f[rows[:, 1]] @ w[k].t())
+        start += c
+    gf, gw = torch.autograd.grad(out, [f, w], x.tensors["grad"])
+    x.sync()
+    return out.detach(), gf, gw
+
+
 ANY = ("cpu", "cuda")
 
 
@@ -590,6 +628,10 @@ def all_peers() -> list[Peer]:
              notes="forward + features gradient (deterministic, no atomics)"),
         Peer("torch gather+sum", "torch", "three_interpolate", _torch_three_interpolate, devices=ANY,
              notes="gather [B, C, N, 3] * weight, sum over slots; gradient by autograd (scatter-add)"),
+        Peer("pcops", "pcops", "point_conv", _pcops_point_conv, is_pcops=True, devices=ANY,
+             notes="mode='exact': forward + grad_features + grad_weights in the contract's order"),
+        Peer("torch gather-GEMM-scatter", "torch", "point_conv", _torch_point_conv, devices=ANY,
+             notes="per kernel cell: gather the input rows, one GEMM with W_k, index_add_; autograd"),
     ]
 
 

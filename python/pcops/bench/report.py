@@ -17,6 +17,7 @@ OP_TITLES = {
     "radius_graph": "Flat radius graph, pcops.flat.radius_graph",
     "three_nn": "Three nearest known points (PointNet++ feature propagation)",
     "three_interpolate": "three_interpolate, forward + features gradient",
+    "point_conv": "Point convolution (PointCNN++ MVMR), forward + both gradients",
 }
 # Operators reported per batch layout (a "clouds" column: 1 = a single cloud, B = B stacked clouds).
 BATCHED_OPS = ("flat_knn_graph", "radius_graph", "three_nn", "three_interpolate")
@@ -80,6 +81,11 @@ def _params_text(op: str, params: dict) -> str:
                 f"max_num_neighbors = {params.get('max_num_neighbors')}, loop = {params.get('loop')}, "
                 f"source_to_target; one cloud or the same points dealt into clouds (sorted batch vector); "
                 f"errors on {params.get('check_rows')} random centres")
+    if op == "point_conv":
+        return (f"every point an output and an input, {params.get('triplets')} triplets (kNN k = "
+                f"{params.get('k')}, {params.get('kernel_size')}^3 kernel cells), C = {params.get('channels')} in "
+                "and out, float32; timed forward + grad_features + grad_weights; errors: elements of the three "
+                "not bitwise equal to the contract's order")
     if op in ("three_nn", "three_interpolate"):
         text = f"M = N / {params.get('known_ratio')} known points per cloud (a random subset of the cloud)"
         if op == "three_interpolate":

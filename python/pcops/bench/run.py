@@ -37,6 +37,7 @@ class Config:
     batches: list[int] = field(default_factory=lambda: list(C.BATCHES))  # clouds per flat case
     # (clouds B, unknown points N) of the interpolation operators (C.INTERP_OPS, opt-in via ops)
     interp_layouts: list = field(default_factory=lambda: [list(x) for x in C.INTERP_LAYOUTS])
+    conv_sizes: list[int] = field(default_factory=lambda: list(C.CONV_SIZES))  # point_conv (opt-in via ops)
     repeat: int = 5
     warmup: int = 1
     peers: list[str] | None = None
@@ -180,13 +181,14 @@ def _device_sync(device: str):
 def make_inputs(case: C.Case, threads: int, device: str) -> Inputs:
     import torch
 
-    if case.op in C.INTERP_OPS:
+    if case.op in C.INTERP_OPS + C.CONV_OPS:
         inputs = Inputs(case.points, None, None, None, dict(case.params), threads, _device_sync(device))
-        for name in ("unknown", "known", "features", "idx", "weight", "grad"):
+        for name in ("unknown", "known", "features", "idx", "weight", "grad", "triplets", "weights"):
             if name in case.extra:
                 inputs.tensors[name] = torch.from_numpy(np.ascontiguousarray(case.extra[name])).to(device)
-        if "features" in inputs.tensors:
-            inputs.tensors["features"].requires_grad_()
+        for name in ("features", "weights"):
+            if name in inputs.tensors:
+                inputs.tensors[name].requires_grad_()
         return inputs
     query = None if case.op in ("fps",) + C.FLAT_OPS else case.query
     pts_t = torch.from_numpy(case.points).to(device)[None]
@@ -204,6 +206,12 @@ def make_inputs(case: C.Case, threads: int, device: str) -> Inputs:
 def scaled(inputs: Inputs, op: str, fraction: float) -> Inputs:
     """The same work on a fraction of the samples (FPS) or queries (kNN, ball query)."""
     params = dict(inputs.params)
+    if op in C.CONV_OPS:
+        # The first fraction of the triplets (every point stays an input and an output).
+        t = inputs.tensors["triplets"]
+        m = max(1, int(round(t.shape[0] * fraction)))
+        tensors = dict(inputs.tensors, triplets=t[:m].contiguous())
+        return Inputs(inputs.points, None, None, None, params, inputs.threads, inputs.sync, tensors=tensors)
     if op in C.INTERP_OPS:
         # The first fraction of every cloud's unknown points (all known points kept).
         n = next(iter(t.shape[1] for k, t in inputs.tensors.items() if k in ("unknown", "idx")))
@@ -237,6 +245,9 @@ def compute_oracle(case: C.Case):
         return C.three_nn_indices(case.extra["unknown"], case.extra["known"])
     if case.op == "three_interpolate":
         return interp_oracle(case.extra["features"], case.extra["idx"], case.extra["weight"], case.extra["grad"])
+    if case.op == "point_conv":
+        e = case.extra
+        return oracle.point_conv(e["features"], e["weights"], e["triplets"], case.n, e["grad"])
     if case.op == "flat_knn_graph":
         rows = case.extra["check_rows"]
         return {"rows": rows, "lists": oracle.knn_graph_rows(case.points, case.ptr, rows, p["k"], p["loop"])}
@@ -291,6 +302,15 @@ def check(case: C.Case, peer: Peer, result, want: np.ndarray) -> dict:
         fwd, grad = _bit_mismatches(result[0], want[0]), _bit_mismatches(result[1], want[1])
         return {"errors": fwd + grad, "forward_mismatches": fwd, "grad_mismatches": grad,
                 "compared_bitwise": True}
+    if case.op == "point_conv":
+        names = ("forward", "grad_features", "grad_weights")
+        rec = {f"{n}_mismatches": _bit_mismatches(r, w) for n, r, w in zip(names, result, want)}
+        # How far the others are: the largest difference relative to the part's largest magnitude.
+        for n, r, w in zip(names, result, want):
+            got = np.asarray(r.detach().cpu().numpy() if hasattr(r, "detach") else r, np.float64).reshape(w.shape)
+            scale = float(np.abs(w).max()) if w.size else 0.0
+            rec[f"{n}_max_rel_diff"] = float(np.abs(got - w).max() / scale) if scale > 0 else 0.0
+        return {"errors": sum(rec[f"{n}_mismatches"] for n in names), **rec, "compared_bitwise": True}
     if hasattr(result, "detach"):
         result = result.detach().cpu().numpy()
     result = np.asarray(result)
@@ -386,6 +406,12 @@ def build_cases(cfg: Config):
     run on the sphere and the scan (the mesh only when it is the only cloud asked for), each on a
     single cloud and on the batches of ``cfg.batches``; the others on one cloud."""
     for op in cfg.ops:
+        if op in C.CONV_OPS:
+            for n in sorted(cfg.conv_sizes):
+                for cloud in cfg.clouds:
+                    for order in cfg.orders:
+                        yield op, cloud, n, order, 1
+            continue
         if op in C.INTERP_OPS:
             for b, n in sorted((int(b), int(n)) for b, n in cfg.interp_layouts):
                 for cloud in cfg.clouds:
