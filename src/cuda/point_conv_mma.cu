@@ -15,11 +15,13 @@
 //   flight) and multiplied with W_k (BN x BK) on the tensor cores, so every MMA row is a triplet,
 //   never padding for an absent neighbour. At the chunk's end each 16-row MMA fragment sums its
 //   runs of equal destination rows in registers (a segmented scan through warp shuffles) and the
-//   run's last row adds the sum into the tile's sums, fragment after fragment. k ascending, chunks
-//   and fragments in order: a fixed order for every element.
-// VVOR (grad_weights): one block per (k, BO x BC block of W_k) folds kernel k's triplets in
-// (i, j) order, 32 at a time, as one MMA chain: gathered rows of grad_out and features, both
-// loaded transposed by ldmatrix.trans.
+//   run's last row adds the sum into the tile's sums (the row groups of the warps at once, or in
+//   turns where a run crosses between them, as the chunk's rows decide). k ascending, chunks in
+//   order, each sum's turn fixed by the sorted triplets: a fixed order for every element.
+// VVOR (grad_weights): one block per (k, BO x BC block of W_k, cut of the sorted triplets) folds
+// kernel k's triplets in (i, j) order, 32 at a time, as one MMA chain: gathered rows of grad_out
+// and features, both loaded transposed by ldmatrix.trans; the cuts' float32 partials are summed in
+// order.
 #include <cub/cub.cuh>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
@@ -323,9 +325,10 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 // dst[r, o] = sum over the triplets of r (sorted keys) of mat[k, o, :] . src[s, :]; mat [K, n_out_c,
 // n_in_c] (rows contiguous over the source channels). Grid: tiles * ceil(n_out_c / BN) blocks, the
 // channel blocks of a tile adjacent (they gather the same source rows, so they meet in L2).
-// Pipeline: the stages (chunk, BK channels) run S - 1 ahead through cp.async, one __syncthreads per
-// stage. WG: the products by wgmma (two warpgroups of 64 rows x 64 channels) instead of mma.sync
-// (warps of 32 rows x BN / 4 channels).
+// Pipeline: the stages (chunk, BK channels) run kAhead ahead through cp.async (S - 1, or S - 2
+// where wgmma keeps a stage's products in flight), one __syncthreads per stage. WG: the products by
+// wgmma (two warpgroups of 64 rows x 64 channels) instead of mma.sync (warps of 32 rows x BN / 4
+// channels).
 template <class T, int BN, int BM, int MC, int BK, int S, bool WG>
 __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
     mvmr_mma_kernel(const uint64_t* __restrict__ keys, const int64_t* __restrict__ seg_off, MvmrKey m, int64_t K,
