@@ -587,3 +587,19 @@ def test_bench_point_conv_tiny(tmp_path):
         else:  # gather-GEMM-scatter: another order of the same sums
             assert max(c[f"{p}_max_rel_diff"] for p in ("forward", "grad_features", "grad_weights")) < 1e-4
     assert "Point convolution (PointCNN++ MVMR)" in docs.read_text()
+
+
+def test_point_conv_budget_probe_runs_on_a_fraction_of_the_triplets():
+    from pcops.bench.run import make_inputs, scaled
+
+    case = C.make_case("point_conv", "sphere", 400, "random", params={"channels": 8, "k": 6})
+    inputs = make_inputs(case, threads=1, device="cpu")
+    part = scaled(inputs, "point_conv", 0.25)
+    assert part.tensors["triplets"].shape[0] == round(400 * 6 * 0.25)
+    assert part.tensors["features"] is inputs.tensors["features"]
+    for peer in peers_for("point_conv"):
+        out, gf, gw = peer.fn(part)
+        assert out.shape == (400, 8) and gf.shape == (400, 8) and gw.shape == (27, 8, 8)
+    # A budget too small for anything: every method is skipped after its probe, none is timed.
+    recs = run_case(case, peers_for("point_conv"), Config(repeat=1, probe_min_n=1, budget_s=1e-9), threads=1)
+    assert recs and all(r["status"] == "skipped (budget)" for r in recs), recs
