@@ -173,6 +173,99 @@ __global__ void mvmr_kernel(const int64_t* offsets, const int64_t* order, const 
   }
 }
 
+// The MVMR with the matrix staged in shared memory: dst as mvmr_kernel (the same fold for every
+// element, so the same bits) for a tile of kRows destination rows x kCols destination channels a
+// block. For each kernel cell k that one of the tile's rows has next (the smallest such k first),
+// mat[k, :, d0 .. d0 + kCols] is copied into shared memory once and every row's triplets of cell k
+// fold from it: a warp takes its rows (warp + 8 q) one after the other, a lane four channels, the
+// source value a broadcast. mvmr_kernel instead reads mat[k] from L1 / L2 for every (row,
+// triplet). kVec: 16-byte loads of mat (rows 16-byte aligned).
+struct MvmrStagedPolicy {
+  static constexpr int kThreads = 256;
+  static constexpr int kRows = 64;    // destination rows per block (8 per warp)
+  static constexpr int kCols = 128;   // destination channels per block (4 per lane)
+  static constexpr int64_t kMaxSrc = 400;  // source channels staged at most (200 KB)
+};
+
+template <bool kVec>
+__global__ void __launch_bounds__(MvmrStagedPolicy::kThreads)
+    mvmr_staged_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ order,
+                       const int64_t* __restrict__ t, int src_col, const float* __restrict__ src, int64_t c_src,
+                       const float* __restrict__ mat, int64_t c_dst, int64_t rows, int64_t K,
+                       float* __restrict__ dst) {
+  using P = MvmrStagedPolicy;
+  constexpr int NW = P::kThreads / 32, RW = P::kRows / NW, NC = P::kCols;
+  extern __shared__ __align__(16) float ws[];  // [c_src][kCols]
+  __shared__ int64_t k_min[NW];
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t col_blocks = (c_dst + NC - 1) / NC;
+  const int64_t r0 = int64_t{blockIdx.x} / col_blocks * P::kRows, d0 = int64_t{blockIdx.x} % col_blocks * NC;
+  const int64_t d = d0 + lane * 4;  // the lane's four channels
+  float acc[RW][4];
+  int64_t p[RW], end[RW], nk[RW];  // each row's cursor, end and the cell of its next triplet (K: none)
+#pragma unroll
+  for (int q = 0; q < RW; ++q) {
+    const int64_t r = r0 + warp + NW * q;
+    p[q] = r < rows ? offsets[r] : 0;
+    end[q] = r < rows ? offsets[r + 1] : 0;
+    nk[q] = p[q] < end[q] ? t[order[p[q]] * 3 + 2] : K;
+#pragma unroll
+    for (int u = 0; u < 4; ++u) acc[q][u] = 0.0f;
+  }
+  for (;;) {
+    int64_t m = K;
+#pragma unroll
+    for (int q = 0; q < RW; ++q) m = nk[q] < m ? nk[q] : m;
+    if (lane == 0) k_min[warp] = m;  // the warp's lanes share their rows
+    __syncthreads();
+    int64_t k = k_min[0];
+#pragma unroll
+    for (int w = 1; w < NW; ++w) k = k_min[w] < k ? k_min[w] : k;
+    if (k >= K) break;  // block-uniform
+    for (int64_t e = threadIdx.x; e < c_src * (NC / 4); e += P::kThreads) {
+      const int64_t sr = e / (NC / 4), col = d0 + (e % (NC / 4)) * 4;
+      const float* m_row = mat + (k * c_src + sr) * c_dst;
+      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      if (kVec && col < c_dst) {
+        v = __ldg(reinterpret_cast<const float4*>(m_row + col));
+      } else if (!kVec) {
+        v.x = col < c_dst ? __ldg(m_row + col) : 0.0f;
+        v.y = col + 1 < c_dst ? __ldg(m_row + col + 1) : 0.0f;
+        v.z = col + 2 < c_dst ? __ldg(m_row + col + 2) : 0.0f;
+        v.w = col + 3 < c_dst ? __ldg(m_row + col + 3) : 0.0f;
+      }
+      *reinterpret_cast<float4*>(ws + sr * NC + (e % (NC / 4)) * 4) = v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int q = 0; q < RW; ++q) {
+      while (nk[q] == k) {  // warp-uniform
+        const int64_t row = order[p[q]];
+        const float* sv = src + t[row * 3 + src_col] * c_src;
+        for (int64_t cs = 0; cs < c_src; ++cs) {
+          const float x = __ldg(sv + cs);
+          const float4 w = *reinterpret_cast<const float4*>(ws + cs * NC + lane * 4);
+          acc[q][0] = __fadd_rn(acc[q][0], __fmul_rn(w.x, x));
+          acc[q][1] = __fadd_rn(acc[q][1], __fmul_rn(w.y, x));
+          acc[q][2] = __fadd_rn(acc[q][2], __fmul_rn(w.z, x));
+          acc[q][3] = __fadd_rn(acc[q][3], __fmul_rn(w.w, x));
+        }
+        ++p[q];
+        nk[q] = p[q] < end[q] ? t[order[p[q]] * 3 + 2] : K;
+      }
+    }
+    __syncthreads();  // the stage is read; k_min is free
+  }
+#pragma unroll
+  for (int q = 0; q < RW; ++q) {
+    const int64_t r = r0 + warp + NW * q;
+    if (r >= rows) continue;
+#pragma unroll
+    for (int u = 0; u < 4; ++u)
+      if (d + u < c_dst) dst[r * c_dst + d + u] = acc[q][u];
+  }
+}
+
 // ii[p], jj[p] = the i and j of the triplet at grouping position p (the VVOR's operands without
 // the order -> triplet indirection; positions past the valid triplets are never read).
 __global__ void gather_ij_kernel(const int64_t* order, const int64_t* t, int64_t T, int64_t* ii, int64_t* jj) {
@@ -433,9 +526,28 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
 }
 
 // The MVMR into dst [rows, c_dst], four destination channels per thread where the shapes allow.
+// PCOPS_CUDA_POINT_CONV_MVMR=staged takes mvmr_staged_kernel where the source channels fit its
+// shared memory (not yet the default: not yet measured on a GPU); "rows" (the default) mvmr_kernel.
 void launch_mvmr(const CudaContext& ctx, const Grouping& g, const int64_t* t, int src_col, const float* src,
-                 int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, float* dst) {
+                 int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, int64_t K, float* dst) {
   constexpr int NT = PointConvPolicy::kThreads;
+  bool staged = false;
+  if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_MVMR"); e != nullptr && *e != 0) {
+    staged = std::strcmp(e, "staged") == 0;
+    if (!staged && std::strcmp(e, "rows") != 0)
+      throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be rows or staged");
+  }
+  using SP = MvmrStagedPolicy;
+  if (staged && c_src <= SP::kMaxSrc && rows > 0) {
+    const int64_t blocks = detail::ceil_div(rows, int64_t{SP::kRows}) * detail::ceil_div(c_dst, int64_t{SP::kCols});
+    if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many rows x channels");
+    const size_t smem = sizeof(float) * static_cast<size_t>(std::max<int64_t>(c_src, 1)) * SP::kCols;
+    auto kernel = rows_aligned16(mat, c_dst) ? mvmr_staged_kernel<true> : mvmr_staged_kernel<false>;
+    PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(blocks)), dim3(SP::kThreads), smem, g.offsets, g.order, t,
+                   src_col, src, c_src, mat, c_dst, rows, K, dst);
+    return;
+  }
   if (rows_aligned16(mat, c_dst) && rows_aligned16(dst, c_dst)) {
     detail::launch(ctx, mvmr_kernel<4>, dim3(blocks_for(rows * c_dst / 4)), dim3(NT), 0, g.offsets, g.order, t,
                    src_col, src, c_src, mat, c_dst, rows, dst);
@@ -457,7 +569,7 @@ void point_conv(const CudaContext& ctx, const PointConvShape& s, const float* fe
   float* wt = ws.alloc<float>(K * Ci * Co);
   detail::launch(ctx, transpose_kernel, dim3(blocks_for(K * Ci * Co)), dim3(NT), 0, weights, K, Co, Ci, wt);
   const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/0, /*second=*/2, /*third=*/1);
-  launch_mvmr(ctx, g, triplets, 1, features, Ci, wt, Co, s.num_out, out);
+  launch_mvmr(ctx, g, triplets, 1, features, Ci, wt, Co, s.num_out, K, out);
 }
 
 void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const float* grad_out,
@@ -469,7 +581,7 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
   constexpr int NT = PointConvPolicy::kThreads;
   if (grad_features != nullptr && s.num_in * Ci > 0) {
     const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/1, /*second=*/2, /*third=*/0);
-    launch_mvmr(ctx, g, triplets, 0, grad_out, Co, weights, Ci, s.num_in, grad_features);
+    launch_mvmr(ctx, g, triplets, 0, grad_out, Co, weights, Ci, s.num_in, K, grad_features);
   }
   if (grad_weights != nullptr && K * Co * Ci > 0) {
     const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/2, /*second=*/0, /*third=*/1);

@@ -110,6 +110,10 @@ void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, co
 struct VvorChains : pcops_cuda_test::ScopedEnv {
   explicit VvorChains(const char* chains) : ScopedEnv("PCOPS_CUDA_POINT_CONV_VVOR", chains) {}
 };
+// PCOPS_CUDA_POINT_CONV_MVMR (the forward / grad_features kernel: "rows" or "staged") for one scope.
+struct MvmrKernel : pcops_cuda_test::ScopedEnv {
+  explicit MvmrKernel(const char* name) : ScopedEnv("PCOPS_CUDA_POINT_CONV_MVMR", name) {}
+};
 
 // Shapes (n_in, n_out, C_in, C_out, K, T): channel counts around the kernels' tiles (16 output x 32
 // input channels in the weight gradient, four channels per thread) and not multiples of 4, one
@@ -136,6 +140,12 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
         const VvorChains forced(chains);
         expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
       }
+      {  // the MVMR with the matrix staged per tile and kernel cell
+        const MvmrKernel staged("staged");
+        const Out st = run_cuda(c, shift);
+        expect_bitwise(st.out, cpu.out, "forward staged");
+        expect_bitwise(st.gf, cpu.gf, "grad_features staged");
+      }
       // Shuffled triplet rows: the same bits.
       std::vector<int64_t> perm(c.s.triplets);
       for (int64_t r = 0; r < c.s.triplets; ++r) perm[r] = r;
@@ -147,6 +157,12 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
       expect_bitwise(gpu.out, cpu.out, "forward shuffled");
       expect_bitwise(gpu.gf, cpu.gf, "grad_features shuffled");
       expect_bitwise(gpu.gw, cpu.gw, "grad_weights shuffled");
+      const MvmrKernel staged("staged");
+      const VvorChains ring("ring2");
+      gpu = run_cuda(c, shift);
+      expect_bitwise(gpu.out, cpu.out, "forward shuffled, staged");
+      expect_bitwise(gpu.gf, cpu.gf, "grad_features shuffled, staged");
+      expect_bitwise(gpu.gw, cpu.gw, "grad_weights shuffled, ring2");
     }
   }
 }
@@ -166,15 +182,23 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
       const VvorChains forced(chains);
       expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
     }
+    const MvmrKernel staged("staged");
+    const Out st = run_cuda(c, shift);
+    expect_bitwise(st.out, cpu.out, "forward staged");
+    expect_bitwise(st.gf, cpu.gf, "grad_features staged");
   }
 }
 
-// A weight-gradient kernel the variable does not name is an error, not a silent default.
-TEST(CudaPointConv, UnknownWeightGradientKernelThrows) {
+// A kernel the variables do not name is an error, not a silent default.
+TEST(CudaPointConv, UnknownKernelNamesThrow) {
   std::mt19937 rng(31);
   const Case c = random_case(rng, 40, 30, 8, 8, 3, 200);
   for (const char* bad : {"3", "0", "ring", "ring3", "rings", "12", "x"}) {
     const VvorChains forced(bad);
+    EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
+  }
+  for (const char* bad : {"stage", "row", "Staged", "1"}) {
+    const MvmrKernel forced(bad);
     EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }
 }
