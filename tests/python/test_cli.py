@@ -497,36 +497,35 @@ def test_cuda_probe_table_borrows_peers_of_an_earlier_run():
 # ----------------------------------------------------------------------------------------------
 
 
-def _direct_contract(F, W, t, num_out, G):
-    """The contract written out element by element (tiny sizes): every fold in its order."""
-    K, co, ci = W.shape
+def _direct_mvmr(t, n_dst, dst_col, src_col, src, M):
+    """dst[r, d] folds r's triplets in (k, other row) order, then s ascending: acc = fl(acc +
+    fl(M[k, d, s] * src[m, s])), written out element by element (tiny sizes)."""
     f32 = np.float32
-    out = np.zeros((num_out, co), f32)
-    for i in range(num_out):
-        rows = sorted((int(r[2]), int(r[1])) for r in t if r[0] == i)
-        for o in range(co):
+    dst = np.zeros((n_dst, M.shape[1]), f32)
+    for r in range(n_dst):
+        rows = sorted((int(x[2]), int(x[src_col])) for x in t if x[dst_col] == r)
+        for d in range(M.shape[1]):
             acc = f32(0)
-            for k, j in rows:
-                for c in range(ci):
-                    acc = f32(acc + f32(W[k, o, c] * F[j, c]))
-            out[i, o] = acc
-    gf = np.zeros_like(F)
-    for j in range(F.shape[0]):
-        rows = sorted((int(r[2]), int(r[0])) for r in t if r[1] == j)
-        for c in range(ci):
-            acc = f32(0)
-            for k, i in rows:
-                for o in range(co):
-                    acc = f32(acc + f32(W[k, o, c] * G[i, o]))
-            gf[j, c] = acc
+            for k, m in rows:
+                for s_ in range(M.shape[2]):
+                    acc = f32(acc + f32(M[k, d, s_] * src[m, s_]))
+            dst[r, d] = acc
+    return dst
+
+
+def _direct_contract(F, W, t, num_out, G):
+    """The contract written out element by element: the forward, grad_features (the same MVMR with
+    W transposed, i and j exchanged) and grad_weights, every fold in its order."""
+    out = _direct_mvmr(t, num_out, 0, 1, F, W)
+    gf = _direct_mvmr(t, F.shape[0], 1, 0, G, np.ascontiguousarray(W.transpose(0, 2, 1)))
     gw = np.zeros_like(W)
-    for k in range(K):
+    for k in range(W.shape[0]):
         rows = sorted((int(r[0]), int(r[1])) for r in t if r[2] == k)
-        for o in range(co):
-            for c in range(ci):
-                acc = f32(0)
+        for o in range(W.shape[1]):
+            for c in range(W.shape[2]):
+                acc = np.float32(0)
                 for i, j in rows:
-                    acc = f32(acc + f32(G[i, o] * F[j, c]))
+                    acc = np.float32(acc + np.float32(G[i, o] * F[j, c]))
                 gw[k, o, c] = acc
     return out, gf, gw
 
