@@ -328,18 +328,21 @@ def _rounds(t: np.ndarray, cols: tuple[int, int, int]):
 
 
 def point_conv(features: np.ndarray, weights: np.ndarray, triplets: np.ndarray, num_out: int,
-               grad: np.ndarray, chunk: int = 4096):
+               grad: np.ndarray, chunk: int | None = None):
     """Forward, grad_features and grad_weights of ``point_conv`` in the contract's float32 order
     (features [N_in, C_in], weights [K, C_out, C_in], triplets [T, 3] rows (i, j, k), all in
     range; grad [N_out, C_out] the upstream gradient). Forward: out[i, o] folds i's triplets in
     (k, j) order, input channels ascending; grad_features[j, c] folds j's in (k, i) order, output
     channels ascending; grad_weights[k, o, c] folds k's in (i, j) order (a sequential float32
-    accumulate, ``chunk`` triplets at a time). Returns the three float32 arrays."""
+    accumulate, ``chunk`` triplets at a time; by default as many as keep the products near 16 MB).
+    Returns the three float32 arrays."""
     F = np.ascontiguousarray(features, np.float32)
     W = np.ascontiguousarray(weights, np.float32)
     G = np.ascontiguousarray(grad, np.float32)
     t = np.asarray(triplets, np.int64).reshape(-1, 3)
     K, co, ci = W.shape
+    if chunk is None:
+        chunk = max(16, (1 << 22) // max(co * ci, 1))
     out = np.zeros((num_out, co), np.float32)
     for i, j, k in _rounds(t, (0, 2, 1)):
         acc = out[i]
