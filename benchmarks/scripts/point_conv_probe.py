@@ -36,7 +36,10 @@ import torch
 
 import pcops
 from pcops import data as pdata
+from pcops.bench.cases import conv_triplets, morton_order
+from pcops.bench.peers import gather_gemm_scatter, point_conv_cells
 from probe_timing import write_probe  # this directory
+
 
 def sync(device):
     if device.type == "cuda":
@@ -53,25 +56,6 @@ def median_time(fn, repeat, device):
         sync(device)
         times.append(time.perf_counter() - t0)
     return statistics.median(times)
-
-
-def gather_gemm_scatter(features, weights, triplets, num_out, groups):
-    out = features.new_zeros(num_out, weights.shape[1])
-    for k, rows in groups:
-        i, j = triplets[rows, 0], triplets[rows, 1]
-        out = out.index_add(0, i, features[j] @ weights[k].t())
-    return out
-
-
-def morton_order(pts: np.ndarray, bits: int = 10) -> np.ndarray:
-    """The permutation that sorts the points by the Morton code of their cell in a 2^bits grid."""
-    lo, hi = pts.min(0), pts.max(0)
-    q = ((pts - lo) / np.maximum(hi - lo, 1e-12) * ((1 << bits) - 1)).astype(np.int64)
-    code = np.zeros(len(pts), dtype=np.int64)
-    for b in range(bits):
-        for axis in range(3):
-            code |= ((q[:, axis] >> b) & 1) << (3 * b + axis)
-    return np.argsort(code, kind="stable")
 
 
 def peak_bytes(fn, device):
@@ -95,13 +79,10 @@ def probe_triplets(points: int, k: int, order: str):
             break
     if cloud is None:
         raise SystemExit("bunny00.off not found; see docs/data.md")
-    pts = pdata.sample_mesh(cloud.points, cloud.faces, points, seed=0)
+    pts = pdata.sample_mesh(cloud.points, cloud.faces, points, seed=0).astype(np.float32)
     if order == "morton":
         pts = pts[morton_order(pts)]
-    pts = torch.from_numpy(pts.astype(np.float32))
-    dist, idx = pcops.knn(pts[None], pts[None], k)
-    extent = float(torch.quantile(dist[0, :, -1], 0.9))
-    return pts, pcops.point_conv_triplets(pts, pts, idx[0], extent, 3)
+    return torch.from_numpy(pts), conv_triplets(pts, k, 3)
 
 
 def main():
@@ -124,13 +105,7 @@ def main():
     pts, triplets = probe_triplets(args.points, args.k, args.order)
     triplets = triplets.to(device)
     K = 27
-    order = torch.argsort(triplets[:, 2], stable=True)
-    counts = torch.bincount(triplets[:, 2], minlength=K).tolist()
-    groups, start = [], 0
-    for k, c in enumerate(counts):
-        if c:
-            groups.append((k, order[start:start + c]))
-        start += c
+    groups = point_conv_cells(triplets, K)  # the peer's grouping, outside its timed calls
     n = pts.shape[0]
     rows = []
     gen = torch.Generator().manual_seed(0)

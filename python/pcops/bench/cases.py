@@ -340,13 +340,23 @@ def _make_interp_case(op, cloud, n, order, data_dir, params, batches) -> Case | 
     return case
 
 
-def _make_conv_case(op, cloud, n, order, data_dir, params) -> Case | None:
-    """point_conv on one cloud: its triplets (built by pcops, an input here like the points), random
-    float32 features [N, C], weights [t^3, C, C] scaled by 1 / sqrt(C k) and an upstream gradient."""
+def conv_triplets(points: np.ndarray, k: int, kernel_size: int):
+    """point_conv triplets of a cloud onto itself (int64 tensor [T, 3]): every point's k nearest
+    neighbours (itself included) in a kernel_size^3 grid of cells sized by the 90 % quantile of the
+    k-th neighbour distance, built by pcops (an input of the benchmark, like the points)."""
     import torch
 
     import pcops
 
+    x = torch.from_numpy(np.ascontiguousarray(points, np.float32))
+    dist, idx = pcops.knn(x[None], x[None], k)
+    extent = float(torch.quantile(dist[0, :, -1], 0.9))
+    return pcops.point_conv_triplets(x, x, idx[0], extent, kernel_size)
+
+
+def _make_conv_case(op, cloud, n, order, data_dir, params) -> Case | None:
+    """point_conv on one cloud: its triplets (conv_triplets), random float32 features [N, C],
+    weights [t^3, C, C] scaled by 1 / sqrt(C k) and an upstream gradient."""
     p = dict(PARAMS[op])
     if params:
         p.update({k: v for k, v in params.items() if k in p})
@@ -356,10 +366,7 @@ def _make_conv_case(op, cloud, n, order, data_dir, params) -> Case | None:
     pts, desc = base
     pts = np.ascontiguousarray(reorder(pts, order))
     k, t, c = min(int(p["k"]), n), int(p["kernel_size"]), int(p["channels"])
-    x = torch.from_numpy(pts)
-    dist, idx = pcops.knn(x[None], x[None], k)
-    extent = float(torch.quantile(dist[0, :, -1], 0.9))
-    triplets = pcops.point_conv_triplets(x, x, idx[0], extent, t).numpy()
+    triplets = conv_triplets(pts, k, t).numpy()
     kernels = t ** 3
     g = np.random.default_rng(SEED + 8)
     p.update(k=k, kernels=kernels, triplets=int(len(triplets)))

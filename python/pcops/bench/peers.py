@@ -554,21 +554,35 @@ def _pcops_point_conv(x: Inputs):
     return out.detach(), gf, gw
 
 
+def point_conv_cells(triplets, kernels: int) -> list:
+    """(k, positions of k's triplets) for every non-empty kernel cell (a stable sort by k)."""
+    import torch
+
+    order = torch.argsort(triplets[:, 2], stable=True)
+    counts = torch.bincount(triplets[:, 2], minlength=kernels).tolist()
+    cells, start = [], 0
+    for k, c in enumerate(counts):
+        if c:
+            cells.append((k, order[start:start + c]))
+        start += c
+    return cells
+
+
+def gather_gemm_scatter(features, weights, triplets, num_out: int, cells):
+    """point_conv as PyTorch code usually writes it: per kernel cell the input rows gathered, one
+    GEMM with W_k and index_add into the output (``cells`` from point_conv_cells)."""
+    out = features.new_zeros(num_out, weights.shape[1])
+    for k, rows in cells:
+        out = out.index_add(0, triplets[rows, 0], features[triplets[rows, 1]] @ weights[k].t())
+    return out
+
+
 def _torch_point_conv(x: Inputs):
-    """Gather-GEMM-scatter: the triplets grouped by kernel cell (a stable sort by k), per cell the
-    input rows gathered, one GEMM with W_k and index_add_ into the output; gradients by autograd."""
+    """Gather-GEMM-scatter (the cells' grouping inside the timed call); gradients by autograd."""
     import torch
 
     f, w, t = x.tensors["features"], x.tensors["weights"], x.tensors["triplets"]
-    order = torch.argsort(t[:, 2], stable=True)
-    counts = torch.bincount(t[:, 2], minlength=w.shape[0]).tolist()
-    out = torch.zeros(f.shape[0], w.shape[1], dtype=f.dtype, device=f.device)
-    start = 0
-    for k, c in enumerate(counts):
-        if c:
-            rows = t[order[start:start + c]]
-            out = out.index_add(0, rows[:, 0], f[rows[:, 1]] @ w[k].t())
-        start += c
+    out = gather_gemm_scatter(f, w, t, f.shape[0], point_conv_cells(t, w.shape[0]))
     gf, gw = torch.autograd.grad(out, [f, w], x.tensors["grad"])
     x.sync()
     return out.detach(), gf, gw
