@@ -320,6 +320,17 @@ struct VvorTile {
   }
 };
 
+// The stages of a weight-gradient block (both kernels): kS rows of kO values of G and KC = 8 R of F,
+// moved in units of V floats (V = 4: 16 bytes); GV / FV units a stage row, GU / FU units a thread
+// and stage.
+template <int V, int R>
+struct VvorStage {
+  static constexpr int NT = VvorPolicy::kThreads, S = VvorPolicy::kS, KO = VvorPolicy::kO, KC = 8 * R;
+  static constexpr int GV = KO / V, FV = KC / V, GU = S * GV / NT, FU = S * FV / NT;
+  static_assert(KO % V == 0 && KC % V == 0, "whole units inside the tile");
+  static_assert(GU >= 1 && FU >= 1 && S * GV % NT == 0 && S * FV % NT == 0, "whole units per thread");
+};
+
 // The stage units of the weight gradient's block: thread tid's unit u covers stage row
 // (tid + NT u) / W and the V columns from V ((tid + NT u) % W) of a tile W V columns wide.
 // rows[u] = the matrix row of that stage row (from src[p0 + stage row]), or -1 past `end`.
@@ -378,13 +389,9 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
                       const int64_t* __restrict__ jj, const float* __restrict__ grad_out,
                       const float* __restrict__ features, int64_t co, int64_t ci, int64_t o_tiles, int64_t c_tiles,
                       float* __restrict__ grad_weights) {
-  using P = VvorPolicy;
-  constexpr int NT = P::kThreads, S = P::kS, KO = P::kO, KC = 8 * R;
-  constexpr int GV = KO / V, FV = KC < V ? 1 : KC / V;  // loads per stage row
-  constexpr int GU = S * GV / NT;                       // G loads per thread per stage
-  constexpr int FU = S * FV / NT;                       // F loads per thread per stage
-  static_assert(GU >= 1 && FU >= 1 && S * GV % NT == 0 && S * FV % NT == 0, "whole loads per thread");
-  static_assert(KC % V == 0, "vector loads inside the tile");
+  using St = VvorStage<V, R>;
+  constexpr int NT = St::NT, S = St::S, KO = St::KO, KC = St::KC, GV = St::GV, FV = St::FV, GU = St::GU,
+                FU = St::FU;
   __shared__ __align__(16) float gs[2][S][KO];
   __shared__ __align__(16) float fs[2][S][KC];
   const int tid = threadIdx.x;
@@ -465,13 +472,10 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
                      const int64_t* __restrict__ jj, const float* __restrict__ grad_out,
                      const float* __restrict__ features, int64_t co, int64_t ci, int64_t o_tiles, int64_t c_tiles,
                      float* __restrict__ grad_weights) {
-  using P = VvorPolicy;
-  constexpr int NT = P::kThreads, S = P::kS, KO = P::kO, KC = 8 * R, NB = P::kRing;
-  constexpr int GV = KO / V, FV = KC / V;  // units per stage row
-  constexpr int GU = S * GV / NT;          // G units per thread per stage
-  constexpr int FU = S * FV / NT;          // F units per thread per stage
-  static_assert(GU >= 1 && FU >= 1 && S * GV % NT == 0 && S * FV % NT == 0, "whole units per thread");
-  static_assert(KC % V == 0 && NB >= 2, "vector units inside the tile; a ring");
+  using St = VvorStage<V, R>;
+  constexpr int NT = St::NT, S = St::S, KO = St::KO, KC = St::KC, GV = St::GV, FV = St::FV, GU = St::GU,
+                FU = St::FU, NB = VvorPolicy::kRing;
+  static_assert(NB >= 2, "a ring");
   __shared__ __align__(16) float gs[NB][S][KO];
   __shared__ __align__(16) float fs[NB][S][KC];
   const int tid = threadIdx.x;
