@@ -4,13 +4,15 @@
 // by (key, second, third), exactly as the CPU's counting sorts; a binary search per row gives the
 // CSR offsets. Triplets with any column out of range get sentinel keys past every row, so they
 // are never visited (the binding range-checks first; this only keeps bad input memory-safe).
-// MVMR kernel: one thread per (row, V destination channels), folding the row's triplets in order
-// and the source channels ascending with __fmul_rn / __fadd_rn; neighbouring threads read
-// neighbouring channels of the matrix (coalesced, V = 4 as one vector load), the source value is a
-// broadcast shared by the V chains.
-// VVOR kernel (grad_weights): one block per (k, 16 output x 16 input channels), each thread two
-// chains (one o, two c); kernel k's triplets pass through shared memory 64 at a time (the next
-// stage's loads in flight while this one is folded), and every chain folds them in order.
+// MVMR (forward, grad_features): mvmr_tile_kernel, a block per (64 destination rows, 128
+// destination channels) with the rows' sums in shared memory, walking the kernel cells in order
+// and folding up to four rows' runs of a cell side by side, so that each load of the matrix serves
+// four rows; for narrow destinations mvmr_kernel, one thread per (row, V destination channels).
+// Every element folds its triplets in order and the source channels ascending with __fmul_rn /
+// __fadd_rn.
+// VVOR kernel (grad_weights): one block per (k, 16 output x 8 R input channels), each thread R
+// chains; kernel k's triplets pass through shared memory 64 at a time (a cp.async ring of stages
+// in flight), and every chain folds them in order.
 // Deterministic: no atomics anywhere.
 #include <cub/cub.cuh>
 
@@ -75,7 +77,7 @@ __global__ void offsets_kernel(const uint64_t* sorted, int64_t T, int64_t rows, 
 
 struct Grouping {
   const int64_t* offsets = nullptr;  // [rows + 1]
-  const int64_t* order = nullptr;    // [T]
+  int64_t* order = nullptr;          // [T] (the MVMR may rewrite it: pack_order_kernel)
 };
 
 Grouping group_triplets(const CudaContext& ctx, detail::Workspace& ws, const PointConvShape& s, const int64_t* t,
@@ -84,7 +86,7 @@ Grouping group_triplets(const CudaContext& ctx, detail::Workspace& ws, const Poi
   const int64_t counts[3] = {s.num_out, s.num_in, s.kernels};
   const int64_t rows = counts[key];
   int64_t* offsets = ws.alloc<int64_t>(rows + 1);
-  Grouping g{offsets, offsets};
+  Grouping g{offsets, offsets};  // order: never read without triplets
   constexpr int NT = PointConvPolicy::kThreads;
   if (T == 0) {
     PCOPS_CUDA_CHECK(cudaMemsetAsync(offsets, 0, static_cast<size_t>(rows + 1) * sizeof(int64_t),
@@ -173,96 +175,192 @@ __global__ void mvmr_kernel(const int64_t* offsets, const int64_t* order, const 
   }
 }
 
-// The MVMR with the matrix staged in shared memory: dst as mvmr_kernel (the same fold for every
-// element, so the same bits) for a tile of kRows destination rows x kCols destination channels a
-// block. For each kernel cell k that one of the tile's rows has next (the smallest such k first),
-// mat[k, :, d0 .. d0 + kCols] is copied into shared memory once and every row's triplets of cell k
-// fold from it: a warp takes its rows (warp + 8 q) one after the other, a lane four channels, the
-// source value a broadcast. mvmr_kernel instead reads mat[k] from L1 / L2 for every (row,
-// triplet). kVec: 16-byte loads of mat (rows 16-byte aligned).
-struct MvmrStagedPolicy {
+// order[p] = (k << 48) | m in place: the kernel cell and the `src_col` entry of the triplet at
+// grouping position p, what mvmr_tile_kernel reads of it (the caller checks K <= 2^15 and that
+// the entries fit 48 bits; positions past the valid triplets are never read).
+__global__ void pack_order_kernel(int64_t* order, const int64_t* t, int64_t T, int src_col) {
+  PCOPS_CUDA_GRID_STRIDE(p, T) {
+    const int64_t r = order[p];
+    const uint64_t k = static_cast<uint64_t>(t[r * 3 + 2]), m = static_cast<uint64_t>(t[r * 3 + src_col]);
+    order[p] = static_cast<int64_t>((k << 48) | (m & ((uint64_t{1} << 48) - 1)));
+  }
+}
+
+struct MvmrTilePolicy {
   static constexpr int kThreads = 256;
-  static constexpr int kRows = 64;    // destination rows per block (8 per warp)
-  static constexpr int kCols = 128;   // destination channels per block (4 per lane)
-  static constexpr int64_t kMaxSrc = 400;  // source channels staged at most (200 KB)
+  static constexpr int kRows = 64;   // destination rows per block; their sums stay in shared memory
+  static constexpr int kCols = 128;  // destination channels per block (four a lane)
+  static constexpr int kGroup = 4;   // rows a warp folds side by side
+  static constexpr int kPackBits = 48;
 };
 
-template <bool kVec>
-__global__ void __launch_bounds__(MvmrStagedPolicy::kThreads)
-    mvmr_staged_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ order,
-                       const int64_t* __restrict__ t, int src_col, const float* __restrict__ src, int64_t c_src,
-                       const float* __restrict__ mat, int64_t c_dst, int64_t rows, int64_t K,
-                       float* __restrict__ dst) {
-  using P = MvmrStagedPolicy;
-  constexpr int NW = P::kThreads / 32, RW = P::kRows / NW, NC = P::kCols;
-  extern __shared__ __align__(16) float ws[];  // [c_src][kCols]
-  __shared__ int64_t k_min[NW];
-  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int64_t col_blocks = (c_dst + NC - 1) / NC;
-  const int64_t r0 = int64_t{blockIdx.x} / col_blocks * P::kRows, d0 = int64_t{blockIdx.x} % col_blocks * NC;
-  const int64_t d = d0 + lane * 4;  // the lane's four channels
-  float acc[RW][4];
-  int64_t p[RW], end[RW], nk[RW];  // each row's cursor, end and the cell of its next triplet (K: none)
+// NR rows' next triplet (source rows m[x]) of kernel cell k into their sums a[x] (four channels
+// from d a lane): for every source channel s ascending, a[x][u] = fl(a[x][u] + fl(w[s, d + u] *
+// src[m[x], s])); one load of w serves the NR rows. kVec: 16-byte loads (c_src and c_dst multiples
+// of 4, rows aligned); lanes past c_dst read 0 and are never stored.
+template <int NR, bool kVec>
+__device__ __forceinline__ void mvmr_fold(float (&a)[MvmrTilePolicy::kGroup][4], const int64_t (&m)[MvmrTilePolicy::kGroup],
+                                          const float* __restrict__ src, int64_t c_src,
+                                          const float* __restrict__ w, int64_t c_dst, int64_t d) {
+  const float* sv[NR];
 #pragma unroll
-  for (int q = 0; q < RW; ++q) {
-    const int64_t r = r0 + warp + NW * q;
-    p[q] = r < rows ? offsets[r] : 0;
-    end[q] = r < rows ? offsets[r + 1] : 0;
-    nk[q] = p[q] < end[q] ? t[order[p[q]] * 3 + 2] : K;
+  for (int x = 0; x < NR; ++x) sv[x] = src + m[x] * c_src;
+  if constexpr (kVec) {
+    const bool in = d < c_dst;
+    const float* wp = w + (in ? d : 0);
+#pragma unroll 2
+    for (int64_t cs = 0; cs < c_src; cs += 4) {
+      float4 f[NR];
 #pragma unroll
-    for (int u = 0; u < 4; ++u) acc[q][u] = 0.0f;
-  }
-  for (;;) {
-    int64_t m = K;
+      for (int x = 0; x < NR; ++x) f[x] = __ldg(reinterpret_cast<const float4*>(sv[x] + cs));
 #pragma unroll
-    for (int q = 0; q < RW; ++q) m = nk[q] < m ? nk[q] : m;
-    if (lane == 0) k_min[warp] = m;  // the warp's lanes share their rows
-    __syncthreads();
-    int64_t k = k_min[0];
+      for (int v = 0; v < 4; ++v) {
+        float4 wv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        if (in) wv = __ldg(reinterpret_cast<const float4*>(wp + (cs + v) * c_dst));
 #pragma unroll
-    for (int w = 1; w < NW; ++w) k = k_min[w] < k ? k_min[w] : k;
-    if (k >= K) break;  // block-uniform
-    for (int64_t e = threadIdx.x; e < c_src * (NC / 4); e += P::kThreads) {
-      const int64_t sr = e / (NC / 4), col = d0 + (e % (NC / 4)) * 4;
-      const float* m_row = mat + (k * c_src + sr) * c_dst;
-      float4 v = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      if (kVec && col < c_dst) {
-        v = __ldg(reinterpret_cast<const float4*>(m_row + col));
-      } else if (!kVec) {
-        v.x = col < c_dst ? __ldg(m_row + col) : 0.0f;
-        v.y = col + 1 < c_dst ? __ldg(m_row + col + 1) : 0.0f;
-        v.z = col + 2 < c_dst ? __ldg(m_row + col + 2) : 0.0f;
-        v.w = col + 3 < c_dst ? __ldg(m_row + col + 3) : 0.0f;
-      }
-      *reinterpret_cast<float4*>(ws + sr * NC + (e % (NC / 4)) * 4) = v;
-    }
-    __syncthreads();
-#pragma unroll
-    for (int q = 0; q < RW; ++q) {
-      while (nk[q] == k) {  // warp-uniform
-        const int64_t row = order[p[q]];
-        const float* sv = src + t[row * 3 + src_col] * c_src;
-        for (int64_t cs = 0; cs < c_src; ++cs) {
-          const float x = __ldg(sv + cs);
-          const float4 w = *reinterpret_cast<const float4*>(ws + cs * NC + lane * 4);
-          acc[q][0] = __fadd_rn(acc[q][0], __fmul_rn(w.x, x));
-          acc[q][1] = __fadd_rn(acc[q][1], __fmul_rn(w.y, x));
-          acc[q][2] = __fadd_rn(acc[q][2], __fmul_rn(w.z, x));
-          acc[q][3] = __fadd_rn(acc[q][3], __fmul_rn(w.w, x));
+        for (int x = 0; x < NR; ++x) {
+          const float xv = v == 0 ? f[x].x : v == 1 ? f[x].y : v == 2 ? f[x].z : f[x].w;
+          a[x][0] = __fadd_rn(a[x][0], __fmul_rn(wv.x, xv));
+          a[x][1] = __fadd_rn(a[x][1], __fmul_rn(wv.y, xv));
+          a[x][2] = __fadd_rn(a[x][2], __fmul_rn(wv.z, xv));
+          a[x][3] = __fadd_rn(a[x][3], __fmul_rn(wv.w, xv));
         }
-        ++p[q];
-        nk[q] = p[q] < end[q] ? t[order[p[q]] * 3 + 2] : K;
       }
     }
-    __syncthreads();  // the stage is read; k_min is free
+  } else {
+    for (int64_t cs = 0; cs < c_src; ++cs) {
+      float wv[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) wv[u] = d + u < c_dst ? __ldg(w + cs * c_dst + d + u) : 0.0f;
+#pragma unroll
+      for (int x = 0; x < NR; ++x) {
+        const float xv = __ldg(sv[x] + cs);
+#pragma unroll
+        for (int u = 0; u < 4; ++u) a[x][u] = __fadd_rn(a[x][u], __fmul_rn(wv[u], xv));
+      }
+    }
   }
+}
+
+// The MVMR for a tile of kRows destination rows x kCols destination channels a block (dst as
+// mvmr_kernel: the same fold for every element, so the same bits). The tile's running sums stay in
+// shared memory; the block walks the kernel cells that its rows have (ascending), and for cell k
+// takes every row's run of k-triplets (rows in order, so the runs are consecutive positions of
+// the grouping, sorted by j): a warp folds the runs of up to kGroup rows side by side, their u-th
+// triplets together, so each value of mat[k] it loads serves up to kGroup rows (mvmr_kernel loads
+// it once per row and triplet). The warps of the block work on one cell at a time, so mat[k]'s
+// block is read from L1 by all of them. packed: the grouping's order as pack_order_kernel leaves it.
+template <bool kVec>
+__global__ void __launch_bounds__(MvmrTilePolicy::kThreads, 2)
+    mvmr_tile_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ packed,
+                     const float* __restrict__ src, int64_t c_src, const float* __restrict__ mat, int64_t c_dst,
+                     int64_t rows, int64_t K, float* __restrict__ dst) {
+  using P = MvmrTilePolicy;
+  constexpr int NT = P::kThreads, TR = P::kRows, NC = P::kCols, NG = P::kGroup, NW = NT / 32;
+  static_assert(TR == 64 && NC == 128 && NG == 4, "two warps of row cursors, four channels a lane, groups of 4");
+  constexpr uint64_t kMask = (uint64_t{1} << P::kPackBits) - 1;
+  __shared__ __align__(16) float sums[TR][NC];
+  __shared__ int64_t run_p[TR];
+  __shared__ int run_row[TR], run_len[TR];
+  __shared__ int half_runs[2];     // runs of rows 0..31 (slots 0..) and 32..63 (slots 32..)
+  __shared__ int64_t half_next[2];  // the smallest next cell of each half
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t col_blocks = (c_dst + NC - 1) / NC;
+  const int64_t r0 = int64_t{blockIdx.x} / col_blocks * TR, d0 = int64_t{blockIdx.x} % col_blocks * NC;
+  const int64_t d = d0 + lane * 4;
+  for (int e = tid; e < TR * NC / 4; e += NT) reinterpret_cast<float4*>(&sums[0][0])[e] = make_float4(0, 0, 0, 0);
+  // Threads 0..63 keep the cursor of row r0 + tid: its next position p (of end e) and that
+  // triplet's cell nk (K: none left).
+  int64_t p = 0, e = 0, nk = K;
+  const auto cell = [&](int64_t q) { return static_cast<int64_t>(static_cast<uint64_t>(packed[q]) >> P::kPackBits); };
+  const auto publish_next = [&] {  // half_next[warp] = min nk over the warp's rows (warps 0, 1)
+    int64_t mk = nk;
 #pragma unroll
-  for (int q = 0; q < RW; ++q) {
-    const int64_t r = r0 + warp + NW * q;
-    if (r >= rows) continue;
+    for (int off = 16; off > 0; off >>= 1) {
+      const int64_t o = __shfl_xor_sync(0xffffffffu, mk, off);
+      mk = o < mk ? o : mk;
+    }
+    if (lane == 0) half_next[warp] = mk;
+  };
+  if (tid < TR) {
+    const int64_t r = r0 + tid;
+    if (r < rows) p = offsets[r], e = offsets[r + 1];
+    nk = p < e ? cell(p) : K;
+    publish_next();
+  }
+  __syncthreads();
+  int64_t k = half_next[0] < half_next[1] ? half_next[0] : half_next[1];
+  while (k < K) {  // block-uniform
+    __syncthreads();  // everyone has read half_next, run_* and the sums of the last cell
+    if (tid < TR) {
+      const bool act = nk == k;
+      int64_t q = p;
+      if (act) {
+        do ++q;
+        while (q < e && cell(q) == k);
+      }
+      const unsigned bal = __ballot_sync(0xffffffffu, act);
+      if (act) {
+        const int slot = warp * 32 + __popc(bal & ((1u << lane) - 1u));
+        run_row[slot] = tid, run_p[slot] = p, run_len[slot] = static_cast<int>(q - p);
+        p = q;
+        nk = q < e ? cell(q) : K;
+      }
+      if (lane == 0) half_runs[warp] = __popc(bal);
+      publish_next();
+    }
+    __syncthreads();
+    const int n0 = half_runs[0], n1 = half_runs[1], g0 = (n0 + NG - 1) / NG, groups = g0 + (n1 + NG - 1) / NG;
+    const float* w = mat + k * c_src * c_dst;
+    for (int g = warp; g < groups; g += NW) {  // warp-uniform
+      const int base = g < g0 ? NG * g : 32 + NG * (g - g0);
+      const int cnt = g < g0 ? min(NG, n0 - NG * g) : min(NG, n1 - NG * (g - g0));
+      int rr[NG], ll[NG];
+      int64_t pp[NG];
 #pragma unroll
-    for (int u = 0; u < 4; ++u)
-      if (d + u < c_dst) dst[r * c_dst + d + u] = acc[q][u];
+      for (int x = 0; x < NG; ++x) {
+        rr[x] = x < cnt ? run_row[base + x] : 0;
+        ll[x] = x < cnt ? run_len[base + x] : 0;
+        pp[x] = x < cnt ? run_p[base + x] : 0;
+      }
+      // Longest run first, so the rows still folding at step u are the first ones.
+      const auto cswap = [&](int x, int y) {
+        if (ll[x] < ll[y]) {
+          int ti = ll[x]; ll[x] = ll[y]; ll[y] = ti;
+          ti = rr[x]; rr[x] = rr[y]; rr[y] = ti;
+          const int64_t tp = pp[x]; pp[x] = pp[y]; pp[y] = tp;
+        }
+      };
+      cswap(0, 1), cswap(2, 3), cswap(0, 2), cswap(1, 3), cswap(1, 2);
+      float a[NG][4];
+#pragma unroll
+      for (int x = 0; x < NG; ++x) {
+        const float4 v = x < cnt ? *reinterpret_cast<const float4*>(&sums[rr[x]][lane * 4]) : make_float4(0, 0, 0, 0);
+        a[x][0] = v.x, a[x][1] = v.y, a[x][2] = v.z, a[x][3] = v.w;
+      }
+      for (int u = 0; u < ll[0]; ++u) {
+        int na = 0;
+        int64_t m[NG];
+#pragma unroll
+        for (int x = 0; x < NG; ++x) {
+          na += ll[x] > u;
+          m[x] = ll[x] > u ? static_cast<int64_t>(static_cast<uint64_t>(packed[pp[x] + u]) & kMask) : 0;
+        }
+        if (na == 4) mvmr_fold<4, kVec>(a, m, src, c_src, w, c_dst, d);
+        else if (na == 3) mvmr_fold<3, kVec>(a, m, src, c_src, w, c_dst, d);
+        else if (na == 2) mvmr_fold<2, kVec>(a, m, src, c_src, w, c_dst, d);
+        else mvmr_fold<1, kVec>(a, m, src, c_src, w, c_dst, d);
+      }
+#pragma unroll
+      for (int x = 0; x < NG; ++x)
+        if (x < cnt) *reinterpret_cast<float4*>(&sums[rr[x]][lane * 4]) = make_float4(a[x][0], a[x][1], a[x][2], a[x][3]);
+    }
+    k = half_next[0] < half_next[1] ? half_next[0] : half_next[1];
+  }
+  __syncthreads();
+  for (int q = tid; q < TR * NC; q += NT) {
+    const int r = q / NC, c = q % NC;
+    if (r0 + r < rows && d0 + c < c_dst) dst[(r0 + r) * c_dst + d0 + c] = sums[r][c];
   }
 }
 
@@ -280,7 +378,7 @@ struct VvorPolicy {
   static constexpr int kThreads = 128;
   static constexpr int kO = 16;    // output channels per block (one per 8 threads)
   static constexpr int kS = 64;    // triplets per shared-memory stage
-  static constexpr int kRing = 4;  // vvor_ring_kernel: stage buffers (kRing - 1 stages in flight)
+  static constexpr int kRing = 4;  // stage buffers (kRing - 1 stages in flight)
 };
 
 // Block blockIdx.x's tile of the weight gradient (kernel k, kO output x 8 R input channels from
@@ -320,7 +418,7 @@ struct VvorTile {
   }
 };
 
-// The stages of a weight-gradient block (both kernels): kS rows of kO values of G and KC = 8 R of F,
+// The stages of a weight-gradient block: kS rows of kO values of G and KC = 8 R of F,
 // moved in units of V floats (V = 4: 16 bytes); GV / FV units a stage row, GU / FU units a thread
 // and stage.
 template <int V, int R>
@@ -344,105 +442,7 @@ __device__ __forceinline__ void stage_rows(int64_t (&rows)[U], const int64_t* __
   }
 }
 
-// reg[u] = the unit's V values of matrix m (row stride ld) from column col0 + V ((tid + NT u) % W);
-// columns at or past ld read as 0, a row of -1 leaves the unit unchanged.
-template <int V, int U, int W, int NT>
-__device__ __forceinline__ void load_units(Vec<V> (&reg)[U], const int64_t (&rows)[U], const float* __restrict__ m,
-                                           int64_t ld, int64_t col0, int tid) {
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int64_t col = col0 + ((tid + NT * u) % W) * V;
-    if (rows[u] < 0) continue;
-    const float* p = m + rows[u] * ld + col;
-    if (V == 4 && col < ld) {
-      reg[u] = load_vec<V>(p);
-    } else {
-#pragma unroll
-      for (int x = 0; x < V; ++x) reg[u].v[x] = col + x < ld ? __ldg(p + x) : 0.0f;
-    }
-  }
-}
-
-// The units into a shared-memory stage of rows W V floats wide.
-template <int V, int U, int W, int NT>
-__device__ __forceinline__ void store_units(float* stage, const Vec<V> (&reg)[U], int tid) {
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int e = tid + NT * u;
-#pragma unroll
-    for (int x = 0; x < V; ++x) stage[(e / W) * (W * V) + (e % W) * V + x] = reg[u].v[x];
-  }
-}
-
-// grad_weights[k, o, c] = fold of kernel k's triplets (grouping order (i, j)):
-// acc = fl(acc + fl(G[i, o] * F[j, c])). Block (k, o tile, c tile) of 16 x 8 R elements; thread
-// tid holds the R chains o = o0 + tid / 8, c = c0 + R (tid % 8) .. + R (R = 1, 2 or 4: fewer
-// chains per thread put more blocks, so more SMs, on each kernel cell, whose fold is sequential;
-// more chains share each shared-memory load).
-// Each stage, the block copies the G[i, o0 .. o0 + 16] and F[j, c0 .. c0 + 8 R] rows of 64
-// triplets into shared memory (V floats per load: V = 4 when both matrices have aligned rows);
-// the next stage's rows are loaded into registers while this one is folded, and the stage after
-// that's (i, j) before them. Channels past co / ci read as 0 and are not stored.
-template <int V, int R>
-__global__ void __launch_bounds__(VvorPolicy::kThreads)
-    vvor_tiled_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ ii,
-                      const int64_t* __restrict__ jj, const float* __restrict__ grad_out,
-                      const float* __restrict__ features, int64_t co, int64_t ci, int64_t o_tiles, int64_t c_tiles,
-                      float* __restrict__ grad_weights) {
-  using St = VvorStage<V, R>;
-  constexpr int NT = St::NT, S = St::S, KO = St::KO, KC = St::KC, GV = St::GV, FV = St::FV, GU = St::GU,
-                FU = St::FU;
-  __shared__ __align__(16) float gs[2][S][KO];
-  __shared__ __align__(16) float fs[2][S][KC];
-  const int tid = threadIdx.x;
-  VvorTile<R> tile(o_tiles, c_tiles, tid);
-  const int64_t o0 = tile.o0, c0 = tile.c0;
-  const int64_t begin = offsets[tile.k], end = offsets[tile.k + 1];
-  Vec<V> greg[GU] = {}, freg[FU] = {};
-  int64_t gi[GU], fj[FU];  // the rows of the next stage to load
-  const auto index = [&](int64_t p0) {
-    stage_rows<GU, GV, NT>(gi, ii, p0, end, tid);
-    stage_rows<FU, FV, NT>(fj, jj, p0, end, tid);
-  };
-  const auto load = [&]() {
-    load_units<V, GU, GV, NT>(greg, gi, grad_out, co, o0, tid);
-    load_units<V, FU, FV, NT>(freg, fj, features, ci, c0, tid);
-  };
-  const auto store = [&](int buf) {
-    store_units<V, GU, GV, NT>(&gs[buf][0][0], greg, tid);
-    store_units<V, FU, FV, NT>(&fs[buf][0][0], freg, tid);
-  };
-  const auto fold = [&](int buf, int r) { tile.fold(gs[buf][r], fs[buf][r]); };
-  if (begin < end) {
-    index(begin);
-    load();
-    store(0);
-    index(begin + S);
-    __syncthreads();
-  }
-  int buf = 0;
-  for (int64_t p0 = begin; p0 < end; p0 += S) {
-    const bool more = p0 + S < end;
-    if (more) {
-      load();              // stage p0 + S, whose rows were indexed last time
-      index(p0 + 2 * S);   // the stage after it
-    }
-    if (end - p0 >= S) {
-#pragma unroll 16
-      for (int r = 0; r < S; ++r) fold(buf, r);
-    } else {
-      const int n = static_cast<int>(end - p0);
-      for (int r = 0; r < n; ++r) fold(buf, r);
-    }
-    if (more) store(buf ^ 1);  // that buffer's last reads were before the previous barrier
-    __syncthreads();
-    buf ^= 1;
-  }
-  tile.store(grad_weights, co, ci);
-}
-
-// The units of copy_units (as stage_rows / load_units) straight into a shared-memory stage of rows
-// W V floats wide by cp.async (16 bytes a unit for V = 4, 4 bytes for V = 1); columns at or past
+// Thread tid's U units (of stage_rows) into a shared-memory stage of rows W V floats wide by cp.async (16 bytes a unit for V = 4, 4 bytes for V = 1); columns at or past
 // ld are zero-filled, a row of -1 is skipped.
 template <int V, int U, int W, int NT>
 __device__ __forceinline__ void copy_units(float* stage, const int64_t (&rows)[U], const float* __restrict__ m,
@@ -460,13 +460,17 @@ __device__ __forceinline__ void copy_units(float* stage, const int64_t (&rows)[U
   }
 }
 
-// The weight gradient as vvor_tiled_kernel (same blocks, chains and order of every fold, so the
-// same bits), with the stages copied by cp.async into a ring of kRing buffers, kRing - 1 stages
-// ahead of the fold (the tiled kernel has one stage in flight, in registers): the rows of a stage
-// are (i, j) pairs of a kernel cell in sorted order, gathered from anywhere in G and F, and the
-// fold of one stage (64 triplets) is shorter than their latency. The (i, j) of the next stage to
-// copy are read one stage ahead. One barrier a stage.
-template <int V, int R>
+// grad_weights[k, o, c] = fold of kernel k's triplets (grouping order (i, j)):
+// acc = fl(acc + fl(G[i, o] * F[j, c])). Block (k, o tile, c tile) of 16 x 8 R elements
+// (VvorTile); thread tid holds R chains (R = 1, 2 or 4: fewer chains per thread put more blocks,
+// so more SMs, on each kernel cell, whose fold is sequential; more chains share each shared-memory
+// load). The rows of a stage (G[i, o0 .. o0 + 16] and F[j, c0 .. c0 + 8 R] of 64 triplets, V
+// floats per copy: V = 4 when both matrices have aligned rows) are (i, j) pairs of a kernel cell
+// in sorted order, gathered from anywhere in G and F, and the fold of one stage is shorter than
+// their latency: they are copied by cp.async into a ring of NB buffers, NB - 1 stages ahead of
+// the fold; the (i, j) of the next stage to copy are read one stage ahead. One barrier a stage.
+// Channels past co / ci read as 0 and are not stored.
+template <int V, int R, int NB>
 __global__ void __launch_bounds__(VvorPolicy::kThreads)
     vvor_ring_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ ii,
                      const int64_t* __restrict__ jj, const float* __restrict__ grad_out,
@@ -474,7 +478,7 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
                      float* __restrict__ grad_weights) {
   using St = VvorStage<V, R>;
   constexpr int NT = St::NT, S = St::S, KO = St::KO, KC = St::KC, GV = St::GV, FV = St::FV, GU = St::GU,
-                FU = St::FU, NB = VvorPolicy::kRing;
+                FU = St::FU;
   static_assert(NB >= 2, "a ring");
   __shared__ __align__(16) float gs[NB][S][KO];
   __shared__ __align__(16) float fs[NB][S][KC];
@@ -529,35 +533,38 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
   }
 }
 
-// The MVMR into dst [rows, c_dst], four destination channels per thread where the shapes allow.
-// PCOPS_CUDA_POINT_CONV_MVMR=staged takes mvmr_staged_kernel where the source channels fit its
-// shared memory (not yet the default: not yet measured on a GPU); "rows" (the default) mvmr_kernel.
+// The MVMR into dst [rows, c_dst]. PCOPS_CUDA_POINT_CONV_MVMR=tiles|rows picks the kernel
+// (default: tiles where the destination has at least kTileMinCols channels): mvmr_tile_kernel
+// (rewrites the grouping's order in place) where the cells and the source rows fit its packed
+// positions, else mvmr_kernel, four destination channels per thread where the shapes allow.
+constexpr int64_t kTileMinCols = 96;
+
 void launch_mvmr(const CudaContext& ctx, const Grouping& g, const int64_t* t, int src_col, const float* src,
-                 int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, int64_t K, float* dst) {
+                 int64_t c_src, int64_t src_rows, const float* mat, int64_t c_dst, int64_t rows, int64_t K,
+                 int64_t T, float* dst) {
   constexpr int NT = PointConvPolicy::kThreads;
-  bool staged = false;
+  bool tiles = c_dst >= kTileMinCols;
   if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_MVMR"); e != nullptr && *e != 0) {
-    staged = std::strcmp(e, "staged") == 0;
-    if (!staged && std::strcmp(e, "rows") != 0)
-      throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be rows or staged");
+    tiles = std::strcmp(e, "tiles") == 0;
+    if (!tiles && std::strcmp(e, "rows") != 0)
+      throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be tiles or rows");
   }
-  using SP = MvmrStagedPolicy;
-  if (staged && c_src <= SP::kMaxSrc && rows > 0) {
-    const int64_t blocks = detail::ceil_div(rows, int64_t{SP::kRows}) * detail::ceil_div(c_dst, int64_t{SP::kCols});
-    if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many rows x channels");
-    const size_t smem = sizeof(float) * static_cast<size_t>(std::max<int64_t>(c_src, 1)) * SP::kCols;
-    auto kernel = rows_aligned16(mat, c_dst) ? mvmr_staged_kernel<true> : mvmr_staged_kernel<false>;
-    PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(blocks)), dim3(SP::kThreads), smem, g.offsets, g.order, t,
-                   src_col, src, c_src, mat, c_dst, rows, K, dst);
+  using TP = MvmrTilePolicy;
+  const int64_t tile_blocks = detail::ceil_div(rows, int64_t{TP::kRows}) * detail::ceil_div(c_dst, int64_t{TP::kCols});
+  if (tiles && K <= (int64_t{1} << 15) && src_rows <= (int64_t{1} << TP::kPackBits) && tile_blocks < (int64_t{1} << 31)) {
+    if (T > 0) detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(NT), 0, g.order, t, T, src_col);
+    const bool vec = rows_aligned16(src, c_src) && rows_aligned16(mat, c_dst);
+    detail::launch(ctx, vec ? mvmr_tile_kernel<true> : mvmr_tile_kernel<false>, dim3(static_cast<unsigned>(tile_blocks)),
+                   dim3(TP::kThreads), 0, g.offsets, static_cast<const int64_t*>(g.order), src, c_src, mat, c_dst, rows,
+                   K, dst);
     return;
   }
   if (rows_aligned16(mat, c_dst) && rows_aligned16(dst, c_dst)) {
-    detail::launch(ctx, mvmr_kernel<4>, dim3(blocks_for(rows * c_dst / 4)), dim3(NT), 0, g.offsets, g.order, t,
-                   src_col, src, c_src, mat, c_dst, rows, dst);
+    detail::launch(ctx, mvmr_kernel<4>, dim3(blocks_for(rows * c_dst / 4)), dim3(NT), 0, g.offsets,
+                   static_cast<const int64_t*>(g.order), t, src_col, src, c_src, mat, c_dst, rows, dst);
   } else {
-    detail::launch(ctx, mvmr_kernel<1>, dim3(blocks_for(rows * c_dst)), dim3(NT), 0, g.offsets, g.order, t, src_col,
-                   src, c_src, mat, c_dst, rows, dst);
+    detail::launch(ctx, mvmr_kernel<1>, dim3(blocks_for(rows * c_dst)), dim3(NT), 0, g.offsets,
+                   static_cast<const int64_t*>(g.order), t, src_col, src, c_src, mat, c_dst, rows, dst);
   }
 }
 
@@ -573,7 +580,7 @@ void point_conv(const CudaContext& ctx, const PointConvShape& s, const float* fe
   float* wt = ws.alloc<float>(K * Ci * Co);
   detail::launch(ctx, transpose_kernel, dim3(blocks_for(K * Ci * Co)), dim3(NT), 0, weights, K, Co, Ci, wt);
   const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/0, /*second=*/2, /*third=*/1);
-  launch_mvmr(ctx, g, triplets, 1, features, Ci, wt, Co, s.num_out, K, out);
+  launch_mvmr(ctx, g, triplets, 1, features, Ci, s.num_in, wt, Co, s.num_out, K, s.triplets, out);
 }
 
 void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const float* grad_out,
@@ -585,7 +592,7 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
   constexpr int NT = PointConvPolicy::kThreads;
   if (grad_features != nullptr && s.num_in * Ci > 0) {
     const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/1, /*second=*/2, /*third=*/0);
-    launch_mvmr(ctx, g, triplets, 0, grad_out, Co, weights, Ci, s.num_in, K, grad_features);
+    launch_mvmr(ctx, g, triplets, 0, grad_out, Co, s.num_out, weights, Ci, s.num_in, K, s.triplets, grad_features);
   }
   if (grad_weights != nullptr && K * Co * Ci > 0) {
     const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/2, /*second=*/0, /*third=*/1);
@@ -596,28 +603,29 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
                      ii, jj);
     using P = VvorPolicy;
     const int64_t o_tiles = detail::ceil_div(Co, int64_t{P::kO});
-    // Two chains per thread: measured on one H200 (bunny00 at 20k and 165k points, C = 32, 64,
-    // 128), two beat one and four at every size (165k, C = 32: 17.1 ms forward + backward against
-    // 19.2 and 27.6). PCOPS_CUDA_POINT_CONV_VVOR=1|2|4 forces it; ring1|ring2|ring4 the same
-    // chains on vvor_ring_kernel (stages in flight by cp.async; not yet the default).
-    int R = 2;
-    bool ring = false;
+    // Chains per thread: one up to 128 x 128 channels, two beyond. Measured on one H200 (bunny00
+    // sampled to 165k points, kNN 16, float32, forward + grad_weights): one 10.0 / 13.1 / 30.2 /
+    // 107 ms at C = 32 / 64 / 128 / 256, two 11.5 / 14.6 / 30.3 / 91.9, four 17.8 / 20.3 / 34.6 /
+    // 90.7 ms. PCOPS_CUDA_POINT_CONV_VVOR=1|2|4 forces it (a "d" after the digit: the deepest ring
+    // that fits 48 KB).
+    int R = Co * Ci <= 128 * 128 ? 1 : 2;
+    bool deep = false;
     if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0) {
-      ring = std::strncmp(e, "ring", 4) == 0;
-      const char* n = ring ? e + 4 : e;
-      R = (n[0] != 0 && n[1] == 0) ? n[0] - '0' : 0;
+      deep = e[1] == 'd' && e[2] == 0;
+      R = (e[1] == 0 || deep) ? e[0] - '0' : 0;
     }
     if (R != 1 && R != 2 && R != 4)
-      throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2, 4, ring1, ring2 or ring4");
+      throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2 or 4");
     const int64_t c_tiles = detail::ceil_div(Ci, int64_t{8} * R);
     const int64_t blocks = K * o_tiles * c_tiles;
     if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many kernels x channels");
     const bool vec = rows_aligned16(grad_out, Co) && rows_aligned16(features, Ci);
-    auto kernel = vec ? (R == 4 ? vvor_tiled_kernel<4, 4> : R == 2 ? vvor_tiled_kernel<4, 2> : vvor_tiled_kernel<4, 1>)
-                      : (R == 4 ? vvor_tiled_kernel<1, 4> : R == 2 ? vvor_tiled_kernel<1, 2> : vvor_tiled_kernel<1, 1>);
-    if (ring)
-      kernel = vec ? (R == 4 ? vvor_ring_kernel<4, 4> : R == 2 ? vvor_ring_kernel<4, 2> : vvor_ring_kernel<4, 1>)
-                   : (R == 4 ? vvor_ring_kernel<1, 4> : R == 2 ? vvor_ring_kernel<1, 2> : vvor_ring_kernel<1, 1>);
+    constexpr int NB = P::kRing;
+    auto kernel = vec ? (R == 4 ? vvor_ring_kernel<4, 4, NB> : R == 2 ? vvor_ring_kernel<4, 2, NB> : vvor_ring_kernel<4, 1, NB>)
+                      : (R == 4 ? vvor_ring_kernel<1, 4, NB> : R == 2 ? vvor_ring_kernel<1, 2, NB> : vvor_ring_kernel<1, 1, NB>);
+    if (deep)
+      kernel = vec ? (R == 4 ? vvor_ring_kernel<4, 4, 4> : R == 2 ? vvor_ring_kernel<4, 2, 6> : vvor_ring_kernel<4, 1, 8>)
+                   : (R == 4 ? vvor_ring_kernel<1, 4, 4> : R == 2 ? vvor_ring_kernel<1, 2, 6> : vvor_ring_kernel<1, 1, 8>);
     detail::launch(ctx, kernel, dim3(static_cast<unsigned>(blocks)), dim3(P::kThreads), 0, g.offsets,
                    static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj), grad_out, features, Co, Ci,
                    o_tiles, c_tiles, grad_weights);

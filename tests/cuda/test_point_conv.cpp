@@ -95,7 +95,7 @@ Out run_cuda(const Case& c, int shift = 0) {
   return r;
 }
 
-void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, const char* what) {
+void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, const std::string& what) {
   ASSERT_EQ(a.size(), b.size()) << what;
   for (size_t n = 0; n < a.size(); ++n) {
     uint32_t x, y;
@@ -105,12 +105,12 @@ void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, co
   }
 }
 
-// PCOPS_CUDA_POINT_CONV_VVOR (chains per thread of the weight gradient, "ring" for its cp.async
-// kernel) for one scope.
+// PCOPS_CUDA_POINT_CONV_VVOR (chains per thread of the weight gradient; "d": the deeper ring) for
+// one scope.
 struct VvorChains : pcops_cuda_test::ScopedEnv {
   explicit VvorChains(const char* chains) : ScopedEnv("PCOPS_CUDA_POINT_CONV_VVOR", chains) {}
 };
-// PCOPS_CUDA_POINT_CONV_MVMR (the forward / grad_features kernel: "rows" or "staged") for one scope.
+// PCOPS_CUDA_POINT_CONV_MVMR (the forward / grad_features kernel: "tiles" or "rows") for one scope.
 struct MvmrKernel : pcops_cuda_test::ScopedEnv {
   explicit MvmrKernel(const char* name) : ScopedEnv("PCOPS_CUDA_POINT_CONV_MVMR", name) {}
 };
@@ -135,16 +135,16 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
       expect_bitwise(gpu.out, cpu.out, "forward");
       expect_bitwise(gpu.gf, cpu.gf, "grad_features");
       expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
-      // Every weight-gradient tile, whatever the default, on both kernels (registers / cp.async ring).
-      for (const char* chains : {"1", "2", "4", "ring1", "ring2", "ring4"}) {
+      // Every weight-gradient tile and ring, whatever the default.
+      for (const char* chains : {"1", "2", "4", "1d", "2d"}) {
         const VvorChains forced(chains);
         expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
       }
-      {  // the MVMR with the matrix staged per tile and kernel cell
-        const MvmrKernel staged("staged");
+      for (const char* mvmr : {"tiles", "rows"}) {  // both MVMR kernels, whatever the default
+        const MvmrKernel forced(mvmr);
         const Out st = run_cuda(c, shift);
-        expect_bitwise(st.out, cpu.out, "forward staged");
-        expect_bitwise(st.gf, cpu.gf, "grad_features staged");
+        expect_bitwise(st.out, cpu.out, std::string("forward ") + mvmr);
+        expect_bitwise(st.gf, cpu.gf, std::string("grad_features ") + mvmr);
       }
       // Shuffled triplet rows: the same bits.
       std::vector<int64_t> perm(c.s.triplets);
@@ -157,12 +157,12 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
       expect_bitwise(gpu.out, cpu.out, "forward shuffled");
       expect_bitwise(gpu.gf, cpu.gf, "grad_features shuffled");
       expect_bitwise(gpu.gw, cpu.gw, "grad_weights shuffled");
-      const MvmrKernel staged("staged");
-      const VvorChains ring("ring2");
+      const MvmrKernel tiles("tiles");
+      const VvorChains ring("2d");
       gpu = run_cuda(c, shift);
-      expect_bitwise(gpu.out, cpu.out, "forward shuffled, staged");
-      expect_bitwise(gpu.gf, cpu.gf, "grad_features shuffled, staged");
-      expect_bitwise(gpu.gw, cpu.gw, "grad_weights shuffled, ring2");
+      expect_bitwise(gpu.out, cpu.out, "forward shuffled, tiles");
+      expect_bitwise(gpu.gf, cpu.gf, "grad_features shuffled, tiles");
+      expect_bitwise(gpu.gw, cpu.gw, "grad_weights shuffled, 2d");
     }
   }
 }
@@ -178,14 +178,16 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
     expect_bitwise(gpu.out, cpu.out, "forward");
     expect_bitwise(gpu.gf, cpu.gf, "grad_features");
     expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
-    for (const char* chains : {"1", "4", "ring1", "ring2", "ring4"}) {
+    for (const char* chains : {"1", "2", "4", "1d", "2d"}) {
       const VvorChains forced(chains);
       expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
     }
-    const MvmrKernel staged("staged");
-    const Out st = run_cuda(c, shift);
-    expect_bitwise(st.out, cpu.out, "forward staged");
-    expect_bitwise(st.gf, cpu.gf, "grad_features staged");
+    for (const char* mvmr : {"tiles", "rows"}) {
+      const MvmrKernel forced(mvmr);
+      const Out st = run_cuda(c, shift);
+      expect_bitwise(st.out, cpu.out, std::string("forward ") + mvmr);
+      expect_bitwise(st.gf, cpu.gf, std::string("grad_features ") + mvmr);
+    }
   }
 }
 
@@ -193,11 +195,11 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
 TEST(CudaPointConv, UnknownKernelNamesThrow) {
   std::mt19937 rng(31);
   const Case c = random_case(rng, 40, 30, 8, 8, 3, 200);
-  for (const char* bad : {"3", "0", "ring", "ring3", "rings", "12", "x"}) {
+  for (const char* bad : {"3", "0", "ring2", "1dd", "d", "3d", "12", "x"}) {
     const VvorChains forced(bad);
     EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }
-  for (const char* bad : {"stage", "row", "Staged", "1"}) {
+  for (const char* bad : {"staged", "row", "Tiles", "1"}) {
     const MvmrKernel forced(bad);
     EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }

@@ -15,7 +15,7 @@ from pcops import cli
 from pcops.bench import cases as C
 from pcops.bench import oracle
 from pcops.bench.peers import Inputs, Peer, peers_for
-from pcops.bench.run import Config, check, run_case
+from pcops.bench.run import Config, check, compute_oracle, run_case
 
 
 def _strict_json(path):
@@ -555,15 +555,44 @@ def test_point_conv_check_counts_each_part():
     case = C.make_case("point_conv", "sphere", 300, "random", params={"channels": 8, "k": 6})
     assert case.params["triplets"] == len(case.extra["triplets"]) > 0
     e = case.extra
-    want = oracle.point_conv(e["features"], e["weights"], e["triplets"], case.n, e["grad"])
+    want = compute_oracle(case)
+    assert want["select"] is None  # small: everything is checked
+    parts = oracle.point_conv(e["features"], e["weights"], e["triplets"], case.n, e["grad"])
+    for a, b in zip(want["parts"], parts):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
     peer = Peer("fake", "numpy", "point_conv", lambda x: None)
-    assert check(case, peer, want, want)["errors"] == 0
-    bad = [w.copy() for w in want]
+    c = check(case, peer, parts, want)
+    assert c["errors"] == 0 and c["forward_checked"] == parts[0].size and c["grad_weights_checked"] == parts[2].size
+    bad = [w.copy() for w in parts]
     bad[0][3, 1] = np.nextafter(bad[0][3, 1], np.float32(np.inf))
     bad[2][0, 0, :2] += 1
     c = check(case, peer, bad, want)
     assert (c["forward_mismatches"], c["grad_features_mismatches"], c["grad_weights_mismatches"]) == (1, 0, 2)
     assert c["errors"] == 3 and c["grad_weights_max_rel_diff"] > 0 and c["grad_features_max_rel_diff"] == 0
+
+
+def test_point_conv_large_cases_check_a_spread_subset(monkeypatch):
+    case = C.make_case("point_conv", "sphere", 400, "random", params={"channels": 8, "k": 6})
+    e = case.extra
+    full = oracle.point_conv(e["features"], e["weights"], e["triplets"], case.n, e["grad"])
+    products = len(e["triplets"]) * 8 * 8
+    monkeypatch.setattr(sys.modules["pcops.bench.run"], "CONV_CHECK_PRODUCTS", products // 4)
+    want = compute_oracle(case)
+    out_rows, in_rows, o_sel = want["select"]
+    assert 0 < len(out_rows) < case.n and 0 < len(in_rows) < case.n and 0 < len(o_sel) < 8
+    assert out_rows[0] == 0 and out_rows[-1] == case.n - 1  # spread over the whole range
+    # The subset's folds are the full oracle's elements, bit for bit.
+    for a, b in zip(want["parts"], (full[0][out_rows], full[1][in_rows], full[2][:, o_sel])):
+        assert np.array_equal(a.view(np.uint32), b.view(np.uint32))
+    peer = Peer("fake", "numpy", "point_conv", lambda x: None)
+    c = check(case, peer, full, want)
+    assert c["errors"] == 0 and c["forward_checked"] == len(out_rows) * 8
+    bad = [w.copy() for w in full]
+    bad[0][out_rows[1], 0] += 1  # a checked row
+    bad[0][np.setdiff1d(np.arange(case.n), out_rows)[0], 0] += 1  # an unchecked one
+    bad[2][:, o_sel[0], 0] += 1
+    c = check(case, peer, bad, want)
+    assert (c["forward_mismatches"], c["grad_features_mismatches"], c["grad_weights_mismatches"]) == (1, 0, 27)
 
 
 def test_bench_point_conv_tiny(tmp_path):

@@ -328,42 +328,54 @@ def _rounds(t: np.ndarray, cols: tuple[int, int, int]):
 
 
 def point_conv(features: np.ndarray, weights: np.ndarray, triplets: np.ndarray, num_out: int,
-               grad: np.ndarray, chunk: int | None = None):
+               grad: np.ndarray, chunk: int | None = None, select=None):
     """Forward, grad_features and grad_weights of ``point_conv`` in the contract's float32 order
     (features [N_in, C_in], weights [K, C_out, C_in], triplets [T, 3] rows (i, j, k), all in
     range; grad [N_out, C_out] the upstream gradient). Forward: out[i, o] folds i's triplets in
     (k, j) order, input channels ascending; grad_features[j, c] folds j's in (k, i) order, output
     channels ascending; grad_weights[k, o, c] folds k's in (i, j) order (a sequential float32
     accumulate, ``chunk`` triplets at a time; by default as many as keep the products near 16 MB).
-    Returns the three float32 arrays."""
+    Returns the three float32 arrays; with ``select = (out_rows, in_rows, out_channels)`` (index
+    arrays) only those parts: out[out_rows], grad_features[in_rows] and
+    grad_weights[:, out_channels] (each element's fold does not depend on the others)."""
     F = np.ascontiguousarray(features, np.float32)
     W = np.ascontiguousarray(weights, np.float32)
     G = np.ascontiguousarray(grad, np.float32)
     t = np.asarray(triplets, np.int64).reshape(-1, 3)
     K, co, ci = W.shape
+    out_rows = in_rows = None
+    Gw = G  # the upstream gradient's columns of the checked weight-gradient rows
+    if select is not None:
+        out_rows, in_rows, o_sel = (np.asarray(x, np.int64) for x in select)
+        Gw = np.ascontiguousarray(G[:, o_sel])
+        co = len(o_sel)
     if chunk is None:
         chunk = max(16, (1 << 22) // max(co * ci, 1))
-    out = np.zeros((num_out, co), np.float32)
-    for i, j, k in _rounds(t, (0, 2, 1)):
+    t_out = t if out_rows is None else t[np.isin(t[:, 0], out_rows)]
+    t_in = t if in_rows is None else t[np.isin(t[:, 1], in_rows)]
+    out = np.zeros((num_out, W.shape[1]), np.float32)
+    for i, j, k in _rounds(t_out, (0, 2, 1)):
         acc = out[i]
         for c in range(ci):
             acc = acc + W[k, :, c] * F[j, c][:, None]
         out[i] = acc
     gf = np.zeros_like(F)
-    for i, j, k in _rounds(t, (1, 2, 0)):
+    for i, j, k in _rounds(t_in, (1, 2, 0)):
         acc = gf[j]
-        for o in range(co):
+        for o in range(W.shape[1]):
             acc = acc + W[k, o, :] * G[i, o][:, None]
         gf[j] = acc
-    gw = np.zeros_like(W)
+    gw = np.zeros((K, co, ci), np.float32)
     s = t[np.lexsort((t[:, 1], t[:, 0], t[:, 2]))]
     bounds = np.searchsorted(s[:, 2], np.arange(K + 1))
     for k in range(K):
         carry = np.zeros((1, co, ci), np.float32)  # +0
         for p in range(bounds[k], bounds[k + 1], chunk):
             r = s[p:min(p + chunk, bounds[k + 1])]
-            prod = G[r[:, 0]][:, :, None] * F[r[:, 1]][:, None, :]
+            prod = Gw[r[:, 0]][:, :, None] * F[r[:, 1]][:, None, :]
             # ufunc.accumulate is the sequential fold acc = fl(acc + x) in float32.
             carry = np.add.accumulate(np.concatenate([carry, prod]), axis=0)[-1:]
         gw[k] = carry[0]
+    if select is not None:
+        return out[out_rows], gf[in_rows], gw
     return out, gf, gw
