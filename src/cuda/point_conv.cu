@@ -378,7 +378,16 @@ struct VvorPolicy {
   static constexpr int kThreads = 128;
   static constexpr int kO = 16;    // output channels per block (one per 8 threads)
   static constexpr int kS = 64;    // triplets per shared-memory stage
-  static constexpr int kRing = 4;  // stage buffers (kRing - 1 stages in flight)
+  static constexpr int kRingBytes = 48 * 1024;  // the ring of stage buffers at most
+};
+
+// The ring of a weight-gradient block of R chains a thread: as many stage buffers (kS rows of 16
+// values of G and 8 R of F) as fit kRingBytes, kBuffers - 1 of them in flight.
+template <int R>
+struct VvorRing {
+  static constexpr int kBuffers =
+      VvorPolicy::kRingBytes / (VvorPolicy::kS * (VvorPolicy::kO + 8 * R) * static_cast<int>(sizeof(float)));
+  static_assert(kBuffers >= 2, "a ring");
 };
 
 // Block blockIdx.x's tile of the weight gradient (kernel k, kO output x 8 R input channels from
@@ -537,7 +546,7 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
 // (default: tiles where the destination has at least kTileMinCols channels): mvmr_tile_kernel
 // (rewrites the grouping's order in place) where the cells and the source rows fit its packed
 // positions, else mvmr_kernel, four destination channels per thread where the shapes allow.
-constexpr int64_t kTileMinCols = 96;
+constexpr int64_t kTileMinCols = 128;
 
 void launch_mvmr(const CudaContext& ctx, const Grouping& g, const int64_t* t, int src_col, const float* src,
                  int64_t c_src, int64_t src_rows, const float* mat, int64_t c_dst, int64_t rows, int64_t K,
@@ -603,29 +612,24 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
                      ii, jj);
     using P = VvorPolicy;
     const int64_t o_tiles = detail::ceil_div(Co, int64_t{P::kO});
-    // Chains per thread: one up to 128 x 128 channels, two beyond. Measured on one H200 (bunny00
-    // sampled to 165k points, kNN 16, float32, forward + grad_weights): one 10.0 / 13.1 / 30.2 /
-    // 107 ms at C = 32 / 64 / 128 / 256, two 11.5 / 14.6 / 30.3 / 91.9, four 17.8 / 20.3 / 34.6 /
-    // 90.7 ms. PCOPS_CUDA_POINT_CONV_VVOR=1|2|4 forces it (a "d" after the digit: the deepest ring
-    // that fits 48 KB).
-    int R = Co * Ci <= 128 * 128 ? 1 : 2;
-    bool deep = false;
-    if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0) {
-      deep = e[1] == 'd' && e[2] == 0;
-      R = (e[1] == 0 || deep) ? e[0] - '0' : 0;
-    }
+    // Chains per thread: one up to 64 x 64 channels, two beyond; each with the deepest ring that
+    // fits 48 KB. Measured on one H200 (bunny00 sampled to 165k points, kNN 16, float32, the
+    // weight gradient alone (forward + grad_weights less the forward), C = 32 / 64 / 128 / 256):
+    // one chain 8.7 / 9.8 / 18.0 / 53.8 ms with a ring of 4 (of 8: 8.1 / 9.9 / 17.6 / 52.9), two
+    // 10.1 / 11.3 / 17.6 / 39.0 ms (of 6: 9.6 / 11.0 / 17.2 / 38.6), four 16.4 / 17.1 / 22.3 /
+    // 37.8 ms. PCOPS_CUDA_POINT_CONV_VVOR=1|2|4 forces the chains.
+    int R = Co * Ci <= 64 * 64 ? 1 : 2;
+    if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0)
+      R = e[1] == 0 ? e[0] - '0' : 0;
     if (R != 1 && R != 2 && R != 4)
       throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2 or 4");
     const int64_t c_tiles = detail::ceil_div(Ci, int64_t{8} * R);
     const int64_t blocks = K * o_tiles * c_tiles;
     if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many kernels x channels");
     const bool vec = rows_aligned16(grad_out, Co) && rows_aligned16(features, Ci);
-    constexpr int NB = P::kRing;
-    auto kernel = vec ? (R == 4 ? vvor_ring_kernel<4, 4, NB> : R == 2 ? vvor_ring_kernel<4, 2, NB> : vvor_ring_kernel<4, 1, NB>)
-                      : (R == 4 ? vvor_ring_kernel<1, 4, NB> : R == 2 ? vvor_ring_kernel<1, 2, NB> : vvor_ring_kernel<1, 1, NB>);
-    if (deep)
-      kernel = vec ? (R == 4 ? vvor_ring_kernel<4, 4, 4> : R == 2 ? vvor_ring_kernel<4, 2, 6> : vvor_ring_kernel<4, 1, 8>)
-                   : (R == 4 ? vvor_ring_kernel<1, 4, 4> : R == 2 ? vvor_ring_kernel<1, 2, 6> : vvor_ring_kernel<1, 1, 8>);
+    constexpr int B1 = VvorRing<1>::kBuffers, B2 = VvorRing<2>::kBuffers, B4 = VvorRing<4>::kBuffers;
+    auto kernel = vec ? (R == 4 ? vvor_ring_kernel<4, 4, B4> : R == 2 ? vvor_ring_kernel<4, 2, B2> : vvor_ring_kernel<4, 1, B1>)
+                      : (R == 4 ? vvor_ring_kernel<1, 4, B4> : R == 2 ? vvor_ring_kernel<1, 2, B2> : vvor_ring_kernel<1, 1, B1>);
     detail::launch(ctx, kernel, dim3(static_cast<unsigned>(blocks)), dim3(P::kThreads), 0, g.offsets,
                    static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj), grad_out, features, Co, Ci,
                    o_tiles, c_tiles, grad_weights);
