@@ -382,11 +382,13 @@ struct VvorPolicy {
 };
 
 // The ring of a weight-gradient block of R chains a thread: as many stage buffers (kS rows of 16
-// values of G and 8 R of F) as fit kRingBytes, kBuffers - 1 of them in flight.
+// values of G and 8 R of F) as fit kRingBytes together with their (i, j) (2 (kBuffers - 1) stages of
+// kS int64 pairs), kBuffers - 1 of them in flight.
 template <int R>
 struct VvorRing {
-  static constexpr int kBuffers =
-      VvorPolicy::kRingBytes / (VvorPolicy::kS * (VvorPolicy::kO + 8 * R) * static_cast<int>(sizeof(float)));
+  static constexpr int kStage = VvorPolicy::kS * (VvorPolicy::kO + 8 * R) * static_cast<int>(sizeof(float));
+  static constexpr int kIndex = VvorPolicy::kS * 2 * static_cast<int>(sizeof(int64_t));
+  static constexpr int kBuffers = (VvorPolicy::kRingBytes + 2 * kIndex) / (kStage + 2 * kIndex);
   static_assert(kBuffers >= 2, "a ring");
 };
 
@@ -438,21 +440,10 @@ struct VvorStage {
   static_assert(GU >= 1 && FU >= 1 && S * GV % NT == 0 && S * FV % NT == 0, "whole units per thread");
 };
 
-// The stage units of the weight gradient's block: thread tid's unit u covers stage row
-// (tid + NT u) / W and the V columns from V ((tid + NT u) % W) of a tile W V columns wide.
-// rows[u] = the matrix row of that stage row (from src[p0 + stage row]), or -1 past `end`.
-template <int U, int W, int NT>
-__device__ __forceinline__ void stage_rows(int64_t (&rows)[U], const int64_t* __restrict__ src, int64_t p0,
-                                           int64_t end, int tid) {
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int r = (tid + NT * u) / W;
-    rows[u] = p0 + r < end ? src[p0 + r] : -1;
-  }
-}
-
-// Thread tid's U units (of stage_rows) into a shared-memory stage of rows W V floats wide by cp.async (16 bytes a unit for V = 4, 4 bytes for V = 1); columns at or past
-// ld are zero-filled, a row of -1 is skipped.
+// Thread tid's U units of a shared-memory stage of rows W V floats wide by cp.async (16 bytes a
+// unit for V = 4, 4 bytes for V = 1): unit u covers stage row (tid + NT u) / W, matrix row rows[u]
+// and the V columns from col0 + V ((tid + NT u) % W); columns at or past ld are zero-filled, a
+// row of -1 is skipped.
 template <int V, int U, int W, int NT>
 __device__ __forceinline__ void copy_units(float* stage, const int64_t (&rows)[U], const float* __restrict__ m,
                                            int64_t ld, int64_t col0, int tid) {
@@ -476,9 +467,12 @@ __device__ __forceinline__ void copy_units(float* stage, const int64_t (&rows)[U
 // load). The rows of a stage (G[i, o0 .. o0 + 16] and F[j, c0 .. c0 + 8 R] of 64 triplets, V
 // floats per copy: V = 4 when both matrices have aligned rows) are (i, j) pairs of a kernel cell
 // in sorted order, gathered from anywhere in G and F, and the fold of one stage is shorter than
-// their latency: they are copied by cp.async into a ring of NB buffers, NB - 1 stages ahead of
-// the fold; the (i, j) of the next stage to copy are read one stage ahead. One barrier a stage.
-// Channels past co / ci read as 0 and are not stored.
+// their latency: they are copied by cp.async into a ring of NB buffers, L = NB - 1 stages ahead
+// of the fold. Their (i, j) are copied the same way L stages before that (a ring of 2 L), so that
+// no thread waits for an index either: iteration s waits for the copies of stage s (and of the
+// (i, j) of stage s + L, the same group), issues the rows of stage s + L and the (i, j) of stage
+// s + 2 L, and folds stage s. One barrier a stage. Channels past co / ci read as 0 and are not
+// stored.
 template <int V, int R, int NB>
 __global__ void __launch_bounds__(VvorPolicy::kThreads)
     vvor_ring_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ ii,
@@ -487,47 +481,69 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
                      float* __restrict__ grad_weights) {
   using St = VvorStage<V, R>;
   constexpr int NT = St::NT, S = St::S, KO = St::KO, KC = St::KC, GV = St::GV, FV = St::FV, GU = St::GU,
-                FU = St::FU;
+                FU = St::FU, L = NB - 1, M = 2 * L;
   static_assert(NB >= 2, "a ring");
+  static_assert(NT == 2 * S, "one (i, j) entry a thread and stage");
   __shared__ __align__(16) float gs[NB][S][KO];
   __shared__ __align__(16) float fs[NB][S][KC];
+  __shared__ __align__(16) int64_t ix[M][2][S];  // the (i, j) of stages s + L .. s + 2 L
   const int tid = threadIdx.x;
   VvorTile<R> tile(o_tiles, c_tiles, tid);
   const int64_t o0 = tile.o0, c0 = tile.c0;
   const int64_t begin = offsets[tile.k], end = offsets[tile.k + 1];
-  int64_t gi[GU], fj[FU];  // the rows of the next stage to copy
-  int64_t next = begin;    // its first position
-  const auto index = [&] {
-    stage_rows<GU, GV, NT>(gi, ii, next, end, tid);
-    stage_rows<FU, FV, NT>(fj, jj, next, end, tid);
+  const int64_t stages = (end - begin + S - 1) / S;
+  const auto copy_index = [&](int64_t x, int slot) {  // the (i, j) of stage x into index slot `slot`
+    const int col = tid / S, r = tid % S;
+    const int64_t p = begin + x * S + r;
+    if (x < stages && p < end) primitives::cp_async8(&ix[slot][col][r], (col == 0 ? ii : jj) + p);
   };
-  const auto copy = [&](int buf) {  // the next stage into buffer buf, then the (i, j) of the one after
-    if (next < end) {
-      copy_units<V, GU, GV, NT>(&gs[buf][0][0], gi, grad_out, co, o0, tid);
-      copy_units<V, FU, FV, NT>(&fs[buf][0][0], fj, features, ci, c0, tid);
-      next += S;
-      index();
+  const auto copy_rows = [&](int64_t x, int slot, int buf) {  // stage x's rows, its (i, j) in `slot`
+    if (x >= stages) return;
+    const int64_t p0 = begin + x * S;
+    int64_t gi[GU], fj[FU];
+#pragma unroll
+    for (int u = 0; u < GU; ++u) {
+      const int r = (tid + NT * u) / GV;
+      gi[u] = p0 + r < end ? ix[slot][0][r] : -1;
     }
-    primitives::cp_async_commit();  // an empty group past the end
+#pragma unroll
+    for (int u = 0; u < FU; ++u) {
+      const int r = (tid + NT * u) / FV;
+      fj[u] = p0 + r < end ? ix[slot][1][r] : -1;
+    }
+    copy_units<V, GU, GV, NT>(&gs[buf][0][0], gi, grad_out, co, o0, tid);
+    copy_units<V, FU, FV, NT>(&fs[buf][0][0], fj, features, ci, c0, tid);
   };
   const auto fold = [&](int buf, int r) { tile.fold(gs[buf][r], fs[buf][r]); };
-  index();
+  // Prologue: the (i, j) of stages 0 .. 2 L - 1 (waited for), then the rows of 0 .. L - 1, a group each.
 #pragma unroll
-  for (int st = 0; st < NB - 1; ++st) copy(st);
-  int buf = 0, cbuf = NB - 1;
-  for (int64_t p0 = begin; p0 < end; p0 += S) {
-    primitives::cp_async_wait<NB - 2>();  // this thread's copies of stage p0
-    __syncthreads();                      // everyone's; and the buffer folded last is free
-    copy(cbuf);
-    cbuf = cbuf + 1 == NB ? 0 : cbuf + 1;
-    if (end - p0 >= S) {
+  for (int x = 0; x < M; ++x) copy_index(x, x);
+  primitives::cp_async_commit();
+  primitives::cp_async_wait<0>();
+  __syncthreads();
+#pragma unroll
+  for (int x = 0; x < L; ++x) {
+    copy_rows(x, x, x);
+    primitives::cp_async_commit();
+  }
+  int buf = 0, cbuf = L, slot = 0;  // stage s's buffer, stage s + L's buffer, stage s's index slot
+  for (int64_t s = 0; s < stages; ++s) {
+    primitives::cp_async_wait<L - 1>();  // this thread's copies of stage s and of the (i, j) of s + L
+    __syncthreads();                     // everyone's; the buffer and index slot of stage s - 1 are free
+    const int slot_l = slot + L < M ? slot + L : slot + L - M;
+    copy_rows(s + L, slot_l, cbuf);
+    copy_index(s + M, slot);  // stage s's index slot, read when its rows were issued
+    primitives::cp_async_commit();  // an empty group past the end
+    const int64_t n = end - (begin + s * S);
+    if (n >= S) {
 #pragma unroll 16
       for (int r = 0; r < S; ++r) fold(buf, r);
     } else {
-      const int n = static_cast<int>(end - p0);
-      for (int r = 0; r < n; ++r) fold(buf, r);
+      for (int r = 0; r < static_cast<int>(n); ++r) fold(buf, r);
     }
     buf = buf + 1 == NB ? 0 : buf + 1;
+    cbuf = cbuf + 1 == NB ? 0 : cbuf + 1;
+    slot = slot + 1 == M ? 0 : slot + 1;
   }
   primitives::cp_async_wait<0>();
   tile.store(grad_weights, co, ci);
