@@ -170,8 +170,13 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
 // several stages per kernel cell, partial channel tiles, vector and scalar loads.
 TEST(CudaPointConv, ShortCasesForSanitizers) {
   std::mt19937 rng(29);
-  for (int shift : {0, 1}) {
-    const Case c = random_case(rng, 120, 100, 36, 20, 3, 700);
+  // (shape, shift): three cells of about 230 triplets (a few stages each), and two cells of 1500
+  // (24 stages: the weight gradient's rings of stages and of their (i, j) wrap around several times).
+  const std::vector<std::vector<int64_t>> shapes{{120, 100, 36, 20, 3, 700, 0}, {120, 100, 36, 20, 3, 700, 1},
+                                                 {200, 150, 20, 12, 2, 3000, 0}};
+  for (const auto& sh : shapes) {
+    const int shift = static_cast<int>(sh[6]);
+    const Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
     const Out cpu = run_cpu(c);
     const Out gpu = run_cuda(c, shift);
     expect_bitwise(gpu.out, cpu.out, "forward");
