@@ -378,30 +378,21 @@ struct VvorPolicy {
   static constexpr int kThreads = 128;
   static constexpr int kO = 16;    // output channels per block (one per 8 threads)
   static constexpr int kS = 64;    // triplets per shared-memory stage
-  static constexpr int kPad = 4;   // floats after each staged column (conflict-free 16-byte reads)
   static constexpr int kRingBytes = 48 * 1024;  // the ring of stage buffers at most
 };
 
-// The stages of a weight-gradient block of R chains a thread (kThreads threads, kO x 8 R elements):
-// kS triplets' values of G (kO channels) and F (KC = 8 R channels), stored transposed, one column
-// of kS + kPad floats per channel, so that a thread reads four triplets' values of one channel as
-// one 16-byte load; GU / FU values a thread copies per stage (4 bytes each, cp.async). kBuffers:
-// as many stages as fit kRingBytes together with their (i, j) (2 (kBuffers - 1) stages of kS
-// int64 pairs), kBuffers - 1 of them in flight.
+// The ring of a weight-gradient block of R chains a thread: as many stage buffers (kS rows of 16
+// values of G and 8 R of F) as fit kRingBytes, kBuffers - 1 of them in flight.
 template <int R>
-struct VvorStage {
-  static constexpr int NT = VvorPolicy::kThreads, S = VvorPolicy::kS, KO = VvorPolicy::kO, KC = 8 * R,
-                       SP = S + VvorPolicy::kPad, GU = S * KO / NT, FU = S * KC / NT;
-  static_assert(S * KO % NT == 0 && S * KC % NT == 0 && S % 4 == 0, "whole values per thread, steps of 4");
-  static constexpr int kStage = (KO + KC) * SP * static_cast<int>(sizeof(float));
-  static constexpr int kIndex = S * 2 * static_cast<int>(sizeof(int64_t));
-  static constexpr int kBuffers = (VvorPolicy::kRingBytes + 2 * kIndex) / (kStage + 2 * kIndex);
+struct VvorRing {
+  static constexpr int kBuffers =
+      VvorPolicy::kRingBytes / (VvorPolicy::kS * (VvorPolicy::kO + 8 * R) * static_cast<int>(sizeof(float)));
   static_assert(kBuffers >= 2, "a ring");
 };
 
 // Block blockIdx.x's tile of the weight gradient (kernel k, kO output x 8 R input channels from
 // o0, c0; blocks in (k, o tile, c tile) order) and thread tid's R chains in it: o = o0 + tid / 8,
-// c = c0 + tid % 8 + 8 x for x < R (neighbouring threads read neighbouring staged columns).
+// c = c0 + R (tid % 8) .. + R - 1.
 template <int R>
 struct VvorTile {
   static constexpr int KO = VvorPolicy::kO, KC = 8 * R;
@@ -413,37 +404,18 @@ struct VvorTile {
     k = b / (c_tiles * o_tiles);
     o0 = (b / c_tiles) % o_tiles * KO;
     c0 = b % c_tiles * KC;
-    my_o = tid / 8, my_c = tid % 8;
+    my_o = tid / 8, my_c = (tid % 8) * R;
 #pragma unroll
     for (int x = 0; x < R; ++x) acc[x] = 0.0f;
   }
-  // n staged triplets in order (g: the staged columns of G, f: of F, SP floats apart):
-  // acc = fl(acc + fl(G[i, o] * F[j, c])) for each; four at a time from 16-byte loads.
-  template <int SP>
-  __device__ __forceinline__ void fold(const float* g, const float* f, int n) {
-    const float* gc = g + my_o * SP;
-    if (n == VvorPolicy::kS) {
-#pragma unroll 4
-      for (int r = 0; r < VvorPolicy::kS; r += 4) {
-        const float4 g4 = *reinterpret_cast<const float4*>(gc + r);
-        float4 f4[R];
+  // One triplet from its staged rows (g: G[i, o0 ..], f: F[j, c0 ..]): acc = fl(acc + fl(g * f)).
+  __device__ __forceinline__ void fold(const float* g_row, const float* f_row) {
+    const float g = g_row[my_o];
+    float f[R];
 #pragma unroll
-        for (int x = 0; x < R; ++x) f4[x] = *reinterpret_cast<const float4*>(f + (my_c + 8 * x) * SP + r);
+    for (int x = 0; x < R; ++x) f[x] = f_row[my_c + x];
 #pragma unroll
-        for (int x = 0; x < R; ++x) acc[x] = __fadd_rn(acc[x], __fmul_rn(g4.x, f4[x].x));
-#pragma unroll
-        for (int x = 0; x < R; ++x) acc[x] = __fadd_rn(acc[x], __fmul_rn(g4.y, f4[x].y));
-#pragma unroll
-        for (int x = 0; x < R; ++x) acc[x] = __fadd_rn(acc[x], __fmul_rn(g4.z, f4[x].z));
-#pragma unroll
-        for (int x = 0; x < R; ++x) acc[x] = __fadd_rn(acc[x], __fmul_rn(g4.w, f4[x].w));
-      }
-    } else {
-      for (int r = 0; r < n; ++r) {
-#pragma unroll
-        for (int x = 0; x < R; ++x) acc[x] = __fadd_rn(acc[x], __fmul_rn(gc[r], f[(my_c + 8 * x) * SP + r]));
-      }
-    }
+    for (int x = 0; x < R; ++x) acc[x] = __fadd_rn(acc[x], __fmul_rn(g, f[x]));
   }
   // The chains inside the matrix into grad_weights [K, co, ci].
   __device__ __forceinline__ void store(float* __restrict__ gw, int64_t co, int64_t ci) const {
@@ -451,22 +423,49 @@ struct VvorTile {
     if (o >= co) return;
 #pragma unroll
     for (int x = 0; x < R; ++x)
-      if (c0 + my_c + 8 * x < ci) gw[(k * co + o) * ci + c0 + my_c + 8 * x] = acc[x];
+      if (c0 + my_c + x < ci) gw[(k * co + o) * ci + c0 + my_c + x] = acc[x];
   }
 };
 
-// Thread tid's U values of a transposed stage (W channels, columns SP floats apart) by cp.async:
-// value u is channel (tid + NT u) % W of stage row r = (tid + NT u) / W, from matrix row rows[r] of
-// m (row stride ld) at column col0 + that channel (zero-filled at or past ld).
-template <int U, int W, int NT, int SP>
-__device__ __forceinline__ void copy_transposed(float* stage, const int64_t* rows, const float* __restrict__ m,
-                                                int64_t ld, int64_t col0, int tid) {
+// The stages of a weight-gradient block: kS rows of kO values of G and KC = 8 R of F,
+// moved in units of V floats (V = 4: 16 bytes); GV / FV units a stage row, GU / FU units a thread
+// and stage.
+template <int V, int R>
+struct VvorStage {
+  static constexpr int NT = VvorPolicy::kThreads, S = VvorPolicy::kS, KO = VvorPolicy::kO, KC = 8 * R;
+  static constexpr int GV = KO / V, FV = KC / V, GU = S * GV / NT, FU = S * FV / NT;
+  static_assert(KO % V == 0 && KC % V == 0, "whole units inside the tile");
+  static_assert(GU >= 1 && FU >= 1 && S * GV % NT == 0 && S * FV % NT == 0, "whole units per thread");
+};
+
+// The stage units of the weight gradient's block: thread tid's unit u covers stage row
+// (tid + NT u) / W and the V columns from V ((tid + NT u) % W) of a tile W V columns wide.
+// rows[u] = the matrix row of that stage row (from src[p0 + stage row]), or -1 past `end`.
+template <int U, int W, int NT>
+__device__ __forceinline__ void stage_rows(int64_t (&rows)[U], const int64_t* __restrict__ src, int64_t p0,
+                                           int64_t end, int tid) {
 #pragma unroll
   for (int u = 0; u < U; ++u) {
-    const int e = tid + NT * u, r = e / W, ch = e % W;
-    const int64_t col = col0 + ch;
-    const bool in = col < ld;
-    primitives::cp_async4(stage + ch * SP + r, in ? m + rows[r] * ld + col : m, in ? 4 : 0);
+    const int r = (tid + NT * u) / W;
+    rows[u] = p0 + r < end ? src[p0 + r] : -1;
+  }
+}
+
+// Thread tid's U units (of stage_rows) into a shared-memory stage of rows W V floats wide by cp.async (16 bytes a unit for V = 4, 4 bytes for V = 1); columns at or past
+// ld are zero-filled, a row of -1 is skipped.
+template <int V, int U, int W, int NT>
+__device__ __forceinline__ void copy_units(float* stage, const int64_t (&rows)[U], const float* __restrict__ m,
+                                           int64_t ld, int64_t col0, int tid) {
+  static_assert(V == 4 || V == 1, "16- or 4-byte units");
+#pragma unroll
+  for (int u = 0; u < U; ++u) {
+    if (rows[u] < 0) continue;
+    const int e = tid + NT * u;
+    const int64_t col = col0 + (e % W) * V;
+    float* d = stage + (e / W) * (W * V) + (e % W) * V;
+    const bool in = col < ld;  // V = 4: ld % 4 == 0, so the unit is wholly in or out
+    if constexpr (V == 4) primitives::cp_async16(d, in ? m + rows[u] * ld + col : m, in ? 16 : 0);
+    else primitives::cp_async4(d, in ? m + rows[u] * ld + col : m, in ? 4 : 0);
   }
 }
 
@@ -474,71 +473,61 @@ __device__ __forceinline__ void copy_transposed(float* stage, const int64_t* row
 // acc = fl(acc + fl(G[i, o] * F[j, c])). Block (k, o tile, c tile) of 16 x 8 R elements
 // (VvorTile); thread tid holds R chains (R = 1, 2 or 4: fewer chains per thread put more blocks,
 // so more SMs, on each kernel cell, whose fold is sequential; more chains share each shared-memory
-// load). A chain is one sequential fold over its cell's triplets, so the kernel takes about as
-// long as one warp needs for the largest cell, and that is bound by the instructions a warp issues
-// per triplet: with the stages transposed (VvorStage), a thread's triplet costs (1 + R) / 4
-// 16-byte loads and R multiplies and adds.
-// The values of a stage (G[i, o0 .. o0 + 16] and F[j, c0 .. c0 + 8 R] of 64 triplets) are (i, j)
-// pairs of a kernel cell in sorted order, gathered from anywhere in G and F, and the fold of one
-// stage is shorter than their latency: they are copied by cp.async into a ring of NB buffers,
-// L = NB - 1 stages ahead of the fold. Their (i, j) are copied the same way L stages before that
-// (a ring of 2 L), so that no thread waits for an index either: iteration s waits for the copies
-// of stage s (and of the (i, j) of stage s + L, the same group), issues the values of stage s + L
-// and the (i, j) of stage s + 2 L, and folds stage s. One barrier a stage. Channels past co / ci
-// read as 0 and are not stored; the last stage's slots past the cell's end hold its first (i, j)
-// (valid rows, copied but never folded).
-template <int R>
+// load). The rows of a stage (G[i, o0 .. o0 + 16] and F[j, c0 .. c0 + 8 R] of 64 triplets, V
+// floats per copy: V = 4 when both matrices have aligned rows) are (i, j) pairs of a kernel cell
+// in sorted order, gathered from anywhere in G and F, and the fold of one stage is shorter than
+// their latency: they are copied by cp.async into a ring of NB buffers, NB - 1 stages ahead of
+// the fold; the (i, j) of the next stage to copy are read one stage ahead. One barrier a stage.
+// Channels past co / ci read as 0 and are not stored.
+template <int V, int R, int NB>
 __global__ void __launch_bounds__(VvorPolicy::kThreads)
     vvor_ring_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ ii,
                      const int64_t* __restrict__ jj, const float* __restrict__ grad_out,
                      const float* __restrict__ features, int64_t co, int64_t ci, int64_t o_tiles, int64_t c_tiles,
                      float* __restrict__ grad_weights) {
-  using St = VvorStage<R>;
-  constexpr int NT = St::NT, S = St::S, KO = St::KO, KC = St::KC, SP = St::SP, GU = St::GU, FU = St::FU,
-                NB = St::kBuffers, L = NB - 1, M = 2 * L;
-  static_assert(NT == 2 * S, "one (i, j) entry a thread and stage");
-  __shared__ __align__(16) float gs[NB][KO][SP];
-  __shared__ __align__(16) float fs[NB][KC][SP];
-  __shared__ __align__(16) int64_t ix[M][2][S];  // the (i, j) of stages s + L .. s + 2 L
+  using St = VvorStage<V, R>;
+  constexpr int NT = St::NT, S = St::S, KO = St::KO, KC = St::KC, GV = St::GV, FV = St::FV, GU = St::GU,
+                FU = St::FU;
+  static_assert(NB >= 2, "a ring");
+  __shared__ __align__(16) float gs[NB][S][KO];
+  __shared__ __align__(16) float fs[NB][S][KC];
   const int tid = threadIdx.x;
   VvorTile<R> tile(o_tiles, c_tiles, tid);
   const int64_t o0 = tile.o0, c0 = tile.c0;
   const int64_t begin = offsets[tile.k], end = offsets[tile.k + 1];
-  const int64_t stages = (end - begin + S - 1) / S;
-  const auto copy_index = [&](int64_t x, int slot) {  // the (i, j) of stage x into index slot `slot`
-    const int col = tid / S, r = tid % S;
-    const int64_t p = begin + x * S + r;
-    if (x < stages) primitives::cp_async8(&ix[slot][col][r], (col == 0 ? ii : jj) + (p < end ? p : begin));
+  int64_t gi[GU], fj[FU];  // the rows of the next stage to copy
+  int64_t next = begin;    // its first position
+  const auto index = [&] {
+    stage_rows<GU, GV, NT>(gi, ii, next, end, tid);
+    stage_rows<FU, FV, NT>(fj, jj, next, end, tid);
   };
-  const auto copy_values = [&](int64_t x, int slot, int buf) {  // stage x's values, its (i, j) in `slot`
-    if (x >= stages) return;
-    copy_transposed<GU, KO, NT, SP>(&gs[buf][0][0], ix[slot][0], grad_out, co, o0, tid);
-    copy_transposed<FU, KC, NT, SP>(&fs[buf][0][0], ix[slot][1], features, ci, c0, tid);
-  };
-  // Prologue: the (i, j) of stages 0 .. 2 L - 1 (waited for), then the values of 0 .. L - 1, a
-  // group each.
-#pragma unroll
-  for (int x = 0; x < M; ++x) copy_index(x, x);
-  primitives::cp_async_commit();
-  primitives::cp_async_wait<0>();
-  __syncthreads();
-#pragma unroll
-  for (int x = 0; x < L; ++x) {
-    copy_values(x, x, x);
-    primitives::cp_async_commit();
-  }
-  int buf = 0, cbuf = L, slot = 0;  // stage s's buffer, stage s + L's buffer, stage s's index slot
-  for (int64_t s = 0; s < stages; ++s) {
-    primitives::cp_async_wait<L - 1>();  // this thread's copies of stage s and of the (i, j) of s + L
-    __syncthreads();                     // everyone's; the buffer and index slot of stage s - 1 are free
-    copy_values(s + L, slot + L < M ? slot + L : slot + L - M, cbuf);
-    copy_index(s + M, slot);        // stage s's index slot, read when its values were issued
+  const auto copy = [&](int buf) {  // the next stage into buffer buf, then the (i, j) of the one after
+    if (next < end) {
+      copy_units<V, GU, GV, NT>(&gs[buf][0][0], gi, grad_out, co, o0, tid);
+      copy_units<V, FU, FV, NT>(&fs[buf][0][0], fj, features, ci, c0, tid);
+      next += S;
+      index();
+    }
     primitives::cp_async_commit();  // an empty group past the end
-    const int64_t n = end - (begin + s * S);
-    tile.template fold<SP>(&gs[buf][0][0], &fs[buf][0][0], n < S ? static_cast<int>(n) : S);
-    buf = buf + 1 == NB ? 0 : buf + 1;
+  };
+  const auto fold = [&](int buf, int r) { tile.fold(gs[buf][r], fs[buf][r]); };
+  index();
+#pragma unroll
+  for (int st = 0; st < NB - 1; ++st) copy(st);
+  int buf = 0, cbuf = NB - 1;
+  for (int64_t p0 = begin; p0 < end; p0 += S) {
+    primitives::cp_async_wait<NB - 2>();  // this thread's copies of stage p0
+    __syncthreads();                      // everyone's; and the buffer folded last is free
+    copy(cbuf);
     cbuf = cbuf + 1 == NB ? 0 : cbuf + 1;
-    slot = slot + 1 == M ? 0 : slot + 1;
+    if (end - p0 >= S) {
+#pragma unroll 16
+      for (int r = 0; r < S; ++r) fold(buf, r);
+    } else {
+      const int n = static_cast<int>(end - p0);
+      for (int r = 0; r < n; ++r) fold(buf, r);
+    }
+    buf = buf + 1 == NB ? 0 : buf + 1;
   }
   primitives::cp_async_wait<0>();
   tile.store(grad_weights, co, ci);
@@ -637,7 +626,10 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     const int64_t c_tiles = detail::ceil_div(Ci, int64_t{8} * R);
     const int64_t blocks = K * o_tiles * c_tiles;
     if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many kernels x channels");
-    auto kernel = R == 4 ? vvor_ring_kernel<4> : R == 2 ? vvor_ring_kernel<2> : vvor_ring_kernel<1>;
+    const bool vec = rows_aligned16(grad_out, Co) && rows_aligned16(features, Ci);
+    constexpr int B1 = VvorRing<1>::kBuffers, B2 = VvorRing<2>::kBuffers, B4 = VvorRing<4>::kBuffers;
+    auto kernel = vec ? (R == 4 ? vvor_ring_kernel<4, 4, B4> : R == 2 ? vvor_ring_kernel<4, 2, B2> : vvor_ring_kernel<4, 1, B1>)
+                      : (R == 4 ? vvor_ring_kernel<1, 4, B4> : R == 2 ? vvor_ring_kernel<1, 2, B2> : vvor_ring_kernel<1, 1, B1>);
     detail::launch(ctx, kernel, dim3(static_cast<unsigned>(blocks)), dim3(P::kThreads), 0, g.offsets,
                    static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj), grad_out, features, Co, Ci,
                    o_tiles, c_tiles, grad_weights);

@@ -171,7 +171,7 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
 TEST(CudaPointConv, ShortCasesForSanitizers) {
   std::mt19937 rng(29);
   // (shape, shift): three cells of about 230 triplets (a few stages each), and two cells of 1500
-  // (24 stages: the weight gradient's rings of stages and of their (i, j) wrap around several times).
+  // (24 stages: the weight gradient's ring of stages wraps around several times).
   const std::vector<std::vector<int64_t>> shapes{{120, 100, 36, 20, 3, 700, 0}, {120, 100, 36, 20, 3, 700, 1},
                                                  {200, 150, 20, 12, 2, 3000, 0}};
   for (const auto& sh : shapes) {

@@ -1,6 +1,6 @@
 #pragma once
 // Asynchronous global -> shared copies (cp.async, sm_80 and later) shared by the CUDA kernels
-// that stage gathered rows in shared memory: a copy of 16, 8 or 4 bytes, zero-filling where the
+// that stage gathered rows in shared memory: a copy of 16 or 4 bytes, zero-filling where the
 // source size is 0, and the commit / wait of copy groups.
 #include <cuda_runtime.h>
 
@@ -15,10 +15,6 @@ __device__ __forceinline__ unsigned smem_u32(const void* p) {
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
                : "memory");
-}
-// 8 bytes global -> shared (both 8-byte aligned).
-__device__ __forceinline__ void cp_async8(void* dst, const void* src) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 8;" ::"r"(smem_u32(dst)), "l"(src) : "memory");
 }
 // 4 bytes global -> shared (both 4-byte aligned); src_bytes 0 fills zeros.
 __device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
