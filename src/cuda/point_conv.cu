@@ -25,6 +25,7 @@
 #include "common/bits.hpp"
 #include "cuda/common.cuh"
 #include "cuda/primitives/async_copy.cuh"
+#include "cuda/primitives/named_barrier.cuh"
 #include "pcops/point_conv.hpp"
 
 namespace pcops::cuda {
@@ -451,8 +452,9 @@ __device__ __forceinline__ void stage_rows(int64_t (&rows)[U], const int64_t* __
   }
 }
 
-// Thread tid's U units (of stage_rows) into a shared-memory stage of rows W V floats wide by cp.async (16 bytes a unit for V = 4, 4 bytes for V = 1); columns at or past
-// ld are zero-filled, a row of -1 is skipped.
+// Thread tid's U units (of stage_rows) into a shared-memory stage of rows W V floats wide by
+// cp.async (16 bytes a unit for V = 4, 4 bytes for V = 1); columns at or past ld are zero-filled, a
+// row of -1 is skipped.
 template <int V, int U, int W, int NT>
 __device__ __forceinline__ void copy_units(float* stage, const int64_t (&rows)[U], const float* __restrict__ m,
                                            int64_t ld, int64_t col0, int tid) {
@@ -531,6 +533,128 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   }
   primitives::cp_async_wait<0>();
   tile.store(grad_weights, co, ci);
+}
+
+// The weight gradient with the multiplies taken off the chains' warps (PCOPS_CUDA_POINT_CONV_VVOR=
+// split; not yet run on a GPU). In vvor_ring_kernel a warp issues about six instructions per
+// triplet and chain step and each add waits for the multiply just before it, about 20 cycles a
+// step where the add's latency allows 4; the largest kernel cell's chains set the kernel's time.
+// Here a block of 128 threads takes 8 output x 8 input channels (64 chains): warps 2 and 3
+// (producers) copy the stages (as vvor_ring_kernel, a ring of kBuffers) and write each stage's 64
+// x 64 products fl(G[i, o] * F[j, c]) to shared memory, a column of kS + 4 floats per chain; warps
+// 0 and 1 (consumers, one chain a thread) only add them, four from one 16-byte load, in the
+// triplets' order (the same products and adds: the same bits). Two product buffers; named
+// barriers: kSplitValues among the producers (a stage's copies landed), full[b] (products of buffer
+// b written) and empty[b] (buffer b read), each between all 128 threads. Each product crosses
+// shared memory twice: 512 bytes per step of a block's 64 chains, 4 cycles of the
+// multiprocessor's 128 bytes a cycle, the add's latency.
+struct VvorSplitPolicy {
+  static constexpr int kConsumers = 64;  // one chain a thread
+  static constexpr int kProducers = 64;  // one triplet of the stage a thread
+  static constexpr int kThreads = kConsumers + kProducers;
+  static constexpr int kO = 8, kC = 8;   // the block's channels (kO * kC = kConsumers chains)
+  static constexpr int kS = 64;          // triplets per stage (= kProducers)
+  static constexpr int kPS = kS + 4;     // floats per chain's product column
+  static constexpr int kBuffers = 3;     // value stages, kBuffers - 1 in flight
+};
+enum : int { kSplitValues = 1, kSplitFull = 2, kSplitEmpty = 4 };  // full[b]: 2 + b, empty[b]: 4 + b
+
+template <int V>
+__global__ void __launch_bounds__(VvorSplitPolicy::kThreads)
+    vvor_split_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ ii,
+                      const int64_t* __restrict__ jj, const float* __restrict__ grad_out,
+                      const float* __restrict__ features, int64_t co, int64_t ci, int64_t o_tiles, int64_t c_tiles,
+                      float* __restrict__ grad_weights) {
+  using P = VvorSplitPolicy;
+  constexpr int NT = P::kThreads, NP = P::kProducers, S = P::kS, KO = P::kO, KC = P::kC, PS = P::kPS,
+                NB = P::kBuffers, GV = KO / V, FV = KC / V, GU = S * GV / NP, FU = S * FV / NP;
+  static_assert(KO * KC == P::kConsumers && S == NP, "a chain per consumer, a triplet per producer");
+  static_assert(S * GV % NP == 0 && S * FV % NP == 0 && KO % 4 == 0 && KC % 4 == 0, "whole units");
+  __shared__ __align__(16) float gs[NB][S][KO];
+  __shared__ __align__(16) float fs[NB][S][KC];
+  __shared__ __align__(16) float prod[2][KO * KC][PS];
+  const int tid = threadIdx.x;
+  const int64_t b = blockIdx.x;
+  const int64_t k = b / (c_tiles * o_tiles), o0 = (b / c_tiles) % o_tiles * KO, c0 = b % c_tiles * KC;
+  const int64_t begin = offsets[k], end = offsets[k + 1];
+  const int64_t stages = (end - begin + S - 1) / S;
+  if (tid < P::kConsumers) {  // consumer: chain (o0 + tid / KC, c0 + tid % KC); warp-uniform role
+    float acc = 0.0f;
+    for (int64_t s = 0; s < stages; ++s) {
+      const int pb = static_cast<int>(s & 1);
+      primitives::named_sync(kSplitFull + pb, NT);
+      const float* pc = prod[pb][tid];
+      const int64_t n = end - (begin + s * S);
+      if (n >= S) {
+#pragma unroll
+        for (int r = 0; r < S; r += 4) {
+          const float4 p4 = *reinterpret_cast<const float4*>(pc + r);
+          acc = __fadd_rn(acc, p4.x);
+          acc = __fadd_rn(acc, p4.y);
+          acc = __fadd_rn(acc, p4.z);
+          acc = __fadd_rn(acc, p4.w);
+        }
+      } else {
+        for (int r = 0; r < static_cast<int>(n); ++r) acc = __fadd_rn(acc, pc[r]);
+      }
+      primitives::named_arrive(kSplitEmpty + pb, NT);
+    }
+    const int64_t o = o0 + tid / KC, c = c0 + tid % KC;
+    if (o < co && c < ci) grad_weights[(k * co + o) * ci + c] = acc;
+    return;
+  }
+  const int pt = tid - P::kConsumers;  // producer
+  int64_t gi[GU], fj[FU];              // the rows of the next stage to copy
+  int64_t next = begin;                // its first position
+  const auto index = [&] {
+    stage_rows<GU, GV, NP>(gi, ii, next, end, pt);
+    stage_rows<FU, FV, NP>(fj, jj, next, end, pt);
+  };
+  const auto copy = [&](int buf) {  // the next stage into buffer buf, then the (i, j) of the one after
+    if (next < end) {
+      copy_units<V, GU, GV, NP>(&gs[buf][0][0], gi, grad_out, co, o0, pt);
+      copy_units<V, FU, FV, NP>(&fs[buf][0][0], fj, features, ci, c0, pt);
+      next += S;
+      index();
+    }
+    primitives::cp_async_commit();  // an empty group past the end
+  };
+  index();
+#pragma unroll
+  for (int st = 0; st < NB - 1; ++st) copy(st);
+  int buf = 0, cbuf = NB - 1;
+  for (int64_t s = 0; s < stages; ++s) {
+    const int pb = static_cast<int>(s & 1);
+    primitives::cp_async_wait<NB - 2>();       // this thread's copies of stage s
+    primitives::named_sync(kSplitValues, NP);  // everyone's; the buffer of stage s - 1 is free
+    copy(cbuf);
+    cbuf = cbuf + 1 == NB ? 0 : cbuf + 1;
+    if (s >= 2) primitives::named_sync(kSplitEmpty + pb, NT);  // the consumers are done with stage s - 2
+    if (pt < end - (begin + s * S)) {  // triplet pt of the stage: its products with every chain
+      float g[KO], f[KC];
+#pragma unroll
+      for (int q = 0; q < KO; q += 4) {
+        const float4 v = *reinterpret_cast<const float4*>(&gs[buf][pt][q]);
+        g[q] = v.x, g[q + 1] = v.y, g[q + 2] = v.z, g[q + 3] = v.w;
+      }
+#pragma unroll
+      for (int q = 0; q < KC; q += 4) {
+        const float4 v = *reinterpret_cast<const float4*>(&fs[buf][pt][q]);
+        f[q] = v.x, f[q + 1] = v.y, f[q + 2] = v.z, f[q + 3] = v.w;
+      }
+#pragma unroll
+      for (int o = 0; o < KO; ++o) {
+#pragma unroll
+        for (int c = 0; c < KC; ++c) prod[pb][o * KC + c][pt] = __fmul_rn(g[o], f[c]);
+      }
+    }
+    primitives::named_arrive(kSplitFull + pb, NT);
+    buf = buf + 1 == NB ? 0 : buf + 1;
+  }
+  // The consumers' arrivals on the last two buffers' empty barriers, so every barrier completes.
+  for (int64_t s = stages >= 2 ? stages - 2 : 0; s < stages; ++s)
+    primitives::named_sync(kSplitEmpty + static_cast<int>(s & 1), NT);
+  primitives::cp_async_wait<0>();
 }
 
 // wt[k, c, o] = w[k, o, c].
@@ -619,10 +743,23 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     // 10.1 / 11.3 / 17.6 / 39.0 ms (of 6: 9.6 / 11.0 / 17.2 / 38.6), four 16.4 / 17.1 / 22.3 /
     // 37.8 ms. PCOPS_CUDA_POINT_CONV_VVOR=1|2|4 forces the chains.
     int R = Co * Ci <= 64 * 64 ? 1 : 2;
-    if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0)
-      R = e[1] == 0 ? e[0] - '0' : 0;
+    bool split = false;  // vvor_split_kernel (not yet run on a GPU)
+    if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0) {
+      split = std::strcmp(e, "split") == 0;
+      R = split ? 1 : e[1] == 0 ? e[0] - '0' : 0;
+    }
     if (R != 1 && R != 2 && R != 4)
-      throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2 or 4");
+      throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2, 4 or split");
+    if (split) {
+      using SP = VvorSplitPolicy;
+      const int64_t so = detail::ceil_div(Co, int64_t{SP::kO}), sc = detail::ceil_div(Ci, int64_t{SP::kC});
+      if (K * so * sc >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many kernels x channels");
+      const bool vec = rows_aligned16(grad_out, Co) && rows_aligned16(features, Ci);
+      detail::launch(ctx, vec ? vvor_split_kernel<4> : vvor_split_kernel<1>, dim3(static_cast<unsigned>(K * so * sc)),
+                     dim3(SP::kThreads), 0, g.offsets, static_cast<const int64_t*>(ii),
+                     static_cast<const int64_t*>(jj), grad_out, features, Co, Ci, so, sc, grad_weights);
+      return;
+    }
     const int64_t c_tiles = detail::ceil_div(Ci, int64_t{8} * R);
     const int64_t blocks = K * o_tiles * c_tiles;
     if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many kernels x channels");

@@ -105,7 +105,8 @@ void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, co
   }
 }
 
-// PCOPS_CUDA_POINT_CONV_VVOR (chains per thread of the weight gradient) for one scope.
+// PCOPS_CUDA_POINT_CONV_VVOR (chains per thread of the weight gradient, or "split": producer and
+// consumer warps) for one scope.
 struct VvorChains : pcops_cuda_test::ScopedEnv {
   explicit VvorChains(const char* chains) : ScopedEnv("PCOPS_CUDA_POINT_CONV_VVOR", chains) {}
 };
@@ -135,7 +136,7 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
       expect_bitwise(gpu.gf, cpu.gf, "grad_features");
       expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
       // Every weight-gradient tile, whatever the default.
-      for (const char* chains : {"1", "2", "4"}) {
+      for (const char* chains : {"1", "2", "4", "split"}) {
         const VvorChains forced(chains);
         expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
       }
@@ -182,7 +183,7 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
     expect_bitwise(gpu.out, cpu.out, "forward");
     expect_bitwise(gpu.gf, cpu.gf, "grad_features");
     expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
-    for (const char* chains : {"1", "2", "4"}) {
+    for (const char* chains : {"1", "2", "4", "split"}) {
       const VvorChains forced(chains);
       expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
     }
@@ -199,7 +200,7 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
 TEST(CudaPointConv, UnknownKernelNamesThrow) {
   std::mt19937 rng(31);
   const Case c = random_case(rng, 40, 30, 8, 8, 3, 200);
-  for (const char* bad : {"3", "0", "ring2", "1d", "d", "12", "x"}) {
+  for (const char* bad : {"3", "0", "ring2", "1d", "d", "12", "x", "splits", "Split"}) {
     const VvorChains forced(bad);
     EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }
