@@ -428,17 +428,6 @@ struct VvorTile {
   }
 };
 
-// The stages of a weight-gradient block: kS rows of kO values of G and KC = 8 R of F,
-// moved in units of V floats (V = 4: 16 bytes); GV / FV units a stage row, GU / FU units a thread
-// and stage.
-template <int V, int R>
-struct VvorStage {
-  static constexpr int NT = VvorPolicy::kThreads, S = VvorPolicy::kS, KO = VvorPolicy::kO, KC = 8 * R;
-  static constexpr int GV = KO / V, FV = KC / V, GU = S * GV / NT, FU = S * FV / NT;
-  static_assert(KO % V == 0 && KC % V == 0, "whole units inside the tile");
-  static_assert(GU >= 1 && FU >= 1 && S * GV % NT == 0 && S * FV % NT == 0, "whole units per thread");
-};
-
 // The stage units of the weight gradient's block: thread tid's unit u covers stage row
 // (tid + NT u) / W and the V columns from V ((tid + NT u) % W) of a tile W V columns wide.
 // rows[u] = the matrix row of that stage row (from src[p0 + stage row]), or -1 past `end`.
@@ -471,6 +460,43 @@ __device__ __forceinline__ void copy_units(float* stage, const int64_t (&rows)[U
   }
 }
 
+// The stage feed of a weight-gradient block: NT threads copy the stages, kS triplets' rows of KO
+// values of G (from column o0) and KC of F (from c0), in units of V floats (V = 4: 16 bytes; GV /
+// FV units a stage row, GU / FU units a thread). It keeps the next stage to copy (its first
+// position and the rows of its units, read one stage ahead); copy() issues that stage into a pair
+// of buffers by cp.async and reads the rows of the one after, one commit group a call (an empty
+// group past the cell's end).
+template <int V, int KO, int KC, int NT>
+struct VvorFeed {
+  static constexpr int S = VvorPolicy::kS, GV = KO / V, FV = KC / V, GU = S * GV / NT, FU = S * FV / NT;
+  static_assert(KO % V == 0 && KC % V == 0, "whole units inside the tile");
+  static_assert(GU >= 1 && FU >= 1 && S * GV % NT == 0 && S * FV % NT == 0, "whole units per thread");
+  const int64_t* __restrict__ ii;
+  const int64_t* __restrict__ jj;
+  int64_t next, end;
+  int tid;
+  int64_t gi[GU], fj[FU];
+  __device__ __forceinline__ VvorFeed(const int64_t* ii_, const int64_t* jj_, int64_t begin, int64_t end_, int tid_)
+      : ii(ii_), jj(jj_), next(begin), end(end_), tid(tid_) {
+    index();
+  }
+  __device__ __forceinline__ void index() {
+    stage_rows<GU, GV, NT>(gi, ii, next, end, tid);
+    stage_rows<FU, FV, NT>(fj, jj, next, end, tid);
+  }
+  __device__ __forceinline__ void copy(float* g_stage, float* f_stage, const float* __restrict__ grad_out,
+                                       int64_t co, int64_t o0, const float* __restrict__ features, int64_t ci,
+                                       int64_t c0) {
+    if (next < end) {
+      copy_units<V, GU, GV, NT>(g_stage, gi, grad_out, co, o0, tid);
+      copy_units<V, FU, FV, NT>(f_stage, fj, features, ci, c0, tid);
+      next += S;
+      index();
+    }
+    primitives::cp_async_commit();
+  }
+};
+
 // grad_weights[k, o, c] = fold of kernel k's triplets (grouping order (i, j)):
 // acc = fl(acc + fl(G[i, o] * F[j, c])). Block (k, o tile, c tile) of 16 x 8 R elements
 // (VvorTile); thread tid holds R chains (R = 1, 2 or 4: fewer chains per thread put more blocks,
@@ -487,9 +513,7 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
                      const int64_t* __restrict__ jj, const float* __restrict__ grad_out,
                      const float* __restrict__ features, int64_t co, int64_t ci, int64_t o_tiles, int64_t c_tiles,
                      float* __restrict__ grad_weights) {
-  using St = VvorStage<V, R>;
-  constexpr int NT = St::NT, S = St::S, KO = St::KO, KC = St::KC, GV = St::GV, FV = St::FV, GU = St::GU,
-                FU = St::FU;
+  constexpr int NT = VvorPolicy::kThreads, S = VvorPolicy::kS, KO = VvorPolicy::kO, KC = 8 * R;
   static_assert(NB >= 2, "a ring");
   __shared__ __align__(16) float gs[NB][S][KO];
   __shared__ __align__(16) float fs[NB][S][KC];
@@ -497,23 +521,9 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   VvorTile<R> tile(o_tiles, c_tiles, tid);
   const int64_t o0 = tile.o0, c0 = tile.c0;
   const int64_t begin = offsets[tile.k], end = offsets[tile.k + 1];
-  int64_t gi[GU], fj[FU];  // the rows of the next stage to copy
-  int64_t next = begin;    // its first position
-  const auto index = [&] {
-    stage_rows<GU, GV, NT>(gi, ii, next, end, tid);
-    stage_rows<FU, FV, NT>(fj, jj, next, end, tid);
-  };
-  const auto copy = [&](int buf) {  // the next stage into buffer buf, then the (i, j) of the one after
-    if (next < end) {
-      copy_units<V, GU, GV, NT>(&gs[buf][0][0], gi, grad_out, co, o0, tid);
-      copy_units<V, FU, FV, NT>(&fs[buf][0][0], fj, features, ci, c0, tid);
-      next += S;
-      index();
-    }
-    primitives::cp_async_commit();  // an empty group past the end
-  };
+  VvorFeed<V, KO, KC, NT> feed(ii, jj, begin, end, tid);
+  const auto copy = [&](int buf) { feed.copy(&gs[buf][0][0], &fs[buf][0][0], grad_out, co, o0, features, ci, c0); };
   const auto fold = [&](int buf, int r) { tile.fold(gs[buf][r], fs[buf][r]); };
-  index();
 #pragma unroll
   for (int st = 0; st < NB - 1; ++st) copy(st);
   int buf = 0, cbuf = NB - 1;
@@ -567,9 +577,9 @@ __global__ void __launch_bounds__(VvorSplitPolicy::kThreads)
                       float* __restrict__ grad_weights) {
   using P = VvorSplitPolicy;
   constexpr int NT = P::kThreads, NP = P::kProducers, S = P::kS, KO = P::kO, KC = P::kC, PS = P::kPS,
-                NB = P::kBuffers, GV = KO / V, FV = KC / V, GU = S * GV / NP, FU = S * FV / NP;
+                NB = P::kBuffers;
   static_assert(KO * KC == P::kConsumers && S == NP, "a chain per consumer, a triplet per producer");
-  static_assert(S * GV % NP == 0 && S * FV % NP == 0 && KO % 4 == 0 && KC % 4 == 0, "whole units");
+  static_assert(S == VvorPolicy::kS && KO % 4 == 0 && KC % 4 == 0, "the feed's stages; 16-byte reads");
   __shared__ __align__(16) float gs[NB][S][KO];
   __shared__ __align__(16) float fs[NB][S][KC];
   __shared__ __align__(16) float prod[2][KO * KC][PS];
@@ -604,22 +614,8 @@ __global__ void __launch_bounds__(VvorSplitPolicy::kThreads)
     return;
   }
   const int pt = tid - P::kConsumers;  // producer
-  int64_t gi[GU], fj[FU];              // the rows of the next stage to copy
-  int64_t next = begin;                // its first position
-  const auto index = [&] {
-    stage_rows<GU, GV, NP>(gi, ii, next, end, pt);
-    stage_rows<FU, FV, NP>(fj, jj, next, end, pt);
-  };
-  const auto copy = [&](int buf) {  // the next stage into buffer buf, then the (i, j) of the one after
-    if (next < end) {
-      copy_units<V, GU, GV, NP>(&gs[buf][0][0], gi, grad_out, co, o0, pt);
-      copy_units<V, FU, FV, NP>(&fs[buf][0][0], fj, features, ci, c0, pt);
-      next += S;
-      index();
-    }
-    primitives::cp_async_commit();  // an empty group past the end
-  };
-  index();
+  VvorFeed<V, KO, KC, NP> feed(ii, jj, begin, end, pt);
+  const auto copy = [&](int buf) { feed.copy(&gs[buf][0][0], &fs[buf][0][0], grad_out, co, o0, features, ci, c0); };
 #pragma unroll
   for (int st = 0; st < NB - 1; ++st) copy(st);
   int buf = 0, cbuf = NB - 1;
