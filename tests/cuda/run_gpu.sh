@@ -93,6 +93,8 @@ if has bench; then
     --out "$OUT/point_conv_exact_split.json"
   run_stage point_conv_fast timeout 150 $PC --channels 32,64,128,256,512 --dtype bfloat16 --mode fast \
     --out "$OUT/point_conv_fast.json"
+  run_stage conv_bench timeout 200 $PY -m pcops.cli bench --device cuda --no-progress --out "$OUT/conv" \
+    --docs "$OUT/conv/benchmarks-cuda.md" --ops point_conv --sizes 165k --channels 64 --clouds sphere,mesh
 fi
 
 echo
