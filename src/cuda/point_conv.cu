@@ -730,8 +730,6 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     if (s.triplets > 0)
       detail::launch(ctx, gather_ij_kernel, dim3(blocks_for(s.triplets)), dim3(NT), 0, g.order, triplets, s.triplets,
                      ii, jj);
-    using P = VvorPolicy;
-    const int64_t o_tiles = detail::ceil_div(Co, int64_t{P::kO});
     // Chains per thread: one up to 64 x 64 channels, two beyond; each with the deepest ring that
     // fits 48 KB. Measured on one H200 (bunny00 sampled to 165k points, kNN 16, float32, the
     // weight gradient alone (forward + grad_weights less the forward), C = 32 / 64 / 128 / 256):
@@ -746,26 +744,21 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     }
     if (R != 1 && R != 2 && R != 4)
       throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2, 4 or split");
-    if (split) {
-      using SP = VvorSplitPolicy;
-      const int64_t so = detail::ceil_div(Co, int64_t{SP::kO}), sc = detail::ceil_div(Ci, int64_t{SP::kC});
-      if (K * so * sc >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many kernels x channels");
-      const bool vec = rows_aligned16(grad_out, Co) && rows_aligned16(features, Ci);
-      detail::launch(ctx, vec ? vvor_split_kernel<4> : vvor_split_kernel<1>, dim3(static_cast<unsigned>(K * so * sc)),
-                     dim3(SP::kThreads), 0, g.offsets, static_cast<const int64_t*>(ii),
-                     static_cast<const int64_t*>(jj), grad_out, features, Co, Ci, so, sc, grad_weights);
-      return;
-    }
-    const int64_t c_tiles = detail::ceil_div(Ci, int64_t{8} * R);
-    const int64_t blocks = K * o_tiles * c_tiles;
-    if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many kernels x channels");
+    // Both kernels take the same arguments: (kernel cell, output tile, input tile) blocks.
     const bool vec = rows_aligned16(grad_out, Co) && rows_aligned16(features, Ci);
+    using P = VvorPolicy;
+    using SP = VvorSplitPolicy;
     constexpr int B1 = VvorRing<1>::kBuffers, B2 = VvorRing<2>::kBuffers, B4 = VvorRing<4>::kBuffers;
     auto kernel = vec ? (R == 4 ? vvor_ring_kernel<4, 4, B4> : R == 2 ? vvor_ring_kernel<4, 2, B2> : vvor_ring_kernel<4, 1, B1>)
                       : (R == 4 ? vvor_ring_kernel<1, 4, B4> : R == 2 ? vvor_ring_kernel<1, 2, B2> : vvor_ring_kernel<1, 1, B1>);
-    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(blocks)), dim3(P::kThreads), 0, g.offsets,
-                   static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj), grad_out, features, Co, Ci,
-                   o_tiles, c_tiles, grad_weights);
+    if (split) kernel = vec ? vvor_split_kernel<4> : vvor_split_kernel<1>;
+    const int64_t o_tiles = detail::ceil_div(Co, int64_t{split ? SP::kO : P::kO});
+    const int64_t c_tiles = detail::ceil_div(Ci, int64_t{split ? SP::kC : 8 * R});
+    const int64_t blocks = K * o_tiles * c_tiles;
+    if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many kernels x channels");
+    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(blocks)), dim3(split ? SP::kThreads : P::kThreads), 0,
+                   g.offsets, static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj), grad_out, features,
+                   Co, Ci, o_tiles, c_tiles, grad_weights);
   }
 }
 
