@@ -4,10 +4,12 @@
 // by (key, second, third), exactly as the CPU's counting sorts; a binary search per row gives the
 // CSR offsets. Triplets with any column out of range get sentinel keys past every row, so they
 // are never visited (the binding range-checks first; this only keeps bad input memory-safe).
-// MVMR (forward, grad_features): mvmr_tile_kernel, a block per (64 destination rows, 128
-// destination channels) with the rows' sums in shared memory, walking the kernel cells in order
-// and folding up to four rows' runs of a cell side by side, so that each load of the matrix serves
-// four rows; for narrow destinations mvmr_kernel, one thread per (row, V destination channels).
+// MVMR (forward, grad_features), by default mvmr_cells_kernel from 128 destination channels: the
+// runs of every row (its triplets of one kernel cell) are listed and sorted by (cell, length), then
+// one launch per cell folds all rows' runs of that cell into the destination rows, a block per
+// slice of the cell's matrix held in shared memory, warps folding four runs side by side; for
+// narrow destinations mvmr_kernel, one thread per (row, V destination channels); mvmr_tile_kernel
+// (64 rows x 128 channels a block, sums in shared memory, a barrier per cell) on request.
 // Every element folds its triplets in order and the source channels ascending with __fmul_rn /
 // __fadd_rn.
 // VVOR kernel (grad_weights): one block per (k, 16 output x 8 R input channels), each thread R
@@ -25,7 +27,6 @@
 #include "common/bits.hpp"
 #include "cuda/common.cuh"
 #include "cuda/primitives/async_copy.cuh"
-#include "cuda/primitives/named_barrier.cuh"
 #include "pcops/point_conv.hpp"
 
 namespace pcops::cuda {
@@ -64,12 +65,14 @@ __global__ void column_keys_kernel(const int64_t* t, const int64_t* order, int64
   }
 }
 
-__global__ void offsets_kernel(const uint64_t* sorted, int64_t T, int64_t rows, int64_t* offsets) {
+// offsets[k] for k = 0..rows: the first position of sorted whose key is at least k << shift.
+template <typename Key>
+__global__ void offsets_kernel(const Key* sorted, int64_t T, int64_t rows, int shift, int64_t* offsets) {
   for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k <= rows; k += int64_t{gridDim.x} * blockDim.x) {
     int64_t lo = 0, hi = T;
     while (lo < hi) {
       const int64_t mid = lo + (hi - lo) / 2;
-      if (sorted[mid] < static_cast<uint64_t>(k)) lo = mid + 1;
+      if (sorted[mid] < (static_cast<Key>(k) << shift)) lo = mid + 1;
       else hi = mid;
     }
     offsets[k] = lo;
@@ -119,7 +122,8 @@ Grouping group_triplets(const CudaContext& ctx, detail::Workspace& ws, const Poi
     if (dk.Current() != keys) std::swap(keys, keys_alt);
     sorted_keys = keys;
   }
-  detail::launch(ctx, offsets_kernel, dim3(blocks_for(rows + 1)), dim3(NT), 0, sorted_keys, T, rows, offsets);
+  detail::launch(ctx, offsets_kernel<uint64_t>, dim3(blocks_for(rows + 1)), dim3(NT), 0, sorted_keys, T, rows, 0,
+                 offsets);
   g.order = order;
   return g;
 }
@@ -190,25 +194,51 @@ __global__ void pack_order_kernel(int64_t* order, const int64_t* t, int64_t T, i
 struct MvmrTilePolicy {
   static constexpr int kThreads = 256;
   static constexpr int kRows = 64;   // destination rows per block; their sums stay in shared memory
-  static constexpr int kCols = 128;  // destination channels per block (four a lane)
   static constexpr int kGroup = 4;   // rows a warp folds side by side
   static constexpr int kPackBits = 48;
+  // The cells kernel's slice of mat[k] (c_src x 32 VC floats) in shared memory, at most this.
+  static constexpr int64_t kStageFloats = 16384;
 };
 
-// NR rows' next triplet (source rows m[x]) of kernel cell k into their sums a[x] (four channels
-// from d a lane): for every source channel s ascending, a[x][u] = fl(a[x][u] + fl(w[s, d + u] *
-// src[m[x], s])); one load of w serves the NR rows. kVec: 16-byte loads (c_src and c_dst multiples
-// of 4, rows aligned); lanes past c_dst read 0 and are never stored.
-template <int NR, bool kVec>
-__device__ __forceinline__ void mvmr_fold(float (&a)[MvmrTilePolicy::kGroup][4], const int64_t (&m)[MvmrTilePolicy::kGroup],
-                                          const float* __restrict__ src, int64_t c_src,
-                                          const float* __restrict__ w, int64_t c_dst, int64_t d) {
+// VC consecutive floats: plain loads (kShared: shared memory, or global data the kernel itself or
+// an earlier launch wrote) or by __ldg (VC = 4: 16 bytes; the caller guarantees the alignment).
+template <int VC, bool kShared>
+__device__ __forceinline__ Vec<VC> load_floats(const float* p) {
+  if constexpr (!kShared) {
+    return load_vec<VC>(p);
+  } else {
+    Vec<VC> r;
+    if constexpr (VC == 4) {
+      const float4 x = *reinterpret_cast<const float4*>(p);
+      r.v[0] = x.x, r.v[1] = x.y, r.v[2] = x.z, r.v[3] = x.w;
+    } else if constexpr (VC == 2) {
+      const float2 x = *reinterpret_cast<const float2*>(p);
+      r.v[0] = x.x, r.v[1] = x.y;
+    } else {
+      r.v[0] = *p;
+    }
+    return r;
+  }
+}
+
+// NR rows' next triplet (source rows m[x]) of kernel cell k into their sums a[x] (VC channels a
+// lane): for every source channel s ascending, a[x][u] = fl(a[x][u] + fl(w[s, u] * src[m[x], s]));
+// one load of w serves the NR rows. w: the lane's first channel in row 0 of mat[k]'s block, rows ld
+// floats apart (in shared memory where kShared). kVec: 16-byte loads of src (c_src a multiple of 4,
+// rows aligned). valid: the lane's channels inside c_dst (unstaged; the others read 0, never stored).
+template <int NR, int VC, bool kVec, bool kShared>
+__device__ __forceinline__ void mvmr_fold(float (&a)[MvmrTilePolicy::kGroup][VC],
+                                          const int64_t (&m)[MvmrTilePolicy::kGroup], const float* __restrict__ src,
+                                          int64_t c_src, const float* __restrict__ w, int64_t ld, int64_t valid) {
+  static_assert(!kShared || kVec, "the staged slice is read with the vector path");
   const float* sv[NR];
 #pragma unroll
   for (int x = 0; x < NR; ++x) sv[x] = src + m[x] * c_src;
+  const auto fold = [&](float xv, const Vec<VC>& wv, int x) {
+#pragma unroll
+    for (int u = 0; u < VC; ++u) a[x][u] = __fadd_rn(a[x][u], __fmul_rn(wv.v[u], xv));
+  };
   if constexpr (kVec) {
-    const bool in = d < c_dst;
-    const float* wp = w + (in ? d : 0);
 #pragma unroll 2
     for (int64_t cs = 0; cs < c_src; cs += 4) {
       float4 f[NR];
@@ -216,50 +246,98 @@ __device__ __forceinline__ void mvmr_fold(float (&a)[MvmrTilePolicy::kGroup][4],
       for (int x = 0; x < NR; ++x) f[x] = __ldg(reinterpret_cast<const float4*>(sv[x] + cs));
 #pragma unroll
       for (int v = 0; v < 4; ++v) {
-        float4 wv = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-        if (in) wv = __ldg(reinterpret_cast<const float4*>(wp + (cs + v) * c_dst));
+        Vec<VC> wv{};
+        if (kShared || valid > 0) wv = load_floats<VC, kShared>(w + (cs + v) * ld);
 #pragma unroll
-        for (int x = 0; x < NR; ++x) {
-          const float xv = v == 0 ? f[x].x : v == 1 ? f[x].y : v == 2 ? f[x].z : f[x].w;
-          a[x][0] = __fadd_rn(a[x][0], __fmul_rn(wv.x, xv));
-          a[x][1] = __fadd_rn(a[x][1], __fmul_rn(wv.y, xv));
-          a[x][2] = __fadd_rn(a[x][2], __fmul_rn(wv.z, xv));
-          a[x][3] = __fadd_rn(a[x][3], __fmul_rn(wv.w, xv));
-        }
+        for (int x = 0; x < NR; ++x) fold(v == 0 ? f[x].x : v == 1 ? f[x].y : v == 2 ? f[x].z : f[x].w, wv, x);
       }
     }
   } else {
+    static_assert(kVec || VC == 4, "scalar loads: the unstaged tile");
     for (int64_t cs = 0; cs < c_src; ++cs) {
-      float wv[4];
+      Vec<VC> wv;
 #pragma unroll
-      for (int u = 0; u < 4; ++u) wv[u] = d + u < c_dst ? __ldg(w + cs * c_dst + d + u) : 0.0f;
+      for (int u = 0; u < VC; ++u) wv.v[u] = u < valid ? __ldg(w + cs * ld + u) : 0.0f;
 #pragma unroll
-      for (int x = 0; x < NR; ++x) {
-        const float xv = __ldg(sv[x] + cs);
-#pragma unroll
-        for (int u = 0; u < 4; ++u) a[x][u] = __fadd_rn(a[x][u], __fmul_rn(wv[u], xv));
-      }
+      for (int x = 0; x < NR; ++x) fold(__ldg(sv[x] + cs), wv, x);
     }
   }
 }
 
-// The MVMR for a tile of kRows destination rows x kCols destination channels a block (dst as
+// mat[k]'s columns d0 .. d0 + NC - 1 of every source row into stage [c_src][NC] by cp.async, 16
+// bytes a unit (c_dst % 4 == 0, rows aligned: a unit is wholly in or past c_dst, zero-filled
+// there); one commit group.
+template <int NC, int NT>
+__device__ __forceinline__ void copy_slice(float* stage, const float* __restrict__ mat, int64_t k, int64_t c_src,
+                                           int64_t c_dst, int64_t d0, int tid) {
+  constexpr int U = NC / 4;
+  const float* mk = mat + k * c_src * c_dst;
+  for (int64_t q = tid; q < c_src * U; q += NT) {
+    const int64_t s = q / U, col = d0 + (q % U) * 4;
+    const bool in = col < c_dst;
+    primitives::cp_async16(stage + s * NC + (q % U) * 4, in ? mk + s * c_dst + col : mat, in ? 16 : 0);
+  }
+  primitives::cp_async_commit();
+}
+
+// Up to kGroup runs of one kernel cell that a warp folds side by side: run x is the triplets at
+// grouping positions pp[x] .. pp[x] + ll[x] - 1 of destination row rr[x] (x < cnt).
+struct RunGroup {
+  static constexpr int NG = MvmrTilePolicy::kGroup;
+  int64_t rr[NG], pp[NG];
+  int ll[NG];
+  int cnt;
+  // Longest run first, so the rows still folding at step u are the first ones.
+  __device__ __forceinline__ void sort() {
+    const auto cswap = [&](int x, int y) {
+      if (ll[x] < ll[y]) {
+        const int tl = ll[x]; ll[x] = ll[y]; ll[y] = tl;
+        int64_t t = rr[x]; rr[x] = rr[y]; rr[y] = t;
+        t = pp[x]; pp[x] = pp[y]; pp[y] = t;
+      }
+    };
+    cswap(0, 1), cswap(2, 3), cswap(0, 2), cswap(1, 3), cswap(1, 2);
+  }
+  // The runs' triplets into the rows' sums a[x] (sorted first): step u folds the u-th triplet of
+  // every run that long (source rows from the packed order), one load of the matrix for them all.
+  template <int VC, bool kVec, bool kShared>
+  __device__ __forceinline__ void fold(float (&a)[NG][VC], const int64_t* __restrict__ packed,
+                                       const float* __restrict__ src, int64_t c_src, const float* __restrict__ w,
+                                       int64_t ld, int64_t valid) const {
+    constexpr uint64_t kMask = (uint64_t{1} << MvmrTilePolicy::kPackBits) - 1;
+    for (int u = 0; u < ll[0]; ++u) {
+      int na = 0;
+      int64_t m[NG];
+#pragma unroll
+      for (int x = 0; x < NG; ++x) {
+        na += ll[x] > u;
+        m[x] = ll[x] > u ? static_cast<int64_t>(static_cast<uint64_t>(packed[pp[x] + u]) & kMask) : 0;
+      }
+      if (na == 4) mvmr_fold<4, VC, kVec, kShared>(a, m, src, c_src, w, ld, valid);
+      else if (na == 3) mvmr_fold<3, VC, kVec, kShared>(a, m, src, c_src, w, ld, valid);
+      else if (na == 2) mvmr_fold<2, VC, kVec, kShared>(a, m, src, c_src, w, ld, valid);
+      else mvmr_fold<1, VC, kVec, kShared>(a, m, src, c_src, w, ld, valid);
+    }
+  }
+};
+
+// The MVMR for a tile of kRows destination rows x NC = 128 destination channels a block (dst as
 // mvmr_kernel: the same fold for every element, so the same bits). The tile's running sums stay in
 // shared memory; the block walks the kernel cells that its rows have (ascending), and for cell k
 // takes every row's run of k-triplets (rows in order, so the runs are consecutive positions of
 // the grouping, sorted by j): a warp folds the runs of up to kGroup rows side by side, their u-th
 // triplets together, so each value of mat[k] it loads serves up to kGroup rows (mvmr_kernel loads
-// it once per row and triplet). The warps of the block work on one cell at a time, so mat[k]'s
-// block is read from L1 by all of them. packed: the grouping's order as pack_order_kernel leaves it.
+// it once per row and triplet). The warps of the block work on one cell at a time (a barrier per
+// cell), so mat[k]'s block is read from L1 by all of them. packed: the grouping's order as
+// pack_order_kernel leaves it.
 template <bool kVec>
 __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, 2)
     mvmr_tile_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ packed,
                      const float* __restrict__ src, int64_t c_src, const float* __restrict__ mat, int64_t c_dst,
                      int64_t rows, int64_t K, float* __restrict__ dst) {
   using P = MvmrTilePolicy;
-  constexpr int NT = P::kThreads, TR = P::kRows, NC = P::kCols, NG = P::kGroup, NW = NT / 32;
-  static_assert(TR == 64 && NC == 128 && NG == 4, "two warps of row cursors, four channels a lane, groups of 4");
-  constexpr uint64_t kMask = (uint64_t{1} << P::kPackBits) - 1;
+  constexpr int VC = 4, NT = P::kThreads, TR = P::kRows, NC = 32 * VC, NG = P::kGroup, NW = NT / 32;
+  static_assert(TR == 64 && NG == 4, "two warps of row cursors, groups of 4");
   __shared__ __align__(16) float sums[TR][NC];
   __shared__ int64_t run_p[TR];
   __shared__ int run_row[TR], run_len[TR];
@@ -268,7 +346,7 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, 2)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t col_blocks = (c_dst + NC - 1) / NC;
   const int64_t r0 = int64_t{blockIdx.x} / col_blocks * TR, d0 = int64_t{blockIdx.x} % col_blocks * NC;
-  const int64_t d = d0 + lane * 4;
+  const int64_t d = d0 + lane * VC;
   for (int e = tid; e < TR * NC / 4; e += NT) reinterpret_cast<float4*>(&sums[0][0])[e] = make_float4(0, 0, 0, 0);
   // Threads 0..63 keep the cursor of row r0 + tid: its next position p (of end e) and that
   // triplet's cell nk (K: none left).
@@ -312,49 +390,34 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, 2)
     }
     __syncthreads();
     const int n0 = half_runs[0], n1 = half_runs[1], g0 = (n0 + NG - 1) / NG, groups = g0 + (n1 + NG - 1) / NG;
-    const float* w = mat + k * c_src * c_dst;
+    const int64_t valid = c_dst - d;
+    const float* w = mat + k * c_src * c_dst + (valid > 0 ? d : 0);
     for (int g = warp; g < groups; g += NW) {  // warp-uniform
       const int base = g < g0 ? NG * g : 32 + NG * (g - g0);
       const int cnt = g < g0 ? min(NG, n0 - NG * g) : min(NG, n1 - NG * (g - g0));
-      int rr[NG], ll[NG];
-      int64_t pp[NG];
+      RunGroup grp;
+      grp.cnt = cnt;
 #pragma unroll
       for (int x = 0; x < NG; ++x) {
-        rr[x] = x < cnt ? run_row[base + x] : 0;
-        ll[x] = x < cnt ? run_len[base + x] : 0;
-        pp[x] = x < cnt ? run_p[base + x] : 0;
+        grp.rr[x] = x < cnt ? run_row[base + x] : 0;
+        grp.ll[x] = x < cnt ? run_len[base + x] : 0;
+        grp.pp[x] = x < cnt ? run_p[base + x] : 0;
       }
-      // Longest run first, so the rows still folding at step u are the first ones.
-      const auto cswap = [&](int x, int y) {
-        if (ll[x] < ll[y]) {
-          int ti = ll[x]; ll[x] = ll[y]; ll[y] = ti;
-          ti = rr[x]; rr[x] = rr[y]; rr[y] = ti;
-          const int64_t tp = pp[x]; pp[x] = pp[y]; pp[y] = tp;
-        }
-      };
-      cswap(0, 1), cswap(2, 3), cswap(0, 2), cswap(1, 3), cswap(1, 2);
-      float a[NG][4];
+      grp.sort();
+      float a[NG][VC];
 #pragma unroll
       for (int x = 0; x < NG; ++x) {
-        const float4 v = x < cnt ? *reinterpret_cast<const float4*>(&sums[rr[x]][lane * 4]) : make_float4(0, 0, 0, 0);
-        a[x][0] = v.x, a[x][1] = v.y, a[x][2] = v.z, a[x][3] = v.w;
-      }
-      for (int u = 0; u < ll[0]; ++u) {
-        int na = 0;
-        int64_t m[NG];
+        const Vec<VC> v = x < cnt ? load_floats<VC, true>(&sums[grp.rr[x]][lane * VC]) : Vec<VC>{};
 #pragma unroll
-        for (int x = 0; x < NG; ++x) {
-          na += ll[x] > u;
-          m[x] = ll[x] > u ? static_cast<int64_t>(static_cast<uint64_t>(packed[pp[x] + u]) & kMask) : 0;
-        }
-        if (na == 4) mvmr_fold<4, kVec>(a, m, src, c_src, w, c_dst, d);
-        else if (na == 3) mvmr_fold<3, kVec>(a, m, src, c_src, w, c_dst, d);
-        else if (na == 2) mvmr_fold<2, kVec>(a, m, src, c_src, w, c_dst, d);
-        else mvmr_fold<1, kVec>(a, m, src, c_src, w, c_dst, d);
+        for (int u = 0; u < VC; ++u) a[x][u] = v.v[u];
       }
+      grp.fold<VC, kVec, false>(a, packed, src, c_src, w, c_dst, valid);
 #pragma unroll
-      for (int x = 0; x < NG; ++x)
-        if (x < cnt) *reinterpret_cast<float4*>(&sums[rr[x]][lane * 4]) = make_float4(a[x][0], a[x][1], a[x][2], a[x][3]);
+      for (int x = 0; x < NG; ++x) {
+        if (x >= cnt) continue;
+#pragma unroll
+        for (int u = 0; u < VC; ++u) sums[grp.rr[x]][lane * VC + u] = a[x][u];
+      }
     }
     k = half_next[0] < half_next[1] ? half_next[0] : half_next[1];
   }
@@ -362,6 +425,109 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, 2)
   for (int q = tid; q < TR * NC; q += NT) {
     const int r = q / NC, c = q % NC;
     if (r0 + r < rows && d0 + c < c_dst) dst[(r0 + r) * c_dst + d0 + c] = sums[r][c];
+  }
+}
+
+// The MVMR cell by cell ("cells"): dst is the rows' running sums in global memory, and one launch
+// per kernel cell k, in order, folds every row's run of k-triplets into them, so that no block
+// waits for another's rows (the tiles wait at a barrier per cell for their slowest warp). The
+// runs of all rows (maximal stretches of one row and one cell in the grouping's order) are listed
+// once and sorted by (cell, length descending); in cell k's launch, each block copies mat[k]'s
+// slice of 32 VC destination channels into shared memory and its warps take groups of kGroup
+// consecutive runs (about equally long), row sums from dst and back.
+struct MvmrCellsPolicy {
+  static constexpr int kLenBits = 17;  // run lengths in the sort key (clamped: longer ones tie)
+  static constexpr int kBlocksPerSm = 2;
+};
+
+// counts[r] = the runs of row r (packed: pack_order_kernel's order).
+__global__ void count_runs_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ packed,
+                                  int64_t rows, int* __restrict__ counts) {
+  PCOPS_CUDA_GRID_STRIDE(r, rows) {
+    int n = 0;
+    uint64_t prev = ~uint64_t{0};
+    for (int64_t p = offsets[r]; p < offsets[r + 1]; ++p) {
+      const uint64_t k = static_cast<uint64_t>(packed[p]) >> MvmrTilePolicy::kPackBits;
+      n += k != prev;
+      prev = k;
+    }
+    counts[r] = n;
+  }
+}
+
+// Run base[r] + n of row r: its row, first position and length, and its sort key (cell, then
+// longer first).
+__global__ void write_runs_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ packed,
+                                  int64_t rows, const int* __restrict__ base, uint32_t* __restrict__ keys,
+                                  int* __restrict__ run_row, int* __restrict__ run_p, int* __restrict__ run_len) {
+  constexpr int LB = MvmrCellsPolicy::kLenBits;
+  constexpr uint32_t kLenMax = (uint32_t{1} << LB) - 1;
+  PCOPS_CUDA_GRID_STRIDE(r, rows) {
+    int q = base[r];
+    const int64_t e = offsets[r + 1];
+    for (int64_t p = offsets[r]; p < e;) {
+      const uint64_t k = static_cast<uint64_t>(packed[p]) >> MvmrTilePolicy::kPackBits;
+      const int64_t p0 = p;
+      do ++p;
+      while (p < e && static_cast<uint64_t>(packed[p]) >> MvmrTilePolicy::kPackBits == k);
+      const uint32_t len = static_cast<uint32_t>(p - p0);
+      keys[q] = static_cast<uint32_t>(k << LB) | (kLenMax - (len < kLenMax ? len : kLenMax));
+      run_row[q] = static_cast<int>(r), run_p[q] = static_cast<int>(p0), run_len[q] = static_cast<int>(len);
+      ++q;
+    }
+  }
+}
+
+__global__ void iota32_kernel(int* v, int64_t n) {
+  PCOPS_CUDA_GRID_STRIDE(q, n) v[q] = static_cast<int>(q);
+}
+
+// Cell k's runs (sorted positions cell_off[k] .. cell_off[k + 1] - 1, run ids in order) into
+// dst. Blocks: (part, column block) with the column blocks innermost.
+template <int VC>
+__global__ void __launch_bounds__(MvmrTilePolicy::kThreads, MvmrCellsPolicy::kBlocksPerSm)
+    mvmr_cells_kernel(int64_t k, const int64_t* __restrict__ cell_off, const int* __restrict__ order,
+                      const int* __restrict__ run_row, const int* __restrict__ run_p, const int* __restrict__ run_len,
+                      const int64_t* __restrict__ packed, const float* __restrict__ src, int64_t c_src,
+                      const float* __restrict__ mat, int64_t c_dst, float* __restrict__ dst) {
+  constexpr int NT = MvmrTilePolicy::kThreads, NC = 32 * VC, NG = MvmrTilePolicy::kGroup, NW = NT / 32;
+  extern __shared__ __align__(16) float stage[];  // [c_src][NC]
+  const int64_t begin = cell_off[k], end = cell_off[k + 1];
+  if (begin == end) return;  // block-uniform
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t col_blocks = (c_dst + NC - 1) / NC, parts = gridDim.x / col_blocks;
+  const int64_t d0 = blockIdx.x % col_blocks * NC, part = blockIdx.x / col_blocks;
+  const int64_t d = d0 + lane * VC, valid = c_dst - d;
+  copy_slice<NC, NT>(stage, mat, k, c_src, c_dst, d0, tid);
+  primitives::cp_async_wait<0>();
+  __syncthreads();
+  const int64_t groups = (end - begin + NG - 1) / NG;
+  for (int64_t g = part * NW + warp; g < groups; g += parts * NW) {  // warp-uniform
+    RunGroup grp;
+    grp.cnt = static_cast<int>(min(int64_t{NG}, end - begin - g * NG));
+#pragma unroll
+    for (int x = 0; x < NG; ++x) {
+      const int q = x < grp.cnt ? order[begin + g * NG + x] : 0;
+      grp.rr[x] = x < grp.cnt ? run_row[q] : 0;
+      grp.pp[x] = x < grp.cnt ? run_p[q] : 0;
+      grp.ll[x] = x < grp.cnt ? run_len[q] : 0;
+    }
+    grp.sort();
+    float a[NG][VC];
+#pragma unroll
+    for (int x = 0; x < NG; ++x) {
+      const Vec<VC> v = x < grp.cnt && valid > 0 ? load_floats<VC, true>(dst + grp.rr[x] * c_dst + d) : Vec<VC>{};
+#pragma unroll
+      for (int u = 0; u < VC; ++u) a[x][u] = v.v[u];
+    }
+    grp.fold<VC, true, true>(a, packed, src, c_src, stage + lane * VC, NC, valid);
+    if (valid <= 0) continue;
+#pragma unroll
+    for (int x = 0; x < NG; ++x) {
+      if (x >= grp.cnt) continue;
+#pragma unroll
+      for (int u = 0; u < VC; ++u) dst[grp.rr[x] * c_dst + d + u] = a[x][u];
+    }
   }
 }
 
@@ -545,114 +711,6 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   tile.store(grad_weights, co, ci);
 }
 
-// The weight gradient with the multiplies taken off the chains' warps (PCOPS_CUDA_POINT_CONV_VVOR=
-// split; not yet run on a GPU). In vvor_ring_kernel a warp issues about six instructions per
-// triplet and chain step and each add waits for the multiply just before it, about 20 cycles a
-// step where the add's latency allows 4; the largest kernel cell's chains set the kernel's time.
-// Here a block of 128 threads takes 8 output x 8 input channels (64 chains): warps 2 and 3
-// (producers) copy the stages (as vvor_ring_kernel, a ring of kBuffers) and write each stage's 64
-// x 64 products fl(G[i, o] * F[j, c]) to shared memory, a column of kS + 4 floats per chain; warps
-// 0 and 1 (consumers, one chain a thread) only add them, four from one 16-byte load, in the
-// triplets' order (the same products and adds: the same bits). Two product buffers; named
-// barriers: kSplitValues among the producers (a stage's copies landed), full[b] (products of buffer
-// b written) and empty[b] (buffer b read), each between all 128 threads. Each product crosses
-// shared memory twice: 512 bytes per step of a block's 64 chains, 4 cycles of the
-// multiprocessor's 128 bytes a cycle, the add's latency.
-struct VvorSplitPolicy {
-  static constexpr int kConsumers = 64;  // one chain a thread
-  static constexpr int kProducers = 64;  // one triplet of the stage a thread
-  static constexpr int kThreads = kConsumers + kProducers;
-  static constexpr int kO = 8, kC = 8;   // the block's channels (kO * kC = kConsumers chains)
-  static constexpr int kS = 64;          // triplets per stage (= kProducers)
-  static constexpr int kPS = kS + 4;     // floats per chain's product column
-  static constexpr int kBuffers = 3;     // value stages, kBuffers - 1 in flight
-};
-enum : int { kSplitValues = 1, kSplitFull = 2, kSplitEmpty = 4 };  // full[b]: 2 + b, empty[b]: 4 + b
-
-template <int V>
-__global__ void __launch_bounds__(VvorSplitPolicy::kThreads)
-    vvor_split_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ ii,
-                      const int64_t* __restrict__ jj, const float* __restrict__ grad_out,
-                      const float* __restrict__ features, int64_t co, int64_t ci, int64_t o_tiles, int64_t c_tiles,
-                      float* __restrict__ grad_weights) {
-  using P = VvorSplitPolicy;
-  constexpr int NT = P::kThreads, NP = P::kProducers, S = P::kS, KO = P::kO, KC = P::kC, PS = P::kPS,
-                NB = P::kBuffers;
-  static_assert(KO * KC == P::kConsumers && S == NP, "a chain per consumer, a triplet per producer");
-  static_assert(S == VvorPolicy::kS && KO % 4 == 0 && KC % 4 == 0, "the feed's stages; 16-byte reads");
-  __shared__ __align__(16) float gs[NB][S][KO];
-  __shared__ __align__(16) float fs[NB][S][KC];
-  __shared__ __align__(16) float prod[2][KO * KC][PS];
-  const int tid = threadIdx.x;
-  const int64_t b = blockIdx.x;
-  const int64_t k = b / (c_tiles * o_tiles), o0 = (b / c_tiles) % o_tiles * KO, c0 = b % c_tiles * KC;
-  const int64_t begin = offsets[k], end = offsets[k + 1];
-  const int64_t stages = (end - begin + S - 1) / S;
-  if (tid < P::kConsumers) {  // consumer: chain (o0 + tid / KC, c0 + tid % KC); warp-uniform role
-    float acc = 0.0f;
-    for (int64_t s = 0; s < stages; ++s) {
-      const int pb = static_cast<int>(s & 1);
-      primitives::named_sync(kSplitFull + pb, NT);
-      const float* pc = prod[pb][tid];
-      const int64_t n = end - (begin + s * S);
-      if (n >= S) {
-#pragma unroll
-        for (int r = 0; r < S; r += 4) {
-          const float4 p4 = *reinterpret_cast<const float4*>(pc + r);
-          acc = __fadd_rn(acc, p4.x);
-          acc = __fadd_rn(acc, p4.y);
-          acc = __fadd_rn(acc, p4.z);
-          acc = __fadd_rn(acc, p4.w);
-        }
-      } else {
-        for (int r = 0; r < static_cast<int>(n); ++r) acc = __fadd_rn(acc, pc[r]);
-      }
-      primitives::named_arrive(kSplitEmpty + pb, NT);
-    }
-    const int64_t o = o0 + tid / KC, c = c0 + tid % KC;
-    if (o < co && c < ci) grad_weights[(k * co + o) * ci + c] = acc;
-    return;
-  }
-  const int pt = tid - P::kConsumers;  // producer
-  VvorFeed<V, KO, KC, NP> feed(ii, jj, begin, end, pt);
-  const auto copy = [&](int buf) { feed.copy(&gs[buf][0][0], &fs[buf][0][0], grad_out, co, o0, features, ci, c0); };
-#pragma unroll
-  for (int st = 0; st < NB - 1; ++st) copy(st);
-  int buf = 0, cbuf = NB - 1;
-  for (int64_t s = 0; s < stages; ++s) {
-    const int pb = static_cast<int>(s & 1);
-    primitives::cp_async_wait<NB - 2>();       // this thread's copies of stage s
-    primitives::named_sync(kSplitValues, NP);  // everyone's; the buffer of stage s - 1 is free
-    copy(cbuf);
-    cbuf = cbuf + 1 == NB ? 0 : cbuf + 1;
-    if (s >= 2) primitives::named_sync(kSplitEmpty + pb, NT);  // the consumers are done with stage s - 2
-    if (pt < end - (begin + s * S)) {  // triplet pt of the stage: its products with every chain
-      float g[KO], f[KC];
-#pragma unroll
-      for (int q = 0; q < KO; q += 4) {
-        const float4 v = *reinterpret_cast<const float4*>(&gs[buf][pt][q]);
-        g[q] = v.x, g[q + 1] = v.y, g[q + 2] = v.z, g[q + 3] = v.w;
-      }
-#pragma unroll
-      for (int q = 0; q < KC; q += 4) {
-        const float4 v = *reinterpret_cast<const float4*>(&fs[buf][pt][q]);
-        f[q] = v.x, f[q + 1] = v.y, f[q + 2] = v.z, f[q + 3] = v.w;
-      }
-#pragma unroll
-      for (int o = 0; o < KO; ++o) {
-#pragma unroll
-        for (int c = 0; c < KC; ++c) prod[pb][o * KC + c][pt] = __fmul_rn(g[o], f[c]);
-      }
-    }
-    primitives::named_arrive(kSplitFull + pb, NT);
-    buf = buf + 1 == NB ? 0 : buf + 1;
-  }
-  // The consumers' arrivals on the last two buffers' empty barriers, so every barrier completes.
-  for (int64_t s = stages >= 2 ? stages - 2 : 0; s < stages; ++s)
-    primitives::named_sync(kSplitEmpty + static_cast<int>(s & 1), NT);
-  primitives::cp_async_wait<0>();
-}
-
 // wt[k, c, o] = w[k, o, c].
 __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t ci, float* wt) {
   const int64_t total = K * co * ci;
@@ -662,27 +720,101 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
   }
 }
 
-// The MVMR into dst [rows, c_dst]. PCOPS_CUDA_POINT_CONV_MVMR=tiles|rows picks the kernel
-// (default: tiles where the destination has at least kTileMinCols channels): mvmr_tile_kernel
-// (rewrites the grouping's order in place) where the cells and the source rows fit its packed
-// positions, else mvmr_kernel, four destination channels per thread where the shapes allow.
-constexpr int64_t kTileMinCols = 128;
+// The MVMR into dst [rows, c_dst]. PCOPS_CUDA_POINT_CONV_MVMR=cells|tiles|rows picks the kernel
+// (default: cells where the destination has at least kWideCols channels, else rows):
+// mvmr_cells_kernel where the rows are aligned, a slice of 32 channels of mat[k] fits
+// kStageFloats and the sizes fit its 32-bit run fields; mvmr_tile_kernel (both rewrite the
+// grouping's order in place) where the cells and the source rows fit its packed positions; else
+// mvmr_kernel, four destination channels per thread where the shapes allow. A kernel that cannot
+// run takes the next one in that order. Measured on one H200 (165k points, kNN 16, 27 cells,
+// float32 forward, C = 32 / 64 / 128 / 256 / 512): cells 2.22 / 3.40 / 6.75 / 25.7 / 142 ms, tiles
+// 3.65 / 6.27 / 11.8 / 43.0 / 165 ms, rows 1.53 / 3.30 / 12.3 / 53.1 ms.
+constexpr int64_t kWideCols = 128;
 
-void launch_mvmr(const CudaContext& ctx, const Grouping& g, const int64_t* t, int src_col, const float* src,
+enum class Mvmr { kCells, kTiles, kRows };
+
+Mvmr mvmr_choice(int64_t c_dst) {
+  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_MVMR");
+  if (e == nullptr || *e == 0) return c_dst < kWideCols ? Mvmr::kRows : Mvmr::kCells;
+  if (std::strcmp(e, "cells") == 0) return Mvmr::kCells;
+  if (std::strcmp(e, "tiles") == 0) return Mvmr::kTiles;
+  if (std::strcmp(e, "rows") == 0) return Mvmr::kRows;
+  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be cells, tiles or rows");
+}
+
+// The "cells" MVMR: list and sort the runs, then a launch per kernel cell (empty cells' blocks
+// return at once). Needs T < 2^31 and rows < 2^31 (32-bit run fields), K < 2^15 (the cell in the
+// sort key beside kLenBits of length), aligned rows and VC's slice within the stage budget.
+void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grouping& g, const int64_t* t,
+                       int src_col, const float* src, int64_t c_src, const float* mat, int64_t c_dst, int64_t rows,
+                       int64_t K, int64_t T, int VC, float* dst) {
+  constexpr int NT = PointConvPolicy::kThreads;
+  cudaStream_t stream = detail::stream_of(ctx);
+  PCOPS_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(rows * c_dst) * sizeof(float), stream));
+  if (T == 0) return;
+  detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(NT), 0, g.order, t, T, src_col);
+  int* counts = ws.alloc<int>(rows + 1);
+  int* base = ws.alloc<int>(rows + 1);
+  PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, static_cast<size_t>(rows + 1) * sizeof(int), stream));
+  const int64_t* packed = g.order;
+  detail::launch(ctx, count_runs_kernel, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows, counts);
+  size_t scan_bytes = 0, sort_bytes = 0;
+  PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, counts, base, rows + 1, stream));
+  uint32_t* keys = ws.alloc<uint32_t>(T);
+  uint32_t* keys_alt = ws.alloc<uint32_t>(T);
+  int* ids = ws.alloc<int>(T);
+  int* ids_alt = ws.alloc<int>(T);
+  int* run_row = ws.alloc<int>(T);
+  int* run_p = ws.alloc<int>(T);
+  int* run_len = ws.alloc<int>(T);
+  int64_t* cell_off = ws.alloc<int64_t>(K + 1);
+  cub::DoubleBuffer<uint32_t> dk(keys, keys_alt);
+  cub::DoubleBuffer<int> dv(ids, ids_alt);
+  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, dk, dv, T, 0, 32, stream));
+  void* temp = ws.bytes(std::max(scan_bytes, sort_bytes));
+  PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, counts, base, rows + 1, stream));
+  // Slots past the last run keep the largest key (after every cell: K < 2^15).
+  PCOPS_CUDA_CHECK(cudaMemsetAsync(keys, 0xff, static_cast<size_t>(T) * sizeof(uint32_t), stream));
+  detail::launch(ctx, iota32_kernel, dim3(blocks_for(T)), dim3(NT), 0, ids, T);
+  detail::launch(ctx, write_runs_kernel, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows,
+                 static_cast<const int*>(base), keys, run_row, run_p, run_len);
+  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, dk, dv, T, 0, 32, stream));
+  detail::launch(ctx, offsets_kernel<uint32_t>, dim3(blocks_for(K + 1)), dim3(NT), 0,
+                 static_cast<const uint32_t*>(dk.Current()), T, K, MvmrCellsPolicy::kLenBits, cell_off);
+  const int64_t NC = 32 * VC, col_blocks = detail::ceil_div(c_dst, NC);
+  const int64_t target = int64_t{MvmrCellsPolicy::kBlocksPerSm} * detail::device_properties().multiProcessorCount;
+  const int64_t parts = std::max<int64_t>(1, target / col_blocks);
+  if (parts * col_blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many channels");
+  const auto kernel = VC == 4 ? mvmr_cells_kernel<4> : VC == 2 ? mvmr_cells_kernel<2> : mvmr_cells_kernel<1>;
+  const size_t smem = static_cast<size_t>(c_src * NC) * sizeof(float);
+  PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  for (int64_t k = 0; k < K; ++k)
+    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(parts * col_blocks)), dim3(NT), smem, k,
+                   static_cast<const int64_t*>(cell_off), static_cast<const int*>(dv.Current()),
+                   static_cast<const int*>(run_row), static_cast<const int*>(run_p), static_cast<const int*>(run_len),
+                   packed, src, c_src, mat, c_dst, dst);
+}
+
+void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& g, const int64_t* t, int src_col, const float* src,
                  int64_t c_src, int64_t src_rows, const float* mat, int64_t c_dst, int64_t rows, int64_t K,
                  int64_t T, float* dst) {
   constexpr int NT = PointConvPolicy::kThreads;
-  bool tiles = c_dst >= kTileMinCols;
-  if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_MVMR"); e != nullptr && *e != 0) {
-    tiles = std::strcmp(e, "tiles") == 0;
-    if (!tiles && std::strcmp(e, "rows") != 0)
-      throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be tiles or rows");
-  }
   using TP = MvmrTilePolicy;
-  const int64_t tile_blocks = detail::ceil_div(rows, int64_t{TP::kRows}) * detail::ceil_div(c_dst, int64_t{TP::kCols});
-  if (tiles && K <= (int64_t{1} << 15) && src_rows <= (int64_t{1} << TP::kPackBits) && tile_blocks < (int64_t{1} << 31)) {
+  const Mvmr choice = mvmr_choice(c_dst);
+  const bool vec = rows_aligned16(src, c_src) && rows_aligned16(mat, c_dst);
+  if (choice == Mvmr::kCells && vec && rows_aligned16(dst, c_dst) && c_src * 32 <= TP::kStageFloats &&
+      K < (int64_t{1} << 15) && src_rows <= (int64_t{1} << TP::kPackBits) && T < (int64_t{1} << 31) &&
+      rows < (int64_t{1} << 31)) {
+    // Lanes' channels: the widest slice (32 VC channels) that fits and that the destination fills.
+    int VC = 4;
+    while (VC > 1 && (c_src * 32 * VC > TP::kStageFloats || 32 * VC / 2 >= c_dst)) VC /= 2;
+    launch_mvmr_cells(ctx, ws, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, VC, dst);
+    return;
+  }
+  const int64_t tile_blocks = detail::ceil_div(rows, int64_t{TP::kRows}) * detail::ceil_div(c_dst, int64_t{128});
+  if (choice != Mvmr::kRows && K <= (int64_t{1} << 15) && src_rows <= (int64_t{1} << TP::kPackBits) &&
+      tile_blocks < (int64_t{1} << 31)) {
     if (T > 0) detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(NT), 0, g.order, t, T, src_col);
-    const bool vec = rows_aligned16(src, c_src) && rows_aligned16(mat, c_dst);
     detail::launch(ctx, vec ? mvmr_tile_kernel<true> : mvmr_tile_kernel<false>, dim3(static_cast<unsigned>(tile_blocks)),
                    dim3(TP::kThreads), 0, g.offsets, static_cast<const int64_t*>(g.order), src, c_src, mat, c_dst, rows,
                    K, dst);
@@ -709,7 +841,7 @@ void point_conv(const CudaContext& ctx, const PointConvShape& s, const float* fe
   float* wt = ws.alloc<float>(K * Ci * Co);
   detail::launch(ctx, transpose_kernel, dim3(blocks_for(K * Ci * Co)), dim3(NT), 0, weights, K, Co, Ci, wt);
   const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/0, /*second=*/2, /*third=*/1);
-  launch_mvmr(ctx, g, triplets, 1, features, Ci, s.num_in, wt, Co, s.num_out, K, s.triplets, out);
+  launch_mvmr(ctx, ws, g, triplets, 1, features, Ci, s.num_in, wt, Co, s.num_out, K, s.triplets, out);
 }
 
 void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const float* grad_out,
@@ -721,7 +853,7 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
   constexpr int NT = PointConvPolicy::kThreads;
   if (grad_features != nullptr && s.num_in * Ci > 0) {
     const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/1, /*second=*/2, /*third=*/0);
-    launch_mvmr(ctx, g, triplets, 0, grad_out, Co, s.num_out, weights, Ci, s.num_in, K, s.triplets, grad_features);
+    launch_mvmr(ctx, ws, g, triplets, 0, grad_out, Co, s.num_out, weights, Ci, s.num_in, K, s.triplets, grad_features);
   }
   if (grad_weights != nullptr && K * Co * Ci > 0) {
     const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/2, /*second=*/0, /*third=*/1);
@@ -737,26 +869,19 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     // 10.1 / 11.3 / 17.6 / 39.0 ms (of 6: 9.6 / 11.0 / 17.2 / 38.6), four 16.4 / 17.1 / 22.3 /
     // 37.8 ms. PCOPS_CUDA_POINT_CONV_VVOR=1|2|4 forces the chains.
     int R = Co * Ci <= 64 * 64 ? 1 : 2;
-    bool split = false;  // vvor_split_kernel (not yet run on a GPU)
-    if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0) {
-      split = std::strcmp(e, "split") == 0;
-      R = split ? 1 : e[1] == 0 ? e[0] - '0' : 0;
-    }
+    if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0)
+      R = e[1] == 0 ? e[0] - '0' : 0;
     if (R != 1 && R != 2 && R != 4)
-      throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2, 4 or split");
-    // Both kernels take the same arguments: (kernel cell, output tile, input tile) blocks.
+      throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2 or 4");
     const bool vec = rows_aligned16(grad_out, Co) && rows_aligned16(features, Ci);
     using P = VvorPolicy;
-    using SP = VvorSplitPolicy;
     constexpr int B1 = VvorRing<1>::kBuffers, B2 = VvorRing<2>::kBuffers, B4 = VvorRing<4>::kBuffers;
-    auto kernel = vec ? (R == 4 ? vvor_ring_kernel<4, 4, B4> : R == 2 ? vvor_ring_kernel<4, 2, B2> : vvor_ring_kernel<4, 1, B1>)
-                      : (R == 4 ? vvor_ring_kernel<1, 4, B4> : R == 2 ? vvor_ring_kernel<1, 2, B2> : vvor_ring_kernel<1, 1, B1>);
-    if (split) kernel = vec ? vvor_split_kernel<4> : vvor_split_kernel<1>;
-    const int64_t o_tiles = detail::ceil_div(Co, int64_t{split ? SP::kO : P::kO});
-    const int64_t c_tiles = detail::ceil_div(Ci, int64_t{split ? SP::kC : 8 * R});
+    const auto kernel = vec ? (R == 4 ? vvor_ring_kernel<4, 4, B4> : R == 2 ? vvor_ring_kernel<4, 2, B2> : vvor_ring_kernel<4, 1, B1>)
+                            : (R == 4 ? vvor_ring_kernel<1, 4, B4> : R == 2 ? vvor_ring_kernel<1, 2, B2> : vvor_ring_kernel<1, 1, B1>);
+    const int64_t o_tiles = detail::ceil_div(Co, int64_t{P::kO}), c_tiles = detail::ceil_div(Ci, int64_t{8 * R});
     const int64_t blocks = K * o_tiles * c_tiles;
     if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many kernels x channels");
-    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(blocks)), dim3(split ? SP::kThreads : P::kThreads), 0,
+    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(blocks)), dim3(P::kThreads), 0,
                    g.offsets, static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj), grad_out, features,
                    Co, Ci, o_tiles, c_tiles, grad_weights);
   }

@@ -105,12 +105,12 @@ void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, co
   }
 }
 
-// PCOPS_CUDA_POINT_CONV_VVOR (chains per thread of the weight gradient, or "split": producer and
-// consumer warps) for one scope.
+// PCOPS_CUDA_POINT_CONV_VVOR (chains per thread of the weight gradient) for one scope.
 struct VvorChains : pcops_cuda_test::ScopedEnv {
   explicit VvorChains(const char* chains) : ScopedEnv("PCOPS_CUDA_POINT_CONV_VVOR", chains) {}
 };
-// PCOPS_CUDA_POINT_CONV_MVMR (the forward / grad_features kernel: "tiles" or "rows") for one scope.
+// PCOPS_CUDA_POINT_CONV_MVMR (the forward / grad_features kernel: "cells", "tiles" or "rows") for
+// one scope.
 struct MvmrKernel : pcops_cuda_test::ScopedEnv {
   explicit MvmrKernel(const char* name) : ScopedEnv("PCOPS_CUDA_POINT_CONV_MVMR", name) {}
 };
@@ -118,13 +118,16 @@ struct MvmrKernel : pcops_cuda_test::ScopedEnv {
 // Shapes (n_in, n_out, C_in, C_out, K, T): channel counts around the kernels' tiles (16 output x 32
 // input channels in the weight gradient, four channels per thread) and not multiples of 4, one
 // kernel cell, and long runs of one kernel cell (K = 2: 20000 triplets each, many shared-memory
-// stages). Aligned rows take the four-channel loads, shift 1 the scalar ones.
+// stages); source widths that give the cells MVMR slices of 32, 64 and 128 channels (300, 200,
+// 64 source channels) and one too wide for it (520). Aligned rows take the four-channel loads,
+// shift 1 the scalar ones.
 TEST(CudaPointConv, BitwiseEqualToCpu) {
   std::mt19937 rng(17);
   const std::vector<std::vector<int64_t>> shapes{
       {50, 40, 3, 5, 27, 600},          {64, 64, 16, 17, 8, 1000},    {30, 10, 1, 1, 1, 90},
       {20, 25, 33, 9, 27, 300},         {300, 260, 64, 257, 27, 5000}, {2000, 1500, 32, 32, 27, 30000},
-      {500, 400, 36, 20, 3, 3000},      {1000, 1000, 8, 48, 2, 40000}, {200, 150, 64, 64, 27, 4000}};
+      {500, 400, 36, 20, 3, 3000},      {1000, 1000, 8, 48, 2, 40000}, {200, 150, 64, 64, 27, 4000},
+      {300, 260, 300, 36, 27, 4000},    {200, 180, 200, 64, 5, 3000},  {60, 50, 520, 8, 3, 400}};
   for (const auto& sh : shapes) {
     for (int shift : {0, 1}) {
       SCOPED_TRACE(testing::Message() << "shape " << sh[2] << "x" << sh[3] << " K " << sh[4] << " T " << sh[5]
@@ -136,11 +139,11 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
       expect_bitwise(gpu.gf, cpu.gf, "grad_features");
       expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
       // Every weight-gradient tile, whatever the default.
-      for (const char* chains : {"1", "2", "4", "split"}) {
+      for (const char* chains : {"1", "2", "4"}) {
         const VvorChains forced(chains);
         expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
       }
-      for (const char* mvmr : {"tiles", "rows"}) {  // both MVMR kernels, whatever the default
+      for (const char* mvmr : {"cells", "tiles", "rows"}) {  // every MVMR kernel, whatever the default
         const MvmrKernel forced(mvmr);
         const Out st = run_cuda(c, shift);
         expect_bitwise(st.out, cpu.out, std::string("forward ") + mvmr);
@@ -167,14 +170,16 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
   }
 }
 
-// Small cases for compute-sanitizer (racecheck of the weight gradient's shared-memory stages):
-// several stages per kernel cell, partial channel tiles, vector and scalar loads.
+// Small cases for compute-sanitizer (racecheck of the shared-memory stages of the weight gradient
+// and of the cells MVMR): several stages per kernel cell, partial channel tiles (slices of
+// 32, 64 and 128 channels), vector and scalar loads.
 TEST(CudaPointConv, ShortCasesForSanitizers) {
   std::mt19937 rng(29);
   // (shape, shift): three cells of about 230 triplets (a few stages each), and two cells of 1500
-  // (24 stages: the weight gradient's ring of stages wraps around several times).
+  // (24 stages: the weight gradient's ring of stages wraps around several times), and 72 output
+  // channels from 24 (the cells slice 128 channels wide).
   const std::vector<std::vector<int64_t>> shapes{{120, 100, 36, 20, 3, 700, 0}, {120, 100, 36, 20, 3, 700, 1},
-                                                 {200, 150, 20, 12, 2, 3000, 0}};
+                                                 {200, 150, 20, 12, 2, 3000, 0}, {80, 60, 24, 72, 3, 500, 0}};
   for (const auto& sh : shapes) {
     const int shift = static_cast<int>(sh[6]);
     const Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
@@ -183,11 +188,11 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
     expect_bitwise(gpu.out, cpu.out, "forward");
     expect_bitwise(gpu.gf, cpu.gf, "grad_features");
     expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
-    for (const char* chains : {"1", "2", "4", "split"}) {
+    for (const char* chains : {"1", "2", "4"}) {
       const VvorChains forced(chains);
       expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
     }
-    for (const char* mvmr : {"tiles", "rows"}) {
+    for (const char* mvmr : {"cells", "tiles", "rows"}) {
       const MvmrKernel forced(mvmr);
       const Out st = run_cuda(c, shift);
       expect_bitwise(st.out, cpu.out, std::string("forward ") + mvmr);
@@ -200,11 +205,11 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
 TEST(CudaPointConv, UnknownKernelNamesThrow) {
   std::mt19937 rng(31);
   const Case c = random_case(rng, 40, 30, 8, 8, 3, 200);
-  for (const char* bad : {"3", "0", "ring2", "1d", "d", "12", "x", "splits", "Split"}) {
+  for (const char* bad : {"3", "0", "ring2", "1d", "d", "12", "x", "split", "Split"}) {
     const VvorChains forced(bad);
     EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }
-  for (const char* bad : {"staged", "row", "Tiles", "1"}) {
+  for (const char* bad : {"staged", "shared", "row", "Tiles", "cell", "1"}) {
     const MvmrKernel forced(bad);
     EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }
