@@ -58,9 +58,6 @@ if has sanitize; then
   RACE=${PCOPS_RACECHECK_FILTER:-CudaKnn.UniformBothPaths:CudaKnn.DuplicateHeavyTies:CudaKnn.KEqualsNAndPathBoundaries:CudaBallQuery.UniformScanAllK:CudaBallQuery.GridUniformAndCellBoundaries:CudaBallQuery.GridDuplicatesOverflowTheBuffer:CudaBallQuery.BackwardMatchesCpuBits:CudaFurthestPointSample.ShortRunsOfEveryPathForSanitizers:CudaFurthestPointSample.SortedPathShortRunForSanitizers:CudaRadius.ExactTiesAtTheBoundary:CudaNearest.PathsTiesEmptyAndNonFinite:CudaThreeInterpolate.ManySourcesPerTargetAndPadding:CudaGroupPoints.BallQueryLikeNeighbourhoods:CudaNearestNeighbor.ExactTiesAndDuplicates:CudaIvfPq.SingleQueryAndCodeWidths:CudaIvfPq.CoarseTiesByListNumber:CudaVoxelize.KeyWidthsAndLongRuns:CudaScatter.ChunkRuleListsAroundTheChunkLength:CudaScatterStats.*:CudaPointConv.ShortCasesForSanitizers}
   run_stage sanitize_racecheck timeout ${PCOPS_RACECHECK_TIMEOUT:-420} compute-sanitizer --tool racecheck \
     --racecheck-report all --error-exitcode 99 "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter="$RACE"
-  # synccheck: the kernels with named barriers between warp roles (point_conv's split weight gradient).
-  run_stage sanitize_synccheck timeout 200 compute-sanitizer --tool synccheck --error-exitcode 99 \
-    "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter="${PCOPS_SYNCCHECK_FILTER:-CudaPointConv.ShortCasesForSanitizers}"
 fi
 if has bench; then
   run_stage cuda_probe timeout 240 $PY benchmarks/scripts/cuda_probe.py --json "$OUT/cuda_probe.json"
@@ -85,16 +82,16 @@ if has bench; then
   run_stage ivfpq_probe timeout 240 $PY benchmarks/scripts/ivfpq_cuda_probe.py --out "$OUT/ivfpq_cuda_probe.json"
   run_stage interp_bench timeout 180 $PY -m pcops.cli bench --device cuda --no-progress --out "$OUT/interp" \
     --docs "$OUT/interp/benchmarks-cuda.md" --ops three_nn,three_interpolate --clouds sphere,scan --orders random
-  # point_conv at ScanNet-like size: the exact path in float32 (and its split weight gradient), the
+  # point_conv at ScanNet-like size: the exact path in float32 (and with the tiles MVMR), the
   # tensor-core path in bf16; gather-GEMM-scatter in PyTorch in the same runs.
   PC="$PY benchmarks/scripts/point_conv_probe.py --device cuda --points 165000 --k 16"
   run_stage point_conv_exact timeout 150 $PC --channels 32,64,128,256 --out "$OUT/point_conv_exact.json"
-  run_stage point_conv_split timeout 150 env PCOPS_CUDA_POINT_CONV_VVOR=split $PC --channels 32,64,128,256 \
-    --out "$OUT/point_conv_exact_split.json"
+  run_stage point_conv_tiles timeout 150 env PCOPS_CUDA_POINT_CONV_MVMR=tiles $PC --channels 128,256 \
+    --out "$OUT/point_conv_exact_tiles.json"
   run_stage point_conv_fast timeout 150 $PC --channels 32,64,128,256,512 --dtype bfloat16 --mode fast \
     --out "$OUT/point_conv_fast.json"
   run_stage conv_bench timeout 200 $PY -m pcops.cli bench --device cuda --no-progress --out "$OUT/conv" \
-    --docs "$OUT/conv/benchmarks-cuda.md" --ops point_conv --sizes 165k --channels 64 --clouds sphere,mesh
+    --docs "$OUT/conv/benchmarks-cuda.md" --ops point_conv --sizes 165k --channels 128 --clouds sphere,mesh
 fi
 
 echo
