@@ -23,6 +23,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+#include <type_traits>
 
 #include "common/bits.hpp"
 #include "cuda/common.cuh"
@@ -542,57 +544,78 @@ __global__ void gather_ij_kernel(const int64_t* order, const int64_t* t, int64_t
 }
 
 struct VvorPolicy {
-  static constexpr int kThreads = 128;
-  static constexpr int kO = 16;    // output channels per block (one per 8 threads)
-  static constexpr int kS = 64;    // triplets per shared-memory stage
+  static constexpr int kThreads = 128;  // 16 rows of output channels x 8 columns of input channels
+  static constexpr int kS = 64;         // triplets per shared-memory stage
   static constexpr int kRingBytes = 48 * 1024;  // the ring of stage buffers at most
+  static constexpr int64_t kMaxRankedCells = 1024;  // cells ordered heaviest first up to this many
 };
 
-// The ring of a weight-gradient block of R chains a thread: as many stage buffers (kS rows of 16
-// values of G and 8 R of F) as fit kRingBytes, kBuffers - 1 of them in flight.
-template <int R>
+// The ring of a weight-gradient block of RO x RC chains a thread: as many stage buffers (kS rows
+// of 16 RO values of G and 8 RC of F) as fit kRingBytes, kBuffers - 1 of them in flight.
+template <int RO, int RC>
 struct VvorRing {
   static constexpr int kBuffers =
-      VvorPolicy::kRingBytes / (VvorPolicy::kS * (VvorPolicy::kO + 8 * R) * static_cast<int>(sizeof(float)));
+      VvorPolicy::kRingBytes / (VvorPolicy::kS * (16 * RO + 8 * RC) * static_cast<int>(sizeof(float)));
   static_assert(kBuffers >= 2, "a ring");
 };
 
-// Block blockIdx.x's tile of the weight gradient (kernel k, kO output x 8 R input channels from
-// o0, c0; blocks in (k, o tile, c tile) order) and thread tid's R chains in it: o = o0 + tid / 8,
-// c = c0 + R (tid % 8) .. + R - 1.
-template <int R>
+// Block blockIdx.x's tile of the weight gradient (kernel k, KO = 16 RO output x KC = 8 RC input
+// channels from o0, c0; blocks in (cell rank, o tile, c tile) order, k = cells[rank] where the
+// cells are ranked, else the rank) and thread tid's RO x RC chains in it: o = o0 + RO (tid / 8) ..
+// + RO - 1, c = c0 + RC (tid % 8) .. + RC - 1.
+template <int RO, int RC>
 struct VvorTile {
-  static constexpr int KO = VvorPolicy::kO, KC = 8 * R;
+  static constexpr int KO = 16 * RO, KC = 8 * RC;
   int64_t k, o0, c0;
   int my_o, my_c;
-  float acc[R];
-  __device__ __forceinline__ VvorTile(int64_t o_tiles, int64_t c_tiles, int tid) {
+  float acc[RO][RC];
+  __device__ __forceinline__ VvorTile(int64_t o_tiles, int64_t c_tiles, const int* __restrict__ cells, int tid) {
     const int64_t b = blockIdx.x;
     k = b / (c_tiles * o_tiles);
+    if (cells != nullptr) k = cells[k];
     o0 = (b / c_tiles) % o_tiles * KO;
     c0 = b % c_tiles * KC;
-    my_o = tid / 8, my_c = (tid % 8) * R;
+    my_o = (tid / 8) * RO, my_c = (tid % 8) * RC;
 #pragma unroll
-    for (int x = 0; x < R; ++x) acc[x] = 0.0f;
+    for (int x = 0; x < RO; ++x)
+#pragma unroll
+      for (int y = 0; y < RC; ++y) acc[x][y] = 0.0f;
   }
   // One triplet from its staged rows (g: G[i, o0 ..], f: F[j, c0 ..]): acc = fl(acc + fl(g * f)).
   __device__ __forceinline__ void fold(const float* g_row, const float* f_row) {
-    const float g = g_row[my_o];
-    float f[R];
+    const Vec<RO> g = load_floats<RO, true>(g_row + my_o);
+    const Vec<RC> f = load_floats<RC, true>(f_row + my_c);
 #pragma unroll
-    for (int x = 0; x < R; ++x) f[x] = f_row[my_c + x];
+    for (int x = 0; x < RO; ++x)
 #pragma unroll
-    for (int x = 0; x < R; ++x) acc[x] = __fadd_rn(acc[x], __fmul_rn(g, f[x]));
+      for (int y = 0; y < RC; ++y) acc[x][y] = __fadd_rn(acc[x][y], __fmul_rn(g.v[x], f.v[y]));
   }
   // The chains inside the matrix into grad_weights [K, co, ci].
   __device__ __forceinline__ void store(float* __restrict__ gw, int64_t co, int64_t ci) const {
-    const int64_t o = o0 + my_o;
-    if (o >= co) return;
 #pragma unroll
-    for (int x = 0; x < R; ++x)
-      if (c0 + my_c + x < ci) gw[(k * co + o) * ci + c0 + my_c + x] = acc[x];
+    for (int x = 0; x < RO; ++x) {
+      const int64_t o = o0 + my_o + x;
+      if (o >= co) continue;
+#pragma unroll
+      for (int y = 0; y < RC; ++y)
+        if (c0 + my_c + y < ci) gw[(k * co + o) * ci + c0 + my_c + y] = acc[x][y];
+    }
   }
 };
+
+// cells[rank] = the kernel cells by triplet count, most first (ties: lower cell first), so that
+// the weight gradient's blocks of the longest folds start first. One block; K <= kMaxRankedCells.
+__global__ void rank_cells_kernel(const int64_t* __restrict__ offsets, int64_t K, int* __restrict__ cells) {
+  for (int64_t k = threadIdx.x; k < K; k += blockDim.x) {
+    const int64_t n = offsets[k + 1] - offsets[k];
+    int64_t rank = 0;
+    for (int64_t q = 0; q < K; ++q) {
+      const int64_t m = offsets[q + 1] - offsets[q];
+      rank += m > n || (m == n && q < k);
+    }
+    cells[rank] = static_cast<int>(k);
+  }
+}
 
 // The stage units of the weight gradient's block: thread tid's unit u covers stage row
 // (tid + NT u) / W and the V columns from V ((tid + NT u) % W) of a tile W V columns wide.
@@ -664,27 +687,27 @@ struct VvorFeed {
 };
 
 // grad_weights[k, o, c] = fold of kernel k's triplets (grouping order (i, j)):
-// acc = fl(acc + fl(G[i, o] * F[j, c])). Block (k, o tile, c tile) of 16 x 8 R elements
-// (VvorTile); thread tid holds R chains (R = 1, 2 or 4: fewer chains per thread put more blocks,
-// so more SMs, on each kernel cell, whose fold is sequential; more chains share each shared-memory
-// load). The rows of a stage (G[i, o0 .. o0 + 16] and F[j, c0 .. c0 + 8 R] of 64 triplets, V
-// floats per copy: V = 4 when both matrices have aligned rows) are (i, j) pairs of a kernel cell
-// in sorted order, gathered from anywhere in G and F, and the fold of one stage is shorter than
+// acc = fl(acc + fl(G[i, o] * F[j, c])). Block (k, o tile, c tile) of 16 RO x 8 RC elements
+// (VvorTile); thread tid holds RO x RC chains (fewer chains per thread put more blocks, so more
+// SMs, on each kernel cell, whose fold is sequential; more chains share each shared-memory load).
+// The rows of a stage (G[i, o0 .. o0 + 16 RO] and F[j, c0 .. c0 + 8 RC] of 64 triplets, V floats
+// per copy: V = 4 when both matrices have aligned rows) are (i, j) pairs of a kernel cell in
+// sorted order, gathered from anywhere in G and F, and the fold of one stage is shorter than
 // their latency: they are copied by cp.async into a ring of NB buffers, NB - 1 stages ahead of
 // the fold; the (i, j) of the next stage to copy are read one stage ahead. One barrier a stage.
-// Channels past co / ci read as 0 and are not stored.
-template <int V, int R, int NB>
+// Channels past co / ci read as 0 and are not stored. cells: rank_cells_kernel's order, or null.
+template <int V, int RO, int RC, int NB>
 __global__ void __launch_bounds__(VvorPolicy::kThreads)
-    vvor_ring_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ ii,
-                     const int64_t* __restrict__ jj, const float* __restrict__ grad_out,
-                     const float* __restrict__ features, int64_t co, int64_t ci, int64_t o_tiles, int64_t c_tiles,
-                     float* __restrict__ grad_weights) {
-  constexpr int NT = VvorPolicy::kThreads, S = VvorPolicy::kS, KO = VvorPolicy::kO, KC = 8 * R;
+    vvor_ring_kernel(const int64_t* __restrict__ offsets, const int* __restrict__ cells,
+                     const int64_t* __restrict__ ii, const int64_t* __restrict__ jj,
+                     const float* __restrict__ grad_out, const float* __restrict__ features, int64_t co, int64_t ci,
+                     int64_t o_tiles, int64_t c_tiles, float* __restrict__ grad_weights) {
+  constexpr int NT = VvorPolicy::kThreads, S = VvorPolicy::kS, KO = 16 * RO, KC = 8 * RC;
   static_assert(NB >= 2, "a ring");
   __shared__ __align__(16) float gs[NB][S][KO];
   __shared__ __align__(16) float fs[NB][S][KC];
   const int tid = threadIdx.x;
-  VvorTile<R> tile(o_tiles, c_tiles, tid);
+  VvorTile<RO, RC> tile(o_tiles, c_tiles, cells, tid);
   const int64_t o0 = tile.o0, c0 = tile.c0;
   const int64_t begin = offsets[tile.k], end = offsets[tile.k + 1];
   VvorFeed<V, KO, KC, NT> feed(ii, jj, begin, end, tid);
@@ -862,27 +885,45 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     if (s.triplets > 0)
       detail::launch(ctx, gather_ij_kernel, dim3(blocks_for(s.triplets)), dim3(NT), 0, g.order, triplets, s.triplets,
                      ii, jj);
-    // Chains per thread: one up to 64 x 64 channels, two beyond; each with the deepest ring that
-    // fits 48 KB. Measured on one H200 (bunny00 sampled to 165k points, kNN 16, float32, the
-    // weight gradient alone (forward + grad_weights less the forward), C = 32 / 64 / 128 / 256):
-    // one chain 8.7 / 9.8 / 18.0 / 53.8 ms with a ring of 4 (of 8: 8.1 / 9.9 / 17.6 / 52.9), two
-    // 10.1 / 11.3 / 17.6 / 39.0 ms (of 6: 9.6 / 11.0 / 17.2 / 38.6), four 16.4 / 17.1 / 22.3 /
-    // 37.8 ms. PCOPS_CUDA_POINT_CONV_VVOR=1|2|4 forces the chains.
-    int R = Co * Ci <= 64 * 64 ? 1 : 2;
-    if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0)
-      R = e[1] == 0 ? e[0] - '0' : 0;
-    if (R != 1 && R != 2 && R != 4)
-      throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2 or 4");
+    // Chains per thread (output x input channels): one up to 64 x 64 channels, 1 x 2 beyond; each
+    // with the deepest ring that fits 48 KB; the cells with the most triplets first. Measured on
+    // one H200 (bunny00 sampled to 165k points, kNN 16, float32, the weight gradient alone
+    // (forward + grad_weights less the forward), C = 32 / 64 / 128 / 256): one chain 8.7 / 9.8 /
+    // 18.0 / 53.8 ms with a ring of 4 (of 8: 8.1 / 9.9 / 17.6 / 52.9), 1 x 2 10.1 / 11.3 / 17.6 /
+    // 39.0 ms (of 6: 9.6 / 11.0 / 17.2 / 38.6), 1 x 4 16.4 / 17.1 / 22.3 / 37.8 ms.
+    // PCOPS_CUDA_POINT_CONV_VVOR=1|2|4|2x4|4x4 forces the chains (n: 1 x n).
+    std::string chains = Co * Ci <= 64 * 64 ? "1" : "2";
+    if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0) chains = e;
     const bool vec = rows_aligned16(grad_out, Co) && rows_aligned16(features, Ci);
     using P = VvorPolicy;
-    constexpr int B1 = VvorRing<1>::kBuffers, B2 = VvorRing<2>::kBuffers, B4 = VvorRing<4>::kBuffers;
-    const auto kernel = vec ? (R == 4 ? vvor_ring_kernel<4, 4, B4> : R == 2 ? vvor_ring_kernel<4, 2, B2> : vvor_ring_kernel<4, 1, B1>)
-                            : (R == 4 ? vvor_ring_kernel<1, 4, B4> : R == 2 ? vvor_ring_kernel<1, 2, B2> : vvor_ring_kernel<1, 1, B1>);
-    const int64_t o_tiles = detail::ceil_div(Co, int64_t{P::kO}), c_tiles = detail::ceil_div(Ci, int64_t{8 * R});
+    using Kernel = void (*)(const int64_t*, const int*, const int64_t*, const int64_t*, const float*, const float*,
+                            int64_t, int64_t, int64_t, int64_t, float*);
+    Kernel kernel = nullptr;
+    int RO = 1, RC = 1;
+    const auto pick = [&](auto ro, auto rc) {
+      constexpr int O = decltype(ro)::value, C = decltype(rc)::value, NB = VvorRing<O, C>::kBuffers;
+      kernel = vec ? vvor_ring_kernel<4, O, C, NB> : vvor_ring_kernel<1, O, C, NB>;
+      RO = O, RC = C;
+    };
+    using I1 = std::integral_constant<int, 1>;
+    using I2 = std::integral_constant<int, 2>;
+    using I4 = std::integral_constant<int, 4>;
+    if (chains == "1") pick(I1{}, I1{});
+    else if (chains == "2") pick(I1{}, I2{});
+    else if (chains == "4") pick(I1{}, I4{});
+    else if (chains == "2x4") pick(I2{}, I4{});
+    else if (chains == "4x4") pick(I4{}, I4{});
+    else throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2, 4, 2x4 or 4x4");
+    int* cells = nullptr;
+    if (K <= P::kMaxRankedCells) {
+      cells = ws.alloc<int>(K);
+      detail::launch(ctx, rank_cells_kernel, dim3(1), dim3(1024), 0, g.offsets, K, cells);
+    }
+    const int64_t o_tiles = detail::ceil_div(Co, int64_t{16} * RO), c_tiles = detail::ceil_div(Ci, int64_t{8} * RC);
     const int64_t blocks = K * o_tiles * c_tiles;
     if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many kernels x channels");
     detail::launch(ctx, kernel, dim3(static_cast<unsigned>(blocks)), dim3(P::kThreads), 0,
-                   g.offsets, static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj), grad_out, features,
+                   g.offsets, static_cast<const int*>(cells), static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj), grad_out, features,
                    Co, Ci, o_tiles, c_tiles, grad_weights);
   }
 }

@@ -105,7 +105,7 @@ void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, co
   }
 }
 
-// PCOPS_CUDA_POINT_CONV_VVOR (chains per thread of the weight gradient) for one scope.
+// PCOPS_CUDA_POINT_CONV_VVOR (chains per thread of the weight gradient: n or RO x RC) for one scope.
 struct VvorChains : pcops_cuda_test::ScopedEnv {
   explicit VvorChains(const char* chains) : ScopedEnv("PCOPS_CUDA_POINT_CONV_VVOR", chains) {}
 };
@@ -119,15 +119,16 @@ struct MvmrKernel : pcops_cuda_test::ScopedEnv {
 // input channels in the weight gradient, four channels per thread) and not multiples of 4, one
 // kernel cell, and long runs of one kernel cell (K = 2: 20000 triplets each, many shared-memory
 // stages); source widths that give the cells MVMR slices of 32, 64 and 128 channels (300, 200,
-// 64 source channels) and one too wide for it (520). Aligned rows take the four-channel loads,
-// shift 1 the scalar ones.
+// 64 source channels) and one too wide for it (520); more kernel cells than the weight gradient
+// ranks by size (1100). Aligned rows take the four-channel loads, shift 1 the scalar ones.
 TEST(CudaPointConv, BitwiseEqualToCpu) {
   std::mt19937 rng(17);
   const std::vector<std::vector<int64_t>> shapes{
       {50, 40, 3, 5, 27, 600},          {64, 64, 16, 17, 8, 1000},    {30, 10, 1, 1, 1, 90},
       {20, 25, 33, 9, 27, 300},         {300, 260, 64, 257, 27, 5000}, {2000, 1500, 32, 32, 27, 30000},
       {500, 400, 36, 20, 3, 3000},      {1000, 1000, 8, 48, 2, 40000}, {200, 150, 64, 64, 27, 4000},
-      {300, 260, 300, 36, 27, 4000},    {200, 180, 200, 64, 5, 3000},  {60, 50, 520, 8, 3, 400}};
+      {300, 260, 300, 36, 27, 4000},    {200, 180, 200, 64, 5, 3000},  {60, 50, 520, 8, 3, 400},
+      {60, 50, 4, 8, 1100, 3000}};
   for (const auto& sh : shapes) {
     for (int shift : {0, 1}) {
       SCOPED_TRACE(testing::Message() << "shape " << sh[2] << "x" << sh[3] << " K " << sh[4] << " T " << sh[5]
@@ -139,7 +140,7 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
       expect_bitwise(gpu.gf, cpu.gf, "grad_features");
       expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
       // Every weight-gradient tile, whatever the default.
-      for (const char* chains : {"1", "2", "4"}) {
+      for (const char* chains : {"1", "2", "4", "2x4", "4x4"}) {
         const VvorChains forced(chains);
         expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
       }
@@ -188,7 +189,7 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
     expect_bitwise(gpu.out, cpu.out, "forward");
     expect_bitwise(gpu.gf, cpu.gf, "grad_features");
     expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
-    for (const char* chains : {"1", "2", "4"}) {
+    for (const char* chains : {"1", "2", "4", "2x4", "4x4"}) {
       const VvorChains forced(chains);
       expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
     }
@@ -205,7 +206,7 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
 TEST(CudaPointConv, UnknownKernelNamesThrow) {
   std::mt19937 rng(31);
   const Case c = random_case(rng, 40, 30, 8, 8, 3, 200);
-  for (const char* bad : {"3", "0", "ring2", "1d", "d", "12", "x", "split", "Split"}) {
+  for (const char* bad : {"3", "0", "ring2", "1d", "d", "12", "x", "split", "4x2", "2x2", "x4", "4X4"}) {
     const VvorChains forced(bad);
     EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }
