@@ -885,14 +885,14 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     if (s.triplets > 0)
       detail::launch(ctx, gather_ij_kernel, dim3(blocks_for(s.triplets)), dim3(NT), 0, g.order, triplets, s.triplets,
                      ii, jj);
-    // Chains per thread (output x input channels): one up to 64 x 64 channels, 1 x 2 beyond; each
-    // with the deepest ring that fits 48 KB; the cells with the most triplets first. Measured on
-    // one H200 (bunny00 sampled to 165k points, kNN 16, float32, the weight gradient alone
-    // (forward + grad_weights less the forward), C = 32 / 64 / 128 / 256): one chain 8.7 / 9.8 /
-    // 18.0 / 53.8 ms with a ring of 4 (of 8: 8.1 / 9.9 / 17.6 / 52.9), 1 x 2 10.1 / 11.3 / 17.6 /
-    // 39.0 ms (of 6: 9.6 / 11.0 / 17.2 / 38.6), 1 x 4 16.4 / 17.1 / 22.3 / 37.8 ms.
+    // Chains per thread (output x input channels): one up to 64 x 64 channels, 1 x 2 up to 192 x
+    // 192, 2 x 4 beyond; each with the deepest ring that fits 48 KB; the cells with the most
+    // triplets first. Measured on one H200 (bunny00 sampled to 165k points, kNN 16, float32,
+    // grad_weights alone, C = 32 / 64 / 128 / 256): 1 x 1 8.1 / 9.1 / 13.6 / 52.5 ms, 1 x 2 9.5 /
+    // 10.5 / 12.7 / 37.0 ms, 2 x 4 18.3 / 18.3 / 21.0 / 26.5 ms, 4 x 4 38.5 / 38.3 / 39.2 / 45.3 ms
+    // (large tiles put few warps on the centre cell, whose sequential folds then set the time).
     // PCOPS_CUDA_POINT_CONV_VVOR=1|2|4|2x4|4x4 forces the chains (n: 1 x n).
-    std::string chains = Co * Ci <= 64 * 64 ? "1" : "2";
+    std::string chains = Co * Ci <= 64 * 64 ? "1" : Co * Ci < 192 * 192 ? "2" : "2x4";
     if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0) chains = e;
     const bool vec = rows_aligned16(grad_out, Co) && rows_aligned16(features, Ci);
     using P = VvorPolicy;
