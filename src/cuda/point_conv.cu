@@ -25,6 +25,7 @@
 #include <stdexcept>
 #include <string>
 #include <type_traits>
+#include <utility>
 
 #include "common/bits.hpp"
 #include "cuda/common.cuh"
@@ -559,9 +560,9 @@ struct VvorRing {
   static_assert(kBuffers >= 2, "a ring");
 };
 
-// Block blockIdx.x's tile of the weight gradient (kernel k, KO = 16 RO output x KC = 8 RC input
-// channels from o0, c0; blocks in (cell rank, o tile, c tile) order, k = cells[rank] where the
-// cells are ranked, else the rank) and thread tid's RO x RC chains in it: o = o0 + RO (tid / 8) ..
+// Block b's tile of the weight gradient (kernel k, KO = 16 RO output x KC = 8 RC input channels
+// from o0, c0; blocks in (cell rank, o tile, c tile) order, k = cells[rank] where the cells are
+// ranked, else the rank) and thread tid's RO x RC chains in it: o = o0 + RO (tid / 8) ..
 // + RO - 1, c = c0 + RC (tid % 8) .. + RC - 1.
 template <int RO, int RC>
 struct VvorTile {
@@ -569,9 +570,10 @@ struct VvorTile {
   int64_t k, o0, c0;
   int my_o, my_c;
   float acc[RO][RC];
-  __device__ __forceinline__ VvorTile(int64_t o_tiles, int64_t c_tiles, const int* __restrict__ cells, int tid) {
-    const int64_t b = blockIdx.x;
-    k = b / (c_tiles * o_tiles);
+  // b: the block's index among the blocks of this tile shape, whose first cell has rank rank0.
+  __device__ __forceinline__ VvorTile(int64_t b, int64_t rank0, int64_t o_tiles, int64_t c_tiles,
+                                      const int* __restrict__ cells, int tid) {
+    k = rank0 + b / (c_tiles * o_tiles);
     if (cells != nullptr) k = cells[k];
     o0 = (b / c_tiles) % o_tiles * KO;
     c0 = b % c_tiles * KC;
@@ -696,18 +698,25 @@ struct VvorFeed {
 // their latency: they are copied by cp.async into a ring of NB buffers, NB - 1 stages ahead of
 // the fold; the (i, j) of the next stage to copy are read one stage ahead. One barrier a stage.
 // Channels past co / ci read as 0 and are not stored. cells: rank_cells_kernel's order, or null.
+// The ring's shared memory for RO x RC chains a thread and NB buffers, in floats.
+template <int RO, int RC, int NB>
+constexpr int kVvorRingFloats = NB * VvorPolicy::kS * (16 * RO + 8 * RC);
+
+// Block b (of its tile shape, cells from rank rank0) of vvor_ring_kernel, in smem
+// (kVvorRingFloats<RO, RC, NB> floats, 16-byte aligned).
 template <int V, int RO, int RC, int NB>
-__global__ void __launch_bounds__(VvorPolicy::kThreads)
-    vvor_ring_kernel(const int64_t* __restrict__ offsets, const int* __restrict__ cells,
-                     const int64_t* __restrict__ ii, const int64_t* __restrict__ jj,
-                     const float* __restrict__ grad_out, const float* __restrict__ features, int64_t co, int64_t ci,
-                     int64_t o_tiles, int64_t c_tiles, float* __restrict__ grad_weights) {
+__device__ __forceinline__ void vvor_ring_block(float* smem, int64_t b, int64_t rank0,
+                                                const int64_t* __restrict__ offsets, const int* __restrict__ cells,
+                                                const int64_t* __restrict__ ii, const int64_t* __restrict__ jj,
+                                                const float* __restrict__ grad_out,
+                                                const float* __restrict__ features, int64_t co, int64_t ci,
+                                                int64_t o_tiles, int64_t c_tiles, float* __restrict__ grad_weights) {
   constexpr int NT = VvorPolicy::kThreads, S = VvorPolicy::kS, KO = 16 * RO, KC = 8 * RC;
   static_assert(NB >= 2, "a ring");
-  __shared__ __align__(16) float gs[NB][S][KO];
-  __shared__ __align__(16) float fs[NB][S][KC];
+  float(&gs)[NB][S][KO] = *reinterpret_cast<float(*)[NB][S][KO]>(smem);
+  float(&fs)[NB][S][KC] = *reinterpret_cast<float(*)[NB][S][KC]>(smem + NB * S * KO);
   const int tid = threadIdx.x;
-  VvorTile<RO, RC> tile(o_tiles, c_tiles, cells, tid);
+  VvorTile<RO, RC> tile(b, rank0, o_tiles, c_tiles, cells, tid);
   const int64_t o0 = tile.o0, c0 = tile.c0;
   const int64_t begin = offsets[tile.k], end = offsets[tile.k + 1];
   VvorFeed<V, KO, KC, NT> feed(ii, jj, begin, end, tid);
@@ -732,6 +741,41 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   }
   primitives::cp_async_wait<0>();
   tile.store(grad_weights, co, ci);
+}
+
+template <int V, int RO, int RC, int NB>
+__global__ void __launch_bounds__(VvorPolicy::kThreads)
+    vvor_ring_kernel(const int64_t* __restrict__ offsets, const int* __restrict__ cells,
+                     const int64_t* __restrict__ ii, const int64_t* __restrict__ jj,
+                     const float* __restrict__ grad_out, const float* __restrict__ features, int64_t co, int64_t ci,
+                     int64_t o_tiles, int64_t c_tiles, float* __restrict__ grad_weights) {
+  __shared__ __align__(16) float smem[kVvorRingFloats<RO, RC, NB>];
+  vvor_ring_block<V, RO, RC, NB>(smem, blockIdx.x, 0, offsets, cells, ii, jj, grad_out, features, co, ci, o_tiles,
+                                 c_tiles, grad_weights);
+}
+
+// The weight gradient with two tile shapes in one grid (PCOPS_CUDA_POINT_CONV_VVOR=mixed; not yet
+// run on a GPU): the cell with the most triplets (rank 0; with kNN neighbourhoods the centre
+// cell, about a quarter of them) in small tiles (A: RO1 x RC1 chains a thread, so many warps
+// share its long sequential folds), every other cell in large ones (B: RO2 x RC2, fewer
+// instructions per chain step). Blocks 0 .. a_blocks - 1 are A's (o_tiles1 x c_tiles1 of them),
+// the rest B's, cells from rank 1. The same folds in the same order: the same bits.
+template <int V, int RO1, int RC1, int NB1, int RO2, int RC2, int NB2>
+__global__ void __launch_bounds__(VvorPolicy::kThreads)
+    vvor_mixed_kernel(const int64_t* __restrict__ offsets, const int* __restrict__ cells,
+                      const int64_t* __restrict__ ii, const int64_t* __restrict__ jj,
+                      const float* __restrict__ grad_out, const float* __restrict__ features, int64_t co,
+                      int64_t ci, int64_t o_tiles1, int64_t c_tiles1, int64_t o_tiles2, int64_t c_tiles2,
+                      float* __restrict__ grad_weights) {
+  constexpr int kA = kVvorRingFloats<RO1, RC1, NB1>, kB = kVvorRingFloats<RO2, RC2, NB2>;
+  __shared__ __align__(16) float smem[kA > kB ? kA : kB];
+  const int64_t a_blocks = o_tiles1 * c_tiles1;
+  if (blockIdx.x < a_blocks)
+    vvor_ring_block<V, RO1, RC1, NB1>(smem, blockIdx.x, 0, offsets, cells, ii, jj, grad_out, features, co, ci,
+                                      o_tiles1, c_tiles1, grad_weights);
+  else
+    vvor_ring_block<V, RO2, RC2, NB2>(smem, blockIdx.x - a_blocks, 1, offsets, cells, ii, jj, grad_out, features, co,
+                                      ci, o_tiles2, c_tiles2, grad_weights);
 }
 
 // wt[k, c, o] = w[k, o, c].
@@ -892,10 +936,40 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     // 10.5 / 12.7 / 37.0 ms, 2 x 4 18.3 / 18.3 / 21.0 / 26.5 ms, 4 x 4 38.5 / 38.3 / 39.2 / 45.3 ms
     // (large tiles put few warps on the centre cell, whose sequential folds then set the time).
     // PCOPS_CUDA_POINT_CONV_VVOR=1|2|4|2x4|4x4 forces the chains (n: 1 x n).
-    std::string chains = Co * Ci <= 64 * 64 ? "1" : Co * Ci < 192 * 192 ? "2" : "2x4";
+    const char* small = Co * Ci <= 64 * 64 ? "1" : "2";
+    std::string chains = Co * Ci < 192 * 192 ? small : "2x4";
     if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0) chains = e;
     const bool vec = rows_aligned16(grad_out, Co) && rows_aligned16(features, Ci);
     using P = VvorPolicy;
+    int* cells = nullptr;
+    if (K <= P::kMaxRankedCells) {
+      cells = ws.alloc<int>(K);
+      detail::launch(ctx, rank_cells_kernel, dim3(1), dim3(1024), 0, g.offsets, K, cells);
+    }
+    const auto tiles = [&](int ro, int rc) {
+      return std::pair{detail::ceil_div(Co, int64_t{16} * ro), detail::ceil_div(Ci, int64_t{8} * rc)};
+    };
+    const auto check_blocks = [](int64_t blocks) {
+      if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many kernels x channels");
+      return dim3(static_cast<unsigned>(blocks));
+    };
+    // "mixed": the heaviest cell in the small tiles (1 x 1 or 1 x 2 as above), the others in 2 x 4;
+    // the uniform small tiles where the cells are not ranked or there is one.
+    if (chains == "mixed") {
+      if (cells != nullptr && K >= 2) {
+        const bool one = std::strcmp(small, "1") == 0;
+        const auto [o1, c1] = tiles(1, one ? 1 : 2);
+        const auto [o2, c2] = tiles(2, 4);
+        constexpr int B11 = VvorRing<1, 1>::kBuffers, B12 = VvorRing<1, 2>::kBuffers, B24 = VvorRing<2, 4>::kBuffers;
+        const auto kernel = vec ? (one ? vvor_mixed_kernel<4, 1, 1, B11, 2, 4, B24> : vvor_mixed_kernel<4, 1, 2, B12, 2, 4, B24>)
+                                : (one ? vvor_mixed_kernel<1, 1, 1, B11, 2, 4, B24> : vvor_mixed_kernel<1, 1, 2, B12, 2, 4, B24>);
+        detail::launch(ctx, kernel, check_blocks(o1 * c1 + (K - 1) * o2 * c2), dim3(P::kThreads), 0, g.offsets,
+                       static_cast<const int*>(cells), static_cast<const int64_t*>(ii),
+                       static_cast<const int64_t*>(jj), grad_out, features, Co, Ci, o1, c1, o2, c2, grad_weights);
+        return;
+      }
+      chains = small;
+    }
     using Kernel = void (*)(const int64_t*, const int*, const int64_t*, const int64_t*, const float*, const float*,
                             int64_t, int64_t, int64_t, int64_t, float*);
     Kernel kernel = nullptr;
@@ -913,18 +987,11 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     else if (chains == "4") pick(I1{}, I4{});
     else if (chains == "2x4") pick(I2{}, I4{});
     else if (chains == "4x4") pick(I4{}, I4{});
-    else throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2, 4, 2x4 or 4x4");
-    int* cells = nullptr;
-    if (K <= P::kMaxRankedCells) {
-      cells = ws.alloc<int>(K);
-      detail::launch(ctx, rank_cells_kernel, dim3(1), dim3(1024), 0, g.offsets, K, cells);
-    }
-    const int64_t o_tiles = detail::ceil_div(Co, int64_t{16} * RO), c_tiles = detail::ceil_div(Ci, int64_t{8} * RC);
-    const int64_t blocks = K * o_tiles * c_tiles;
-    if (blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many kernels x channels");
-    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(blocks)), dim3(P::kThreads), 0,
-                   g.offsets, static_cast<const int*>(cells), static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj), grad_out, features,
-                   Co, Ci, o_tiles, c_tiles, grad_weights);
+    else throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2, 4, 2x4, 4x4 or mixed");
+    const auto [o_tiles, c_tiles] = tiles(RO, RC);
+    detail::launch(ctx, kernel, check_blocks(K * o_tiles * c_tiles), dim3(P::kThreads), 0, g.offsets,
+                   static_cast<const int*>(cells), static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj),
+                   grad_out, features, Co, Ci, o_tiles, c_tiles, grad_weights);
   }
 }
 

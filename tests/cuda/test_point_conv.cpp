@@ -105,7 +105,8 @@ void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, co
   }
 }
 
-// PCOPS_CUDA_POINT_CONV_VVOR (chains per thread of the weight gradient: n or RO x RC) for one scope.
+// PCOPS_CUDA_POINT_CONV_VVOR (chains per thread of the weight gradient: n or RO x RC, or "mixed":
+// the heaviest cell in small tiles, the others in 2 x 4) for one scope.
 struct VvorChains : pcops_cuda_test::ScopedEnv {
   explicit VvorChains(const char* chains) : ScopedEnv("PCOPS_CUDA_POINT_CONV_VVOR", chains) {}
 };
@@ -140,7 +141,7 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
       expect_bitwise(gpu.gf, cpu.gf, "grad_features");
       expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
       // Every weight-gradient tile, whatever the default.
-      for (const char* chains : {"1", "2", "4", "2x4", "4x4"}) {
+      for (const char* chains : {"1", "2", "4", "2x4", "4x4", "mixed"}) {
         const VvorChains forced(chains);
         expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
       }
@@ -189,7 +190,7 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
     expect_bitwise(gpu.out, cpu.out, "forward");
     expect_bitwise(gpu.gf, cpu.gf, "grad_features");
     expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
-    for (const char* chains : {"1", "2", "4", "2x4", "4x4"}) {
+    for (const char* chains : {"1", "2", "4", "2x4", "4x4", "mixed"}) {
       const VvorChains forced(chains);
       expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
     }
@@ -206,7 +207,7 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
 TEST(CudaPointConv, UnknownKernelNamesThrow) {
   std::mt19937 rng(31);
   const Case c = random_case(rng, 40, 30, 8, 8, 3, 200);
-  for (const char* bad : {"3", "0", "ring2", "1d", "d", "12", "x", "split", "4x2", "2x2", "x4", "4X4"}) {
+  for (const char* bad : {"3", "0", "ring2", "1d", "d", "12", "x", "split", "4x2", "2x2", "x4", "4X4", "Mixed"}) {
     const VvorChains forced(bad);
     EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }
