@@ -12,9 +12,10 @@
 // (64 rows x 128 channels a block, sums in shared memory, a barrier per cell) on request.
 // Every element folds its triplets in order and the source channels ascending with __fmul_rn /
 // __fadd_rn.
-// VVOR kernel (grad_weights): one block per (k, 16 output x 8 R input channels), each thread R
-// chains; kernel k's triplets pass through shared memory 64 at a time (a cp.async ring of stages
-// in flight), and every chain folds them in order.
+// VVOR kernel (grad_weights): one block per (k, 16 RO output x 8 RC input channels), each thread
+// RO x RC chains, the blocks of the cells with the most triplets first; kernel k's triplets pass
+// through shared memory 64 at a time (a cp.async ring of stages in flight), and every chain folds
+// them in order.
 // Deterministic: no atomics anywhere.
 #include <cub/cub.cuh>
 
