@@ -54,9 +54,10 @@ __device__ __forceinline__ bool triplet_valid(const int64_t* t, int64_t r, int64
   return i >= 0 && i < n_out && j >= 0 && j < n_in && k >= 0 && k < K;
 }
 
-__global__ void iota_kernel(int64_t* order, int64_t T) {
-  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < T; p += int64_t{gridDim.x} * blockDim.x)
-    order[p] = p;
+template <typename I>
+__global__ void iota_kernel(I* v, int64_t n) {
+  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < n; p += int64_t{gridDim.x} * blockDim.x)
+    v[p] = static_cast<I>(p);
 }
 
 // keys[p] = column `col` of triplet order[p], or `count` (past every row) for an invalid triplet.
@@ -105,7 +106,7 @@ Grouping group_triplets(const CudaContext& ctx, detail::Workspace& ws, const Poi
   uint64_t* keys_alt = ws.alloc<uint64_t>(T);
   int64_t* order = ws.alloc<int64_t>(T);
   int64_t* order_alt = ws.alloc<int64_t>(T);
-  detail::launch(ctx, iota_kernel, dim3(blocks_for(T)), dim3(NT), 0, order, T);
+  detail::launch(ctx, iota_kernel<int64_t>, dim3(blocks_for(T)), dim3(NT), 0, order, T);
   size_t temp_bytes = 0;
   {
     cub::DoubleBuffer<uint64_t> dk(keys, keys_alt);
@@ -184,17 +185,6 @@ __global__ void mvmr_kernel(const int64_t* offsets, const int64_t* order, const 
   }
 }
 
-// order[p] = (k << 48) | m in place: the kernel cell and the `src_col` entry of the triplet at
-// grouping position p, what mvmr_tile_kernel reads of it (the caller checks K <= 2^15 and that
-// the entries fit 48 bits; positions past the valid triplets are never read).
-__global__ void pack_order_kernel(int64_t* order, const int64_t* t, int64_t T, int src_col) {
-  PCOPS_CUDA_GRID_STRIDE(p, T) {
-    const int64_t r = order[p];
-    const uint64_t k = static_cast<uint64_t>(t[r * 3 + 2]), m = static_cast<uint64_t>(t[r * 3 + src_col]);
-    order[p] = static_cast<int64_t>((k << 48) | (m & ((uint64_t{1} << 48) - 1)));
-  }
-}
-
 struct MvmrTilePolicy {
   static constexpr int kThreads = 256;
   static constexpr int kRows = 64;   // destination rows per block; their sums stay in shared memory
@@ -203,6 +193,19 @@ struct MvmrTilePolicy {
   // The cells kernel's slice of mat[k] (c_src x 32 VC floats) in shared memory, at most this.
   static constexpr int64_t kStageFloats = 16384;
 };
+
+// order[p] = (k << kPackBits) | m in place: the kernel cell and the `src_col` entry of the triplet
+// at grouping position p, what the tile and cells MVMRs read of it (the caller checks K <= 2^15
+// and that the entries fit kPackBits; positions past the valid triplets are never read).
+__global__ void pack_order_kernel(int64_t* order, const int64_t* t, int64_t T, int src_col) {
+  constexpr int PB = MvmrTilePolicy::kPackBits;
+  PCOPS_CUDA_GRID_STRIDE(p, T) {
+    const int64_t r = order[p];
+    const uint64_t k = static_cast<uint64_t>(t[r * 3 + 2]), m = static_cast<uint64_t>(t[r * 3 + src_col]);
+    order[p] = static_cast<int64_t>((k << PB) | (m & ((uint64_t{1} << PB) - 1)));
+  }
+}
+
 
 // VC consecutive floats: plain loads (kShared: shared memory, or global data the kernel itself or
 // an earlier launch wrote) or by __ldg (VC = 4: 16 bytes; the caller guarantees the alignment).
@@ -444,30 +447,15 @@ struct MvmrCellsPolicy {
   static constexpr int kBlocksPerSm = 2;
 };
 
-// counts[r] = the runs of row r (packed: pack_order_kernel's order).
-__global__ void count_runs_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ packed,
-                                  int64_t rows, int* __restrict__ counts) {
-  PCOPS_CUDA_GRID_STRIDE(r, rows) {
-    int n = 0;
-    uint64_t prev = ~uint64_t{0};
-    for (int64_t p = offsets[r]; p < offsets[r + 1]; ++p) {
-      const uint64_t k = static_cast<uint64_t>(packed[p]) >> MvmrTilePolicy::kPackBits;
-      n += k != prev;
-      prev = k;
-    }
-    counts[r] = n;
-  }
-}
-
-// Run base[r] + n of row r: its row, first position and length, and its sort key (cell, then
-// longer first).
+// The runs of the grouping, each at its first position p: run_row[p], run_len[p] and its sort key
+// keys[p] (cell, then longer first); the other positions keep the keys they had (the caller fills
+// them with the largest key). packed: pack_order_kernel's order.
 __global__ void write_runs_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ packed,
-                                  int64_t rows, const int* __restrict__ base, uint32_t* __restrict__ keys,
-                                  int* __restrict__ run_row, int* __restrict__ run_p, int* __restrict__ run_len) {
+                                  int64_t rows, uint32_t* __restrict__ keys, int* __restrict__ run_row,
+                                  int* __restrict__ run_len) {
   constexpr int LB = MvmrCellsPolicy::kLenBits;
   constexpr uint32_t kLenMax = (uint32_t{1} << LB) - 1;
   PCOPS_CUDA_GRID_STRIDE(r, rows) {
-    int q = base[r];
     const int64_t e = offsets[r + 1];
     for (int64_t p = offsets[r]; p < e;) {
       const uint64_t k = static_cast<uint64_t>(packed[p]) >> MvmrTilePolicy::kPackBits;
@@ -475,23 +463,18 @@ __global__ void write_runs_kernel(const int64_t* __restrict__ offsets, const int
       do ++p;
       while (p < e && static_cast<uint64_t>(packed[p]) >> MvmrTilePolicy::kPackBits == k);
       const uint32_t len = static_cast<uint32_t>(p - p0);
-      keys[q] = static_cast<uint32_t>(k << LB) | (kLenMax - (len < kLenMax ? len : kLenMax));
-      run_row[q] = static_cast<int>(r), run_p[q] = static_cast<int>(p0), run_len[q] = static_cast<int>(len);
-      ++q;
+      keys[p0] = static_cast<uint32_t>(k << LB) | (kLenMax - (len < kLenMax ? len : kLenMax));
+      run_row[p0] = static_cast<int>(r), run_len[p0] = static_cast<int>(len);
     }
   }
 }
 
-__global__ void iota32_kernel(int* v, int64_t n) {
-  PCOPS_CUDA_GRID_STRIDE(q, n) v[q] = static_cast<int>(q);
-}
-
-// Cell k's runs (sorted positions cell_off[k] .. cell_off[k + 1] - 1, run ids in order) into
-// dst. Blocks: (part, column block) with the column blocks innermost.
+// Cell k's runs (sorted positions cell_off[k] .. cell_off[k + 1] - 1 of order, each run's first
+// grouping position) into dst. Blocks: (part, column block) with the column blocks innermost.
 template <int VC>
 __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, MvmrCellsPolicy::kBlocksPerSm)
     mvmr_cells_kernel(int64_t k, const int64_t* __restrict__ cell_off, const int* __restrict__ order,
-                      const int* __restrict__ run_row, const int* __restrict__ run_p, const int* __restrict__ run_len,
+                      const int* __restrict__ run_row, const int* __restrict__ run_len,
                       const int64_t* __restrict__ packed, const float* __restrict__ src, int64_t c_src,
                       const float* __restrict__ mat, int64_t c_dst, float* __restrict__ dst) {
   constexpr int NT = MvmrTilePolicy::kThreads, NC = 32 * VC, NG = MvmrTilePolicy::kGroup, NW = NT / 32;
@@ -513,7 +496,7 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, MvmrCellsPolicy::kBl
     for (int x = 0; x < NG; ++x) {
       const int q = x < grp.cnt ? order[begin + g * NG + x] : 0;
       grp.rr[x] = x < grp.cnt ? run_row[q] : 0;
-      grp.pp[x] = x < grp.cnt ? run_p[q] : 0;
+      grp.pp[x] = q;
       grp.ll[x] = x < grp.cnt ? run_len[q] : 0;
     }
     grp.sort();
@@ -821,31 +804,25 @@ void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grou
   PCOPS_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(rows * c_dst) * sizeof(float), stream));
   if (T == 0) return;
   detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(NT), 0, g.order, t, T, src_col);
-  int* counts = ws.alloc<int>(rows + 1);
-  int* base = ws.alloc<int>(rows + 1);
-  PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, static_cast<size_t>(rows + 1) * sizeof(int), stream));
   const int64_t* packed = g.order;
-  detail::launch(ctx, count_runs_kernel, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows, counts);
-  size_t scan_bytes = 0, sort_bytes = 0;
-  PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, counts, base, rows + 1, stream));
   uint32_t* keys = ws.alloc<uint32_t>(T);
   uint32_t* keys_alt = ws.alloc<uint32_t>(T);
   int* ids = ws.alloc<int>(T);
   int* ids_alt = ws.alloc<int>(T);
   int* run_row = ws.alloc<int>(T);
-  int* run_p = ws.alloc<int>(T);
   int* run_len = ws.alloc<int>(T);
   int64_t* cell_off = ws.alloc<int64_t>(K + 1);
   cub::DoubleBuffer<uint32_t> dk(keys, keys_alt);
   cub::DoubleBuffer<int> dv(ids, ids_alt);
+  size_t sort_bytes = 0;
   PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, dk, dv, T, 0, 32, stream));
-  void* temp = ws.bytes(std::max(scan_bytes, sort_bytes));
-  PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, counts, base, rows + 1, stream));
-  // Slots past the last run keep the largest key (after every cell: K < 2^15).
+  void* temp = ws.bytes(sort_bytes);
+  // Positions that start no run keep the largest key (after every cell: K < 2^15); the ids are the
+  // positions.
   PCOPS_CUDA_CHECK(cudaMemsetAsync(keys, 0xff, static_cast<size_t>(T) * sizeof(uint32_t), stream));
-  detail::launch(ctx, iota32_kernel, dim3(blocks_for(T)), dim3(NT), 0, ids, T);
-  detail::launch(ctx, write_runs_kernel, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows,
-                 static_cast<const int*>(base), keys, run_row, run_p, run_len);
+  detail::launch(ctx, iota_kernel<int>, dim3(blocks_for(T)), dim3(NT), 0, ids, T);
+  detail::launch(ctx, write_runs_kernel, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows, keys, run_row,
+                 run_len);
   PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, dk, dv, T, 0, 32, stream));
   detail::launch(ctx, offsets_kernel<uint32_t>, dim3(blocks_for(K + 1)), dim3(NT), 0,
                  static_cast<const uint32_t*>(dk.Current()), T, K, MvmrCellsPolicy::kLenBits, cell_off);
@@ -859,7 +836,7 @@ void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grou
   for (int64_t k = 0; k < K; ++k)
     detail::launch(ctx, kernel, dim3(static_cast<unsigned>(parts * col_blocks)), dim3(NT), smem, k,
                    static_cast<const int64_t*>(cell_off), static_cast<const int*>(dv.Current()),
-                   static_cast<const int*>(run_row), static_cast<const int*>(run_p), static_cast<const int*>(run_len),
+                   static_cast<const int*>(run_row), static_cast<const int*>(run_len),
                    packed, src, c_src, mat, c_dst, dst);
 }
 
@@ -937,8 +914,8 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     // 10.5 / 12.7 / 37.0 ms, 2 x 4 18.3 / 18.3 / 21.0 / 26.5 ms, 4 x 4 38.5 / 38.3 / 39.2 / 45.3 ms
     // (large tiles put few warps on the centre cell, whose sequential folds then set the time).
     // PCOPS_CUDA_POINT_CONV_VVOR=1|2|4|2x4|4x4 forces the chains (n: 1 x n).
-    const char* small = Co * Ci <= 64 * 64 ? "1" : "2";
-    std::string chains = Co * Ci < 192 * 192 ? small : "2x4";
+    const bool one = Co * Ci <= 64 * 64;  // the small tiles: 1 x 1, else 1 x 2
+    std::string chains = Co * Ci < 192 * 192 ? (one ? "1" : "2") : "2x4";
     if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0) chains = e;
     const bool vec = rows_aligned16(grad_out, Co) && rows_aligned16(features, Ci);
     using P = VvorPolicy;
@@ -958,7 +935,6 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     // the uniform small tiles where the cells are not ranked or there is one.
     if (chains == "mixed") {
       if (cells != nullptr && K >= 2) {
-        const bool one = std::strcmp(small, "1") == 0;
         const auto [o1, c1] = tiles(1, one ? 1 : 2);
         const auto [o2, c2] = tiles(2, 4);
         constexpr int B11 = VvorRing<1, 1>::kBuffers, B12 = VvorRing<1, 2>::kBuffers, B24 = VvorRing<2, 4>::kBuffers;
@@ -969,7 +945,7 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
                        static_cast<const int64_t*>(jj), grad_out, features, Co, Ci, o1, c1, o2, c2, grad_weights);
         return;
       }
-      chains = small;
+      chains = one ? "1" : "2";
     }
     using Kernel = void (*)(const int64_t*, const int*, const int64_t*, const int64_t*, const float*, const float*,
                             int64_t, int64_t, int64_t, int64_t, float*);
