@@ -7,13 +7,14 @@
 // MVMR (forward, grad_features), by default mvmr_cells_kernel from 128 destination channels: the
 // runs of every row (its triplets of one kernel cell) are listed and sorted by (cell, length), then
 // one launch per cell folds all rows' runs of that cell into the destination rows, a block per
-// slice of the cell's matrix held in shared memory, warps folding four runs side by side; for
+// slice of the cell's matrix held in shared memory, warps folding four or eight runs side by side; for
 // narrow destinations mvmr_kernel, one thread per (row, V destination channels); mvmr_tile_kernel
 // (64 rows x 128 channels a block, sums in shared memory, a barrier per cell) on request.
 // Every element folds its triplets in order and the source channels ascending with __fmul_rn /
 // __fadd_rn.
 // VVOR kernel (grad_weights): one block per (k, 16 RO output x 8 RC input channels), each thread
-// RO x RC chains, the blocks of the cells with the most triplets first; kernel k's triplets pass
+// RO x RC chains (small tiles for the heaviest cell, 2 x 4 for the others, in one grid), the
+// blocks of the cells with the most triplets first; kernel k's triplets pass
 // through shared memory 64 at a time (a cp.async ring of stages in flight), and every chain folds
 // them in order.
 // Deterministic: no atomics anywhere.
@@ -232,10 +233,10 @@ __device__ __forceinline__ Vec<VC> load_floats(const float* p) {
 // lane): for every source channel s ascending, a[x][u] = fl(a[x][u] + fl(w[s, u] * src[m[x], s]));
 // one load of w serves the NR rows. w: the lane's first channel in row 0 of mat[k]'s block, rows ld
 // floats apart (in shared memory where kShared). kVec: 16-byte loads of src (c_src a multiple of 4,
-// rows aligned). valid: the lane's channels inside c_dst (unstaged; the others read 0, never stored).
-template <int NR, int VC, bool kVec, bool kShared>
-__device__ __forceinline__ void mvmr_fold(float (&a)[MvmrTilePolicy::kGroup][VC],
-                                          const int64_t (&m)[MvmrTilePolicy::kGroup], const float* __restrict__ src,
+// rows aligned), each row's next four channels loaded before the current four are folded. valid:
+// the lane's channels inside c_dst (unstaged; the others read 0, never stored). a, m: NG rows' room.
+template <int NR, int VC, bool kVec, bool kShared, int NG>
+__device__ __forceinline__ void mvmr_fold(float (&a)[NG][VC], const int64_t (&m)[NG], const float* __restrict__ src,
                                           int64_t c_src, const float* __restrict__ w, int64_t ld, int64_t valid) {
   static_assert(!kShared || kVec, "the staged slice is read with the vector path");
   const float* sv[NR];
@@ -246,11 +247,17 @@ __device__ __forceinline__ void mvmr_fold(float (&a)[MvmrTilePolicy::kGroup][VC]
     for (int u = 0; u < VC; ++u) a[x][u] = __fadd_rn(a[x][u], __fmul_rn(wv.v[u], xv));
   };
   if constexpr (kVec) {
+    // The next four channels of every row are loaded before the current four are folded (the
+    // last chunk loads itself again), so each load has a chunk of folds to arrive in.
+    float4 f[NR];
+#pragma unroll
+    for (int x = 0; x < NR; ++x) f[x] = __ldg(reinterpret_cast<const float4*>(sv[x]));
 #pragma unroll 2
     for (int64_t cs = 0; cs < c_src; cs += 4) {
-      float4 f[NR];
+      const int64_t cn = cs + 4 < c_src ? cs + 4 : cs;
+      float4 fn[NR];
 #pragma unroll
-      for (int x = 0; x < NR; ++x) f[x] = __ldg(reinterpret_cast<const float4*>(sv[x] + cs));
+      for (int x = 0; x < NR; ++x) fn[x] = __ldg(reinterpret_cast<const float4*>(sv[x] + cn));
 #pragma unroll
       for (int v = 0; v < 4; ++v) {
         Vec<VC> wv{};
@@ -258,6 +265,8 @@ __device__ __forceinline__ void mvmr_fold(float (&a)[MvmrTilePolicy::kGroup][VC]
 #pragma unroll
         for (int x = 0; x < NR; ++x) fold(v == 0 ? f[x].x : v == 1 ? f[x].y : v == 2 ? f[x].z : f[x].w, wv, x);
       }
+#pragma unroll
+      for (int x = 0; x < NR; ++x) f[x] = fn[x];
     }
   } else {
     static_assert(kVec || VC == 4, "scalar loads: the unstaged tile");
@@ -287,11 +296,25 @@ __device__ __forceinline__ void copy_slice(float* stage, const float* __restrict
   primitives::cp_async_commit();
 }
 
-// Up to kGroup runs of one kernel cell that a warp folds side by side: run x is the triplets at
-// grouping positions pp[x] .. pp[x] + ll[x] - 1 of destination row rr[x] (x < cnt).
+// mvmr_fold of the first na (1 .. NR) rows.
+template <int NR, int VC, bool kVec, bool kShared, int NG>
+__device__ __forceinline__ void dispatch_fold(int na, float (&a)[NG][VC], const int64_t (&m)[NG],
+                                              const float* __restrict__ src, int64_t c_src,
+                                              const float* __restrict__ w, int64_t ld, int64_t valid) {
+  if constexpr (NR == 1) {
+    mvmr_fold<1, VC, kVec, kShared>(a, m, src, c_src, w, ld, valid);
+  } else {
+    if (na == NR) mvmr_fold<NR, VC, kVec, kShared>(a, m, src, c_src, w, ld, valid);
+    else dispatch_fold<NR - 1, VC, kVec, kShared>(na, a, m, src, c_src, w, ld, valid);
+  }
+}
+
+// Up to NG runs of one kernel cell that a warp folds side by side: run x is the triplets at
+// grouping positions pp[x] .. pp[x] + ll[x] - 1 of destination row rr[x] (x < cnt); I: the
+// positions' and rows' type.
+template <int NG, typename I>
 struct RunGroup {
-  static constexpr int NG = MvmrTilePolicy::kGroup;
-  int64_t rr[NG], pp[NG];
+  I rr[NG], pp[NG];
   int ll[NG];
   int cnt;
   // Longest run first, so the rows still folding at step u are the first ones.
@@ -299,11 +322,18 @@ struct RunGroup {
     const auto cswap = [&](int x, int y) {
       if (ll[x] < ll[y]) {
         const int tl = ll[x]; ll[x] = ll[y]; ll[y] = tl;
-        int64_t t = rr[x]; rr[x] = rr[y]; rr[y] = t;
+        I t = rr[x]; rr[x] = rr[y]; rr[y] = t;
         t = pp[x]; pp[x] = pp[y]; pp[y] = t;
       }
     };
-    cswap(0, 1), cswap(2, 3), cswap(0, 2), cswap(1, 3), cswap(1, 2);
+    if constexpr (NG == 4) {
+      cswap(0, 1), cswap(2, 3), cswap(0, 2), cswap(1, 3), cswap(1, 2);
+    } else {  // odd-even transposition: NG rounds
+#pragma unroll
+      for (int r = 0; r < NG; ++r)
+#pragma unroll
+        for (int x = r & 1; x + 1 < NG; x += 2) cswap(x, x + 1);
+    }
   }
   // The runs' triplets into the rows' sums a[x] (sorted first): step u folds the u-th triplet of
   // every run that long (source rows from the packed order), one load of the matrix for them all.
@@ -320,10 +350,7 @@ struct RunGroup {
         na += ll[x] > u;
         m[x] = ll[x] > u ? static_cast<int64_t>(static_cast<uint64_t>(packed[pp[x] + u]) & kMask) : 0;
       }
-      if (na == 4) mvmr_fold<4, VC, kVec, kShared>(a, m, src, c_src, w, ld, valid);
-      else if (na == 3) mvmr_fold<3, VC, kVec, kShared>(a, m, src, c_src, w, ld, valid);
-      else if (na == 2) mvmr_fold<2, VC, kVec, kShared>(a, m, src, c_src, w, ld, valid);
-      else mvmr_fold<1, VC, kVec, kShared>(a, m, src, c_src, w, ld, valid);
+      dispatch_fold<NG, VC, kVec, kShared>(na, a, m, src, c_src, w, ld, valid);
     }
   }
 };
@@ -402,7 +429,7 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, 2)
     for (int g = warp; g < groups; g += NW) {  // warp-uniform
       const int base = g < g0 ? NG * g : 32 + NG * (g - g0);
       const int cnt = g < g0 ? min(NG, n0 - NG * g) : min(NG, n1 - NG * (g - g0));
-      RunGroup grp;
+      RunGroup<NG, int64_t> grp;
       grp.cnt = cnt;
 #pragma unroll
       for (int x = 0; x < NG; ++x) {
@@ -440,7 +467,7 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, 2)
 // waits for another's rows (the tiles wait at a barrier per cell for their slowest warp). The
 // runs of all rows (maximal stretches of one row and one cell in the grouping's order) are listed
 // once and sorted by (cell, length descending); in cell k's launch, each block copies mat[k]'s
-// slice of 32 VC destination channels into shared memory and its warps take groups of kGroup
+// slice of 32 VC destination channels into shared memory and its warps take groups of NG (4 or 8)
 // consecutive runs (about equally long), row sums from dst and back.
 struct MvmrCellsPolicy {
   static constexpr int kLenBits = 17;  // run lengths in the sort key (clamped: longer ones tie)
@@ -471,13 +498,13 @@ __global__ void write_runs_kernel(const int64_t* __restrict__ offsets, const int
 
 // Cell k's runs (sorted positions cell_off[k] .. cell_off[k + 1] - 1 of order, each run's first
 // grouping position) into dst. Blocks: (part, column block) with the column blocks innermost.
-template <int VC>
+template <int VC, int NG>
 __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, MvmrCellsPolicy::kBlocksPerSm)
     mvmr_cells_kernel(int64_t k, const int64_t* __restrict__ cell_off, const int* __restrict__ order,
                       const int* __restrict__ run_row, const int* __restrict__ run_len,
                       const int64_t* __restrict__ packed, const float* __restrict__ src, int64_t c_src,
                       const float* __restrict__ mat, int64_t c_dst, float* __restrict__ dst) {
-  constexpr int NT = MvmrTilePolicy::kThreads, NC = 32 * VC, NG = MvmrTilePolicy::kGroup, NW = NT / 32;
+  constexpr int NT = MvmrTilePolicy::kThreads, NC = 32 * VC, NW = NT / 32;
   extern __shared__ __align__(16) float stage[];  // [c_src][NC]
   const int64_t begin = cell_off[k], end = cell_off[k + 1];
   if (begin == end) return;  // block-uniform
@@ -490,7 +517,7 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, MvmrCellsPolicy::kBl
   __syncthreads();
   const int64_t groups = (end - begin + NG - 1) / NG;
   for (int64_t g = part * NW + warp; g < groups; g += parts * NW) {  // warp-uniform
-    RunGroup grp;
+    RunGroup<NG, int> grp;
     grp.cnt = static_cast<int>(min(int64_t{NG}, end - begin - g * NG));
 #pragma unroll
     for (int x = 0; x < NG; ++x) {
@@ -738,8 +765,7 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
                                  c_tiles, grad_weights);
 }
 
-// The weight gradient with two tile shapes in one grid (PCOPS_CUDA_POINT_CONV_VVOR=mixed; not yet
-// run on a GPU): the cell with the most triplets (rank 0; with kNN neighbourhoods the centre
+// The weight gradient with two tile shapes in one grid (the default): the cell with the most triplets (rank 0; with kNN neighbourhoods the centre
 // cell, about a quarter of them) in small tiles (A: RO1 x RC1 chains a thread, so many warps
 // share its long sequential folds), every other cell in large ones (B: RO2 x RC2, fewer
 // instructions per chain step). Blocks 0 .. a_blocks - 1 are A's (o_tiles1 x c_tiles1 of them),
@@ -830,7 +856,10 @@ void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grou
   const int64_t target = int64_t{MvmrCellsPolicy::kBlocksPerSm} * detail::device_properties().multiProcessorCount;
   const int64_t parts = std::max<int64_t>(1, target / col_blocks);
   if (parts * col_blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many channels");
-  const auto kernel = VC == 4 ? mvmr_cells_kernel<4> : VC == 2 ? mvmr_cells_kernel<2> : mvmr_cells_kernel<1>;
+  // Groups of eight runs for slices of 32 or 64 channels (each load of the slice serves eight rows),
+  // four for 128 (eight would spill). Measured on one H200 (forward, 165k points, float32), four /
+  // eight runs: 6.28 / 7.06 ms at C = 128, 22.8 / 21.3 ms at 256, 131 / 113 ms at 512.
+  const auto kernel = VC == 4 ? mvmr_cells_kernel<4, 4> : VC == 2 ? mvmr_cells_kernel<2, 8> : mvmr_cells_kernel<1, 8>;
   const size_t smem = static_cast<size_t>(c_src * NC) * sizeof(float);
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   for (int64_t k = 0; k < K; ++k)
@@ -907,15 +936,17 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     if (s.triplets > 0)
       detail::launch(ctx, gather_ij_kernel, dim3(blocks_for(s.triplets)), dim3(NT), 0, g.order, triplets, s.triplets,
                      ii, jj);
-    // Chains per thread (output x input channels): one up to 64 x 64 channels, 1 x 2 up to 192 x
-    // 192, 2 x 4 beyond; each with the deepest ring that fits 48 KB; the cells with the most
-    // triplets first. Measured on one H200 (bunny00 sampled to 165k points, kNN 16, float32,
-    // grad_weights alone, C = 32 / 64 / 128 / 256): 1 x 1 8.1 / 9.1 / 13.6 / 52.5 ms, 1 x 2 9.5 /
-    // 10.5 / 12.7 / 37.0 ms, 2 x 4 18.3 / 18.3 / 21.0 / 26.5 ms, 4 x 4 38.5 / 38.3 / 39.2 / 45.3 ms
-    // (large tiles put few warps on the centre cell, whose sequential folds then set the time).
-    // PCOPS_CUDA_POINT_CONV_VVOR=1|2|4|2x4|4x4 forces the chains (n: 1 x n).
+    // Chains per thread (output x input channels), by default "mixed": the heaviest cell in small
+    // tiles (one chain up to 64 x 64 channels, else 1 x 2), the others in 2 x 4; each tile with the
+    // deepest ring that fits 48 KB; the cells with the most triplets first. Measured on one H200
+    // (bunny00 sampled to 165k points, kNN 16, float32, grad_weights alone, C = 32 / 64 / 128 /
+    // 256): mixed 8.1 / 8.4 / 12.5 / 23.9 ms, 1 x 1 8.1 / 8.9 / 13.9 / 52.7 ms, 1 x 2 9.6 / 10.6 /
+    // 12.7 / 37.1 ms, 2 x 4 18.6 / 18.6 / 21.2 / 26.7 ms (large tiles put few warps on the centre
+    // cell, whose sequential folds then set the time); earlier 4 x 4 38.5 / 38.3 / 39.2 / 45.3 ms,
+    // and mixed with 4 x 4 (12.7 / 25.1 ms at C = 128 / 256) or 2 x 2 for the heaviest cell (15.5 /
+    // 23.6 ms). PCOPS_CUDA_POINT_CONV_VVOR=1|2|4|2x4|4x4|mixed forces the chains (n: 1 x n).
     const bool one = Co * Ci <= 64 * 64;  // the small tiles: 1 x 1, else 1 x 2
-    std::string chains = Co * Ci < 192 * 192 ? (one ? "1" : "2") : "2x4";
+    std::string chains = "mixed";
     if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0) chains = e;
     const bool vec = rows_aligned16(grad_out, Co) && rows_aligned16(features, Ci);
     using P = VvorPolicy;
