@@ -545,13 +545,15 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, MvmrCellsPolicy::kBl
   }
 }
 
-// ii[p], jj[p] = the i and j of the triplet at grouping position p (the VVOR's operands without
-// the order -> triplet indirection; positions past the valid triplets are never read).
-__global__ void gather_ij_kernel(const int64_t* order, const int64_t* t, int64_t T, int64_t* ii, int64_t* jj) {
+// ii[p], jj[p] = the offsets i co and j ci of the rows of G and F that the triplet at grouping
+// position p multiplies (the VVOR's operands without the order -> triplet indirection; positions
+// past the valid triplets are never read).
+__global__ void gather_ij_kernel(const int64_t* order, const int64_t* t, int64_t T, int64_t co, int64_t ci,
+                                 int64_t* ii, int64_t* jj) {
   PCOPS_CUDA_GRID_STRIDE(p, T) {
     const int64_t r = order[p];
-    ii[p] = t[r * 3];
-    jj[p] = t[r * 3 + 1];
+    ii[p] = t[r * 3] * co;
+    jj[p] = t[r * 3 + 1] * ci;
   }
 }
 
@@ -578,6 +580,7 @@ struct VvorRing {
 template <int RO, int RC>
 struct VvorTile {
   static constexpr int KO = 16 * RO, KC = 8 * RC;
+  static constexpr int kAhead = RO * RC >= 8 ? 2 : 8 / (RO * RC);  // products in flight, in triplets
   int64_t k, o0, c0;
   int my_o, my_c;
   float acc[RO][RC];
@@ -602,6 +605,32 @@ struct VvorTile {
     for (int x = 0; x < RO; ++x)
 #pragma unroll
       for (int y = 0; y < RC; ++y) acc[x][y] = __fadd_rn(acc[x][y], __fmul_rn(g.v[x], f.v[y]));
+  }
+  // A full stage of S triplets (rows g[r], f[r]), the products D triplets ahead of the adds, so that
+  // no add waits for its multiply and the loads and multiplies fill the adds' latency (the same
+  // operations in the same order for every chain).
+  template <int S, int D>
+  __device__ __forceinline__ void fold_stage(const float (*g_rows)[KO], const float (*f_rows)[KC]) {
+    static_assert(D >= 1 && D <= S, "a distance inside the stage");
+    float p[D][RO][RC];
+    const auto products = [&](float (&q)[RO][RC], int r) {
+      const Vec<RO> g = load_floats<RO, true>(g_rows[r] + my_o);
+      const Vec<RC> f = load_floats<RC, true>(f_rows[r] + my_c);
+#pragma unroll
+      for (int x = 0; x < RO; ++x)
+#pragma unroll
+        for (int y = 0; y < RC; ++y) q[x][y] = __fmul_rn(g.v[x], f.v[y]);
+    };
+#pragma unroll
+    for (int r = 0; r < D; ++r) products(p[r], r);
+#pragma unroll
+    for (int r = 0; r < S; ++r) {
+#pragma unroll
+      for (int x = 0; x < RO; ++x)
+#pragma unroll
+        for (int y = 0; y < RC; ++y) acc[x][y] = __fadd_rn(acc[x][y], p[r % D][x][y]);
+      if (r + D < S) products(p[r % D], r + D);
+    }
   }
   // The chains inside the matrix into grad_weights [K, co, ci].
   __device__ __forceinline__ void store(float* __restrict__ gw, int64_t co, int64_t ci) const {
@@ -630,68 +659,79 @@ __global__ void rank_cells_kernel(const int64_t* __restrict__ offsets, int64_t K
   }
 }
 
-// The stage units of the weight gradient's block: thread tid's unit u covers stage row
-// (tid + NT u) / W and the V columns from V ((tid + NT u) % W) of a tile W V columns wide.
-// rows[u] = the matrix row of that stage row (from src[p0 + stage row]), or -1 past `end`.
-template <int U, int W, int NT>
-__device__ __forceinline__ void stage_rows(int64_t (&rows)[U], const int64_t* __restrict__ src, int64_t p0,
-                                           int64_t end, int tid) {
-#pragma unroll
-  for (int u = 0; u < U; ++u) {
-    const int r = (tid + NT * u) / W;
-    rows[u] = p0 + r < end ? src[p0 + r] : -1;
-  }
-}
-
-// Thread tid's U units (of stage_rows) into a shared-memory stage of rows W V floats wide by
-// cp.async (16 bytes a unit for V = 4, 4 bytes for V = 1); columns at or past ld are zero-filled, a
-// row of -1 is skipped.
+// A thread's U units of one matrix in the weight gradient's stages (rows W V floats wide, from
+// column col0): unit u is stage row (tid + NT u) / W, columns col0 + V ((tid + NT u) % W) onwards.
+// Units that lie past the row's end (bit u of `out`) are never copied: those columns feed only
+// chains that are not stored.
 template <int V, int U, int W, int NT>
-__device__ __forceinline__ void copy_units(float* stage, const int64_t (&rows)[U], const float* __restrict__ m,
-                                           int64_t ld, int64_t col0, int tid) {
+struct FeedUnits {
   static_assert(V == 4 || V == 1, "16- or 4-byte units");
+  static_assert((W & (W - 1)) == 0 && U <= 32, "stage rows a power of two units wide");
+  const float* mc;  // the matrix from column col0
+  uint32_t out;
+  __device__ __forceinline__ void init(const float* __restrict__ m, int64_t ld, int64_t col0, int tid) {
+    mc = m + col0;
+    out = 0;
 #pragma unroll
-  for (int u = 0; u < U; ++u) {
-    if (rows[u] < 0) continue;
-    const int e = tid + NT * u;
-    const int64_t col = col0 + (e % W) * V;
-    float* d = stage + (e / W) * (W * V) + (e % W) * V;
-    const bool in = col < ld;  // V = 4: ld % 4 == 0, so the unit is wholly in or out
-    if constexpr (V == 4) primitives::cp_async16(d, in ? m + rows[u] * ld + col : m, in ? 16 : 0);
-    else primitives::cp_async4(d, in ? m + rows[u] * ld + col : m, in ? 4 : 0);
+    for (int u = 0; u < U; ++u) out |= static_cast<uint32_t>(col0 + (tid + NT * u) % W * V >= ld) << u;
   }
-}
+  // off[u] = the element offset of unit u's matrix row (src[p0 + stage row]: row x ld), -1 past end.
+  __device__ __forceinline__ void rows(int64_t (&off)[U], const int64_t* __restrict__ src, int64_t p0, int64_t end,
+                                       int tid) const {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      const int r = (tid + NT * u) / W;
+      off[u] = p0 + r < end ? src[p0 + r] : -1;
+    }
+  }
+  // The units into a stage buffer by cp.async (16 or 4 bytes each).
+  __device__ __forceinline__ void copy(float* stage, const int64_t (&off)[U], int tid) const {
+#pragma unroll
+    for (int u = 0; u < U; ++u) {
+      if (off[u] < 0 || (out >> u & 1u)) continue;
+      const int e = tid + NT * u;
+      float* d = stage + e / W * (W * V) + e % W * V;
+      const float* src = mc + off[u] + e % W * V;
+      if constexpr (V == 4) primitives::cp_async16(d, src, 16);
+      else primitives::cp_async4(d, src, 4);
+    }
+  }
+};
 
 // The stage feed of a weight-gradient block: NT threads copy the stages, kS triplets' rows of KO
 // values of G (from column o0) and KC of F (from c0), in units of V floats (V = 4: 16 bytes; GV /
 // FV units a stage row, GU / FU units a thread). It keeps the next stage to copy (its first
-// position and the rows of its units, read one stage ahead); copy() issues that stage into a pair
-// of buffers by cp.async and reads the rows of the one after, one commit group a call (an empty
-// group past the cell's end).
+// position and its units' row offsets, read one stage ahead); copy() issues that stage into a pair
+// of buffers by cp.async and reads the offsets of the one after, one commit group a call (an empty
+// group past the cell's end). gi, fj: the triplets' row offsets in G and F (gather_ij_kernel).
 template <int V, int KO, int KC, int NT>
 struct VvorFeed {
   static constexpr int S = VvorPolicy::kS, GV = KO / V, FV = KC / V, GU = S * GV / NT, FU = S * FV / NT;
   static_assert(KO % V == 0 && KC % V == 0, "whole units inside the tile");
   static_assert(GU >= 1 && FU >= 1 && S * GV % NT == 0 && S * FV % NT == 0, "whole units per thread");
-  const int64_t* __restrict__ ii;
-  const int64_t* __restrict__ jj;
+  const int64_t* __restrict__ gi;
+  const int64_t* __restrict__ fj;
   int64_t next, end;
   int tid;
-  int64_t gi[GU], fj[FU];
-  __device__ __forceinline__ VvorFeed(const int64_t* ii_, const int64_t* jj_, int64_t begin, int64_t end_, int tid_)
-      : ii(ii_), jj(jj_), next(begin), end(end_), tid(tid_) {
+  FeedUnits<V, GU, GV, NT> g_units;
+  FeedUnits<V, FU, FV, NT> f_units;
+  int64_t g_off[GU], f_off[FU];
+  __device__ __forceinline__ VvorFeed(const int64_t* gi_, const int64_t* fj_, int64_t begin, int64_t end_,
+                                      const float* __restrict__ grad_out, int64_t co, int64_t o0,
+                                      const float* __restrict__ features, int64_t ci, int64_t c0, int tid_)
+      : gi(gi_), fj(fj_), next(begin), end(end_), tid(tid_) {
+    g_units.init(grad_out, co, o0, tid);
+    f_units.init(features, ci, c0, tid);
     index();
   }
   __device__ __forceinline__ void index() {
-    stage_rows<GU, GV, NT>(gi, ii, next, end, tid);
-    stage_rows<FU, FV, NT>(fj, jj, next, end, tid);
+    g_units.rows(g_off, gi, next, end, tid);
+    f_units.rows(f_off, fj, next, end, tid);
   }
-  __device__ __forceinline__ void copy(float* g_stage, float* f_stage, const float* __restrict__ grad_out,
-                                       int64_t co, int64_t o0, const float* __restrict__ features, int64_t ci,
-                                       int64_t c0) {
+  __device__ __forceinline__ void copy(float* g_stage, float* f_stage) {
     if (next < end) {
-      copy_units<V, GU, GV, NT>(g_stage, gi, grad_out, co, o0, tid);
-      copy_units<V, FU, FV, NT>(f_stage, fj, features, ci, c0, tid);
+      g_units.copy(g_stage, g_off, tid);
+      f_units.copy(f_stage, f_off, tid);
       next += S;
       index();
     }
@@ -708,7 +748,8 @@ struct VvorFeed {
 // sorted order, gathered from anywhere in G and F, and the fold of one stage is shorter than
 // their latency: they are copied by cp.async into a ring of NB buffers, NB - 1 stages ahead of
 // the fold; the (i, j) of the next stage to copy are read one stage ahead. One barrier a stage.
-// Channels past co / ci read as 0 and are not stored. cells: rank_cells_kernel's order, or null.
+// Channels past co / ci are not copied (their stage columns hold whatever was there; they feed only
+// chains that are not stored). cells: rank_cells_kernel's order, or null.
 // The ring's shared memory for RO x RC chains a thread and NB buffers, in floats.
 template <int RO, int RC, int NB>
 constexpr int kVvorRingFloats = NB * VvorPolicy::kS * (16 * RO + 8 * RC);
@@ -730,8 +771,8 @@ __device__ __forceinline__ void vvor_ring_block(float* smem, int64_t b, int64_t 
   VvorTile<RO, RC> tile(b, rank0, o_tiles, c_tiles, cells, tid);
   const int64_t o0 = tile.o0, c0 = tile.c0;
   const int64_t begin = offsets[tile.k], end = offsets[tile.k + 1];
-  VvorFeed<V, KO, KC, NT> feed(ii, jj, begin, end, tid);
-  const auto copy = [&](int buf) { feed.copy(&gs[buf][0][0], &fs[buf][0][0], grad_out, co, o0, features, ci, c0); };
+  VvorFeed<V, KO, KC, NT> feed(ii, jj, begin, end, grad_out, co, o0, features, ci, c0, tid);
+  const auto copy = [&](int buf) { feed.copy(&gs[buf][0][0], &fs[buf][0][0]); };
   const auto fold = [&](int buf, int r) { tile.fold(gs[buf][r], fs[buf][r]); };
 #pragma unroll
   for (int st = 0; st < NB - 1; ++st) copy(st);
@@ -742,8 +783,7 @@ __device__ __forceinline__ void vvor_ring_block(float* smem, int64_t b, int64_t 
     copy(cbuf);
     cbuf = cbuf + 1 == NB ? 0 : cbuf + 1;
     if (end - p0 >= S) {
-#pragma unroll 16
-      for (int r = 0; r < S; ++r) fold(buf, r);
+      tile.template fold_stage<S, VvorTile<RO, RC>::kAhead>(gs[buf], fs[buf]);
     } else {
       const int n = static_cast<int>(end - p0);
       for (int r = 0; r < n; ++r) fold(buf, r);
@@ -935,7 +975,7 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     int64_t* jj = ws.alloc<int64_t>(std::max<int64_t>(s.triplets, 1));
     if (s.triplets > 0)
       detail::launch(ctx, gather_ij_kernel, dim3(blocks_for(s.triplets)), dim3(NT), 0, g.order, triplets, s.triplets,
-                     ii, jj);
+                     Co, Ci, ii, jj);
     // Chains per thread (output x input channels), by default "mixed": the heaviest cell in small
     // tiles (one chain up to 64 x 64 channels, else 1 x 2), the others in 2 x 4; each tile with the
     // deepest ring that fits 48 KB; the cells with the most triplets first. Measured on one H200
