@@ -83,14 +83,14 @@ if has bench; then
   run_stage interp_bench timeout 180 $PY -m pcops.cli bench --device cuda --no-progress --out "$OUT/interp" \
     --docs "$OUT/interp/benchmarks-cuda.md" --ops three_nn,three_interpolate --clouds sphere,scan --orders random
   # point_conv at ScanNet-like size: the exact path in float32 (and with the tiles MVMR and the
-  # 1 x 2 weight gradient, and with the mixed weight gradient), the tensor-core path in bf16;
-  # gather-GEMM-scatter in PyTorch in the same runs.
+  # 1 x 2 weight gradient, and with uniform 2 x 4 weight-gradient tiles), the tensor-core path in
+  # bf16; gather-GEMM-scatter in PyTorch in the same runs.
   PC="$PY benchmarks/scripts/point_conv_probe.py --device cuda --points 165000 --k 16"
   run_stage point_conv_exact timeout 150 $PC --channels 32,64,128,256 --out "$OUT/point_conv_exact.json"
   run_stage point_conv_tiles timeout 150 env PCOPS_CUDA_POINT_CONV_MVMR=tiles PCOPS_CUDA_POINT_CONV_VVOR=2 \
     $PC --channels 128,256 --out "$OUT/point_conv_exact_tiles.json"
-  run_stage point_conv_mixed timeout 150 env PCOPS_CUDA_POINT_CONV_VVOR=mixed $PC --channels 32,64,128,256 \
-    --out "$OUT/point_conv_exact_mixed.json"
+  run_stage point_conv_2x4 timeout 150 env PCOPS_CUDA_POINT_CONV_VVOR=2x4 $PC --channels 32,64,128,256 \
+    --out "$OUT/point_conv_exact_2x4.json"
   run_stage point_conv_fast timeout 150 $PC --channels 32,64,128,256,512 --dtype bfloat16 --mode fast \
     --out "$OUT/point_conv_fast.json"
   run_stage conv_bench timeout 200 $PY -m pcops.cli bench --device cuda --no-progress --out "$OUT/conv" \
