@@ -794,105 +794,6 @@ __device__ __forceinline__ void vvor_ring_block(float* smem, int64_t b, int64_t 
   tile.store(grad_weights, co, ci);
 }
 
-// The small tiles' ring with transposed stages (PCOPS_CUDA_POINT_CONV_VVOR_T=1, experimental):
-// stage buffer rows are channels, columns triplets (pitch kS + 4), so a thread reads four
-// triplets' values of one channel with one 16-byte load; the copies are 4 bytes each (thread tid
-// copies triplet row tid % kS of every stage, channels tid / kS, + NT / kS, ...: one offset read
-// per stage and matrix). The same folds in the same order.
-constexpr int kVvorTPitch = VvorPolicy::kS + 4;
-template <int RO, int RC>
-constexpr int kVvorTStageFloats = (16 * RO + 8 * RC) * kVvorTPitch;
-template <int RO, int RC>
-constexpr int kVvorTBuffers = VvorPolicy::kRingBytes / (kVvorTStageFloats<RO, RC> * static_cast<int>(sizeof(float)));
-
-template <int RO, int RC, int NB>
-__device__ __forceinline__ void vvor_ring_block_t(float* smem, int64_t b, int64_t rank0,
-                                                  const int64_t* __restrict__ offsets, const int* __restrict__ cells,
-                                                  const int64_t* __restrict__ ii, const int64_t* __restrict__ jj,
-                                                  const float* __restrict__ grad_out,
-                                                  const float* __restrict__ features, int64_t co, int64_t ci,
-                                                  int64_t o_tiles, int64_t c_tiles, float* __restrict__ grad_weights) {
-  constexpr int NT = VvorPolicy::kThreads, S = VvorPolicy::kS, P = kVvorTPitch, KO = 16 * RO, KC = 8 * RC;
-  constexpr int SF = kVvorTStageFloats<RO, RC>, RPT = NT / S;  // channels a thread copies per step of tid
-  static_assert(NT % S == 0 && KO % RPT == 0 && KC % RPT == 0, "whole channel rows per thread");
-  static_assert(NB >= 2, "a ring");
-  const int tid = threadIdx.x;
-  VvorTile<RO, RC> tile(b, rank0, o_tiles, c_tiles, cells, tid);
-  const int64_t o0 = tile.o0, c0 = tile.c0;
-  const int64_t begin = offsets[tile.k], end = offsets[tile.k + 1];
-  const int r_copy = tid % S, ch0 = tid / S;
-  // Channel rows a thread copies: ch0, ch0 + RPT, ...; those past the matrix's row end are skipped.
-  const float* gm = grad_out + o0 + ch0;
-  const float* fm = features + c0 + ch0;
-  const int64_t g_lim = co - o0 - ch0, f_lim = ci - c0 - ch0;  // channel q copied while q * RPT < lim
-  int64_t next = begin, g_off = -1, f_off = -1;
-  const auto index = [&] {
-    const bool in = next + r_copy < end;
-    g_off = in ? ii[next + r_copy] : -1;
-    f_off = in ? jj[next + r_copy] : -1;
-  };
-  index();
-  const auto copy = [&](int buf) {
-    if (next < end) {
-      float* st = smem + buf * SF + r_copy;
-      if (g_off >= 0) {
-#pragma unroll
-        for (int q = 0; q < KO / RPT; ++q)
-          if (q * RPT < g_lim) primitives::cp_async4(st + (ch0 + q * RPT) * P, gm + g_off + q * RPT, 4);
-#pragma unroll
-        for (int q = 0; q < KC / RPT; ++q)
-          if (q * RPT < f_lim) primitives::cp_async4(st + (KO + ch0 + q * RPT) * P, fm + f_off + q * RPT, 4);
-      }
-      next += S;
-      index();
-    }
-    primitives::cp_async_commit();
-  };
-#pragma unroll
-  for (int st = 0; st < NB - 1; ++st) copy(st);
-  int buf = 0, cbuf = NB - 1;
-  for (int64_t p0 = begin; p0 < end; p0 += S) {
-    primitives::cp_async_wait<NB - 2>();
-    __syncthreads();
-    copy(cbuf);
-    cbuf = cbuf + 1 == NB ? 0 : cbuf + 1;
-    const float* gt = smem + buf * SF + tile.my_o * P;
-    const float* ft = smem + buf * SF + (KO + tile.my_c) * P;
-    const int n = end - p0 >= S ? S : static_cast<int>(end - p0);
-    int r = 0;
-    if (n == S) {
-#pragma unroll 4
-      for (; r < S; r += 4) {
-        float4 g[RO], f[RC];
-#pragma unroll
-        for (int x = 0; x < RO; ++x) g[x] = *reinterpret_cast<const float4*>(gt + x * P + r);
-#pragma unroll
-        for (int y = 0; y < RC; ++y) f[y] = *reinterpret_cast<const float4*>(ft + y * P + r);
-        const auto step = [&](auto gv, auto fv) {
-#pragma unroll
-          for (int x = 0; x < RO; ++x)
-#pragma unroll
-            for (int y = 0; y < RC; ++y) tile.acc[x][y] = __fadd_rn(tile.acc[x][y], __fmul_rn(gv(x), fv(y)));
-        };
-        step([&](int x) { return g[x].x; }, [&](int y) { return f[y].x; });
-        step([&](int x) { return g[x].y; }, [&](int y) { return f[y].y; });
-        step([&](int x) { return g[x].z; }, [&](int y) { return f[y].z; });
-        step([&](int x) { return g[x].w; }, [&](int y) { return f[y].w; });
-      }
-    }
-    for (; r < n; ++r) {
-#pragma unroll
-      for (int x = 0; x < RO; ++x)
-#pragma unroll
-        for (int y = 0; y < RC; ++y)
-          tile.acc[x][y] = __fadd_rn(tile.acc[x][y], __fmul_rn(gt[x * P + r], ft[y * P + r]));
-    }
-    buf = buf + 1 == NB ? 0 : buf + 1;
-  }
-  primitives::cp_async_wait<0>();
-  tile.store(grad_weights, co, ci);
-}
-
 template <int V, int RO, int RC, int NB>
 __global__ void __launch_bounds__(VvorPolicy::kThreads)
     vvor_ring_kernel(const int64_t* __restrict__ offsets, const int* __restrict__ cells,
@@ -909,24 +810,16 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
 // share its long sequential folds), every other cell in large ones (B: RO2 x RC2, fewer
 // instructions per chain step). Blocks 0 .. a_blocks - 1 are A's (o_tiles1 x c_tiles1 of them),
 // the rest B's, cells from rank 1. The same folds in the same order: the same bits.
-template <int V, int RO1, int RC1, int NB1, int RO2, int RC2, int NB2, bool kT = false>
+template <int V, int RO1, int RC1, int NB1, int RO2, int RC2, int NB2>
 __global__ void __launch_bounds__(VvorPolicy::kThreads)
     vvor_mixed_kernel(const int64_t* __restrict__ offsets, const int* __restrict__ cells,
                       const int64_t* __restrict__ ii, const int64_t* __restrict__ jj,
                       const float* __restrict__ grad_out, const float* __restrict__ features, int64_t co,
                       int64_t ci, int64_t o_tiles1, int64_t c_tiles1, int64_t o_tiles2, int64_t c_tiles2,
                       float* __restrict__ grad_weights) {
-  constexpr int kA = kT ? NB1 * kVvorTStageFloats<RO1, RC1> : kVvorRingFloats<RO1, RC1, NB1>;
-  constexpr int kB = kVvorRingFloats<RO2, RC2, NB2>;
+  constexpr int kA = kVvorRingFloats<RO1, RC1, NB1>, kB = kVvorRingFloats<RO2, RC2, NB2>;
   __shared__ __align__(16) float smem[kA > kB ? kA : kB];
   const int64_t a_blocks = o_tiles1 * c_tiles1;
-  if constexpr (kT) {
-    if (blockIdx.x < a_blocks) {
-      vvor_ring_block_t<RO1, RC1, NB1>(smem, blockIdx.x, 0, offsets, cells, ii, jj, grad_out, features, co, ci,
-                                       o_tiles1, c_tiles1, grad_weights);
-      return;
-    }
-  }
   if (blockIdx.x < a_blocks)
     vvor_ring_block<V, RO1, RC1, NB1>(smem, blockIdx.x, 0, offsets, cells, ii, jj, grad_out, features, co, ci,
                                       o_tiles1, c_tiles1, grad_weights);
@@ -1116,14 +1009,8 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
         const auto [o1, c1] = tiles(1, one ? 1 : 2);
         const auto [o2, c2] = tiles(2, 4);
         constexpr int B11 = VvorRing<1, 1>::kBuffers, B12 = VvorRing<1, 2>::kBuffers, B24 = VvorRing<2, 4>::kBuffers;
-        constexpr int T11 = kVvorTBuffers<1, 1>, T12 = kVvorTBuffers<1, 2>;
-        const char* te = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR_T");  // experimental
-        const bool tr = te != nullptr && std::strcmp(te, "1") == 0;
-        const auto kernel =
-            tr ? (vec ? (one ? vvor_mixed_kernel<4, 1, 1, T11, 2, 4, B24, true> : vvor_mixed_kernel<4, 1, 2, T12, 2, 4, B24, true>)
-                      : (one ? vvor_mixed_kernel<1, 1, 1, T11, 2, 4, B24, true> : vvor_mixed_kernel<1, 1, 2, T12, 2, 4, B24, true>))
-               : vec ? (one ? vvor_mixed_kernel<4, 1, 1, B11, 2, 4, B24> : vvor_mixed_kernel<4, 1, 2, B12, 2, 4, B24>)
-                     : (one ? vvor_mixed_kernel<1, 1, 1, B11, 2, 4, B24> : vvor_mixed_kernel<1, 1, 2, B12, 2, 4, B24>);
+        const auto kernel = vec ? (one ? vvor_mixed_kernel<4, 1, 1, B11, 2, 4, B24> : vvor_mixed_kernel<4, 1, 2, B12, 2, 4, B24>)
+                                : (one ? vvor_mixed_kernel<1, 1, 1, B11, 2, 4, B24> : vvor_mixed_kernel<1, 1, 2, B12, 2, 4, B24>);
         detail::launch(ctx, kernel, check_blocks(o1 * c1 + (K - 1) * o2 * c2), dim3(P::kThreads), 0, g.offsets,
                        static_cast<const int*>(cells), static_cast<const int64_t*>(ii),
                        static_cast<const int64_t*>(jj), grad_out, features, Co, Ci, o1, c1, o2, c2, grad_weights);
