@@ -844,8 +844,9 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
 // grouping's order in place) where the cells and the source rows fit its packed positions; else
 // mvmr_kernel, four destination channels per thread where the shapes allow. A kernel that cannot
 // run takes the next one in that order. Measured on one H200 (165k points, kNN 16, 27 cells,
-// float32 forward, C = 32 / 64 / 128 / 256 / 512): cells 2.22 / 3.40 / 6.75 / 25.7 / 142 ms, tiles
-// 3.65 / 6.27 / 11.8 / 43.0 / 165 ms, rows 1.53 / 3.30 / 12.3 / 53.1 ms.
+// float32 forward, C = 32 / 64 / 128): cells 2.44 / 3.31 / 6.21 ms, rows 1.38 / 3.31 / 12.3 ms
+// (cells with eight-run groups and loads ahead; the same at 64, with 64 MB more peak memory);
+// C = 256 / 512: cells 21.3 / 113 ms, rows 53.1 ms and tiles 43.0 / 165 ms earlier.
 constexpr int64_t kWideCols = 128;
 
 enum class Mvmr { kCells, kTiles, kRows };
