@@ -54,7 +54,8 @@ PairRef ref(const Pairs& g) {
                  g.bmask};
 }
 
-Pairs group_pairs(const int64_t* t, int64_t T, int a_col, int b_col, int64_t na, int64_t nb, int64_t K, bool tiled) {
+Pairs group_pairs(const CpuContext& ctx, const int64_t* t, int64_t T, int a_col, int b_col, int64_t na, int64_t nb,
+                  int64_t K, bool tiled) {
   using pcops::common::bits_for;
   static_assert(kRowTile == 64, "six bits of row in the tile");
   Pairs g;
@@ -68,26 +69,34 @@ Pairs group_pairs(const int64_t* t, int64_t T, int a_col, int b_col, int64_t na,
   const int lg = bits_for(static_cast<uint64_t>(std::max<int64_t>(groups - 1, 0)));
   g.offsets.assign(static_cast<size_t>(groups) + 1, 0);
   if (T == 0) return g;
-  const bool packed = lg + la + lb <= 64;
-  if (packed) g.keys.resize(static_cast<size_t>(T));
-  for (int64_t p = 0; p < T; ++p) {
-    const int64_t grp = group_of(p);
-    ++g.offsets[static_cast<size_t>(grp) + 1];
-    if (packed) {
-      const int64_t a = t[p * 3 + a_col], b = t[p * 3 + b_col];
-      const uint64_t low = static_cast<uint64_t>(tiled ? a % kRowTile : a);
-      g.keys[static_cast<size_t>(p)] = (static_cast<uint64_t>(grp) << (la + lb)) | (low << lb) | static_cast<uint64_t>(b);
-    }
-  }
-  for (int64_t v = 0; v < groups; ++v) g.offsets[v + 1] += g.offsets[v];
-  if (packed) {
-    // One radix sort of packed (group, a or a's row in the tile, b) keys.
-    radix_sort(g.keys, lg + la + lb, [](uint64_t k) { return k; });
+  if (lg + la + lb <= 64) {
+    // One radix sort of packed (group, a or a's row in the tile, b) keys; the group offsets from
+    // the sorted keys (each offset written once, by the boundary that passes it).
+    g.keys.resize(static_cast<size_t>(T));
+    parallel_for(ctx, 0, T, 1 << 14, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t a = t[p * 3 + a_col], b = t[p * 3 + b_col];
+        const uint64_t low = static_cast<uint64_t>(tiled ? a % kRowTile : a);
+        g.keys[static_cast<size_t>(p)] =
+            (static_cast<uint64_t>(group_of(p)) << (la + lb)) | (low << lb) | static_cast<uint64_t>(b);
+      }
+    });
+    radix_sort(ctx, g.keys, lg + la + lb, [](uint64_t k) { return k; });
+    const int shift = la + lb;
+    const auto grp = [&](int64_t p) { return static_cast<int64_t>(g.keys[static_cast<size_t>(p)] >> shift); };
+    parallel_for(ctx, 0, T + 1, 1 << 14, [&](int64_t p0, int64_t p1) {
+      for (int64_t p = p0; p < p1; ++p) {
+        const int64_t before = p == 0 ? -1 : grp(p - 1), at = p == T ? groups : grp(p);
+        for (int64_t v = before + 1; v <= at; ++v) g.offsets[static_cast<size_t>(v)] = p;
+      }
+    });
     g.lb = lb;
     g.amask = (uint64_t{1} << la) - 1;
     g.bmask = (uint64_t{1} << lb) - 1;
     return g;
   }
+  for (int64_t p = 0; p < T; ++p) ++g.offsets[static_cast<size_t>(group_of(p)) + 1];
+  for (int64_t v = 0; v < groups; ++v) g.offsets[v + 1] += g.offsets[v];
   // Keys wider than 64 bits: a comparison sort of the positions (equal tuples are equal triplets).
   std::vector<int64_t> order(static_cast<size_t>(T));
   for (int64_t p = 0; p < T; ++p) order[static_cast<size_t>(p)] = p;
@@ -344,7 +353,7 @@ void point_conv(const CpuContext& ctx, const PointConvShape& s, const float* fea
   for (int64_t k = 0; k < K; ++k)
     for (int64_t o = 0; o < Co; ++o)
       for (int64_t c = 0; c < Ci; ++c) wt[(k * Ci + c) * Co + o] = weights[(k * Co + o) * Ci + c];
-  const Pairs g = group_pairs(triplets, s.triplets, /*a_col=*/0, /*b_col=*/1, s.num_out, s.num_in, K, true);
+  const Pairs g = group_pairs(ctx, triplets, s.triplets, /*a_col=*/0, /*b_col=*/1, s.num_out, s.num_in, K, true);
   mvmr(ctx, g, K, features, Ci, wt.data(), Co, s.num_out, out);
 }
 
@@ -355,11 +364,11 @@ void point_conv_backward(const CpuContext& ctx, const PointConvShape& s, const f
   core::validate_triplets(s, triplets, "triplets");
   const int64_t Ci = s.channels_in, Co = s.channels_out, K = s.kernels;
   if (grad_features != nullptr && s.num_in * Ci > 0) {
-    const Pairs g = group_pairs(triplets, s.triplets, /*a_col=*/1, /*b_col=*/0, s.num_in, s.num_out, K, true);
+    const Pairs g = group_pairs(ctx, triplets, s.triplets, /*a_col=*/1, /*b_col=*/0, s.num_in, s.num_out, K, true);
     mvmr(ctx, g, K, grad_out, Co, weights, Ci, s.num_in, grad_features);
   }
   if (grad_weights != nullptr && K * Co * Ci > 0) {
-    const Pairs g = group_pairs(triplets, s.triplets, /*a_col=*/0, /*b_col=*/1, s.num_out, s.num_in, K, false);
+    const Pairs g = group_pairs(ctx, triplets, s.triplets, /*a_col=*/0, /*b_col=*/1, s.num_out, s.num_in, K, false);
     // Tasks own (k, block of output channels); each element sums its triplets in group order.
     const int64_t blocks = (Co + kVvorRows - 1) / kVvorRows;
     const int64_t T = s.triplets;

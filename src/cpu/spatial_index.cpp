@@ -99,7 +99,7 @@ void build_tree(const CpuContext& ctx, Cloud& c, int64_t count, int64_t leaf, bo
       rec[r].code = morton(c, coord(j, 0), coord(j, 1), coord(j, 2));
     }
   });
-  radix_sort(rec, 3 * kBits, [](const Record& r) { return r.code; });  // stable
+  radix_sort(ctx, rec, 3 * kBits, [](const Record& r) { return r.code; });  // stable
   const int64_t F = c.finite;
   c.x.resize(static_cast<size_t>(F));
   c.y.resize(static_cast<size_t>(F));
@@ -262,7 +262,7 @@ void group_queries(const CpuContext& ctx, const Cloud& c, const PointsView& q, i
       G.order[m] = Record{grid::finite3(x, y, z) ? morton(c, x, y, z) : kNonFinite, static_cast<uint32_t>(m)};
     }
   });
-  radix_sort(G.order, 3 * kBits + 1, [](const Record& r) { return r.code; });
+  radix_sort(ctx, G.order, 3 * kBits + 1, [](const Record& r) { return r.code; });
   const std::vector<uint64_t> first = leaf_first_codes(c);
   G.begin.clear();
   G.leaf.clear();

@@ -119,7 +119,7 @@ int64_t voxelize_impl(const CpuContext& ctx, const T* points, int64_t N, int64_t
     });
     int bits = 0;
     while (bits < 64 && (total - 1) >> bits) ++bits;
-    radix_sort(order, bits, [](const KeyIndex& x) { return x.key; });
+    radix_sort(ctx, order, bits, [](const KeyIndex& x) { return x.key; });
   } else if (K > 0) {
     std::stable_sort(order.begin(), order.end(), [&](const KeyIndex& x, const KeyIndex& y) {
       const int64_t a = x.index, b = y.index;
