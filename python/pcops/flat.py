@@ -227,14 +227,9 @@ def knn_graph(
     _check_flow(flow)
     k = _checks.integer(k, "k")
     edge_index = knn(x, x, k if loop else k + 1, batch, batch, cosine, num_workers, batch_size)
-    if flow == "source_to_target":
-        row, col = edge_index[1], edge_index[0]
-    else:
-        row, col = edge_index[0], edge_index[1]
-    if not loop:
-        mask = row != col
-        row, col = row[mask], col[mask]
-    return torch.stack([row, col], dim=0)
+    if not loop:  # one masked copy of both rows (two masked rows and a stack cost more)
+        edge_index = edge_index[:, edge_index[0] != edge_index[1]]
+    return edge_index.flip(0) if flow == "source_to_target" else edge_index
 
 
 def radius(
@@ -278,15 +273,9 @@ def radius_graph(
     ignore_same_index=not loop)``, so the self pair never uses one of the ``max_num_neighbors``
     slots. ``flow`` as in :func:`knn_graph`."""
     _check_flow(flow)
+    # Without loop, ignore_same_index already leaves out every self pair: no mask to apply.
     edge_index = radius(x, x, r, batch, batch, max_num_neighbors, num_workers, batch_size, not loop)
-    if flow == "source_to_target":
-        row, col = edge_index[1], edge_index[0]
-    else:
-        row, col = edge_index[0], edge_index[1]
-    if not loop:
-        mask = row != col
-        row, col = row[mask], col[mask]
-    return torch.stack([row, col], dim=0)
+    return edge_index.flip(0) if flow == "source_to_target" else edge_index
 
 
 def nearest(
