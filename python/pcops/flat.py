@@ -227,7 +227,17 @@ def knn_graph(
     _check_flow(flow)
     k = _checks.integer(k, "k")
     edge_index = knn(x, x, k if loop else k + 1, batch, batch, cosine, num_workers, batch_size)
-    if not loop:  # one masked copy of both rows (two masked rows and a stack cost more)
+    if not loop:
+        m, k1 = x.shape[0] if x.dim() > 1 else x.numel(), k + 1
+        if edge_index.shape[1] == m * k1 and m > 0:
+            # Every centre got k + 1 neighbours; where each list starts with the centre itself
+            # (distance 0 and, among duplicates, the lowest index), dropping the self pairs is
+            # dropping the first column: one strided copy instead of a mask.
+            centre, nb = edge_index[0].view(m, k1), edge_index[1].view(m, k1)
+            if torch.equal(nb[:, 0], centre[:, 0]):
+                first = (nb, centre) if flow == "source_to_target" else (centre, nb)
+                return torch.stack([first[0][:, 1:], first[1][:, 1:]]).reshape(2, -1)
+        # One masked copy of both rows (two masked rows and a stack cost more).
         edge_index = edge_index[:, edge_index[0] != edge_index[1]]
     return edge_index.flip(0) if flow == "source_to_target" else edge_index
 

@@ -179,6 +179,33 @@ def test_knn_graph_flow_and_loop():
         flat.knn_graph(SQUARE, 2, flow="sideways")
 
 
+def _knn_graph_by_mask(x, k, batch=None, flow="source_to_target"):
+    e = flat.knn(x, x, k + 1, batch, batch)
+    row, col = (e[1], e[0]) if flow == "source_to_target" else (e[0], e[1])
+    keep = row != col
+    return torch.stack([row[keep], col[keep]])
+
+
+@pytest.mark.parametrize("flow", ["source_to_target", "target_to_source"])
+def test_knn_graph_equals_the_masked_knn(flow):
+    g = torch.Generator().manual_seed(5)
+    x = torch.rand(500, 3, generator=g)
+    # Distinct points: every list starts with its centre (the first-column path).
+    assert torch.equal(flat.knn_graph(x, 8, flow=flow), _knn_graph_by_mask(x, 8, flow=flow))
+    # Four copies of each point, k = 2: a list starts with the lowest-index copy, and the last
+    # copy's list misses the centre itself, so that centre keeps k + 1 edges.
+    xd = torch.cat([x[:100]] * 4)
+    got = flat.knn_graph(xd, 2, flow=flow)
+    assert torch.equal(got, _knn_graph_by_mask(xd, 2, flow=flow))
+    assert got.shape[1] == 300 * 2 + 100 * 3
+    # A cloud smaller than k + 1: fewer edges than centres x (k + 1).
+    batch = torch.tensor([0] * 490 + [1] * 10)
+    assert torch.equal(flat.knn_graph(x, 12, batch, flow=flow), _knn_graph_by_mask(x, 12, batch, flow=flow))
+    # 1-D input.
+    line = torch.rand(50, generator=g)
+    assert torch.equal(flat.knn_graph(line, 3, flow=flow), _knn_graph_by_mask(line, 3, flow=flow))
+
+
 # -------------------------------------------------------------------------------------- radius
 
 
