@@ -144,7 +144,10 @@ def markdown(doc: dict, source: str = "", plot_name: str = "benchmarks.png") -> 
         "## Environment",
         "",
         f"- CPU: {env.get('cpu_model')} ({env.get('cpu_count')} logical cores, {env.get('threads')} threads)",
-        f"- device: {env.get('device')}; git commit {git.get('commit')} (dirty: {git.get('dirty')})",
+        f"- device: {env.get('device')}; " + (
+            "git commits of the runs, in order: " + ", ".join(
+                f"{(g.get('commit') or '?')[:8]}{' (dirty)' if g.get('dirty') else ''}" for g in doc["runs_git"])
+            if doc.get("runs_git") else f"git commit {git.get('commit')} (dirty: {git.get('dirty')})"),
         where,
         "- versions: " + ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items()),
         "",
@@ -250,10 +253,12 @@ def plot(doc: dict, path: str | Path) -> Path | None:
 
 def merge(docs: list[dict]) -> dict:
     """Several runs as one document: results of later runs replace earlier ones for the same
-    (op, cloud, n, order, peer); the environment is the first run's, the commands are all listed."""
+    (op, cloud, n, order, peer); the environment is the last run's, the commands and the commits
+    of all runs are listed."""
     if len(docs) == 1:
         return docs[0]
-    out = dict(docs[0])
+    out = dict(docs[-1])
+    out["runs_git"] = [((d.get("environment") or {}).get("git") or {}) for d in docs]
     table: OrderedDict = OrderedDict()
     for d in docs:
         for r in d.get("results", []):
