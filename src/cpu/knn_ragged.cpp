@@ -31,15 +31,22 @@ void knn_cloud(const CpuContext& ctx, const RaggedPointsView& r, const RaggedPoi
       idx);
 }
 
-// Runs fn(b) for every cloud with work: small ones in parallel, large ones in sequence.
+// Runs fn(b) for every cloud with work: small ones in parallel (one task each), large ones in
+// sequence (the parallelism inside). Small: little work, or at most a worker's share of all the
+// queries (so that one task per cloud keeps the workers about equally busy without a parallel
+// region per cloud).
 template <class Fn>
 void for_clouds(const CpuContext& ctx, const OffsetsView& ptr_r, const OffsetsView& ptr_q, Fn fn) {
   const int64_t B = ptr_r.batch();
+  int64_t queries = 0;
+  for (int64_t b = 0; b < B; ++b)
+    if (ptr_r.length(b) > 0) queries += ptr_q.length(b);
+  const int64_t share = queries / std::max<int64_t>(1, max_threads(ctx));
   std::vector<int64_t> small, large;
   for (int64_t b = 0; b < B; ++b) {
     const int64_t n = ptr_r.length(b), m = ptr_q.length(b);
     if (n == 0 || m == 0) continue;
-    (n * m < kSmallCloudWork && m < 4096 ? small : large).push_back(b);
+    ((n * m < kSmallCloudWork && m < 4096) || m <= share ? small : large).push_back(b);
   }
   if (small.size() == 1) {
     large.push_back(small[0]);
