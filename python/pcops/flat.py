@@ -228,8 +228,8 @@ def knn_graph(
     k = _checks.integer(k, "k")
     edge_index = knn(x, x, k if loop else k + 1, batch, batch, cosine, num_workers, batch_size)
     if not loop:
-        m, k1 = x.shape[0] if x.dim() > 1 else x.numel(), k + 1
-        if edge_index.shape[1] == m * k1 and m > 0:
+        m, k1 = x.shape[0], k + 1
+        if edge_index.shape[1] == m * k1:
             # Every centre got k + 1 neighbours; where each list starts with the centre itself
             # (distance 0 and, among duplicates, the lowest index), dropping the self pairs is
             # dropping the first column: one strided copy instead of a mask.

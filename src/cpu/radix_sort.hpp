@@ -45,36 +45,27 @@ void radix_sort(const CpuContext& ctx, std::vector<T>& a, int bits, Key key) {
       const int64_t e = lo(c + 1);
       for (int64_t p = lo(c); p < e; ++p) dst[h[(key(src[p]) >> shift) & mask]++] = src[p];
     };
-    if (chunks == 1) {
-      count(0);
-    } else {
+    const auto each_chunk = [&](const auto& fn) {  // one chunk runs inline
       parallel_for(ctx, 0, chunks, 1, [&](int64_t c0, int64_t c1) {
-        for (int64_t c = c0; c < c1; ++c) count(c);
+        for (int64_t c = c0; c < c1; ++c) fn(c);
       });
-    }
-    // Offsets digit-major, chunk-minor; a digit holding every record needs no pass.
-    bool trivial = false;
-    for (size_t d = 0; d <= mask && !trivial; ++d) {
-      size_t in_digit = 0;
-      for (int64_t c = 0; c < chunks; ++c) in_digit += hp[static_cast<size_t>(c) * R + d];
-      trivial = in_digit == static_cast<size_t>(n);
-    }
-    if (trivial) continue;
+    };
+    each_chunk(count);
+    // Offsets digit-major, chunk-minor; a digit holding every record makes the pass a no-op.
     size_t sum = 0;
-    for (size_t d = 0; d <= mask; ++d)
+    bool trivial = false;
+    for (size_t d = 0; d <= mask; ++d) {
+      const size_t start = sum;
       for (int64_t c = 0; c < chunks; ++c) {
         size_t& h = hp[static_cast<size_t>(c) * R + d];
-        const size_t in_digit = h;
+        const size_t in_chunk = h;
         h = sum;
-        sum += in_digit;
+        sum += in_chunk;
       }
-    if (chunks == 1) {
-      scatter(0);
-    } else {
-      parallel_for(ctx, 0, chunks, 1, [&](int64_t c0, int64_t c1) {
-        for (int64_t c = c0; c < c1; ++c) scatter(c);
-      });
+      trivial = trivial || sum - start == static_cast<size_t>(n);
     }
+    if (trivial) continue;
+    each_chunk(scatter);
     a.swap(tmp);
   }
 }

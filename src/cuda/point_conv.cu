@@ -597,14 +597,27 @@ struct VvorTile {
 #pragma unroll
       for (int y = 0; y < RC; ++y) acc[x][y] = 0.0f;
   }
-  // One triplet from its staged rows (g: G[i, o0 ..], f: F[j, c0 ..]): acc = fl(acc + fl(g * f)).
-  __device__ __forceinline__ void fold(const float* g_row, const float* f_row) {
+  // q = fl(g * f) of one triplet from its staged rows (g: G[i, o0 ..], f: F[j, c0 ..]).
+  __device__ __forceinline__ void products(float (&q)[RO][RC], const float* g_row, const float* f_row) const {
     const Vec<RO> g = load_floats<RO, true>(g_row + my_o);
     const Vec<RC> f = load_floats<RC, true>(f_row + my_c);
 #pragma unroll
     for (int x = 0; x < RO; ++x)
 #pragma unroll
-      for (int y = 0; y < RC; ++y) acc[x][y] = __fadd_rn(acc[x][y], __fmul_rn(g.v[x], f.v[y]));
+      for (int y = 0; y < RC; ++y) q[x][y] = __fmul_rn(g.v[x], f.v[y]);
+  }
+  // acc = fl(acc + q).
+  __device__ __forceinline__ void add(const float (&q)[RO][RC]) {
+#pragma unroll
+    for (int x = 0; x < RO; ++x)
+#pragma unroll
+      for (int y = 0; y < RC; ++y) acc[x][y] = __fadd_rn(acc[x][y], q[x][y]);
+  }
+  // One triplet: acc = fl(acc + fl(g * f)).
+  __device__ __forceinline__ void fold(const float* g_row, const float* f_row) {
+    float q[RO][RC];
+    products(q, g_row, f_row);
+    add(q);
   }
   // A full stage of S triplets (rows g[r], f[r]), the products D triplets ahead of the adds, so that
   // no add waits for its multiply and the loads and multiplies fill the adds' latency (the same
@@ -613,23 +626,12 @@ struct VvorTile {
   __device__ __forceinline__ void fold_stage(const float (*g_rows)[KO], const float (*f_rows)[KC]) {
     static_assert(D >= 1 && D <= S, "a distance inside the stage");
     float p[D][RO][RC];
-    const auto products = [&](float (&q)[RO][RC], int r) {
-      const Vec<RO> g = load_floats<RO, true>(g_rows[r] + my_o);
-      const Vec<RC> f = load_floats<RC, true>(f_rows[r] + my_c);
 #pragma unroll
-      for (int x = 0; x < RO; ++x)
-#pragma unroll
-        for (int y = 0; y < RC; ++y) q[x][y] = __fmul_rn(g.v[x], f.v[y]);
-    };
-#pragma unroll
-    for (int r = 0; r < D; ++r) products(p[r], r);
+    for (int r = 0; r < D; ++r) products(p[r], g_rows[r], f_rows[r]);
 #pragma unroll
     for (int r = 0; r < S; ++r) {
-#pragma unroll
-      for (int x = 0; x < RO; ++x)
-#pragma unroll
-        for (int y = 0; y < RC; ++y) acc[x][y] = __fadd_rn(acc[x][y], p[r % D][x][y]);
-      if (r + D < S) products(p[r % D], r + D);
+      add(p[r % D]);
+      if (r + D < S) products(p[r % D], g_rows[r + D], f_rows[r + D]);
     }
   }
   // The chains inside the matrix into grad_weights [K, co, ci].
