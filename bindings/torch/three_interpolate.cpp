@@ -11,8 +11,11 @@ struct Inputs {
   at::Tensor features, idx, weight;
 };
 
+// idx_checked: the indices are a forward's, already range-checked (the autograd backward: a saved
+// tensor cannot change unnoticed), so their values are not read again (no synchronisation on
+// CUDA). The kernels skip indices outside [0, M) in any case: nothing out of bounds is read.
 Inputs three_interpolate_inputs(const at::Tensor& features_in, const at::Tensor& idx_in,
-                                const at::Tensor& weight_in) {
+                                const at::Tensor& weight_in, bool idx_checked = false) {
   check_same_device(features_in, "features", idx_in, "idx");
   check_same_device(features_in, "features", weight_in, "weight");
   Inputs in;
@@ -23,7 +26,7 @@ Inputs three_interpolate_inputs(const at::Tensor& features_in, const at::Tensor&
   in.weight = as_values(weight_in, "weight", 3, "[B, N, 3]");
   TORCH_CHECK_VALUE(weight_in.sizes() == idx_in.sizes(), "weight: expected shape ", idx_in.sizes(),
                     " (as idx), got ", weight_in.sizes());
-  in.idx = as_indices(idx_in, "idx", in.features.size(2));
+  in.idx = idx_checked ? idx_in.contiguous() : as_indices(idx_in, "idx", in.features.size(2));
   return in;
 }
 
@@ -45,9 +48,9 @@ std::tuple<at::Tensor, at::Tensor> three_interpolate_backward_impl(const at::Ten
                                                                    const at::Tensor& features_in,
                                                                    const at::Tensor& idx_in,
                                                                    const at::Tensor& weight_in, bool need_features,
-                                                                   bool need_weight, Run run) {
+                                                                   bool need_weight, bool idx_checked, Run run) {
   check_same_device(features_in, "features", grad_out_in, "grad_out");
-  const Inputs in = three_interpolate_inputs(features_in, idx_in, weight_in);
+  const Inputs in = three_interpolate_inputs(features_in, idx_in, weight_in, idx_checked);
   const at::Tensor grad_out = as_values(grad_out_in, "grad_out", 3, "[B, C, N]");
   TORCH_CHECK_VALUE(grad_out.size(0) == in.features.size(0) && grad_out.size(1) == in.features.size(1) &&
                         grad_out.size(2) == in.idx.size(1),
@@ -75,8 +78,8 @@ at::Tensor three_interpolate_cpu(const at::Tensor& features, const at::Tensor& i
 std::tuple<at::Tensor, at::Tensor> three_interpolate_backward_cpu(const at::Tensor& grad_out,
                                                                   const at::Tensor& features, const at::Tensor& idx,
                                                                   const at::Tensor& weight, bool need_features,
-                                                                  bool need_weight) {
-  return three_interpolate_backward_impl(grad_out, features, idx, weight, need_features, need_weight,
+                                                                  bool need_weight, bool idx_checked) {
+  return three_interpolate_backward_impl(grad_out, features, idx, weight, need_features, need_weight, idx_checked,
                                          [](const at::Tensor&, auto&&... a) {
                                            cpu::three_interpolate_backward(cpu_context(), a...);
                                          });
@@ -93,9 +96,9 @@ at::Tensor three_interpolate_cuda(const at::Tensor& features, const at::Tensor& 
 std::tuple<at::Tensor, at::Tensor> three_interpolate_backward_cuda(const at::Tensor& grad_out,
                                                                    const at::Tensor& features, const at::Tensor& idx,
                                                                    const at::Tensor& weight, bool need_features,
-                                                                   bool need_weight) {
+                                                                   bool need_weight, bool idx_checked) {
   const c10::cuda::CUDAGuard guard(features.device());
-  return three_interpolate_backward_impl(grad_out, features, idx, weight, need_features, need_weight,
+  return three_interpolate_backward_impl(grad_out, features, idx, weight, need_features, need_weight, idx_checked,
                                          [](const at::Tensor& t, auto&&... a) {
                                            cuda::three_interpolate_backward(cuda_context(t), a...);
                                          });
@@ -108,7 +111,8 @@ TORCH_LIBRARY_FRAGMENT(pcops, m) {
   m.def("three_interpolate(Tensor features, Tensor idx, Tensor weight) -> Tensor");
   m.def(
       "_three_interpolate_backward(Tensor grad_out, Tensor features, Tensor idx, Tensor weight, "
-      "bool need_features=True, bool need_weight=True) -> (Tensor grad_features, Tensor grad_weight)");
+      "bool need_features=True, bool need_weight=True, bool idx_checked=False) -> (Tensor grad_features, Tensor "
+      "grad_weight)");
 }
 
 TORCH_LIBRARY_IMPL(pcops, CPU, m) {

@@ -2,11 +2,18 @@
 // every rounding: acc = +0, then acc = fl(acc + fl(w * f)) in slot order forward; sources in
 // ascending (n, t) order for grad_features; channels in ascending order for grad_weight).
 //
-// - Forward: one thread per (b, group of kChannels channels, n), n fastest: its three indices and
-//   weights are read once, each output row is written coalesced along n.
+// From kRowMinChannels channels on, the gathers read point rows: the features (forward) or
+// grad_out (grad_features) are first transposed into a workspace [B, points, C], so a warp reads
+// the 32 channels of one gathered point as one 128-byte row instead of 32 sectors of 32 bytes;
+// a block works on a tile of 32 destination points and writes its results through shared memory,
+// coalesced along the points. Below it (and for any shape the row kernels do not take) one
+// thread per (b, group of kChannels channels, destination point) gathers straight from the
+// channel-first layout:
+// - Forward: its three indices and weights are read once, each output row is written coalesced
+//   along n.
 // - grad_features: a scatter, made deterministic without atomics by the inverse index
 //   (primitives/inverse_index.cuh): for every (b, m) the slots (n, t) with idx = m, ascending;
-//   one thread per (b, channel group, m) folds them in that order.
+//   one thread (row kernels: one lane per channel) folds them in that order.
 // - grad_weight: a gather over channels; one thread per (b, n) keeps its three sums.
 // idx is device memory and is not range-checked here (see the header): slots outside [0, M) are
 // skipped like -1, so nothing outside the features is ever read.
@@ -14,6 +21,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 
 #include "common/distance.hpp"
 #include "core/validate.hpp"
@@ -28,6 +36,11 @@ struct InterpPolicy {
   static constexpr int kThreads = 256;
   static constexpr int kChannels = 8;  // channels per thread: idx / weight / list read once for 8
   static constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride beyond
+  // The row kernels: from this many channels on; tiles of 32 destination points, 8 warps.
+  static constexpr int64_t kRowMinChannels = 16;
+  static constexpr int kTile = 32;
+  static constexpr int kRowWarps = 8;
+  static constexpr int64_t kMaxGridY = 65535;  // grid y, z limit (batches beyond: the kernels stride over b)
 };
 
 unsigned blocks_for(int64_t items) {
@@ -134,6 +147,131 @@ __global__ void __launch_bounds__(InterpPolicy::kThreads)
   }
 }
 
+// [B, C, count] (any strides) -> dst [B, count, C] contiguous: 32 x 32 tiles through shared memory,
+// reads coalesced along the points (where the view is), writes along the channels.
+__global__ void __launch_bounds__(256)
+    transpose_rows_kernel(FeaturesView v, float* dst) {
+  __shared__ float tile[32][33];
+  const int64_t C = v.channels, P = v.count;
+  const int64_t p0 = blockIdx.x * int64_t{32}, c0 = blockIdx.y * int64_t{32};
+  const int tx = static_cast<int>(threadIdx.x & 31u), ty = static_cast<int>(threadIdx.x >> 5);
+  for (int64_t b = blockIdx.z; b < v.batch; b += gridDim.z) {
+    for (int r = ty; r < 32; r += 8) {
+      const int64_t c = c0 + r, p = p0 + tx;
+      if (c < C && p < P) tile[r][tx] = v.data[b * v.stride_batch + c * v.stride_channel + p * v.stride_point];
+    }
+    __syncthreads();
+    for (int r = ty; r < 32; r += 8) {
+      const int64_t p = p0 + r, c = c0 + tx;
+      if (p < P && c < C) dst[(b * P + p) * C + c] = tile[tx][r];
+    }
+    __syncthreads();
+  }
+}
+
+void transpose_rows(const CudaContext& ctx, FeaturesView v, float* dst) {
+  if (v.batch == 0 || v.count == 0 || v.channels == 0) return;
+  const unsigned z = static_cast<unsigned>(std::min<int64_t>(v.batch, InterpPolicy::kMaxGridY));
+  detail::launch(ctx, transpose_rows_kernel,
+                 dim3(static_cast<unsigned>(detail::ceil_div(v.count, 32)),
+                      static_cast<unsigned>(detail::ceil_div(v.channels, 32)), z),
+                 dim3(256), 0, v, dst);
+}
+
+// out[b, c, n] from rows [B, M, C] of the features. Block (tile of 32 n, 32 channels, b): the
+// tile's indices and weights in shared memory; warp w folds points n0 + w, n0 + w + 8, ... with
+// lane = channel into a 32 x 32 shared tile that the warps then write along n.
+__global__ void __launch_bounds__(InterpPolicy::kRowWarps * 32)
+    forward_rows_kernel(const float* rows, const int64_t* idx, PointsView weight, int64_t B, int64_t C,
+                        int64_t M, int64_t N, float* out) {
+  constexpr int T = InterpPolicy::kTile, W = InterpPolicy::kRowWarps;
+  __shared__ int64_t sj[T * 3];
+  __shared__ float sw[T * 3];
+  __shared__ float tile[32][T + 1];
+  const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
+  const int64_t n0 = blockIdx.x * int64_t{T}, c0 = blockIdx.y * int64_t{32}, c = c0 + lane;
+  const int tn = static_cast<int>(std::min<int64_t>(T, N - n0));
+  for (int64_t b = blockIdx.z; b < B; b += gridDim.z) {
+    if (static_cast<int>(threadIdx.x) < tn * 3) {
+      const int q = static_cast<int>(threadIdx.x), n = q / 3, t = q - n * 3;
+      const int64_t j = idx[(b * N + n0 + n) * 3 + t];
+      sj[q] = (j >= 0 && j < M) ? j : -1;
+      sw[q] = weight.data[b * weight.stride_batch + (n0 + n) * weight.stride_point + t * weight.stride_dim];
+    }
+    __syncthreads();
+    const float* fb = rows + b * M * C;
+    for (int n = warp; n < tn; n += W) {
+      float acc = 0.0f;
+      if (c < C) {
+#pragma unroll
+        for (int t = 0; t < 3; ++t) {
+          const int64_t j = sj[n * 3 + t];
+          if (j >= 0) acc = common::add_rn(acc, common::mul_rn(sw[n * 3 + t], fb[j * C + c]));
+        }
+      }
+      tile[lane][n] = acc;
+    }
+    __syncthreads();
+    for (int r = warp; r < 32 && c0 + r < C; r += W)
+      if (lane < tn) out[(b * C + c0 + r) * N + n0 + lane] = tile[r][lane];
+    __syncthreads();
+  }
+}
+
+// grad_features[b, c, m] from rows [B, N, C] of grad_out: block (tile of 32 m, 32 channels, b);
+// warp w folds the lists of m0 + w, m0 + w + 8, ... (lane = channel; the list's positions and
+// weights are the same for every lane), U sources' loads ahead of their adds.
+__global__ void __launch_bounds__(InterpPolicy::kRowWarps * 32)
+    grad_features_rows_kernel(const float* rows, PointsView weight, primitives::InverseIndex inv, int64_t B,
+                              int64_t C, int64_t M, int64_t N, float* grad_features) {
+  constexpr int T = InterpPolicy::kTile, W = InterpPolicy::kRowWarps, U = 4;
+  __shared__ float tile[32][T + 1];
+  const int lane = static_cast<int>(threadIdx.x & 31u), warp = static_cast<int>(threadIdx.x >> 5);
+  const int64_t m0 = blockIdx.x * int64_t{T}, c0 = blockIdx.y * int64_t{32}, c = c0 + lane;
+  const int tm = static_cast<int>(std::min<int64_t>(T, M - m0));
+  const bool active = c < C;
+  for (int64_t b = blockIdx.z; b < B; b += gridDim.z) {
+    const float* gb = rows + b * N * C;
+    for (int m = warp; m < tm; m += W) {
+      float acc = 0.0f;
+      const int64_t lo = inv.offsets[b * M + m0 + m], hi = inv.offsets[b * M + m0 + m + 1];
+      for (int64_t e = lo; e < hi; e += U) {
+        float g[U], w[U];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+          g[u] = 0.0f;
+          w[u] = 0.0f;
+          if (e + u < hi) {
+            const int64_t q = inv.position(e + u), n = q / 3;
+            w[u] = weight.data[b * weight.stride_batch + n * weight.stride_point + (q - n * 3) * weight.stride_dim];
+            if (active) g[u] = gb[n * C + c];
+          }
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u)
+          if (e + u < hi) acc = common::add_rn(acc, common::mul_rn(g[u], w[u]));
+      }
+      tile[lane][m] = acc;
+    }
+    __syncthreads();
+    for (int r = warp; r < 32 && c0 + r < C; r += W)
+      if (lane < tm) grad_features[(b * C + c0 + r) * M + m0 + lane] = tile[r][lane];
+    __syncthreads();
+  }
+}
+
+bool use_rows(int64_t C) {
+  static const char* env = std::getenv("PCOPS_CUDA_INTERP_ROWS");
+  if (env != nullptr && env[0] == '0') return false;
+  return C >= InterpPolicy::kRowMinChannels && detail::ceil_div(C, 32) <= InterpPolicy::kMaxGridY;
+}
+
+dim3 row_grid(int64_t points, int64_t C, int64_t B) {
+  return dim3(static_cast<unsigned>(detail::ceil_div(points, InterpPolicy::kTile)),
+              static_cast<unsigned>(detail::ceil_div(C, 32)),
+              static_cast<unsigned>(std::min<int64_t>(B, InterpPolicy::kMaxGridY)));
+}
+
 }  // namespace
 
 void three_interpolate(const CudaContext& ctx, FeaturesView features, const int64_t* idx,
@@ -143,6 +281,14 @@ void three_interpolate(const CudaContext& ctx, FeaturesView features, const int6
   core::checked_mul(core::checked_mul(B, N, "idx"), 3, "idx");
   PCOPS_CHECK(idx != nullptr || B * N == 0, Value, "idx: data is null for a non-empty view");
   if (B * C * N == 0) return;
+  if (use_rows(C)) {
+    detail::Workspace ws(ctx);
+    float* rows = ws.alloc<float>(B * features.count * C);
+    transpose_rows(ctx, features, rows);
+    detail::launch(ctx, forward_rows_kernel, row_grid(N, C, B), dim3(InterpPolicy::kRowWarps * 32), 0, rows, idx,
+                   weight, B, C, features.count, N, out);
+    return;
+  }
   const int64_t groups = detail::ceil_div(C, InterpPolicy::kChannels);
   detail::launch(ctx, forward_kernel, dim3(blocks_for(B * groups * N)), dim3(InterpPolicy::kThreads), 0,
                  features, idx, weight, N, groups, out);
@@ -163,9 +309,16 @@ void three_interpolate_backward(const CudaContext& ctx, FeaturesView grad_out,
   if (grad_features != nullptr && B * C * M > 0) {
     detail::Workspace ws(ctx);
     const primitives::InverseIndex inv = primitives::inverse_index(ctx, ws, idx, B, N * 3, M);
-    const int64_t groups = detail::ceil_div(C, InterpPolicy::kChannels);
-    detail::launch(ctx, grad_features_kernel, dim3(blocks_for(B * groups * M)), dim3(T), 0, grad_out,
-                   weight, inv, M, groups, grad_features);
+    if (use_rows(C)) {
+      float* rows = ws.alloc<float>(B * N * C);
+      transpose_rows(ctx, grad_out, rows);
+      detail::launch(ctx, grad_features_rows_kernel, row_grid(M, C, B), dim3(InterpPolicy::kRowWarps * 32), 0, rows,
+                     weight, inv, B, C, M, N, grad_features);
+    } else {
+      const int64_t groups = detail::ceil_div(C, InterpPolicy::kChannels);
+      detail::launch(ctx, grad_features_kernel, dim3(blocks_for(B * groups * M)), dim3(T), 0, grad_out,
+                     weight, inv, M, groups, grad_features);
+    }
   }
   if (grad_weight != nullptr && B * N > 0)
     detail::launch(ctx, grad_weight_kernel, dim3(blocks_for(B * N)), dim3(T), 0, grad_out, features,

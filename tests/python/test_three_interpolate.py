@@ -196,6 +196,24 @@ def test_backward_op_optional_outputs(gen):
     assert torch.equal(gf, torch.zeros_like(features))
 
 
+def test_backward_op_idx_checked(gen):
+    """idx_checked (the autograd backward's: the forward checked idx) skips the value check only:
+    the same gradients, and without it a bad index still raises."""
+    features, idx, weight = _inputs(gen, pad=0.2)
+    grad = torch.rand(2, 5, 13, generator=gen)
+    plain = torch.ops.pcops._three_interpolate_backward(grad, features, idx, weight, True, True)
+    checked = torch.ops.pcops._three_interpolate_backward(grad, features, idx, weight, True, True, True)
+    assert all(torch.equal(a, b) for a, b in zip(plain, checked))
+    f = features.clone().requires_grad_()
+    w = weight.clone().requires_grad_()
+    gf, gw = torch.autograd.grad(pcops.three_interpolate(f, idx, w), (f, w), grad)
+    assert torch.equal(gf, plain[0]) and torch.equal(gw, plain[1])
+    bad = idx.clone()
+    bad[0, 3, 1] = 9
+    with pytest.raises(IndexError, match=r"idx: expected indices in \[-1, 9\)"):
+        torch.ops.pcops._three_interpolate_backward(grad, features, bad, weight, True, True)
+
+
 # ------------------------------------------------------------------ errors
 
 

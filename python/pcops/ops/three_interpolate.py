@@ -60,7 +60,7 @@ def _fake(features, idx, weight):
 
 
 @torch.library.register_fake("pcops::_three_interpolate_backward")
-def _fake_backward(grad_out, features, idx, weight, need_features=True, need_weight=True):
+def _fake_backward(grad_out, features, idx, weight, need_features=True, need_weight=True, idx_checked=False):
     _checks.same_device(features, "features", grad_out, "grad_out")
     _check_inputs(features, idx, weight)
     _checks.values(grad_out, "grad_out", 3, "[B, C, N]")
@@ -85,8 +85,10 @@ def _backward(ctx, grad_out):
     need_features, need_weight = ctx.needs_input_grad[0], ctx.needs_input_grad[2]
     if grad_out is None or not (need_features or need_weight):
         return None, None, None
+    # idx_checked: idx is the forward's, whose values were checked there (a saved tensor cannot
+    # change unnoticed), so the backward does not read them again (no synchronisation on CUDA).
     gf, gw = torch.ops.pcops._three_interpolate_backward(
-        grad_out, features, idx, weight, need_features, need_weight
+        grad_out, features, idx, weight, need_features, need_weight, True
     )
     return (gf if need_features else None), None, (gw if need_weight else None)
 
@@ -103,7 +105,7 @@ torch.library.register_autograd("pcops::three_interpolate", _backward, setup_con
 # Written with the operators themselves, so higher orders work too. An output that was not
 # requested (need_* false) is a constant zero tensor and gets no gradient.
 def _setup_context_backward(ctx, inputs, output):
-    grad_out, features, idx, weight, need_features, need_weight = inputs
+    grad_out, features, idx, weight, need_features, need_weight = inputs[:6]
     ctx.save_for_backward(grad_out, features, idx, weight)
     ctx.need = (need_features, need_weight)
     ctx.set_materialize_grads(False)
@@ -124,12 +126,12 @@ def _backward_backward(ctx, grad_gf, grad_gw):
             parts.append(three_interpolate(features, idx, w2).float())
         d_grad = (parts[0] if len(parts) == 1 else parts[0] + parts[1]).to(grad_out.dtype)
     if need[1] and w2 is not None:
-        d_features = torch.ops.pcops._three_interpolate_backward(grad_out, features, idx, w2, True, False)[0]
+        d_features = torch.ops.pcops._three_interpolate_backward(grad_out, features, idx, w2, True, False, True)[0]
         d_features = d_features.to(features.dtype)
     if need[3] and a is not None:
-        d_weight = torch.ops.pcops._three_interpolate_backward(grad_out, a, idx, weight, False, True)[1]
+        d_weight = torch.ops.pcops._three_interpolate_backward(grad_out, a, idx, weight, False, True, True)[1]
         d_weight = d_weight.to(weight.dtype)
-    return d_grad, d_features, None, d_weight, None, None
+    return d_grad, d_features, None, d_weight, None, None, None
 
 
 torch.library.register_autograd(

@@ -231,6 +231,9 @@ def test_bad_indices_and_devices_raise(gen):
     with pytest.raises(IndexError):
         torch.ops.pcops._gather_points_backward(torch.ones(2, 4, 3, device=CUDA),
                                                 torch.full((2, 3), 5, dtype=torch.int64, device=CUDA), 5)
+    with pytest.raises(IndexError, match=r"idx: expected indices in \[-1, 5\), got values in \[-1, 7\]"):
+        torch.ops.pcops._group_points_backward(torch.ones(2, 4, 3, 2, device=CUDA),
+                                               torch.full((2, 3, 2), 7, dtype=torch.int64, device=CUDA), 5)
     with pytest.raises(ValueError, match="device"):
         pcops.three_interpolate(f, bad.cpu(), w)
     with pytest.raises(ValueError):
@@ -238,6 +241,33 @@ def test_bad_indices_and_devices_raise(gen):
     # The device still works after the errors.
     idx = random_idx(gen, (2, 6, 3), 10).to(CUDA)
     assert same_bits(pcops.three_interpolate(f, idx, w), pcops.three_interpolate(f.cpu(), idx.cpu(), w.cpu()))
+
+
+@pytest.mark.parametrize("c", [4, 40])  # the channel-first kernels and the row kernels
+def test_three_interpolate_bad_indices_raise(c, gen):
+    """The same IndexError on CUDA as on the CPU, forward and backward (a direct call checks its
+    indices; the autograd backward's are the forward's), and the device usable after."""
+    f = torch.randn(2, c, 10, device=CUDA)
+    w = torch.rand(2, 6, 3, device=CUDA)
+    g = torch.randn(2, c, 6, device=CUDA)
+    good = random_idx(gen, (2, 6, 3), 10)
+    for value, shown in ((10, "got values in [-1, 10]"), (-2, "got values in [-2, "), (1 << 40, ", 1099511627776]")):
+        bad = good.clone()
+        bad[1, 4, 2] = value
+        for dev in ("cpu", CUDA):
+            with pytest.raises(IndexError, match=r"idx: expected indices in \[-1, 10\)") as e:
+                pcops.three_interpolate(f.to(dev), bad.to(dev), w.to(dev))
+            assert shown in str(e.value)
+            with pytest.raises(IndexError, match=r"idx: expected indices in \[-1, 10\)"):
+                torch.ops.pcops._three_interpolate_backward(g.to(dev), f.to(dev), bad.to(dev), w.to(dev), True, True)
+    idx = good.to(CUDA)
+    fr = f.clone().requires_grad_()
+    out = pcops.three_interpolate(fr, idx, w)
+    (gf,) = torch.autograd.grad(out, fr, g)
+    fc = f.cpu().requires_grad_()
+    out_c = pcops.three_interpolate(fc, good, w.cpu())
+    (gf_c,) = torch.autograd.grad(out_c, fc, g.cpu())
+    assert same_bits(out, out_c) and same_bits(gf, gf_c)
 
 
 def test_opcheck_cuda(gen):
