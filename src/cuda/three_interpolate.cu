@@ -21,7 +21,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <cstdlib>
 
 #include "common/distance.hpp"
 #include "core/validate.hpp"
@@ -261,8 +260,6 @@ __global__ void __launch_bounds__(InterpPolicy::kRowWarps * 32)
 }
 
 bool use_rows(int64_t C) {
-  static const char* env = std::getenv("PCOPS_CUDA_INTERP_ROWS");
-  if (env != nullptr && env[0] == '0') return false;
   return C >= InterpPolicy::kRowMinChannels && detail::ceil_div(C, 32) <= InterpPolicy::kMaxGridY;
 }
 
