@@ -43,6 +43,12 @@ namespace core {
 void validate_point_conv(const PointConvShape& shape);
 // Host-memory triplets [T, 3]: i in [0, N_out), j in [0, N_in), k in [0, K) (Index errors).
 void validate_triplets(const PointConvShape& shape, const int64_t* triplets, const char* name);
+// The piece length L of the exact weight gradient (docs/ops/point_conv.md): a kernel cell's
+// triplets, in (i, j) order, are folded in pieces of L (the last may be shorter), and the pieces'
+// sums are folded in order. L = 2^16 * 2^e with the smallest e >= 0 such that floor(T / L) partial
+// matrices of C_out x C_in float32 fit 64 MiB (the CUDA backend keeps one per piece after a cell's
+// first). A function of the shape only, so every backend cuts at the same places.
+int64_t vvor_piece_length(const PointConvShape& shape);
 }  // namespace core
 
 namespace cpu {

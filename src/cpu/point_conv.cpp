@@ -312,31 +312,41 @@ __attribute__((always_inline)) inline void vvor_columns(int64_t n, const float* 
 }
 
 // grad_weights rows [o0, o1) of W_k (dw: W_k's gradient; o1 - o0 <= kVvorRows) from kernel k's
-// triplets [p0, p1) in grouping order (ij: (i, j) per triplet): the rows are zeroed, then for each
-// chunk of triplets (gathered into scratch: kVvorChunk x (kVvorRows + ci) floats) column blocks of
-// 64, 32, 16 and 8 in register tiles of about 256 accumulators (4, 8, 16 and 16 rows), the last
-// columns one at a time. Every element still folds its triplets in grouping order. Cloned per ISA
-// like mvmr_tiles.
+// triplets [p0, p1) in grouping order (ij: (i, j) per triplet), in pieces of L
+// (core::vvor_piece_length): the first piece folds into the zeroed rows, every later one into
+// `partial` (rows x ci floats, zeroed), which is then added element by element. Each piece goes
+// chunk by chunk (gathered into scratch: kVvorChunk x (kVvorRows + ci) floats) through column
+// blocks of 64, 32, 16 and 8 in register tiles of about 256 accumulators (4, 8, 16 and 16 rows),
+// the last columns one at a time. Every element still folds a piece's triplets in grouping order.
+// Cloned per ISA like mvmr_tiles.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void vvor_block(int64_t p0, int64_t p1, PairRef ij, const float* grad_out, const float* features,
-                int64_t co, int64_t ci, int64_t o0, int64_t o1, float* dw, float* scratch) {
+void vvor_block(int64_t p0, int64_t p1, int64_t L, PairRef ij, const float* grad_out, const float* features,
+                int64_t co, int64_t ci, int64_t o0, int64_t o1, float* dw, float* scratch, float* partial) {
   const int64_t rows = o1 - o0;
   float* d = dw + o0 * ci;
   for (int64_t q = 0; q < rows * ci; ++q) d[q] = 0.0f;
   float* gc = scratch;
   float* fc = scratch + kVvorChunk * kVvorRows;
-  for (int64_t q0 = p0; q0 < p1; q0 += kVvorChunk) {
-    const int64_t n = std::min(kVvorChunk, p1 - q0);
-    for (int64_t t = 0; t < n; ++t) {
-      std::memcpy(gc + t * kVvorRows, grad_out + ij.a(q0 + t, 0) * co + o0, sizeof(float) * rows);
-      std::memcpy(fc + t * ci, features + ij.b(q0 + t) * ci, sizeof(float) * ci);
+  for (int64_t a = p0; a < p1; a += L) {
+    const int64_t b = std::min(p1 - a, L) + a;
+    float* t = a == p0 ? d : partial;
+    if (t == partial)
+      for (int64_t q = 0; q < rows * ci; ++q) partial[q] = 0.0f;
+    for (int64_t q0 = a; q0 < b; q0 += kVvorChunk) {
+      const int64_t n = std::min(kVvorChunk, b - q0);
+      for (int64_t r = 0; r < n; ++r) {
+        std::memcpy(gc + r * kVvorRows, grad_out + ij.a(q0 + r, 0) * co + o0, sizeof(float) * rows);
+        std::memcpy(fc + r * ci, features + ij.b(q0 + r) * ci, sizeof(float) * ci);
+      }
+      int64_t c = 0;
+      for (; c + 64 <= ci; c += 64) vvor_columns<4, 64>(n, gc, kVvorRows, fc, ci, rows, c, t);
+      if (c + 32 <= ci) vvor_columns<8, 32>(n, gc, kVvorRows, fc, ci, rows, c, t), c += 32;
+      if (c + 16 <= ci) vvor_columns<16, 16>(n, gc, kVvorRows, fc, ci, rows, c, t), c += 16;
+      if (c + 8 <= ci) vvor_columns<16, 8>(n, gc, kVvorRows, fc, ci, rows, c, t), c += 8;
+      for (; c < ci; ++c) vvor_columns<16, 1>(n, gc, kVvorRows, fc, ci, rows, c, t);
     }
-    int64_t c = 0;
-    for (; c + 64 <= ci; c += 64) vvor_columns<4, 64>(n, gc, kVvorRows, fc, ci, rows, c, d);
-    if (c + 32 <= ci) vvor_columns<8, 32>(n, gc, kVvorRows, fc, ci, rows, c, d), c += 32;
-    if (c + 16 <= ci) vvor_columns<16, 16>(n, gc, kVvorRows, fc, ci, rows, c, d), c += 16;
-    if (c + 8 <= ci) vvor_columns<16, 8>(n, gc, kVvorRows, fc, ci, rows, c, d), c += 8;
-    for (; c < ci; ++c) vvor_columns<16, 1>(n, gc, kVvorRows, fc, ci, rows, c, d);
+    if (t == partial)
+      for (int64_t q = 0; q < rows * ci; ++q) d[q] = d[q] + partial[q];
   }
 }
 
@@ -369,17 +379,19 @@ void point_conv_backward(const CpuContext& ctx, const PointConvShape& s, const f
   }
   if (grad_weights != nullptr && K * Co * Ci > 0) {
     const Pairs g = group_pairs(ctx, triplets, s.triplets, /*a_col=*/0, /*b_col=*/1, s.num_out, s.num_in, K, false);
-    // Tasks own (k, block of output channels); each element sums its triplets in group order.
+    // Tasks own (k, block of output channels); each element sums its triplets in group order,
+    // piece by piece.
     const int64_t blocks = (Co + kVvorRows - 1) / kVvorRows;
-    const int64_t T = s.triplets;
+    const int64_t T = s.triplets, L = core::vvor_piece_length(s);
     parallel_for(ctx, 0, K * blocks, grain_for((T / std::max<int64_t>(K, 1) + 1) * kVvorRows * Ci),
                  [&](int64_t q0, int64_t q1) {
-                   std::vector<float> scratch(static_cast<size_t>(kVvorChunk * (kVvorRows + Ci)));
+                   std::vector<float> scratch(static_cast<size_t>(kVvorChunk * (kVvorRows + Ci) + kVvorRows * Ci));
                    for (int64_t q = q0; q < q1; ++q) {
                      const int64_t k = q / blocks, o0 = (q % blocks) * kVvorRows;
                      const int64_t o1 = std::min(Co, o0 + kVvorRows);
-                     vvor_block(g.offsets[k], g.offsets[k + 1], ref(g), grad_out, features, Co, Ci, o0, o1,
-                                grad_weights + k * Co * Ci, scratch.data());
+                     vvor_block(g.offsets[k], g.offsets[k + 1], L, ref(g), grad_out, features, Co, Ci, o0, o1,
+                                grad_weights + k * Co * Ci, scratch.data(),
+                                scratch.data() + kVvorChunk * (kVvorRows + Ci));
                    }
                  });
   }

@@ -584,13 +584,11 @@ struct VvorTile {
   int64_t k, o0, c0;
   int my_o, my_c;
   float acc[RO][RC];
-  // b: the block's index among the blocks of this tile shape, whose first cell has rank rank0.
-  __device__ __forceinline__ VvorTile(int64_t b, int64_t rank0, int64_t o_tiles, int64_t c_tiles,
-                                      const int* __restrict__ cells, int tid) {
-    k = rank0 + b / (c_tiles * o_tiles);
-    if (cells != nullptr) k = cells[k];
-    o0 = (b / c_tiles) % o_tiles * KO;
-    c0 = b % c_tiles * KC;
+  // Tile t (of o_tiles x c_tiles, c fastest) of kernel k's matrix.
+  __device__ __forceinline__ VvorTile(int64_t k_, int64_t t, int64_t o_tiles, int64_t c_tiles, int tid) {
+    k = k_;
+    o0 = t / c_tiles % o_tiles * KO;
+    c0 = t % c_tiles * KC;
     my_o = (tid / 8) * RO, my_c = (tid % 8) * RC;
 #pragma unroll
     for (int x = 0; x < RO; ++x)
@@ -634,15 +632,15 @@ struct VvorTile {
       if (r + D < S) products(p[r % D], g_rows[r + D], f_rows[r + D]);
     }
   }
-  // The chains inside the matrix into grad_weights [K, co, ci].
-  __device__ __forceinline__ void store(float* __restrict__ gw, int64_t co, int64_t ci) const {
+  // The chains inside the matrix into m ([co, ci]: kernel k's gradient or a piece's partial sums).
+  __device__ __forceinline__ void store(float* __restrict__ m, int64_t co, int64_t ci) const {
 #pragma unroll
     for (int x = 0; x < RO; ++x) {
       const int64_t o = o0 + my_o + x;
       if (o >= co) continue;
 #pragma unroll
       for (int y = 0; y < RC; ++y)
-        if (c0 + my_c + y < ci) gw[(k * co + o) * ci + c0 + my_c + y] = acc[x][y];
+        if (c0 + my_c + y < ci) m[o * ci + c0 + my_c + y] = acc[x][y];
     }
   }
 };
@@ -658,6 +656,58 @@ __global__ void rank_cells_kernel(const int64_t* __restrict__ offsets, int64_t K
       rank += m > n || (m == n && q < k);
     }
     cells[rank] = static_cast<int>(k);
+  }
+}
+
+// A piece of the weight gradient's folds (core::vvor_piece_length): kernel cell k's triplets
+// [begin, end) of the grouping; its sums go to grad_weights (slot < 0: the cell's first piece) or
+// to partial matrix `slot`. k < 0: no piece (the table's padding).
+struct VvorPiece {
+  int64_t begin, end;
+  int k, slot;
+};
+
+// The pieces in rank order (k = cells[r] where ranked, else r): rank r's cell has max(1, ceil(n /
+// L)) pieces of L triplets (the last shorter). Ranks below `split` go to table a, the others to
+// table b, each padded with k = -1 up to its capacity. The pieces after a cell's first get
+// consecutive partial slots: fold_base[k] the first, fold_count[k] how many. One thread (K is
+// the number of kernel cells: small).
+__global__ void vvor_pieces_kernel(const int64_t* __restrict__ offsets, const int* __restrict__ cells, int64_t K,
+                                   int64_t L, int64_t split, VvorPiece* __restrict__ a, int64_t a_cap,
+                                   VvorPiece* __restrict__ b, int64_t b_cap, int64_t* __restrict__ fold_base,
+                                   int* __restrict__ fold_count) {
+  if (blockIdx.x != 0 || threadIdx.x != 0) return;
+  int64_t na = 0, nb = 0, slot = 0;
+  for (int64_t r = 0; r < K; ++r) {
+    const int k = cells != nullptr ? cells[r] : static_cast<int>(r);
+    const int64_t begin = offsets[k], end = offsets[k + 1];
+    const int64_t n = end > begin ? (end - begin + L - 1) / L : 1;
+    fold_base[k] = slot;
+    fold_count[k] = static_cast<int>(n - 1);
+    for (int64_t q = 0; q < n; ++q) {
+      const VvorPiece e{begin + q * L, q + 1 < n ? begin + (q + 1) * L : end, k,
+                        q == 0 ? -1 : static_cast<int>(slot + q - 1)};
+      if (r < split) a[na++] = e;
+      else b[nb++] = e;
+    }
+    slot += n - 1;
+  }
+  for (; na < a_cap; ++na) a[na] = VvorPiece{0, 0, -1, -1};
+  for (; nb < b_cap; ++nb) b[nb] = VvorPiece{0, 0, -1, -1};
+}
+
+// grad_weights[k] = fl(... fl(grad_weights[k] + partial[fold_base[k]]) ... + partial[last]): the
+// pieces after each cell's first, added in order. m counts the elements of one matrix.
+__global__ void vvor_fold_pieces_kernel(const float* __restrict__ partials, const int64_t* __restrict__ fold_base,
+                                        const int* __restrict__ fold_count, int64_t K, int64_t m,
+                                        float* __restrict__ grad_weights) {
+  PCOPS_CUDA_GRID_STRIDE(e, K * m) {
+    const int64_t k = e / m, n = fold_count[k];
+    if (n == 0) continue;
+    const float* p = partials + fold_base[k] * m + (e - k * m);
+    float acc = grad_weights[e];
+    for (int64_t q = 0; q < n; ++q) acc = __fadd_rn(acc, p[q * m]);
+    grad_weights[e] = acc;
   }
 }
 
@@ -756,23 +806,24 @@ struct VvorFeed {
 template <int RO, int RC, int NB>
 constexpr int kVvorRingFloats = NB * VvorPolicy::kS * (16 * RO + 8 * RC);
 
-// Block b (of its tile shape, cells from rank rank0) of vvor_ring_kernel, in smem
-// (kVvorRingFloats<RO, RC, NB> floats, 16-byte aligned).
+// Tile t (of o_tiles x c_tiles) of piece `pc`, in smem (kVvorRingFloats<RO, RC, NB> floats,
+// 16-byte aligned): the piece's fold into grad_weights or its partial slot.
 template <int V, int RO, int RC, int NB>
-__device__ __forceinline__ void vvor_ring_block(float* smem, int64_t b, int64_t rank0,
-                                                const int64_t* __restrict__ offsets, const int* __restrict__ cells,
+__device__ __forceinline__ void vvor_ring_block(float* smem, const VvorPiece& pc, int64_t t,
                                                 const int64_t* __restrict__ ii, const int64_t* __restrict__ jj,
                                                 const float* __restrict__ grad_out,
                                                 const float* __restrict__ features, int64_t co, int64_t ci,
-                                                int64_t o_tiles, int64_t c_tiles, float* __restrict__ grad_weights) {
+                                                int64_t o_tiles, int64_t c_tiles, float* __restrict__ grad_weights,
+                                                float* __restrict__ partials) {
   constexpr int NT = VvorPolicy::kThreads, S = VvorPolicy::kS, KO = 16 * RO, KC = 8 * RC;
   static_assert(NB >= 2, "a ring");
+  if (pc.k < 0) return;  // the table's padding (the whole block)
   float(&gs)[NB][S][KO] = *reinterpret_cast<float(*)[NB][S][KO]>(smem);
   float(&fs)[NB][S][KC] = *reinterpret_cast<float(*)[NB][S][KC]>(smem + NB * S * KO);
   const int tid = threadIdx.x;
-  VvorTile<RO, RC> tile(b, rank0, o_tiles, c_tiles, cells, tid);
+  VvorTile<RO, RC> tile(pc.k, t, o_tiles, c_tiles, tid);
   const int64_t o0 = tile.o0, c0 = tile.c0;
-  const int64_t begin = offsets[tile.k], end = offsets[tile.k + 1];
+  const int64_t begin = pc.begin, end = pc.end;
   VvorFeed<V, KO, KC, NT> feed(ii, jj, begin, end, grad_out, co, o0, features, ci, c0, tid);
   const auto copy = [&](int buf) { feed.copy(&gs[buf][0][0], &fs[buf][0][0]); };
   const auto fold = [&](int buf, int r) { tile.fold(gs[buf][r], fs[buf][r]); };
@@ -793,41 +844,44 @@ __device__ __forceinline__ void vvor_ring_block(float* smem, int64_t b, int64_t 
     buf = buf + 1 == NB ? 0 : buf + 1;
   }
   primitives::cp_async_wait<0>();
-  tile.store(grad_weights, co, ci);
+  tile.store(pc.slot < 0 ? grad_weights + pc.k * co * ci : partials + pc.slot * co * ci, co, ci);
 }
 
+// One block per (piece of `pieces`, tile): blocks q * tiles .. q * tiles + tiles - 1 take piece q.
 template <int V, int RO, int RC, int NB>
 __global__ void __launch_bounds__(VvorPolicy::kThreads)
-    vvor_ring_kernel(const int64_t* __restrict__ offsets, const int* __restrict__ cells,
-                     const int64_t* __restrict__ ii, const int64_t* __restrict__ jj,
-                     const float* __restrict__ grad_out, const float* __restrict__ features, int64_t co, int64_t ci,
-                     int64_t o_tiles, int64_t c_tiles, float* __restrict__ grad_weights) {
+    vvor_ring_kernel(const VvorPiece* __restrict__ pieces, const int64_t* __restrict__ ii,
+                     const int64_t* __restrict__ jj, const float* __restrict__ grad_out,
+                     const float* __restrict__ features, int64_t co, int64_t ci, int64_t o_tiles, int64_t c_tiles,
+                     float* __restrict__ grad_weights, float* __restrict__ partials) {
   __shared__ __align__(16) float smem[kVvorRingFloats<RO, RC, NB>];
-  vvor_ring_block<V, RO, RC, NB>(smem, blockIdx.x, 0, offsets, cells, ii, jj, grad_out, features, co, ci, o_tiles,
-                                 c_tiles, grad_weights);
+  const int64_t tiles = o_tiles * c_tiles;
+  vvor_ring_block<V, RO, RC, NB>(smem, pieces[blockIdx.x / tiles], blockIdx.x % tiles, ii, jj, grad_out, features,
+                                 co, ci, o_tiles, c_tiles, grad_weights, partials);
 }
 
-// The weight gradient with two tile shapes in one grid (the default): the cell with the most triplets (rank 0; with kNN neighbourhoods the centre
-// cell, about a quarter of them) in small tiles (A: RO1 x RC1 chains a thread, so many warps
-// share its long sequential folds), every other cell in large ones (B: RO2 x RC2, fewer
-// instructions per chain step). Blocks 0 .. a_blocks - 1 are A's (o_tiles1 x c_tiles1 of them),
-// the rest B's, cells from rank 1. The same folds in the same order: the same bits.
+// The weight gradient with two tile shapes in one grid (the default): the pieces of the cell with
+// the most triplets (rank 0; with kNN neighbourhoods the centre cell, about a quarter of them) in
+// small tiles (A: RO1 x RC1 chains a thread, so many warps share its long sequential folds), every
+// other cell's in large ones (B: RO2 x RC2, fewer instructions per chain step). The first
+// a_pieces x (o_tiles1 x c_tiles1) blocks take table a's pieces, the rest table b's. The same folds
+// in the same order: the same bits.
 template <int V, int RO1, int RC1, int NB1, int RO2, int RC2, int NB2>
 __global__ void __launch_bounds__(VvorPolicy::kThreads)
-    vvor_mixed_kernel(const int64_t* __restrict__ offsets, const int* __restrict__ cells,
+    vvor_mixed_kernel(const VvorPiece* __restrict__ a, int64_t a_pieces, const VvorPiece* __restrict__ b,
                       const int64_t* __restrict__ ii, const int64_t* __restrict__ jj,
                       const float* __restrict__ grad_out, const float* __restrict__ features, int64_t co,
                       int64_t ci, int64_t o_tiles1, int64_t c_tiles1, int64_t o_tiles2, int64_t c_tiles2,
-                      float* __restrict__ grad_weights) {
+                      float* __restrict__ grad_weights, float* __restrict__ partials) {
   constexpr int kA = kVvorRingFloats<RO1, RC1, NB1>, kB = kVvorRingFloats<RO2, RC2, NB2>;
   __shared__ __align__(16) float smem[kA > kB ? kA : kB];
-  const int64_t a_blocks = o_tiles1 * c_tiles1;
+  const int64_t tiles1 = o_tiles1 * c_tiles1, tiles2 = o_tiles2 * c_tiles2, a_blocks = a_pieces * tiles1;
   if (blockIdx.x < a_blocks)
-    vvor_ring_block<V, RO1, RC1, NB1>(smem, blockIdx.x, 0, offsets, cells, ii, jj, grad_out, features, co, ci,
-                                      o_tiles1, c_tiles1, grad_weights);
+    vvor_ring_block<V, RO1, RC1, NB1>(smem, a[blockIdx.x / tiles1], blockIdx.x % tiles1, ii, jj, grad_out, features,
+                                      co, ci, o_tiles1, c_tiles1, grad_weights, partials);
   else
-    vvor_ring_block<V, RO2, RC2, NB2>(smem, blockIdx.x - a_blocks, 1, offsets, cells, ii, jj, grad_out, features, co,
-                                      ci, o_tiles2, c_tiles2, grad_weights);
+    vvor_ring_block<V, RO2, RC2, NB2>(smem, b[(blockIdx.x - a_blocks) / tiles2], (blockIdx.x - a_blocks) % tiles2,
+                                      ii, jj, grad_out, features, co, ci, o_tiles2, c_tiles2, grad_weights, partials);
 }
 
 // wt[k, c, o] = w[k, o, c].
@@ -998,6 +1052,26 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
       cells = ws.alloc<int>(K);
       detail::launch(ctx, rank_cells_kernel, dim3(1), dim3(1024), 0, g.offsets, K, cells);
     }
+    // The folds in pieces of L triplets (core::vvor_piece_length): a block per (piece, tile); the
+    // pieces after a cell's first write partial matrices (at most floor(T / L), 64 MiB at most),
+    // added to the cell's gradient in order afterwards.
+    const int64_t L = core::vvor_piece_length(s), M = Co * Ci, extra = s.triplets / L;
+    float* partials = ws.alloc<float>(std::max<int64_t>(extra * M, 1));
+    int64_t* fold_base = ws.alloc<int64_t>(K);
+    int* fold_count = ws.alloc<int>(K);
+    const auto make_pieces = [&](int64_t split, int64_t a_cap, int64_t b_cap) {
+      VvorPiece* a = ws.alloc<VvorPiece>(std::max<int64_t>(a_cap, 1));
+      VvorPiece* b = ws.alloc<VvorPiece>(std::max<int64_t>(b_cap, 1));
+      detail::launch(ctx, vvor_pieces_kernel, dim3(1), dim3(32), 0, g.offsets, static_cast<const int*>(cells), K, L,
+                     split, a, a_cap, b, b_cap, fold_base, fold_count);
+      return std::pair{a, b};
+    };
+    const auto fold_pieces = [&] {
+      if (extra > 0)
+        detail::launch(ctx, vvor_fold_pieces_kernel, dim3(blocks_for(K * M)), dim3(NT), 0,
+                       static_cast<const float*>(partials), static_cast<const int64_t*>(fold_base),
+                       static_cast<const int*>(fold_count), K, M, grad_weights);
+    };
     const auto tiles = [&](int ro, int rc) {
       return std::pair{detail::ceil_div(Co, int64_t{16} * ro), detail::ceil_div(Ci, int64_t{8} * rc)};
     };
@@ -1006,23 +1080,29 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
       return dim3(static_cast<unsigned>(blocks));
     };
     // "mixed": the heaviest cell in the small tiles (1 x 1 or 1 x 2 as above), the others in 2 x 4;
-    // the uniform small tiles where the cells are not ranked or there is one.
+    // the uniform small tiles where the cells are not ranked or there is one. Table a holds the
+    // heaviest cell's pieces (at most floor(T / L) + 1), table b the others' (at most floor(T / L)
+    // + K - 1).
     if (chains == "mixed") {
       if (cells != nullptr && K >= 2) {
         const auto [o1, c1] = tiles(1, one ? 1 : 2);
         const auto [o2, c2] = tiles(2, 4);
+        const int64_t a_cap = extra + 1, b_cap = extra + K - 1;
+        const auto [a, b] = make_pieces(1, a_cap, b_cap);
         constexpr int B11 = VvorRing<1, 1>::kBuffers, B12 = VvorRing<1, 2>::kBuffers, B24 = VvorRing<2, 4>::kBuffers;
         const auto kernel = vec ? (one ? vvor_mixed_kernel<4, 1, 1, B11, 2, 4, B24> : vvor_mixed_kernel<4, 1, 2, B12, 2, 4, B24>)
                                 : (one ? vvor_mixed_kernel<1, 1, 1, B11, 2, 4, B24> : vvor_mixed_kernel<1, 1, 2, B12, 2, 4, B24>);
-        detail::launch(ctx, kernel, check_blocks(o1 * c1 + (K - 1) * o2 * c2), dim3(P::kThreads), 0, g.offsets,
-                       static_cast<const int*>(cells), static_cast<const int64_t*>(ii),
-                       static_cast<const int64_t*>(jj), grad_out, features, Co, Ci, o1, c1, o2, c2, grad_weights);
+        detail::launch(ctx, kernel, check_blocks(a_cap * o1 * c1 + b_cap * o2 * c2), dim3(P::kThreads), 0,
+                       static_cast<const VvorPiece*>(a), a_cap, static_cast<const VvorPiece*>(b),
+                       static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj), grad_out, features, Co, Ci, o1,
+                       c1, o2, c2, grad_weights, partials);
+        fold_pieces();
         return;
       }
       chains = one ? "1" : "2";
     }
-    using Kernel = void (*)(const int64_t*, const int*, const int64_t*, const int64_t*, const float*, const float*,
-                            int64_t, int64_t, int64_t, int64_t, float*);
+    using Kernel = void (*)(const VvorPiece*, const int64_t*, const int64_t*, const float*, const float*, int64_t,
+                            int64_t, int64_t, int64_t, float*, float*);
     Kernel kernel = nullptr;
     int RO = 1, RC = 1;
     const auto pick = [&](auto ro, auto rc) {
@@ -1040,9 +1120,13 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     else if (chains == "4x4") pick(I4{}, I4{});
     else throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2, 4, 2x4, 4x4 or mixed");
     const auto [o_tiles, c_tiles] = tiles(RO, RC);
-    detail::launch(ctx, kernel, check_blocks(K * o_tiles * c_tiles), dim3(P::kThreads), 0, g.offsets,
-                   static_cast<const int*>(cells), static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj),
-                   grad_out, features, Co, Ci, o_tiles, c_tiles, grad_weights);
+    const int64_t cap = extra + K;
+    const auto [a, b] = make_pieces(0, 0, cap);
+    (void)a;
+    detail::launch(ctx, kernel, check_blocks(cap * o_tiles * c_tiles), dim3(P::kThreads), 0,
+                   static_cast<const VvorPiece*>(b), static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj),
+                   grad_out, features, Co, Ci, o_tiles, c_tiles, grad_weights, partials);
+    fold_pieces();
   }
 }
 

@@ -90,20 +90,35 @@ std::vector<float> oracle_grad_features(const Case& c) {
   return out;
 }
 
-std::vector<float> oracle_grad_weights(const Case& c) {
+// Kernel k's triplets in (i, j) order, in pieces of L (pcops::core::vvor_piece_length, or `L` when
+// given): each piece folded from +0, the pieces' sums folded in order from +0.
+std::vector<float> oracle_grad_weights(const Case& c, int64_t L = 0) {
   const auto& s = c.s;
+  if (L == 0) L = pcops::core::vvor_piece_length(s);
   auto rows = rows_of(c);
   std::sort(rows.begin(), rows.end(), [](const Triplet& a, const Triplet& b) {
     return std::tie(a[2], a[0], a[1]) < std::tie(b[2], b[0], b[1]);
   });
-  std::vector<float> out(s.kernels * s.channels_out * s.channels_in, 0.0f);
-  for (const auto& [i, j, k] : rows)
-    for (int64_t o = 0; o < s.channels_out; ++o)
-      for (int64_t ci = 0; ci < s.channels_in; ++ci) {
-        float& acc = out[(k * s.channels_out + o) * s.channels_in + ci];
-        const float p = c.g[i * s.channels_out + o] * c.f[j * s.channels_in + ci];
-        acc = acc + p;
+  const int64_t M = s.channels_out * s.channels_in;
+  std::vector<float> out(s.kernels * M, 0.0f), piece(M, 0.0f);
+  size_t r = 0;
+  for (int64_t k = 0; k < s.kernels; ++k) {
+    size_t end = r;
+    while (end < rows.size() && rows[end][2] == k) ++end;
+    for (size_t a = r; a < end; a += static_cast<size_t>(L)) {
+      std::fill(piece.begin(), piece.end(), 0.0f);
+      for (size_t q = a; q < std::min(end, a + static_cast<size_t>(L)); ++q) {
+        const auto [i, j, kk] = rows[q];
+        for (int64_t o = 0; o < s.channels_out; ++o)
+          for (int64_t ci = 0; ci < s.channels_in; ++ci) {
+            const float p = c.g[i * s.channels_out + o] * c.f[j * s.channels_in + ci];
+            piece[o * s.channels_in + ci] = piece[o * s.channels_in + ci] + p;
+          }
       }
+      for (int64_t e = 0; e < M; ++e) out[k * M + e] = out[k * M + e] + piece[e];
+    }
+    r = end;
+  }
   return out;
 }
 
@@ -209,6 +224,42 @@ TEST(PointConv, IndependentOfTripletOrderAndThreads) {
   expect_bitwise(shuffled.out, base.out, "forward shuffled");
   expect_bitwise(shuffled.gf, base.gf, "grad_features shuffled");
   expect_bitwise(shuffled.gw, base.gw, "grad_weights shuffled");
+}
+
+TEST(PointConv, WeightGradientPieceLength) {
+  const auto L = [](int64_t T, int64_t co, int64_t ci) {
+    return pcops::core::vvor_piece_length(pcops::PointConvShape{10, 10, ci, co, 27, T});
+  };
+  EXPECT_EQ(L(0, 32, 32), 65536);
+  EXPECT_EQ(L(1000, 32, 32), 65536);
+  EXPECT_EQ(L(2640000, 512, 512), 65536);  // 40 partial matrices of 1 MiB
+  EXPECT_EQ(L(2640000, 2048, 2048), int64_t{1} << 20);  // 16 MiB each: at most 4 -> 2
+  EXPECT_GE(L(2640000, 8192, 8192), 2640000);  // 256 MiB each: one piece per cell
+  EXPECT_EQ(L(2640000, 0, 0), 65536);
+}
+
+TEST(PointConv, WeightGradientFoldsLongCellsInPieces) {
+  // Cell 0 gets about 140k triplets (three pieces of 65536 and a rest), cell 1 exactly 65536 + 1,
+  // cell 2 a few: every piece boundary, against the contract's loops, float64, and threads.
+  std::mt19937 rng(17);
+  Case c = random_case(rng, 400, 300, 3, 5, 3, 0);
+  std::uniform_int_distribution<int64_t> pi(0, 299), pj(0, 399);
+  const auto add = [&](int64_t k, int64_t n) {
+    for (int64_t r = 0; r < n; ++r) c.t.insert(c.t.end(), {pi(rng), pj(rng), k});
+  };
+  add(0, 140000);
+  add(1, 65537);
+  add(2, 7);
+  c.s.triplets = static_cast<int64_t>(c.t.size() / 3);
+  ASSERT_EQ(pcops::core::vvor_piece_length(c.s), 65536);
+  const Result r = run(c, 3);
+  expect_bitwise(r.gw, oracle_grad_weights(c), "grad_weights in pieces");
+  const std::vector<float> one_piece = oracle_grad_weights(c, int64_t{1} << 40);
+  EXPECT_FALSE(std::equal(r.gw.begin(), r.gw.end(), one_piece.begin()))
+      << "the pieces change some sums (else this case does not test them)";
+  expect_bitwise(run(c, 1).gw, r.gw, "grad_weights one thread");
+  const Reference ref = reference64(c);
+  expect_close(r.gw, ref.gw, ref.abs_gw, 140000, "grad_weights in pieces vs float64");
 }
 
 TEST(PointConv, EmptyTripletsGiveZeros) {
