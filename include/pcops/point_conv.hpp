@@ -14,8 +14,9 @@
 // - grad_features[j, c] = the triplets of input j in ascending (k, i) order; for each,
 //   o = 0 .. C_out-1 ascending: acc = fl(acc + fl(W[k, o, c] * G[i, o])) (the same MVMR with
 //   W_k transposed and the roles of i and j swapped).
-// - grad_weights[k, o, c] = the triplets of kernel k in ascending (i, j) order:
-//   acc = fl(acc + fl(G[i, o] * F[j, c])) (VVOR, an outer-product reduction).
+// - grad_weights[k, o, c] = the triplets of kernel k in ascending (i, j) order, in pieces of
+//   core::vvor_piece_length(shape) triplets: each piece acc = fl(acc + fl(G[i, o] * F[j, c]))
+//   from +0, then the pieces' sums in order from +0 (VVOR, an outer-product reduction).
 // - Indices outside their range are an Index error, checked before any output is written.
 // - Deterministic: bitwise equal run to run, across thread counts and (by the same arithmetic)
 //   between the CPU and CUDA backends. Thread-safe. Extra memory: O(T + N_in + N_out + K) for

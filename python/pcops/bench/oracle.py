@@ -327,14 +327,26 @@ def _rounds(t: np.ndarray, cols: tuple[int, int, int]):
         yield r[:, 0], r[:, 1], r[:, 2]
 
 
+def vvor_piece_length(triplets: int, channels_out: int, channels_in: int) -> int:
+    """The piece length L of the weight gradient's folds (pcops::core::vvor_piece_length): 2^16,
+    doubled while floor(T / L) float32 matrices of C_out x C_in would pass 64 MiB."""
+    fit = (64 << 20) // (max(channels_out * channels_in, 1) * 4)
+    L = 1 << 16
+    while L < triplets and triplets // L > fit:
+        L *= 2
+    return L
+
+
 def point_conv(features: np.ndarray, weights: np.ndarray, triplets: np.ndarray, num_out: int,
                grad: np.ndarray, chunk: int | None = None, select=None):
     """Forward, grad_features and grad_weights of ``point_conv`` in the contract's float32 order
     (features [N_in, C_in], weights [K, C_out, C_in], triplets [T, 3] rows (i, j, k), all in
     range; grad [N_out, C_out] the upstream gradient). Forward: out[i, o] folds i's triplets in
     (k, j) order, input channels ascending; grad_features[j, c] folds j's in (k, i) order, output
-    channels ascending; grad_weights[k, o, c] folds k's in (i, j) order (a sequential float32
-    accumulate, ``chunk`` triplets at a time; by default as many as keep the products near 16 MB).
+    channels ascending; grad_weights[k, o, c] folds k's in (i, j) order in pieces of
+    ``vvor_piece_length`` triplets (each a sequential float32 accumulate from +0, ``chunk``
+    triplets at a time, by default as many as keep the products near 16 MB; the pieces' sums then
+    added in order from +0).
     Returns the three float32 arrays; with ``select = (out_rows, in_rows, out_channels)`` (index
     arrays) only those parts: out[out_rows], grad_features[in_rows] and
     grad_weights[:, out_channels] (each element's fold does not depend on the others)."""
@@ -368,14 +380,19 @@ def point_conv(features: np.ndarray, weights: np.ndarray, triplets: np.ndarray, 
     gw = np.zeros((K, co, ci), np.float32)
     s = t[np.lexsort((t[:, 1], t[:, 0], t[:, 2]))]
     bounds = np.searchsorted(s[:, 2], np.arange(K + 1))
+    piece = vvor_piece_length(len(t), W.shape[1], ci)
     for k in range(K):
-        carry = np.zeros((1, co, ci), np.float32)  # +0
-        for p in range(bounds[k], bounds[k + 1], chunk):
-            r = s[p:min(p + chunk, bounds[k + 1])]
-            prod = Gw[r[:, 0]][:, :, None] * F[r[:, 1]][:, None, :]
-            # ufunc.accumulate is the sequential fold acc = fl(acc + x) in float32.
-            carry = np.add.accumulate(np.concatenate([carry, prod]), axis=0)[-1:]
-        gw[k] = carry[0]
+        total = np.zeros((co, ci), np.float32)  # +0; the pieces' sums in order
+        for a in range(bounds[k], bounds[k + 1], piece):
+            b = min(a + piece, bounds[k + 1])
+            carry = np.zeros((1, co, ci), np.float32)  # +0
+            for p in range(a, b, chunk):
+                r = s[p:min(p + chunk, b)]
+                prod = Gw[r[:, 0]][:, :, None] * F[r[:, 1]][:, None, :]
+                # ufunc.accumulate is the sequential fold acc = fl(acc + x) in float32.
+                carry = np.add.accumulate(np.concatenate([carry, prod]), axis=0)[-1:]
+            total = total + carry[0]
+        gw[k] = total
     if select is not None:
         return out[out_rows], gf[in_rows], gw
     return out, gf, gw
