@@ -311,43 +311,83 @@ __attribute__((always_inline)) inline void vvor_columns(int64_t n, const float* 
   for (; o < rows; ++o) vvor_tile<1, CB>(n, gc, ldg, fc, ci, o, c0, dw);
 }
 
-// grad_weights rows [o0, o1) of W_k (dw: W_k's gradient; o1 - o0 <= kVvorRows) from kernel k's
-// triplets [p0, p1) in grouping order (ij: (i, j) per triplet), in pieces of L
-// (core::vvor_piece_length): the first piece folds into the zeroed rows, every later one into
-// `partial` (rows x ci floats, zeroed), which is then added element by element. Each piece goes
-// chunk by chunk (gathered into scratch: kVvorChunk x (kVvorRows + ci) floats) through column
-// blocks of 64, 32, 16 and 8 in register tiles of about 256 accumulators (4, 8, 16 and 16 rows),
-// the last columns one at a time. Every element still folds a piece's triplets in grouping order.
-// Cloned per ISA like mvmr_tiles.
+// Rows [o0, o1) (o1 - o0 <= kVvorRows) of one piece's sums (m: a [co, ci] matrix, kernel k's
+// gradient or a partial) from triplets [a, b) of kernel k in grouping order (ij: (i, j) per
+// triplet): the rows are zeroed, then for each chunk of triplets (gathered into scratch:
+// kVvorChunk x (kVvorRows + ci) floats) column blocks of 64, 32, 16 and 8 in register tiles of
+// about 256 accumulators (4, 8, 16 and 16 rows), the last columns one at a time. Every element
+// folds the piece's triplets in grouping order. Cloned per ISA like mvmr_tiles.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void vvor_block(int64_t p0, int64_t p1, int64_t L, PairRef ij, const float* grad_out, const float* features,
-                int64_t co, int64_t ci, int64_t o0, int64_t o1, float* dw, float* scratch, float* partial) {
+void vvor_piece(int64_t a, int64_t b, PairRef ij, const float* grad_out, const float* features, int64_t co,
+                int64_t ci, int64_t o0, int64_t o1, float* m, float* scratch) {
   const int64_t rows = o1 - o0;
-  float* d = dw + o0 * ci;
+  float* d = m + o0 * ci;
   for (int64_t q = 0; q < rows * ci; ++q) d[q] = 0.0f;
   float* gc = scratch;
   float* fc = scratch + kVvorChunk * kVvorRows;
-  for (int64_t a = p0; a < p1; a += L) {
-    const int64_t b = std::min(p1 - a, L) + a;
-    float* t = a == p0 ? d : partial;
-    if (t == partial)
-      for (int64_t q = 0; q < rows * ci; ++q) partial[q] = 0.0f;
-    for (int64_t q0 = a; q0 < b; q0 += kVvorChunk) {
-      const int64_t n = std::min(kVvorChunk, b - q0);
-      for (int64_t r = 0; r < n; ++r) {
-        std::memcpy(gc + r * kVvorRows, grad_out + ij.a(q0 + r, 0) * co + o0, sizeof(float) * rows);
-        std::memcpy(fc + r * ci, features + ij.b(q0 + r) * ci, sizeof(float) * ci);
-      }
-      int64_t c = 0;
-      for (; c + 64 <= ci; c += 64) vvor_columns<4, 64>(n, gc, kVvorRows, fc, ci, rows, c, t);
-      if (c + 32 <= ci) vvor_columns<8, 32>(n, gc, kVvorRows, fc, ci, rows, c, t), c += 32;
-      if (c + 16 <= ci) vvor_columns<16, 16>(n, gc, kVvorRows, fc, ci, rows, c, t), c += 16;
-      if (c + 8 <= ci) vvor_columns<16, 8>(n, gc, kVvorRows, fc, ci, rows, c, t), c += 8;
-      for (; c < ci; ++c) vvor_columns<16, 1>(n, gc, kVvorRows, fc, ci, rows, c, t);
+  for (int64_t q0 = a; q0 < b; q0 += kVvorChunk) {
+    const int64_t n = std::min(kVvorChunk, b - q0);
+    for (int64_t r = 0; r < n; ++r) {
+      std::memcpy(gc + r * kVvorRows, grad_out + ij.a(q0 + r, 0) * co + o0, sizeof(float) * rows);
+      std::memcpy(fc + r * ci, features + ij.b(q0 + r) * ci, sizeof(float) * ci);
     }
-    if (t == partial)
-      for (int64_t q = 0; q < rows * ci; ++q) d[q] = d[q] + partial[q];
+    int64_t c = 0;
+    for (; c + 64 <= ci; c += 64) vvor_columns<4, 64>(n, gc, kVvorRows, fc, ci, rows, c, d);
+    if (c + 32 <= ci) vvor_columns<8, 32>(n, gc, kVvorRows, fc, ci, rows, c, d), c += 32;
+    if (c + 16 <= ci) vvor_columns<16, 16>(n, gc, kVvorRows, fc, ci, rows, c, d), c += 16;
+    if (c + 8 <= ci) vvor_columns<16, 8>(n, gc, kVvorRows, fc, ci, rows, c, d), c += 8;
+    for (; c < ci; ++c) vvor_columns<16, 1>(n, gc, kVvorRows, fc, ci, rows, c, d);
   }
+}
+
+// The weight gradient (the contract's pieces, core::vvor_piece_length): one task per (piece, block
+// of kVvorRows output channels), so a long kernel cell spreads over the threads; a cell's first
+// piece folds into its gradient, each later one into a partial matrix (at most floor(T / L) of
+// them), and a second pass adds a cell's partials to its gradient in order.
+void vvor(const CpuContext& ctx, const Pairs& g, int64_t K, int64_t T, int64_t L, const float* grad_out,
+          const float* features, int64_t co, int64_t ci, float* grad_weights) {
+  struct Piece {
+    int64_t k, a, b;
+    float* m;
+  };
+  const int64_t M = co * ci, blocks = (co + kVvorRows - 1) / kVvorRows;
+  std::vector<Piece> pieces;
+  std::vector<int64_t> first_partial(static_cast<size_t>(K + 1), 0);
+  int64_t partials = 0;
+  for (int64_t k = 0; k < K; ++k) {
+    first_partial[k] = partials;
+    const int64_t p0 = g.offsets[k], p1 = g.offsets[k + 1];
+    pieces.push_back({k, p0, std::min(p1, p0 + L), grad_weights + k * M});
+    for (int64_t a = p0 + L; a < p1; a += L) pieces.push_back({k, a, std::min(p1, a + L), nullptr}), ++partials;
+  }
+  first_partial[K] = partials;
+  std::vector<float> part(static_cast<size_t>(partials * M));
+  for (int64_t q = 0, slot = 0; q < static_cast<int64_t>(pieces.size()); ++q)
+    if (pieces[q].m == nullptr) pieces[q].m = part.data() + (slot++) * M;
+  const PairRef ij = ref(g);
+  const int64_t n_tasks = static_cast<int64_t>(pieces.size()) * blocks;
+  parallel_for(ctx, 0, n_tasks, grain_for(std::min(L, T / std::max<int64_t>(K, 1) + 1) * kVvorRows * ci),
+               [&](int64_t q0, int64_t q1) {
+                 std::vector<float> scratch(static_cast<size_t>(kVvorChunk * (kVvorRows + ci)));
+                 for (int64_t q = q0; q < q1; ++q) {
+                   const Piece& pc = pieces[static_cast<size_t>(q / blocks)];
+                   const int64_t o0 = (q % blocks) * kVvorRows, o1 = std::min(co, o0 + kVvorRows);
+                   vvor_piece(pc.a, pc.b, ij, grad_out, features, co, ci, o0, o1, pc.m, scratch.data());
+                 }
+               });
+  if (partials == 0) return;
+  // dw[k] = fl(... fl(dw[k] + partial 1) ... + partial last), element by element.
+  parallel_for(ctx, 0, K * blocks, grain_for((partials / std::max<int64_t>(K, 1) + 1) * kVvorRows * ci),
+               [&](int64_t q0, int64_t q1) {
+                 for (int64_t q = q0; q < q1; ++q) {
+                   const int64_t k = q / blocks, o0 = (q % blocks) * kVvorRows, o1 = std::min(co, o0 + kVvorRows);
+                   float* d = grad_weights + k * M + o0 * ci;
+                   for (int64_t s = first_partial[k]; s < first_partial[k + 1]; ++s) {
+                     const float* p = part.data() + s * M + o0 * ci;
+                     for (int64_t e = 0; e < (o1 - o0) * ci; ++e) d[e] = d[e] + p[e];
+                   }
+                 }
+               });
 }
 
 }  // namespace
@@ -379,21 +419,7 @@ void point_conv_backward(const CpuContext& ctx, const PointConvShape& s, const f
   }
   if (grad_weights != nullptr && K * Co * Ci > 0) {
     const Pairs g = group_pairs(ctx, triplets, s.triplets, /*a_col=*/0, /*b_col=*/1, s.num_out, s.num_in, K, false);
-    // Tasks own (k, block of output channels); each element sums its triplets in group order,
-    // piece by piece.
-    const int64_t blocks = (Co + kVvorRows - 1) / kVvorRows;
-    const int64_t T = s.triplets, L = core::vvor_piece_length(s);
-    parallel_for(ctx, 0, K * blocks, grain_for((T / std::max<int64_t>(K, 1) + 1) * kVvorRows * Ci),
-                 [&](int64_t q0, int64_t q1) {
-                   std::vector<float> scratch(static_cast<size_t>(kVvorChunk * (kVvorRows + Ci) + kVvorRows * Ci));
-                   for (int64_t q = q0; q < q1; ++q) {
-                     const int64_t k = q / blocks, o0 = (q % blocks) * kVvorRows;
-                     const int64_t o1 = std::min(Co, o0 + kVvorRows);
-                     vvor_block(g.offsets[k], g.offsets[k + 1], L, ref(g), grad_out, features, Co, Ci, o0, o1,
-                                grad_weights + k * Co * Ci, scratch.data(),
-                                scratch.data() + kVvorChunk * (kVvorRows + Ci));
-                   }
-                 });
+    vvor(ctx, g, K, s.triplets, core::vvor_piece_length(s), grad_out, features, Co, Ci, grad_weights);
   }
 }
 
