@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
@@ -208,20 +209,23 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
 // kernel's small tiles) and the others, with every tile shape, aligned and unaligned rows.
 TEST(CudaPointConv, WeightGradientPiecesEqualToCpu) {
   std::mt19937 rng(37);
-  for (const auto& [ci, co] : {std::pair<int64_t, int64_t>{3, 5}, {36, 20}}) {
-    Case c = random_case(rng, 400, 300, ci, co, 4, 0);
-    std::uniform_int_distribution<int64_t> pi(0, 299), pj(0, 399);
+  // (C_in, C_out, K): K = 1100 is more cells than the weight gradient ranks (uniform tiles, the
+  // pieces listed in cell order).
+  for (const auto& [ci, co, K] : {std::array<int64_t, 3>{3, 5, 4}, {36, 20, 4}, {4, 8, 1100}}) {
+    Case c = random_case(rng, 400, 300, ci, co, K, 0);
+    std::uniform_int_distribution<int64_t> pi(0, 299), pj(0, 399), pk(0, K - 1);
     const auto add = [&](int64_t k, int64_t n) {
-      for (int64_t r = 0; r < n; ++r) c.t.insert(c.t.end(), {pi(rng), pj(rng), k});
+      for (int64_t r = 0; r < n; ++r) c.t.insert(c.t.end(), {pi(rng), pj(rng), k < 0 ? pk(rng) : k});
     };
     add(2, 140000);  // three full pieces and a rest
     add(0, 65537);   // one full piece and one triplet
     add(3, 65536);   // exactly one piece
-    c.s.triplets = static_cast<int64_t>(c.t.size() / 3);  // cell 1: empty
+    if (K > 4) add(-1, 3000);  // a few in random cells
+    c.s.triplets = static_cast<int64_t>(c.t.size() / 3);  // cell 1: empty (K = 4)
     ASSERT_EQ(pcops::core::vvor_piece_length(c.s), 65536);
     const Out cpu = run_cpu(c);
     for (int shift : {0, 1}) {
-      SCOPED_TRACE(testing::Message() << ci << " x " << co << " shift " << shift);
+      SCOPED_TRACE(testing::Message() << ci << " x " << co << " K " << K << " shift " << shift);
       expect_bitwise(run_cuda(c, shift).gw, cpu.gw, "grad_weights");
       for (const char* chains : {"1", "2", "4", "2x4", "4x4", "mixed"}) {
         const VvorChains forced(chains);
