@@ -1,0 +1,120 @@
+"""Kernel sweep of the exact point_conv (CUDA): each part alone (forward, grad_features,
+grad_weights) under every kernel choice the variables name, with a bitwise check that every
+choice gives the same result (they implement one contract).
+
+The CUDA backend picks its kernels by default; PCOPS_CUDA_POINT_CONV_MVMR (forward and
+grad_features: cells, tiles, rows) and PCOPS_CUDA_POINT_CONV_VVOR (grad_weights: 1, 2, 4, 2x4,
+4x4, mixed) force one (docs/ops/point_conv.md). This script times each part with each choice of
+--mvmr / --vvor ("default" leaves the variable unset) on the probe's cloud (the same as
+point_conv_probe.py: bunny00.off sampled to --points, kNN --k, 27 cells), medians of --repeat
+CUDA-event times after a warm-up, and records the weight gradient's piece length (the contract's
+L, pcops.bench.oracle.vvor_piece_length). On the CPU the variables change nothing; the script
+still runs there (every choice then times the same code). JSON goes to --out, else to
+benchmarks/results/point-conv-kernels[-cuda]-<date>-<commit>.json.
+
+    PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \\
+        python benchmarks/scripts/point_conv_kernels.py --device cuda --points 165000 \\
+            --channels 32,64,128,256 --vvor default,1,2,2x4 --mvmr default,cells,rows
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import time
+
+import torch
+
+from pcops.bench.oracle import vvor_piece_length
+from point_conv_probe import probe_triplets  # this directory
+from probe_timing import write_probe  # this directory
+
+VARIABLES = {"mvmr": "PCOPS_CUDA_POINT_CONV_MVMR", "vvor": "PCOPS_CUDA_POINT_CONV_VVOR"}
+
+
+def timed(fn, repeat, device):
+    """Median seconds of `repeat` calls after one warm-up call, and the last result."""
+    out = fn()
+    times = []
+    for _ in range(repeat):
+        if device.type == "cuda":
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            out = fn()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b) / 1e3)
+        else:
+            t0 = time.perf_counter()
+            out = fn()
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times), out
+
+
+def with_choice(variable, choice, fn):
+    """fn() with the variable set to `choice` ("default": unset), restored after."""
+    old = os.environ.get(variable)
+    if choice == "default":
+        os.environ.pop(variable, None)
+    else:
+        os.environ[variable] = choice
+    try:
+        return fn()
+    finally:
+        if old is None:
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = old
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--points", type=int, default=20000)
+    ap.add_argument("--k", type=int, default=16)
+    ap.add_argument("--channels", default="32,64")
+    ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--mvmr", default="default", help="comma-separated choices for forward and grad_features")
+    ap.add_argument("--vvor", default="default", help="comma-separated choices for grad_weights")
+    ap.add_argument("--order", default="sampled", choices=["sampled", "morton"])
+    ap.add_argument("--out", default=None)
+    ap.add_argument("--commit", default=None, help="the commit measured (a tree copied without .git)")
+    args = ap.parse_args()
+    device = torch.device(args.device)
+    pts, triplets = probe_triplets(args.points, args.k, args.order)
+    triplets = triplets.to(device)
+    n, K, T = pts.shape[0], 27, int(triplets.shape[0])
+    backward = torch.ops.pcops._point_conv_backward
+    rows = []
+    gen = torch.Generator().manual_seed(0)
+    for c in [int(x) for x in args.channels.split(",")]:
+        f = (torch.rand(n, c, generator=gen) * 2 - 1).to(device)
+        w = ((torch.rand(K, c, c, generator=gen) * 2 - 1) / (c * args.k) ** 0.5).to(device)
+        g = (torch.rand(n, c, generator=gen) * 2 - 1).to(device)
+        parts = {
+            "forward": ("mvmr", lambda: torch.ops.pcops.point_conv(f, w, triplets, n, "exact")),
+            "grad_features": ("mvmr", lambda: backward(g, f, w, triplets, n, True, False, "exact")[0]),
+            "grad_weights": ("vvor", lambda: backward(g, f, w, triplets, n, False, True, "exact")[1]),
+        }
+        for part, (kind, fn) in parts.items():
+            first = None
+            for choice in getattr(args, kind).split(","):
+                seconds, out = with_choice(VARIABLES[kind], choice, lambda: timed(fn, args.repeat, device))
+                if first is None:
+                    first = out
+                row = {"channels": c, "points": n, "triplets": T, "order": args.order, "part": part,
+                       "variable": VARIABLES[kind], "choice": choice, "seconds": seconds,
+                       "same_bits_as_first": bool(torch.equal(out, first)),
+                       "piece_length": vvor_piece_length(T, c, c)}
+                rows.append(row)
+                print(json.dumps(row), flush=True)
+    env = {"threads": torch.get_num_threads(), "processor": platform.processor(),
+           "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
+    write_probe("point-conv-kernels-cuda" if device.type == "cuda" else "point-conv-kernels", args, rows, env)
+
+
+if __name__ == "__main__":
+    main()
