@@ -19,39 +19,22 @@ benchmarks/results/point-conv-kernels[-cuda]-<date>-<commit>.json.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
-import platform
-import statistics
-import time
 
 import torch
 
 from pcops.bench.oracle import vvor_piece_length
-from point_conv_probe import probe_triplets  # this directory
-from probe_timing import write_probe  # this directory
+from point_conv_probe import probe_arguments, probe_triplets, write_results  # this directory
+from probe_timing import cpu_median, cuda_median  # this directory
 
 VARIABLES = {"mvmr": "PCOPS_CUDA_POINT_CONV_MVMR", "vvor": "PCOPS_CUDA_POINT_CONV_VVOR"}
 
 
 def timed(fn, repeat, device):
-    """Median seconds of `repeat` calls after one warm-up call, and the last result."""
-    out = fn()
-    times = []
-    for _ in range(repeat):
-        if device.type == "cuda":
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            out = fn()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b) / 1e3)
-        else:
-            t0 = time.perf_counter()
-            out = fn()
-            times.append(time.perf_counter() - t0)
-    return statistics.median(times), out
+    """Median seconds of `repeat` calls after one warm-up call (CUDA events on the GPU), and the
+    last result."""
+    return cuda_median(fn, repeat) if device.type == "cuda" else cpu_median(fn, repeat)
 
 
 def with_choice(variable, choice, fn):
@@ -71,17 +54,9 @@ def with_choice(variable, choice, fn):
 
 
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--points", type=int, default=20000)
-    ap.add_argument("--k", type=int, default=16)
-    ap.add_argument("--channels", default="32,64")
-    ap.add_argument("--repeat", type=int, default=5)
-    ap.add_argument("--device", default="cpu")
+    ap = probe_arguments(__doc__.splitlines()[0])
     ap.add_argument("--mvmr", default="default", help="comma-separated choices for forward and grad_features")
     ap.add_argument("--vvor", default="default", help="comma-separated choices for grad_weights")
-    ap.add_argument("--order", default="sampled", choices=["sampled", "morton"])
-    ap.add_argument("--out", default=None)
-    ap.add_argument("--commit", default=None, help="the commit measured (a tree copied without .git)")
     args = ap.parse_args()
     device = torch.device(args.device)
     pts, triplets = probe_triplets(args.points, args.k, args.order)
@@ -111,9 +86,7 @@ def main():
                        "piece_length": vvor_piece_length(T, c, c)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
-    env = {"threads": torch.get_num_threads(), "processor": platform.processor(),
-           "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
-    write_probe("point-conv-kernels-cuda" if device.type == "cuda" else "point-conv-kernels", args, rows, env)
+    write_results("point-conv-kernels", device, args, rows)
 
 
 if __name__ == "__main__":

@@ -69,6 +69,14 @@ def peak_bytes(fn, device):
     return torch.cuda.max_memory_allocated() - base
 
 
+def write_results(stem: str, device, args, rows):
+    """The rows as probe JSON (probe_timing.write_probe) named <stem>[-cuda], with the thread
+    count, the processor and the device in the environment."""
+    env = {"threads": torch.get_num_threads(), "processor": platform.processor(),
+           "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
+    write_probe(f"{stem}-cuda" if device.type == "cuda" else stem, args, rows, env)
+
+
 def probe_triplets(points: int, k: int, order: str):
     """The probe's cloud and triplets: bunny00.off sampled to `points`, kNN `k`, 27 cells sized by
     the 90 % quantile of the k-th neighbour distance; `order` "morton" renumbers the points first."""
@@ -85,19 +93,26 @@ def probe_triplets(points: int, k: int, order: str):
     return torch.from_numpy(pts), conv_triplets(pts, k, 3)
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def probe_arguments(description: str) -> argparse.ArgumentParser:
+    """The options of the point_conv probes: the cloud (--points, --k, --order), the widths, the
+    repeats, the device and the JSON's path and commit."""
+    ap = argparse.ArgumentParser(description=description)
     ap.add_argument("--points", type=int, default=20000)
     ap.add_argument("--k", type=int, default=16)
     ap.add_argument("--channels", default="32,64")
     ap.add_argument("--repeat", type=int, default=5)
     ap.add_argument("--device", default="cpu")
-    ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
-    ap.add_argument("--mode", default="exact", choices=["exact", "fast"])
-    ap.add_argument("--no-backward", action="store_true")
     ap.add_argument("--order", default="sampled", choices=["sampled", "morton"])
     ap.add_argument("--out", default=None)
     ap.add_argument("--commit", default=None, help="the commit measured (a tree copied without .git)")
+    return ap
+
+
+def main():
+    ap = probe_arguments(__doc__.splitlines()[0])
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    ap.add_argument("--mode", default="exact", choices=["exact", "fast"])
+    ap.add_argument("--no-backward", action="store_true")
     args = ap.parse_args()
     dtype = getattr(torch, args.dtype)
     device = torch.device(args.device)
@@ -165,9 +180,7 @@ def main():
         rows.append(row)
         print(json.dumps(row), flush=True)
 
-    env = {"threads": torch.get_num_threads(), "processor": platform.processor(),
-           "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
-    write_probe("point-conv-probe-cuda" if device.type == "cuda" else "point-conv-probe", args, rows, env)
+    write_results("point-conv-probe", device, args, rows)
 
 
 if __name__ == "__main__":

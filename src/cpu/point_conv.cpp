@@ -347,23 +347,20 @@ void vvor_piece(int64_t a, int64_t b, PairRef ij, const float* grad_out, const f
 void vvor(const CpuContext& ctx, const Pairs& g, int64_t K, int64_t T, int64_t L, const float* grad_out,
           const float* features, int64_t co, int64_t ci, float* grad_weights) {
   struct Piece {
-    int64_t k, a, b;
-    float* m;
+    int64_t k, a, b, slot;  // slot < 0: the cell's first piece (into its gradient), else a partial
   };
   const int64_t M = co * ci, blocks = (co + kVvorRows - 1) / kVvorRows;
   std::vector<Piece> pieces;
-  std::vector<int64_t> first_partial(static_cast<size_t>(K + 1), 0);
+  std::vector<int64_t> first_partial(static_cast<size_t>(K + 1), 0);  // cell k's: [first_partial[k], [k + 1])
   int64_t partials = 0;
   for (int64_t k = 0; k < K; ++k) {
     first_partial[k] = partials;
     const int64_t p0 = g.offsets[k], p1 = g.offsets[k + 1];
-    pieces.push_back({k, p0, std::min(p1, p0 + L), grad_weights + k * M});
-    for (int64_t a = p0 + L; a < p1; a += L) pieces.push_back({k, a, std::min(p1, a + L), nullptr}), ++partials;
+    pieces.push_back({k, p0, std::min(p1, p0 + L), -1});
+    for (int64_t a = p0 + L; a < p1; a += L) pieces.push_back({k, a, std::min(p1, a + L), partials++});
   }
   first_partial[K] = partials;
   std::vector<float> part(static_cast<size_t>(partials * M));
-  for (int64_t q = 0, slot = 0; q < static_cast<int64_t>(pieces.size()); ++q)
-    if (pieces[q].m == nullptr) pieces[q].m = part.data() + (slot++) * M;
   const PairRef ij = ref(g);
   const int64_t n_tasks = static_cast<int64_t>(pieces.size()) * blocks;
   parallel_for(ctx, 0, n_tasks, grain_for(std::min(L, T / std::max<int64_t>(K, 1) + 1) * kVvorRows * ci),
@@ -372,7 +369,8 @@ void vvor(const CpuContext& ctx, const Pairs& g, int64_t K, int64_t T, int64_t L
                  for (int64_t q = q0; q < q1; ++q) {
                    const Piece& pc = pieces[static_cast<size_t>(q / blocks)];
                    const int64_t o0 = (q % blocks) * kVvorRows, o1 = std::min(co, o0 + kVvorRows);
-                   vvor_piece(pc.a, pc.b, ij, grad_out, features, co, ci, o0, o1, pc.m, scratch.data());
+                   float* m = pc.slot < 0 ? grad_weights + pc.k * M : part.data() + pc.slot * M;
+                   vvor_piece(pc.a, pc.b, ij, grad_out, features, co, ci, o0, o1, m, scratch.data());
                  }
                });
   if (partials == 0) return;

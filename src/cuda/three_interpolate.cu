@@ -177,6 +177,15 @@ void transpose_rows(const CudaContext& ctx, FeaturesView v, float* dst) {
                  dim3(256), 0, v, dst);
 }
 
+// The row kernels' results: tile[c][p] (32 channels from c0 x tp points from p0) into dst [.., C,
+// P] of batch b, warp w writing channel rows w, w + W, ... along the points (coalesced).
+__device__ __forceinline__ void store_tile(const float (&tile)[32][InterpPolicy::kTile + 1], float* dst, int64_t b,
+                                           int64_t C, int64_t c0, int64_t P, int64_t p0, int tp, int warp,
+                                           int lane) {
+  for (int r = warp; r < 32 && c0 + r < C; r += InterpPolicy::kRowWarps)
+    if (lane < tp) dst[(b * C + c0 + r) * P + p0 + lane] = tile[r][lane];
+}
+
 // out[b, c, n] from rows [B, M, C] of the features. Block (tile of 32 n, 32 channels, b): the
 // tile's indices and weights in shared memory; warp w folds points n0 + w, n0 + w + 8, ... with
 // lane = channel into a 32 x 32 shared tile that the warps then write along n.
@@ -211,8 +220,7 @@ __global__ void __launch_bounds__(InterpPolicy::kRowWarps * 32)
       tile[lane][n] = acc;
     }
     __syncthreads();
-    for (int r = warp; r < 32 && c0 + r < C; r += W)
-      if (lane < tn) out[(b * C + c0 + r) * N + n0 + lane] = tile[r][lane];
+    store_tile(tile, out, b, C, c0, N, n0, tn, warp, lane);
     __syncthreads();
   }
 }
@@ -253,8 +261,7 @@ __global__ void __launch_bounds__(InterpPolicy::kRowWarps * 32)
       tile[lane][m] = acc;
     }
     __syncthreads();
-    for (int r = warp; r < 32 && c0 + r < C; r += W)
-      if (lane < tm) grad_features[(b * C + c0 + r) * M + m0 + lane] = tile[r][lane];
+    store_tile(tile, grad_features, b, C, c0, M, m0, tm, warp, lane);
     __syncthreads();
   }
 }
