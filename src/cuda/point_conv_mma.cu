@@ -64,6 +64,10 @@ struct VvorPolicy {
 
 using common::bits_for;
 
+// Segment offsets of an MVMR tile kept in shared memory (the rest, for K > kSegCache, read from
+// global memory).
+constexpr int kSegCache = 128;
+
 // Key layout of the MVMR sort: (segment = tile * K + k, local destination row, source row).
 // The tile holds bm = 1 << local_bits destination rows.
 struct MvmrKey {
@@ -182,6 +186,11 @@ using primitives::cp_async16;
 using primitives::cp_async_commit;
 using primitives::cp_async_wait;
 using primitives::smem_u32;
+
+// 16 bytes global -> shared at shared-window address `dst`; src_bytes 0 fills zeros.
+__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -355,6 +364,7 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   T* Bs = As + S * MC * BK;                              // [S][BN][BK], swizzled
   float* Os = reinterpret_cast<float*>(Bs + S * BN * BK);  // [BM][BN]
   uint8_t* Rs = reinterpret_cast<uint8_t*>(Os + BM * BN);  // [4][MC]: chunk rows' local rows (kPast past)
+  int* Ss = reinterpret_cast<int*>(Rs + 4 * MC);             // [kSegCache + 1]: the tile's segment offsets
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
@@ -369,25 +379,31 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   const int Ki = static_cast<int>(K);
 
   for (int e = tid; e < BM * BN; e += NT) Os[e] = 0.0f;
+  // The tile's segment offsets (sorted positions fit 31 bits, point_conv_mma_supported), the first
+  // kSegCache + 1 in shared memory: the stage sequence reads one at every chunk, on the loads' path.
+  const int64_t* so = seg_off + tile * K;
+  const int kc = Ki < kSegCache ? Ki : kSegCache;
+  for (int e = tid; e <= kc; e += NT) Ss[e] = static_cast<int>(so[e]);
+  __syncthreads();
+  const auto seg_at = [&](int k) { return k <= kc ? Ss[k] : static_cast<int>(so[k]); };
 
   // The stage sequence: segments k = 0..K-1 of this tile, MC triplets a chunk, nb stages a chunk;
-  // c counts the chunks. Sorted positions fit 31 bits (point_conv_mma_supported): 32-bit cursors.
-  const int64_t* so = seg_off + tile * K;
+  // c counts the chunks. 32-bit cursors.
   struct Stage {
     int k, q, n, b, c;  // k == K: past the end
   };
   const auto first_chunk = [&](int k, int c) {
     int q = 0, e = 0;
-    if (k < Ki) q = static_cast<int>(so[k]), e = static_cast<int>(so[k + 1]);
+    if (k < Ki) q = seg_at(k), e = seg_at(k + 1);
     while (k < Ki && e == q) {
       ++k;
-      if (k < Ki) e = static_cast<int>(so[k + 1]);
+      if (k < Ki) e = seg_at(k + 1);
     }
     return Stage{k, q, e - q < MC ? e - q : MC, 0, c};
   };
-  const auto next_stage = [&](const Stage& s) {
-    if (s.b + 1 < nb) return Stage{s.k, s.q, s.n, s.b + 1, s.c};
-    const int q = s.q + s.n, e = static_cast<int>(so[s.k + 1]);
+  // The chunk after s's (s.b ignored).
+  const auto next_chunk = [&](const Stage& s) {
+    const int q = s.q + s.n, e = seg_at(s.k + 1);
     if (q < e) return Stage{s.k, q, e - q < MC ? e - q : MC, 0, s.c + 1};
     return first_chunk(s.k + 1, s.c + 1);
   };
@@ -396,16 +412,23 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   // a_row0 + u * kRowStep of the chunk and weight rows a_row0 + v * kRowStep of W_k, 16 bytes each
   // (chunk `seg` of the stage's BK channels). Their shared offsets are fixed (kRowStep is a multiple
   // of 8, so every row of the thread has the same swizzle); the global pointers are set when the
-  // loads reach a new chunk, from the chunk's keys read one stage ahead (next_key), so no load
-  // waits on them. The same step stores the chunk rows' local destination rows in Rs for the sums.
+  // loads reach a new chunk, from the chunk's keys read one stage ahead (next_key), and move on by
+  // BK channels a stage, so a stage's loads are a pointer step each. Rows past the chunk or past
+  // the channels load zeros (0 bytes read) from a pointer that stays inside the source or weight
+  // rows' first row. The same step stores the chunk rows' local destination rows in Rs for the
+  // sums.
+  const int ci = static_cast<int>(n_in_c);
+  const bool full_k = ci % BK == 0;  // no stage reaches past the channels
   const int seg = tid % kSegs, seg8 = seg * 8, a_row0 = tid / kSegs;
-  const int s_off = swizzled<BK>(a_row0, seg);  // + u * kRowStep * BK for the thread's other rows
+  const uint32_t s_off = smem_u32(As) + 2 * swizzled<BK>(a_row0, seg);  // + u * kRowStep * BK * 2 per row
+  constexpr uint32_t kAStage = MC * BK * 2, kBStage = BN * BK * 2, kABytes = S * kAStage;
   uint64_t next_key[kAL];
-  const T* a_ptr[kAL];
-  const T* b_ptr;
-  uint32_t b_ok = 0;  // bit v: weight row v of the thread inside the channels (fixed for the block)
+  const T* a_cur[kAL];
+  int a_sz[kAL];
+  const T* b_cur[kBL];
+  int b_sz[kBL];  // 16 for a weight row of the thread inside the channels (fixed for the block), else 0
 #pragma unroll
-  for (int v = 0; v < kBL; ++v) b_ok |= static_cast<uint32_t>(o0 + a_row0 + v * kRowStep < n_out_c) << v;
+  for (int v = 0; v < kBL; ++v) b_sz[v] = o0 + a_row0 + v * kRowStep < n_out_c ? 16 : 0;
   const auto fetch_keys = [&](const Stage& s) {
 #pragma unroll
     for (int u = 0; u < kAL; ++u) {
@@ -414,39 +437,47 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
     }
   };
   const auto load_stage = [&](const Stage& s, int buf) {
-    T* as = As + buf * MC * BK + s_off;
-    T* bs = Bs + buf * BN * BK + s_off;
     if (s.b == 0) {
       uint8_t* rs = Rs + (s.c & 3) * MC;
 #pragma unroll
       for (int u = 0; u < kAL; ++u) {
         const bool ok = next_key[u] != ~uint64_t{0};
-        a_ptr[u] = ok ? src + static_cast<int64_t>(next_key[u] & src_mask) * n_in_c + seg8 : nullptr;
+        a_cur[u] = src + (ok ? static_cast<int64_t>(next_key[u] & src_mask) * n_in_c : 0) + seg8;
+        a_sz[u] = ok ? 16 : 0;
         if (seg == 0)
           rs[a_row0 + u * kRowStep] = ok ? static_cast<uint8_t>((next_key[u] >> m.src_bits) & (BM - 1)) : kPast;
       }
-      b_ptr = mat + (static_cast<int64_t>(s.k) * n_out_c + o0 + a_row0) * n_in_c + seg8;
-    }
-    const int c0 = s.b * BK;
-    const bool ch_ok = c0 + seg8 < n_in_c;
 #pragma unroll
-    for (int u = 0; u < kAL; ++u) {
-      const bool ok = a_ptr[u] != nullptr && ch_ok;
-      cp_async16(as + u * kRowStep * BK, ok ? a_ptr[u] + c0 : src, ok ? 16 : 0);
+      for (int v = 0; v < kBL; ++v)
+        b_cur[v] = mat + (b_sz[v] != 0 ? (static_cast<int64_t>(s.k) * n_out_c + o0 + a_row0 + v * kRowStep) * n_in_c : 0) + seg8;
+    }
+    const uint32_t as = s_off + buf * kAStage, bs = s_off + kABytes + buf * kBStage;
+    if (full_k) {
+#pragma unroll
+      for (int u = 0; u < kAL; ++u) cp_async16_s(as + u * kRowStep * BK * 2, a_cur[u], a_sz[u]);
+#pragma unroll
+      for (int v = 0; v < kBL; ++v) cp_async16_s(bs + v * kRowStep * BK * 2, b_cur[v], b_sz[v]);
+    } else {
+      const bool ch_ok = s.b * BK + seg8 < ci;
+#pragma unroll
+      for (int u = 0; u < kAL; ++u) cp_async16_s(as + u * kRowStep * BK * 2, ch_ok ? a_cur[u] : src, ch_ok ? a_sz[u] : 0);
+#pragma unroll
+      for (int v = 0; v < kBL; ++v) cp_async16_s(bs + v * kRowStep * BK * 2, ch_ok ? b_cur[v] : mat, ch_ok ? b_sz[v] : 0);
     }
 #pragma unroll
-    for (int v = 0; v < kBL; ++v) {
-      const bool ok = ((b_ok >> v) & 1) != 0 && ch_ok;
-      cp_async16(bs + v * kRowStep * BK, ok ? b_ptr + v * kRowStep * n_in_c + c0 : mat, ok ? 16 : 0);
-    }
+    for (int u = 0; u < kAL; ++u) a_cur[u] += BK;
+#pragma unroll
+    for (int v = 0; v < kBL; ++v) b_cur[v] += BK;
   };
   // Issues the loads of stage `ld` into buffer `b` and moves `ld` on; entering a new chunk, its
   // keys are requested now and used by the next call.
   const auto load_and_advance = [&](Stage& ld, int b) {
     if (ld.k < Ki) {
       load_stage(ld, b);
-      ld = next_stage(ld);
-      if (ld.b == 0) fetch_keys(ld);
+      if (++ld.b == nb) {
+        ld = next_chunk(ld);
+        fetch_keys(ld);
+      }
     }
   };
 
@@ -481,25 +512,28 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   // ((lane >> 3) & 1); source row (lane & 15) of a fragment, chunk (lane >> 4).
   const int b_lrow = (lane & 7) + ((lane >> 4) << 3), b_lch = (lane >> 3) & 1;
   const int a_lrow = lane & 15, a_lch = lane >> 4;
+  [[maybe_unused]] const uint64_t desc_a0 = swizzled_desc<BK>(smem_u32(As));
+  [[maybe_unused]] const uint64_t desc_b0 = swizzled_desc<BK>(smem_u32(Bs + (warp >> 2) * 64 * BK));
   while (cur.k < Ki) {  // a chunk: nb stages, then its sums
     for (int sb = 0; sb < nb; ++sb) {
       pipeline_step<S, kAhead, WG>(ldbuf, [&](int b) { load_and_advance(ld, b); });
-      const T* as = As + buf * MC * BK;
-      const T* bs = Bs + buf * BN * BK;
       if constexpr (WG) {
         // The whole chunk (rows past it are zeros) times the warpgroup's 64 channels of W_k; the
         // products of the previous stage may still be in flight (kWgInFlight), and all are done
         // before the chunk's sums.
-        const uint32_t a0 = smem_u32(as), b0 = smem_u32(bs + (warp >> 2) * 64 * BK);
+        // The descriptors of buffer 0 moved on by the buffer's and the k16 step's address / 16
+        // (the start address field: shared addresses stay below 2^18 bytes, so no carry leaves it).
+        const uint64_t da = desc_a0 + buf * (kAStage >> 4), db = desc_b0 + buf * (kBStage >> 4);
         wgmma_fence();
         pin_registers(acc[0]);
 #pragma unroll
-        for (int kk = 0; kk < BK; kk += 16)
-          wgmma_64x64<T>(acc[0], swizzled_desc<BK>(a0 + kk * 2), swizzled_desc<BK>(b0 + kk * 2));
+        for (int kk = 0; kk < BK; kk += 16) wgmma_64x64<T>(acc[0], da + (kk * 2 >> 4), db + (kk * 2 >> 4));
         wgmma_commit();
         wgmma_wait<kWgInFlight>();
         pin_registers(acc[0]);
       } else {
+        const T* as = As + buf * MC * BK;
+        const T* bs = Bs + buf * BN * BK;
 #pragma unroll
         for (int kk = 0; kk < BK; kk += 16) {
           unsigned bf[NF][2];
@@ -531,52 +565,74 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
     // fragments mi in order, the row groups at once or in turns, below): inside a fragment each
     // run of equal destination rows is summed by a segmented scan over its rows (shuffles across
     // the lane groups g, then the low half's last partial joins the high half), and the run's last
-    // row adds the sum into the tile's sums. The order is fixed by the sorted triplets alone.
+    // row adds the sum into the tile's sums. The order is fixed by the sorted triplets alone. A scan
+    // step that adds nothing in the whole warp (no run of the fragment's half reaches that far: most
+    // runs are one or two rows long) is skipped, which leaves every sum's bits as they are.
     const uint8_t* rs = Rs + (cur.c & 3) * MC;
     const auto add_fragment = [&](int mi) {
       const unsigned full = 0xffffffffu;
       const int r0 = frag_row(mi) + g;
       const int rl = rs[r0] == kPast ? -1 : rs[r0], rh = rs[r0 + 8] == kPast ? -1 : rs[r0 + 8];
-      int up_l[3], up_h[3];
+      bool same_l[3], same_h[3], need_l[3], need_h[3];
 #pragma unroll
       for (int st = 0; st < 3; ++st) {
-        up_l[st] = __shfl_up_sync(full, rl, 4 << st);
-        up_h[st] = __shfl_up_sync(full, rh, 4 << st);
+        const int up_l = __shfl_up_sync(full, rl, 4 << st), up_h = __shfl_up_sync(full, rh, 4 << st);
+        same_l[st] = g >= (1 << st) && rl >= 0 && up_l == rl;
+        same_h[st] = g >= (1 << st) && rh >= 0 && up_h == rh;
+        need_l[st] = __any_sync(full, same_l[st]);
+        need_h[st] = __any_sync(full, same_h[st]);
       }
-      const int r7 = __shfl_sync(full, rl, 28 + q4);                 // row 7 of the fragment
+      const int r7 = __shfl_sync(full, rl, 28 + q4);  // row 7 of the fragment
       // (Every lane takes part in every shuffle; the selections come after.)
       const int down_l = __shfl_down_sync(full, rl, 4), first_h = __shfl_sync(full, rh, q4);
       const int down_h = __shfl_down_sync(full, rh, 4);
       const int next_l = g < 7 ? down_l : first_h;
       const int next_h = g < 7 ? down_h : -2;  // row 15: always a run's end
       const bool tail_l = rl >= 0 && rl != next_l, tail_h = rh >= 0 && rh != next_h;
+      const bool join = rh >= 0 && rh == r7, need_join = __any_sync(full, join);
+      float(&v)[NFA][4] = acc[mi];
+#pragma unroll
+      for (int st = 0; st < 3; ++st) {
+        if (need_l[st]) {
+#pragma unroll
+          for (int ni = 0; ni < NFA; ++ni)
+#pragma unroll
+            for (int x = 0; x < 2; ++x) {
+              const float t = __shfl_up_sync(full, v[ni][x], 4 << st);
+              if (same_l[st]) v[ni][x] += t;
+            }
+        }
+        if (need_h[st]) {
+#pragma unroll
+          for (int ni = 0; ni < NFA; ++ni)
+#pragma unroll
+            for (int x = 2; x < 4; ++x) {
+              const float t = __shfl_up_sync(full, v[ni][x], 4 << st);
+              if (same_h[st]) v[ni][x] += t;
+            }
+        }
+      }
+      if (need_join) {
+#pragma unroll
+        for (int ni = 0; ni < NFA; ++ni)
+#pragma unroll
+          for (int x = 0; x < 2; ++x) {
+            const float c7 = __shfl_sync(full, v[ni][x], 28 + q4);
+            if (join) v[ni][2 + x] += c7;
+          }
+      }
 #pragma unroll
       for (int ni = 0; ni < NFA; ++ni) {
-        float v[4] = {acc[mi][ni][0], acc[mi][ni][1], acc[mi][ni][2], acc[mi][ni][3]};
-#pragma unroll
-        for (int st = 0; st < 3; ++st) {
-#pragma unroll
-          for (int x = 0; x < 4; ++x) {
-            const float t = __shfl_up_sync(full, v[x], 4 << st);
-            const bool same = g >= (1 << st) && (x < 2 ? up_l[st] == rl : up_h[st] == rh);
-            if (same) v[x] += t;
-          }
-        }
-#pragma unroll
-        for (int x = 0; x < 2; ++x) {
-          const float c7 = __shfl_sync(full, v[x], 28 + q4);
-          if (rh >= 0 && rh == r7) v[2 + x] += c7;
-        }
         const int col = ccol + ni * 8 + 2 * q4;
         if (tail_l) {
           float2* o = reinterpret_cast<float2*>(Os + rl * BN + col);
           const float2 cur_o = *o;
-          *o = make_float2(cur_o.x + v[0], cur_o.y + v[1]);
+          *o = make_float2(cur_o.x + v[ni][0], cur_o.y + v[ni][1]);
         }
         if (tail_h) {
           float2* o = reinterpret_cast<float2*>(Os + rh * BN + col);
           const float2 cur_o = *o;
-          *o = make_float2(cur_o.x + v[2], cur_o.y + v[3]);
+          *o = make_float2(cur_o.x + v[ni][2], cur_o.y + v[ni][3]);
         }
       }
     };
@@ -608,8 +664,7 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
       }
     }
     zero_acc();
-    cur.b = nb - 1;
-    cur = next_stage(cur);  // the next chunk
+    cur = next_chunk(cur);
   }
   cp_async_wait<0>();
   __syncthreads();
@@ -790,10 +845,12 @@ __global__ void vvor_sum_cuts_kernel(const float* __restrict__ part, const int64
   }
 }
 
-// Stage buffers, the tile's sums and the chunk rows' local rows (4 chunks).
+// Stage buffers, the tile's sums, the chunk rows' local rows (4 chunks) and the tile's first
+// segment offsets.
 template <class T, int BN, int BM, int MC, int BK, int S>
 size_t mvmr_smem() {
-  return sizeof(T) * S * (MC + BN) * BK + sizeof(float) * BM * BN + sizeof(uint8_t) * 4 * MC;
+  return sizeof(T) * S * (MC + BN) * BK + sizeof(float) * BM * BN + sizeof(uint8_t) * 4 * MC +
+         sizeof(int) * (kSegCache + 1);
 }
 
 // One MVMR: dst rows n_dst (triplet column dst_col), source rows n_src (column src_col).

@@ -204,7 +204,7 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
   }
 }
 
-// Kernel cells longer than the weight gradient's piece length (core::vvor_piece_length: 65536
+// Kernel cells longer than the weight gradient's piece length (core::vvor_piece_length: 4096
 // here): the pieces' partial matrices and their ordered sums, for the heaviest cell (the mixed
 // kernel's small tiles) and the others, with every tile shape, aligned and unaligned rows.
 TEST(CudaPointConv, WeightGradientPiecesEqualToCpu) {
@@ -217,12 +217,12 @@ TEST(CudaPointConv, WeightGradientPiecesEqualToCpu) {
     const auto add = [&](int64_t k, int64_t n) {
       for (int64_t r = 0; r < n; ++r) c.t.insert(c.t.end(), {pi(rng), pj(rng), k < 0 ? pk(rng) : k});
     };
-    add(2, 140000);  // three full pieces and a rest
-    add(0, 65537);   // one full piece and one triplet
-    add(3, 65536);   // exactly one piece
+    add(2, 3 * 4096 + 700);  // three full pieces and a rest
+    add(0, 4097);            // one full piece and one triplet
+    add(3, 4096);            // exactly one piece
     if (K > 4) add(-1, 3000);  // a few in random cells
     c.s.triplets = static_cast<int64_t>(c.t.size() / 3);  // cell 1: empty (K = 4)
-    ASSERT_EQ(pcops::core::vvor_piece_length(c.s), 65536);
+    ASSERT_EQ(pcops::core::vvor_piece_length(c.s), 4096);
     const Out cpu = run_cpu(c);
     for (int shift : {0, 1}) {
       SCOPED_TRACE(testing::Message() << ci << " x " << co << " K " << K << " shift " << shift);
@@ -327,7 +327,9 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
            {300, 200, 40, 24, 27, 5000}, {90, 70, 8, 136, 4, 2000}, {400, 300, 16, 16, 1, 9000},
            // The last two: several tiles and chunks; 72 x 136: 128-channel blocks with stages of
            // 64 channels both ways.
-           {1500, 1300, 32, 136, 27, 40000}, {1500, 1300, 72, 136, 27, 30000}}) {
+           {1500, 1300, 32, 136, 27, 40000}, {1500, 1300, 72, 136, 27, 30000},
+           // More kernel cells than the tile's segment offsets kept in shared memory (128).
+           {700, 600, 24, 40, 200, 20000}}) {
     Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
     const pcops::PointConvShape s = c.s;
     ASSERT_TRUE(pcops::cuda::point_conv_mma_supported(s));
