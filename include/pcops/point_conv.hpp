@@ -46,7 +46,7 @@ void validate_point_conv(const PointConvShape& shape);
 void validate_triplets(const PointConvShape& shape, const int64_t* triplets, const char* name);
 // The piece length L of the exact weight gradient (docs/ops/point_conv.md): a kernel cell's
 // triplets, in (i, j) order, are folded in pieces of L (the last may be shorter), and the pieces'
-// sums are folded in order. L = 2^16 * 2^e with the smallest e >= 0 such that floor(T / L) partial
+// sums are folded in order. L = 2^12 * 2^e with the smallest e >= 0 such that floor(T / L) partial
 // matrices of C_out x C_in float32 fit 64 MiB (the CUDA backend keeps one per piece after a cell's
 // first). A function of the shape only, so every backend cuts at the same places.
 int64_t vvor_piece_length(const PointConvShape& shape);

@@ -37,7 +37,7 @@ void validate_triplets(const PointConvShape& s, const int64_t* t, const char* na
 int64_t vvor_piece_length(const PointConvShape& s) {
   constexpr int64_t kBudget = int64_t{64} << 20;  // bytes of partials
   const int64_t matrix = std::max<int64_t>(s.channels_out * s.channels_in, 1) * 4;
-  int64_t L = int64_t{1} << 16;
+  int64_t L = int64_t{1} << 12;
   while (L < s.triplets && s.triplets / L > kBudget / matrix) L *= 2;
   return L;
 }

@@ -1033,17 +1033,18 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     if (s.triplets > 0)
       detail::launch(ctx, gather_ij_kernel, dim3(blocks_for(s.triplets)), dim3(NT), 0, g.order, triplets, s.triplets,
                      Co, Ci, ii, jj);
-    // Chains per thread (output x input channels), by default "mixed": the heaviest cell in small
-    // tiles (one chain up to 64 x 64 channels, else 1 x 2), the others in 2 x 4; each tile with the
-    // deepest ring that fits 48 KB; the cells with the most triplets first. Measured on one H200
-    // (bunny00 sampled to 165k points, kNN 16, float32, grad_weights alone, C = 32 / 64 / 128 /
-    // 256): mixed 8.1 / 8.4 / 12.5 / 23.9 ms, 1 x 1 8.1 / 8.9 / 13.9 / 52.7 ms, 1 x 2 9.6 / 10.6 /
-    // 12.7 / 37.1 ms, 2 x 4 18.6 / 18.6 / 21.2 / 26.7 ms (large tiles put few warps on the centre
-    // cell, whose sequential folds then set the time); earlier 4 x 4 38.5 / 38.3 / 39.2 / 45.3 ms,
-    // and mixed with 4 x 4 (12.7 / 25.1 ms at C = 128 / 256) or 2 x 2 for the heaviest cell (15.5 /
-    // 23.6 ms). PCOPS_CUDA_POINT_CONV_VVOR=1|2|4|2x4|4x4|mixed forces the chains (n: 1 x n).
-    const bool one = Co * Ci <= 64 * 64;  // the small tiles: 1 x 1, else 1 x 2
-    std::string chains = "mixed";
+    // Chains per thread (output x input channels): by default 2 x 4 up to 64 x 64 channels, 4 x 4
+    // beyond (uniform tiles; the pieces of the contract already spread the heaviest cell over many
+    // blocks), the pieces of the cells with the most triplets first. Measured on one H200 (bunny00
+    // sampled to 165k points, kNN 16, float32, grad_weights alone, C = 32 / 64 / 128 / 256, pieces
+    // of 4096 / 4096 / 4096 / 16384 triplets; benchmarks/scripts/point_conv_kernels.py,
+    // point-conv-kernels-cuda-20261201-052900-e4e757e-tiles.json): 2 x 4 1.27 / 2.05 / 5.20 / 17.7 ms,
+    // 4 x 4 1.54 / 2.02 / 5.04 / 16.9 ms, mixed (the heaviest cell in 1 x 1 or 1 x 2 tiles, the
+    // others in 2 x 4: the default while that cell was one sequential fold) 1.39 / 2.63 / 6.41 /
+    // 22.3 ms, 1 x 2 1.51 / 3.15 / 9.71 / 35.7 ms; with pieces of 65536 mixed took 2.35 / 3.41 /
+    // 6.50 / 22.2 ms. PCOPS_CUDA_POINT_CONV_VVOR=1|2|4|2x4|4x4|mixed forces the chains (n: 1 x n).
+    const bool one = Co * Ci <= 64 * 64;  // mixed: the heaviest cell in 1 x 1, else 1 x 2
+    std::string chains = one ? "2x4" : "4x4";
     if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_VVOR"); e != nullptr && *e != 0) chains = e;
     const bool vec = rows_aligned16(grad_out, Co) && rows_aligned16(features, Ci);
     using P = VvorPolicy;

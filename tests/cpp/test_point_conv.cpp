@@ -230,28 +230,30 @@ TEST(PointConv, WeightGradientPieceLength) {
   const auto L = [](int64_t T, int64_t co, int64_t ci) {
     return pcops::core::vvor_piece_length(pcops::PointConvShape{10, 10, ci, co, 27, T});
   };
-  EXPECT_EQ(L(0, 32, 32), 65536);
-  EXPECT_EQ(L(1000, 32, 32), 65536);
-  EXPECT_EQ(L(2640000, 512, 512), 65536);  // 40 partial matrices of 1 MiB
+  EXPECT_EQ(L(0, 32, 32), 4096);
+  EXPECT_EQ(L(1000, 32, 32), 4096);
+  EXPECT_EQ(L(2640000, 128, 128), 4096);    // 644 partial matrices of 64 KiB
+  EXPECT_EQ(L(2640000, 256, 256), 16384);   // 256 KiB each: at most 256 -> 161
+  EXPECT_EQ(L(2640000, 512, 512), 65536);   // 1 MiB each: at most 64 -> 40
   EXPECT_EQ(L(2640000, 2048, 2048), int64_t{1} << 20);  // 16 MiB each: at most 4 -> 2
   EXPECT_GE(L(2640000, 8192, 8192), 2640000);  // 256 MiB each: one piece per cell
-  EXPECT_EQ(L(2640000, 0, 0), 65536);
+  EXPECT_EQ(L(2640000, 0, 0), 4096);
 }
 
 TEST(PointConv, WeightGradientFoldsLongCellsInPieces) {
-  // Cell 0 gets about 140k triplets (three pieces of 65536 and a rest), cell 1 exactly 65536 + 1,
-  // cell 2 a few: every piece boundary, against the contract's loops, float64, and threads.
+  // Cell 0 gets three pieces of L = 4096 and a rest, cell 1 exactly L + 1, cell 2 a few: every
+  // piece boundary, against the contract's loops, float64, and threads.
   std::mt19937 rng(17);
   Case c = random_case(rng, 400, 300, 3, 5, 3, 0);
   std::uniform_int_distribution<int64_t> pi(0, 299), pj(0, 399);
   const auto add = [&](int64_t k, int64_t n) {
     for (int64_t r = 0; r < n; ++r) c.t.insert(c.t.end(), {pi(rng), pj(rng), k});
   };
-  add(0, 140000);
-  add(1, 65537);
+  add(0, 3 * 4096 + 1500);
+  add(1, 4097);
   add(2, 7);
   c.s.triplets = static_cast<int64_t>(c.t.size() / 3);
-  ASSERT_EQ(pcops::core::vvor_piece_length(c.s), 65536);
+  ASSERT_EQ(pcops::core::vvor_piece_length(c.s), 4096);
   const Result r = run(c, 3);
   expect_bitwise(r.gw, oracle_grad_weights(c), "grad_weights in pieces");
   const std::vector<float> one_piece = oracle_grad_weights(c, int64_t{1} << 40);
@@ -259,7 +261,7 @@ TEST(PointConv, WeightGradientFoldsLongCellsInPieces) {
       << "the pieces change some sums (else this case does not test them)";
   expect_bitwise(run(c, 1).gw, r.gw, "grad_weights one thread");
   const Reference ref = reference64(c);
-  expect_close(r.gw, ref.gw, ref.abs_gw, 140000, "grad_weights in pieces vs float64");
+  expect_close(r.gw, ref.gw, ref.abs_gw, 3 * 4096 + 1500, "grad_weights in pieces vs float64");
 }
 
 TEST(PointConv, EmptyTripletsGiveZeros) {

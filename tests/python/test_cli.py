@@ -552,14 +552,15 @@ def test_oracle_point_conv_is_the_contract_and_equals_pcops(shape):
 
 
 def test_oracle_point_conv_weight_gradient_in_pieces():
-    """Cells longer than the piece length (65536 here): the oracle's pieces are pcops's, bit for
+    """Cells longer than the piece length (4096 here): the oracle's pieces are pcops's, bit for
     bit, and they differ from one sequential fold per cell (so the case tests them)."""
-    assert oracle.vvor_piece_length(10, 32, 32) == 65536
+    assert oracle.vvor_piece_length(10, 32, 32) == 4096
+    assert oracle.vvor_piece_length(2_640_000, 256, 256) == 16384
     assert oracle.vvor_piece_length(2_640_000, 512, 512) == 65536
     assert oracle.vvor_piece_length(2_640_000, 2048, 2048) == 1 << 20
     rng = np.random.default_rng(5)
     n_in, n_out, ci, co = 300, 200, 2, 3
-    k = np.concatenate([np.zeros(140_000, np.int64), np.ones(9, np.int64)])
+    k = np.concatenate([np.zeros(3 * 4096 + 900, np.int64), np.ones(9, np.int64)])
     t = np.stack([rng.integers(0, n_out, len(k)), rng.integers(0, n_in, len(k)), k], 1).astype(np.int64)
     F = rng.uniform(-1, 1, (n_in, ci)).astype(np.float32)
     W = rng.uniform(-1, 1, (2, co, ci)).astype(np.float32)
@@ -569,7 +570,7 @@ def test_oracle_point_conv_weight_gradient_in_pieces():
     out = pcops.point_conv(f, w, torch.from_numpy(t), n_out)
     (got,) = torch.autograd.grad(out, [w], torch.from_numpy(G))
     assert np.array_equal(got.numpy().view(np.uint32), gw.view(np.uint32))
-    s = t[np.lexsort((t[:, 1], t[:, 0], t[:, 2]))][:140_000]
+    s = t[np.lexsort((t[:, 1], t[:, 0], t[:, 2]))][: 3 * 4096 + 900]
     prod = G[s[:, 0]][:, :, None] * F[s[:, 1]][:, None, :]
     one_fold = np.add.accumulate(np.concatenate([np.zeros((1, co, ci), np.float32), prod]), axis=0)[-1]
     assert not np.array_equal(one_fold.view(np.uint32), gw[0].view(np.uint32))

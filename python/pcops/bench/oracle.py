@@ -328,10 +328,10 @@ def _rounds(t: np.ndarray, cols: tuple[int, int, int]):
 
 
 def vvor_piece_length(triplets: int, channels_out: int, channels_in: int) -> int:
-    """The piece length L of the weight gradient's folds (pcops::core::vvor_piece_length): 2^16,
+    """The piece length L of the weight gradient's folds (pcops::core::vvor_piece_length): 2^12,
     doubled while floor(T / L) float32 matrices of C_out x C_in would pass 64 MiB."""
     fit = (64 << 20) // (max(channels_out * channels_in, 1) * 4)
-    L = 1 << 16
+    L = 1 << 12
     while L < triplets and triplets // L > fit:
         L *= 2
     return L
