@@ -15,6 +15,9 @@ benchmarks/results/point-conv-kernels[-cuda]-<date>-<commit>.json.
     PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \\
         python benchmarks/scripts/point_conv_kernels.py --device cuda --points 165000 \\
             --channels 32,64,128,256 --vvor default,1,2,2x4 --mvmr default,cells,rows
+
+--dtype bfloat16 --mode fast times the tensor-core path's parts instead (each with its radix
+sort), which the two variables do not touch.
 """
 
 from __future__ import annotations
@@ -57,7 +60,14 @@ def main():
     ap = probe_arguments(__doc__.splitlines()[0])
     ap.add_argument("--mvmr", default="default", help="comma-separated choices for forward and grad_features")
     ap.add_argument("--vvor", default="default", help="comma-separated choices for grad_weights")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
+    ap.add_argument("--mode", default="exact", choices=["exact", "fast"],
+                    help="fast: the tensor-core kernels (16-bit --dtype, CUDA); the variables then "
+                         "change nothing, PCOPS_CUDA_POINT_CONV_CONFIG picks their shape")
     args = ap.parse_args()
+    if args.mode == "fast" and (args.device != "cuda" or args.dtype == "float32"):
+        ap.error("--mode fast needs --device cuda and a 16-bit --dtype")
+    dtype, mode = getattr(torch, args.dtype), args.mode
     device = torch.device(args.device)
     pts, triplets = probe_triplets(args.points, args.k, args.order)
     triplets = triplets.to(device)
@@ -66,13 +76,13 @@ def main():
     rows = []
     gen = torch.Generator().manual_seed(0)
     for c in [int(x) for x in args.channels.split(",")]:
-        f = (torch.rand(n, c, generator=gen) * 2 - 1).to(device)
-        w = ((torch.rand(K, c, c, generator=gen) * 2 - 1) / (c * args.k) ** 0.5).to(device)
-        g = (torch.rand(n, c, generator=gen) * 2 - 1).to(device)
+        f = (torch.rand(n, c, generator=gen) * 2 - 1).to(device, dtype)
+        w = ((torch.rand(K, c, c, generator=gen) * 2 - 1) / (c * args.k) ** 0.5).to(device, dtype)
+        g = (torch.rand(n, c, generator=gen) * 2 - 1).to(device, dtype)
         parts = {
-            "forward": ("mvmr", lambda: torch.ops.pcops.point_conv(f, w, triplets, n, "exact")),
-            "grad_features": ("mvmr", lambda: backward(g, f, w, triplets, n, True, False, "exact")[0]),
-            "grad_weights": ("vvor", lambda: backward(g, f, w, triplets, n, False, True, "exact")[1]),
+            "forward": ("mvmr", lambda: torch.ops.pcops.point_conv(f, w, triplets, n, mode)),
+            "grad_features": ("mvmr", lambda: backward(g, f, w, triplets, n, True, False, mode)[0]),
+            "grad_weights": ("vvor", lambda: backward(g, f, w, triplets, n, False, True, mode)[1]),
         }
         for part, (kind, fn) in parts.items():
             first = None
@@ -80,7 +90,8 @@ def main():
                 seconds, out = with_choice(VARIABLES[kind], choice, lambda: timed(fn, args.repeat, device))
                 if first is None:
                     first = out
-                row = {"channels": c, "points": n, "triplets": T, "order": args.order, "part": part,
+                row = {"channels": c, "points": n, "triplets": T, "order": args.order, "dtype": args.dtype,
+                       "mode": mode, "part": part,
                        "variable": VARIABLES[kind], "choice": choice, "seconds": seconds,
                        "same_bits_as_first": bool(torch.equal(out, first)),
                        "piece_length": vvor_piece_length(T, c, c)}
