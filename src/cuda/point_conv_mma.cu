@@ -726,34 +726,43 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
     p0 = max(p0, int64_t{blockIdx.z} * cut), p1 = min(p1, (int64_t{blockIdx.z} + 1) * cut);
     if (p0 >= p1) return;  // the whole block, before any barrier
   }
-  const uint64_t jm = (uint64_t{1} << j_bits) - 1, im = (uint64_t{1} << i_bits) - 1;
+  // Sorted positions and rows fit 31 bits (point_conv_mma_supported): 32-bit cursors and rows, a
+  // row's address one wide multiply-add from the thread's column base.
+  const int pos0 = static_cast<int>(p0), pos1 = static_cast<int>(p1);
+  uint32_t jm = (1u << j_bits) - 1, im = (1u << i_bits) - 1;
 
   // Each thread loads the same stage rows r_u (G and F alike: BC == BO) in every stage; the keys
   // of a stage's rows are read one stage ahead (next_key), so no load waits on them.
   constexpr int kSegs = BO / 8, kRL = KT * kSegs / P::kThreads;
   static_assert(KT * kSegs % P::kThreads == 0, "whole loads per thread");
   const int seg8 = (tid % kSegs) * 8;
-  const int64_t o_t = oo + seg8, c_t = cc + seg8;
+  const bool g_col = oo + seg8 < co, f_col = cc + seg8 < ci;  // the thread's 8 columns inside the rows
+  int g_sz = g_col ? 16 : 0, f_sz = f_col ? 16 : 0;            // bytes a row of the thread copies
+  const char* g_base = reinterpret_cast<const char*>(G + (g_col ? oo + seg8 : 0));
+  const char* f_base = reinterpret_cast<const char*>(F + (f_col ? cc + seg8 : 0));
+  const uint32_t g_row = static_cast<uint32_t>(co * sizeof(T)), f_row = static_cast<uint32_t>(ci * sizeof(T));
+  const uint32_t gs0 = smem_u32(Gs) + 2 * seg8, fs0 = smem_u32(Fs) + 2 * seg8;
+  // Kept in registers (the compiler would rebuild them from the parameters at every stage).
+  asm volatile("" : "+r"(jm), "+r"(im), "+r"(g_sz), "+r"(f_sz));
   uint64_t next_key[kRL];
   bool next_ok[kRL];
-  const auto fetch_keys = [&](int64_t q) {
+  const auto fetch_keys = [&](int q) {
 #pragma unroll
     for (int u = 0; u < kRL; ++u) {
       const int r = (tid + u * P::kThreads) / kSegs;
-      next_ok[u] = q + r < p1;
+      next_ok[u] = q + r < pos1;
       next_key[u] = next_ok[u] ? keys[q + r] : 0;
     }
   };
-  const auto load_stage = [&](int64_t q, int buf) {
-    T* gs = Gs + buf * KT * LDG;
-    T* fs = Fs + buf * KT * LDF;
+  const auto load_stage = [&](int q, int buf) {
+    const uint32_t gs = gs0 + buf * (KT * LDG * 2), fs = fs0 + buf * (KT * LDF * 2);
 #pragma unroll
     for (int u = 0; u < kRL; ++u) {
       const int r = (tid + u * P::kThreads) / kSegs;
-      const int64_t i = static_cast<int64_t>((next_key[u] >> j_bits) & im), j = static_cast<int64_t>(next_key[u] & jm);
-      const bool gok = next_ok[u] && o_t < co, fok = next_ok[u] && c_t < ci;
-      cp_async16(gs + r * LDG + seg8, gok ? G + i * co + o_t : G, gok ? 16 : 0);
-      cp_async16(fs + r * LDF + seg8, fok ? F + j * ci + c_t : F, fok ? 16 : 0);
+      // A row past the slice has key 0: row 0, 0 bytes read.
+      const uint32_t i = static_cast<uint32_t>(next_key[u] >> j_bits) & im, j = static_cast<uint32_t>(next_key[u]) & jm;
+      cp_async16_s(gs + r * (LDG * 2), g_base + static_cast<uint64_t>(i) * g_row, next_ok[u] ? g_sz : 0);
+      cp_async16_s(fs + r * (LDF * 2), f_base + static_cast<uint64_t>(j) * f_row, next_ok[u] ? f_sz : 0);
     }
     fetch_keys(q + KT);
   };
@@ -766,17 +775,17 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
 #pragma unroll
       for (int x = 0; x < 4; ++x) acc[mi][ni][x] = 0.0f;
 
-  int64_t lq = p0;
+  int lq = pos0;
   fetch_keys(lq);
 #pragma unroll
   for (int st = 0; st < S - 1; ++st) {
-    if (lq < p1) load_stage(lq, st), lq += KT;
+    if (lq < pos1) load_stage(lq, st), lq += KT;
     cp_async_commit();
   }
   int buf = 0, ldbuf = S - 1;
-  for (int64_t q = p0; q < p1; q += KT) {
+  for (int q = pos0; q < pos1; q += KT) {
     pipeline_step<S>(ldbuf, [&](int b) {
-      if (lq < p1) load_stage(lq, b), lq += KT;
+      if (lq < pos1) load_stage(lq, b), lq += KT;
     });
     const T* gs = Gs + buf * KT * LDG;
     const T* fs = Fs + buf * KT * LDF;
@@ -982,7 +991,9 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
 
 bool point_conv_mma_supported(const PointConvShape& s) {
   if (s.channels_in % 8 != 0 || s.channels_out % 8 != 0) return false;
-  if (s.num_in >= (int64_t{1} << 31) || s.num_out >= (int64_t{1} << 31) || s.triplets >= (int64_t{1} << 31)) return false;
+  // 32-bit rows and sorted positions (the weight gradient's cursors run up to two stages past T).
+  if (s.num_in >= (int64_t{1} << 31) || s.num_out >= (int64_t{1} << 31) || s.triplets >= (int64_t{1} << 31) - 64)
+    return false;
   // Grid limits of the weight-gradient kernel (K blocks in x, channel tiles of 64 in y).
   if (s.kernels >= (int64_t{1} << 31) || detail::ceil_div(s.channels_out, 64) * detail::ceil_div(s.channels_in, 64) > 65535)
     return false;
