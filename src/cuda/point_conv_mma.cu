@@ -896,6 +896,10 @@ template <class T>
 void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* triplets, int64_t T_, int dst_col,
               int src_col, int64_t n_dst, int64_t n_src, int64_t K, const T* src, int64_t n_in_c, const T* mat,
               int64_t n_out_c, T* dst) {
+  if (n_in_c == 0) {  // every sum empty: +0 (the kernel needs at least one stage a chunk)
+    PCOPS_CUDA_CHECK(cudaMemsetAsync(dst, 0, sizeof(T) * n_dst * n_out_c, detail::stream_of(ctx)));
+    return;
+  }
   const MvmrConfig cfg = mvmr_config(n_out_c, n_in_c);
   const Segments sg = sort_segments(ctx, ws, triplets, T_, dst_col, src_col, n_dst, n_src, K, cfg.bm);
   const MvmrKey m = sg.m;

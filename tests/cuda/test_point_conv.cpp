@@ -297,6 +297,8 @@ Mma run_mma(const Case& c, const std::vector<Bf16>& f, const std::vector<Bf16>& 
   DeviceBuffer<Bf16> df(f), dw(w), dg(g);
   DeviceBuffer<int64_t> t(c.t);
   DeviceBuffer<Bf16> out(c.s.num_out * c.s.channels_out), gf(f.size()), gw(w.size());
+  // Sentinels: every element must be written.
+  for (DeviceBuffer<Bf16>* b : {&out, &gf, &gw}) b->fill(__float2bfloat16_rn(7.0f));
   pcops::cuda::point_conv_mma(sc.ctx, c.s, pcops::Half16::kBFloat16, df.data(), dw.data(), t.data(),
                               out.data());
   pcops::cuda::point_conv_mma_backward(sc.ctx, c.s, pcops::Half16::kBFloat16, dg.data(), df.data(), dw.data(),
@@ -373,6 +375,28 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
       expect_close(a.gf, gf, gfm, longest(per_j) + co, "grad_features");
       expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights");
     }
+  }
+}
+
+// No source channels for the forward (C_in = 0) or for grad_features (C_out = 0): every sum is
+// empty, so +0 everywhere (the MVMR kernel is not launched: it needs at least one stage a chunk),
+// and the weight gradient has no element.
+TEST(CudaPointConvMma, NoSourceChannelsGiveZeros) {
+  std::mt19937 rng(41);
+  for (const auto& [ci, co] : {std::pair<int64_t, int64_t>{0, 16}, {16, 0}}) {
+    const Case c = random_case(rng, 300, 200, ci, co, 27, 4000);
+    ASSERT_TRUE(pcops::cuda::point_conv_mma_supported(c.s));
+    const Mma r = run_mma(c, to_bf16(c.f), to_bf16(c.w), to_bf16(c.g));
+    ASSERT_EQ(r.out.size(), static_cast<size_t>(c.s.num_out * co));
+    ASSERT_EQ(r.gf.size(), static_cast<size_t>(c.s.num_in * ci));
+    EXPECT_TRUE(r.gw.empty());
+    const auto bits = [](const Bf16& v) {
+      uint16_t b = 0;
+      std::memcpy(&b, &v, 2);
+      return b;
+    };
+    for (const Bf16& v : r.out) EXPECT_EQ(bits(v), 0) << "forward, C_in = " << ci;
+    for (const Bf16& v : r.gf) EXPECT_EQ(bits(v), 0) << "grad_features, C_out = " << co;
   }
 }
 
