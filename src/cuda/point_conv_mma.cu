@@ -185,12 +185,8 @@ struct Elem<__nv_bfloat16> {
 using primitives::cp_async16;
 using primitives::cp_async_commit;
 using primitives::cp_async_wait;
+using primitives::cp_async16_shared;
 using primitives::smem_u32;
-
-// 16 bytes global -> shared at shared-window address `dst`; src_bytes 0 fills zeros.
-__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -454,15 +450,15 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
     const uint32_t as = s_off + buf * kAStage, bs = s_off + kABytes + buf * kBStage;
     if (full_k) {
 #pragma unroll
-      for (int u = 0; u < kAL; ++u) cp_async16_s(as + u * kRowStep * BK * 2, a_cur[u], a_sz[u]);
+      for (int u = 0; u < kAL; ++u) cp_async16_shared(as + u * kRowStep * BK * 2, a_cur[u], a_sz[u]);
 #pragma unroll
-      for (int v = 0; v < kBL; ++v) cp_async16_s(bs + v * kRowStep * BK * 2, b_cur[v], b_sz[v]);
+      for (int v = 0; v < kBL; ++v) cp_async16_shared(bs + v * kRowStep * BK * 2, b_cur[v], b_sz[v]);
     } else {
       const bool ch_ok = s.b * BK + seg8 < ci;
 #pragma unroll
-      for (int u = 0; u < kAL; ++u) cp_async16_s(as + u * kRowStep * BK * 2, ch_ok ? a_cur[u] : src, ch_ok ? a_sz[u] : 0);
+      for (int u = 0; u < kAL; ++u) cp_async16_shared(as + u * kRowStep * BK * 2, ch_ok ? a_cur[u] : src, ch_ok ? a_sz[u] : 0);
 #pragma unroll
-      for (int v = 0; v < kBL; ++v) cp_async16_s(bs + v * kRowStep * BK * 2, ch_ok ? b_cur[v] : mat, ch_ok ? b_sz[v] : 0);
+      for (int v = 0; v < kBL; ++v) cp_async16_shared(bs + v * kRowStep * BK * 2, ch_ok ? b_cur[v] : mat, ch_ok ? b_sz[v] : 0);
     }
 #pragma unroll
     for (int u = 0; u < kAL; ++u) a_cur[u] += BK;
@@ -761,8 +757,8 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
       const int r = (tid + u * P::kThreads) / kSegs;
       // A row past the slice has key 0: row 0, 0 bytes read.
       const uint32_t i = static_cast<uint32_t>(next_key[u] >> j_bits) & im, j = static_cast<uint32_t>(next_key[u]) & jm;
-      cp_async16_s(gs + r * (LDG * 2), g_base + static_cast<uint64_t>(i) * g_row, next_ok[u] ? g_sz : 0);
-      cp_async16_s(fs + r * (LDF * 2), f_base + static_cast<uint64_t>(j) * f_row, next_ok[u] ? f_sz : 0);
+      cp_async16_shared(gs + r * (LDG * 2), g_base + static_cast<uint64_t>(i) * g_row, next_ok[u] ? g_sz : 0);
+      cp_async16_shared(fs + r * (LDF * 2), f_base + static_cast<uint64_t>(j) * f_row, next_ok[u] ? f_sz : 0);
     }
     fetch_keys(q + KT);
   };
