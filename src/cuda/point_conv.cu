@@ -12,11 +12,11 @@
 // (64 rows x 128 channels a block, sums in shared memory, a barrier per cell) on request.
 // Every element folds its triplets in order and the source channels ascending with __fmul_rn /
 // __fadd_rn.
-// VVOR kernel (grad_weights): one block per (k, 16 RO output x 8 RC input channels), each thread
-// RO x RC chains (small tiles for the heaviest cell, 2 x 4 for the others, in one grid), the
-// blocks of the cells with the most triplets first; kernel k's triplets pass
-// through shared memory 64 at a time (a cp.async ring of stages in flight), and every chain folds
-// them in order.
+// VVOR kernel (grad_weights): one block per (piece of a kernel cell's triplets, 16 RO output x 8 RC
+// input channels), each thread RO x RC chains (2 x 4, or 4 x 4 beyond 64 x 64 channels), the
+// pieces of the cells with the most triplets first; a piece's triplets pass through shared memory
+// 64 at a time (a cp.async ring of stages in flight), every chain folds them in order, and a
+// cell's later pieces go to partial matrices added in order by one more kernel.
 // Deterministic: no atomics anywhere.
 #include <cub/cub.cuh>
 
