@@ -72,20 +72,19 @@ def run_stats(dst: np.ndarray, k: np.ndarray, kernels: int, tile: int = 128, chu
     runs_seg = s[run_first]
     lens = np.diff(np.r_[run_first, s.size])
     packed_chunks = 0
-    rows_per_chunk = chunk
-    cur_seg, used = -1, rows_per_chunk
+    cur_seg, used = -1, chunk  # rows used in the current chunk (a new segment starts a new chunk)
     for sg, r in zip(runs_seg.tolist(), lens.tolist()):
         if sg != cur_seg:
-            cur_seg, used = sg, rows_per_chunk
+            cur_seg, used = sg, chunk
         if r <= group and used % group + r > group and used % group != 0:
             used += group - used % group
-        if used >= rows_per_chunk:
+        if used >= chunk:
             packed_chunks += 1
             used = 0
         used += r
-        while used > rows_per_chunk:
+        while used > chunk:
             packed_chunks += 1
-            used -= rows_per_chunk
+            used -= chunk
     return {"chunks": n_chunks, "runs": int(run_len.size), "mean_run": float(run_len.mean()),
             "crossed": float(crossed.mean()), "covered": float(covered.mean()),
             "halves_by_steps": [float(np.mean(steps == q)) for q in range(4)],

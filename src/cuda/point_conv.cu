@@ -1122,10 +1122,9 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     else throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_VVOR must be 1, 2, 4, 2x4, 4x4 or mixed");
     const auto [o_tiles, c_tiles] = tiles(RO, RC);
     const int64_t cap = extra + K;
-    const auto [a, b] = make_pieces(0, 0, cap);
-    (void)a;
+    const VvorPiece* pieces = make_pieces(0, 0, cap).second;  // every cell in table b
     detail::launch(ctx, kernel, check_blocks(cap * o_tiles * c_tiles), dim3(P::kThreads), 0,
-                   static_cast<const VvorPiece*>(b), static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj),
+                   pieces, static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj),
                    grad_out, features, Co, Ci, o_tiles, c_tiles, grad_weights, partials);
     fold_pieces();
   }
