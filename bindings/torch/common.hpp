@@ -66,7 +66,8 @@ inline at::Tensor as_indices(const at::Tensor& t, const char* name, int64_t coun
     }
   } else if (c.numel() > 0) {
     // SYNC: the bounds are checked on the host before any kernel reads through the indices.
-    const at::Tensor mm = at::stack({c.min(), c.max()}).cpu();
+    const auto [lo_t, hi_t] = at::aminmax(c);  // one pass over the indices
+    const at::Tensor mm = at::stack({lo_t, hi_t}).cpu();
     lo = std::min<int64_t>(lo, mm[0].item<int64_t>());
     hi = std::max<int64_t>(hi, mm[1].item<int64_t>());
   }

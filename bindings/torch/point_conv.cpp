@@ -56,7 +56,8 @@ bool fast_mode(c10::string_view mode) {
 void check_triplet_ranges(const Inputs& in) {
   if (in.triplets.is_cpu() || in.shape.triplets == 0) return;
   // SYNC: the bounds are checked on the host before any kernel reads through the triplets.
-  const at::Tensor mm = at::stack({in.triplets.amin(0), in.triplets.amax(0)}).cpu();
+  const auto [lo_t, hi_t] = at::aminmax(in.triplets, 0);  // one pass over the triplets
+  const at::Tensor mm = at::stack({lo_t, hi_t}).cpu();
   const int64_t bound[3] = {in.shape.num_out, in.shape.num_in, in.shape.kernels};
   const char* what[3] = {"output index i", "input index j", "kernel index k"};
   for (int c = 0; c < 3; ++c) {
