@@ -1,8 +1,9 @@
 // CUDA point_conv (MVMR) and its backward, bitwise equal to the CPU backend (docs/ops/point_conv.md).
 //
-// Grouping: three stable CUB radix passes (least significant column first) order the triplets
-// by (key, second, third), exactly as the CPU's counting sorts; a binary search per row gives the
-// CSR offsets. Triplets with any column out of range get sentinel keys past every row, so they
+// Grouping: one stable CUB radix sort of the packed columns (key, second, third) with the triplet
+// indices as values (three stable passes, least significant column first, where the three columns
+// take more than 64 bits) orders the triplets exactly as the CPU's counting sorts; a binary search
+// per row gives the CSR offsets. Triplets with any column out of range get sentinel keys past every row, so they
 // are never visited (the binding range-checks first; this only keeps bad input memory-safe).
 // MVMR (forward, grad_features), by default mvmr_cells_kernel from 128 destination channels: the
 // runs of every row (its triplets of one kernel cell) are listed and sorted by (cell, length), then
@@ -71,6 +72,20 @@ __global__ void column_keys_kernel(const int64_t* t, const int64_t* order, int64
   }
 }
 
+// keys[p] = triplet p's columns (key, second, third) packed, the lower two in b2 and b3 bits (each
+// column at its count, past every row, for an invalid triplet), and order[p] = p.
+__global__ void packed_keys_kernel(const int64_t* t, int64_t T, int key, int second, int third, int b2, int b3,
+                                   int64_t n_out, int64_t n_in, int64_t K, uint64_t* keys, int64_t* order) {
+  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < T; p += int64_t{gridDim.x} * blockDim.x) {
+    const bool ok = triplet_valid(t, p, n_out, n_in, K);
+    const auto col = [&](int c) {
+      return static_cast<uint64_t>(ok ? t[p * 3 + c] : (c == 0 ? n_out : c == 1 ? n_in : K));
+    };
+    keys[p] = (col(key) << (b2 + b3)) | (col(second) << b3) | col(third);
+    order[p] = p;
+  }
+}
+
 // offsets[k] for k = 0..rows: the first position of sorted whose key is at least k << shift.
 template <typename Key>
 __global__ void offsets_kernel(const Key* sorted, int64_t T, int64_t rows, int shift, int64_t* offsets) {
@@ -107,6 +122,21 @@ Grouping group_triplets(const CudaContext& ctx, detail::Workspace& ws, const Poi
   uint64_t* keys_alt = ws.alloc<uint64_t>(T);
   int64_t* order = ws.alloc<int64_t>(T);
   int64_t* order_alt = ws.alloc<int64_t>(T);
+  const int b2 = bits_for(counts[second]), b3 = bits_for(counts[third]), bits = bits_for(rows) + b2 + b3;
+  if (bits <= 64) {  // one sort of the packed columns
+    detail::launch(ctx, packed_keys_kernel, dim3(blocks_for(T)), dim3(NT), 0, t, T, key, second, third, b2, b3,
+                   s.num_out, s.num_in, s.kernels, keys, order);
+    cub::DoubleBuffer<uint64_t> dk(keys, keys_alt);
+    cub::DoubleBuffer<int64_t> dv(order, order_alt);
+    size_t temp_bytes = 0;
+    PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, dk, dv, T, 0, bits, detail::stream_of(ctx)));
+    PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws.bytes(temp_bytes), temp_bytes, dk, dv, T, 0, bits,
+                                                     detail::stream_of(ctx)));  // stable
+    detail::launch(ctx, offsets_kernel<uint64_t>, dim3(blocks_for(rows + 1)), dim3(NT), 0,
+                   static_cast<const uint64_t*>(dk.Current()), T, rows, b2 + b3, offsets);
+    g.order = dv.Current();
+    return g;
+  }
   detail::launch(ctx, iota_kernel<int64_t>, dim3(blocks_for(T)), dim3(NT), 0, order, T);
   size_t temp_bytes = 0;
   {
