@@ -123,7 +123,13 @@ Grouping group_triplets(const CudaContext& ctx, detail::Workspace& ws, const Poi
   int64_t* order = ws.alloc<int64_t>(T);
   int64_t* order_alt = ws.alloc<int64_t>(T);
   const int b2 = bits_for(counts[second]), b3 = bits_for(counts[third]), bits = bits_for(rows) + b2 + b3;
-  if (bits <= 64) {  // one sort of the packed columns
+  // PCOPS_CUDA_POINT_CONV_GROUPING=columns takes the three passes where the columns would fit too
+  // (the tests compare both).
+  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_GROUPING");
+  const bool columns = e != nullptr && std::strcmp(e, "columns") == 0;
+  if (e != nullptr && *e != 0 && !columns && std::strcmp(e, "packed") != 0)
+    throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_GROUPING must be packed or columns");
+  if (bits <= 64 && !columns) {  // one sort of the packed columns
     detail::launch(ctx, packed_keys_kernel, dim3(blocks_for(T)), dim3(NT), 0, t, T, key, second, third, b2, b3,
                    s.num_out, s.num_in, s.kernels, keys, order);
     cub::DoubleBuffer<uint64_t> dk(keys, keys_alt);

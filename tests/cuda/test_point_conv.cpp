@@ -116,6 +116,11 @@ struct VvorChains : pcops_cuda_test::ScopedEnv {
 struct MvmrKernel : pcops_cuda_test::ScopedEnv {
   explicit MvmrKernel(const char* name) : ScopedEnv("PCOPS_CUDA_POINT_CONV_MVMR", name) {}
 };
+// PCOPS_CUDA_POINT_CONV_GROUPING ("packed": one sort of the packed columns, the default where they
+// fit 64 bits; "columns": a stable pass per column) for one scope.
+struct GroupingSort : pcops_cuda_test::ScopedEnv {
+  explicit GroupingSort(const char* name) : ScopedEnv("PCOPS_CUDA_POINT_CONV_GROUPING", name) {}
+};
 
 // Shapes (n_in, n_out, C_in, C_out, K, T): channel counts around the kernels' tiles (16 output x 32
 // input channels in the weight gradient, four channels per thread) and not multiples of 4, one
@@ -151,6 +156,13 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
         const Out st = run_cuda(c, shift);
         expect_bitwise(st.out, cpu.out, std::string("forward ") + mvmr);
         expect_bitwise(st.gf, cpu.gf, std::string("grad_features ") + mvmr);
+      }
+      {  // the column-by-column grouping (taken where the packed columns pass 64 bits): the same order
+        const GroupingSort forced("columns");
+        const Out cg = run_cuda(c, shift);
+        expect_bitwise(cg.out, cpu.out, "forward, grouped column by column");
+        expect_bitwise(cg.gf, cpu.gf, "grad_features, grouped column by column");
+        expect_bitwise(cg.gw, cpu.gw, "grad_weights, grouped column by column");
       }
       // Shuffled triplet rows: the same bits.
       std::vector<int64_t> perm(c.s.triplets);
