@@ -866,22 +866,33 @@ struct Segments {
   const int64_t* seg_off;
 };
 
+// Sorts keys[0 .. T) on their low `bits` bits (radix, two buffers: keys and alt) and returns the
+// buffer that holds the result.
+const uint64_t* sort_keys(detail::Workspace& ws, uint64_t* keys, uint64_t* alt, int64_t T_, int bits,
+                          cudaStream_t stream) {
+  cub::DoubleBuffer<uint64_t> db(keys, alt);
+  size_t temp_bytes = 0;
+  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, db, T_, 0, bits, stream));
+  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(ws.bytes(temp_bytes), temp_bytes, db, T_, 0, bits, stream));
+  return db.Current();
+}
+
 Segments sort_segments(const CudaContext& ctx, detail::Workspace& ws, const int64_t* triplets, int64_t T_,
                        int dst_col, int src_col, int64_t n_dst, int64_t n_src, int64_t K, int bm) {
   const cudaStream_t stream = detail::stream_of(ctx);
   const MvmrKey m = mvmr_key(n_dst, n_src, K, bm);
   const int bits = m.seg_bits + m.local_bits + m.src_bits;
+  // The keys and the sort's second buffer (the double-buffer sort needs no third copy in its
+  // temporary storage).
   auto* keys = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
-  auto* sorted = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
+  auto* alt = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
   int64_t* seg_off = ws.alloc<int64_t>(m.segments + 1);
+  const uint64_t* sorted = keys;
   constexpr int NT = 256;
   if (T_ > 0) {
     detail::launch(ctx, mvmr_keys_kernel, dim3(detail::grid_blocks(T_, NT)), dim3(NT), 0, triplets, T_, dst_col,
                    src_col, n_dst, n_src, K, m, keys);
-    size_t temp_bytes = 0;
-    PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, keys, sorted, T_, 0, bits, stream));
-    void* temp = ws.bytes(temp_bytes);
-    PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp, temp_bytes, keys, sorted, T_, 0, bits, stream));
+    sorted = sort_keys(ws, keys, alt, T_, bits, stream);
   }
   detail::launch(ctx, key_offsets_kernel, dim3(detail::grid_blocks(m.segments + 1, NT)), dim3(NT), 0,
                  static_cast<const uint64_t*>(sorted), T_, m.local_bits + m.src_bits, m.segments, seg_off);
@@ -944,15 +955,13 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
     const auto [i_bits, j_bits, bits] = vvor_key(s);
     const int64_t T_ = s.triplets;
     auto* keys = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
-    auto* sorted = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
+    auto* alt = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
     int64_t* k_off = ws.alloc<int64_t>(K + 1);
+    const uint64_t* sorted = keys;
     if (T_ > 0) {
       detail::launch(ctx, vvor_keys_kernel, dim3(detail::grid_blocks(T_, NT)), dim3(NT), 0, t, T_, s.num_out,
                      s.num_in, K, i_bits, j_bits, keys);
-      size_t temp_bytes = 0;
-      PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, keys, sorted, T_, 0, bits, stream));
-      void* temp = ws.bytes(temp_bytes);
-      PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp, temp_bytes, keys, sorted, T_, 0, bits, stream));
+      sorted = sort_keys(ws, keys, alt, T_, bits, stream);
     }
     detail::launch(ctx, key_offsets_kernel, dim3(detail::grid_blocks(K + 1, NT)), dim3(NT), 0,
                    static_cast<const uint64_t*>(sorted), T_, i_bits + j_bits, K, k_off);

@@ -195,3 +195,23 @@ def test_fast_module_trains_in_bfloat16(gen):
         opt.step()
         losses.append(loss.item())
     assert losses[-1] < 0.3 * losses[0]
+
+
+def test_fast_mode_extra_memory_is_the_sort(gen):
+    """Beyond its output the fast forward allocates the sort's two key buffers (8 bytes a triplet
+    each), an offset per (tile of 128 output rows, kernel cell) and the sort's small scratch: no
+    neighbourhood buffer and no third copy of the keys."""
+    n, c, K, T = 120000, 8, 27, 2_000_000
+    f = (torch.rand(n, c, generator=gen) * 2 - 1).cuda().bfloat16()
+    w = (torch.rand(K, c, c, generator=gen) * 2 - 1).cuda().bfloat16()
+    t = torch.stack([torch.randint(0, n, (T,), generator=gen), torch.randint(0, n, (T,), generator=gen),
+                     torch.randint(0, K, (T,), generator=gen)], dim=1).cuda()
+    pcops.point_conv(f, w, t, n, mode="fast")  # warm-up
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = pcops.point_conv(f, w, t, n, mode="fast")
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - base - out.numel() * out.element_size()
+    offsets = 8 * (-(-n // 128) * K + 1)
+    assert 16 * T <= extra <= 16 * T + offsets + (4 << 20), extra
