@@ -3,8 +3,9 @@
 // Grouping: one stable CUB radix sort of the packed columns (key, second, third) with the triplet
 // indices as values (three stable passes, least significant column first, where the three columns
 // take more than 64 bits) orders the triplets exactly as the CPU's counting sorts; a binary search
-// per row gives the CSR offsets. Triplets with any column out of range get sentinel keys past every row, so they
-// are never visited (the binding range-checks first; this only keeps bad input memory-safe).
+// per row gives the CSR offsets. Triplets with any column out of range get sentinel keys past
+// every row, so they are never visited (the binding range-checks first; this only keeps bad input
+// memory-safe).
 // MVMR (forward, grad_features), by default mvmr_cells_kernel from 128 destination channels: the
 // runs of every row (its triplets of one kernel cell) are listed and sorted by (cell, length), then
 // one launch per cell folds all rows' runs of that cell into the destination rows, a block per
