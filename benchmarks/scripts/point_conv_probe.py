@@ -5,7 +5,9 @@ and forward + each gradient alone (the backward's parts).
 
 Triplets: a real mesh of the data set sampled on its faces (--points), k nearest neighbours
 (--k) and a 3 x 3 x 3 grid of kernel cells (27 matrices). Every time is the median of --repeat
-runs after one warm-up; beside the peer the max abs difference from pcops' output is recorded.
+runs after one warm-up (with --rounds R, pcops and the peer alternate in R such rounds and the
+median of the rounds is recorded, each round's time beside it); beside the peer the max abs
+difference from pcops' output is recorded.
 On CUDA the peak allocated memory of each variant is recorded too (torch.cuda.max_memory_allocated
 above the inputs). --dtype sets the features' and weights' dtype for both sides (the peer's GEMMs
 then run on the tensor cores too), --mode pcops' mode ("fast": the tensor-core path for 16-bit
@@ -58,6 +60,17 @@ def median_time(fn, repeat, device):
     return statistics.median(times)
 
 
+def rounds_time(fns, rounds, repeat, device):
+    """Each of fns timed in `rounds` alternating rounds (fns[0], fns[1], ..., then again), each round
+    the median of `repeat` runs: the medians over the rounds and every round's times, so that a
+    drift of the machine between the first and the last call weighs on both sides alike."""
+    per = [[] for _ in fns]
+    for _ in range(rounds):
+        for times, fn in zip(per, fns):
+            times.append(median_time(fn, repeat, device))
+    return [statistics.median(t) for t in per], per
+
+
 def peak_bytes(fn, device):
     if device.type != "cuda":
         return None
@@ -101,6 +114,8 @@ def probe_arguments(description: str) -> argparse.ArgumentParser:
     ap.add_argument("--k", type=int, default=16)
     ap.add_argument("--channels", default="32,64")
     ap.add_argument("--repeat", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="pcops and the peer timed in this many alternating rounds (medians of the rounds)")
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--order", default="sampled", choices=["sampled", "morton"])
     ap.add_argument("--out", default=None)
@@ -153,11 +168,12 @@ def main():
         # The float64 value, to show each side's error.
         ref = gather_gemm_scatter(f.double(), w.double(), triplets, n, groups)
         flops = 2.0 * triplets.shape[0] * c * c
+        (ours_f, peer_f), (ours_fr, peer_fr) = rounds_time([ours_fwd, peer_fwd], args.rounds, args.repeat, device)
         row = {
             "channels": c, "points": n, "triplets": int(triplets.shape[0]), "dtype": args.dtype,
             "mode": args.mode, "order": args.order,
-            "pcops_forward_s": median_time(ours_fwd, args.repeat, device),
-            "peer_forward_s": median_time(peer_fwd, args.repeat, device),
+            "pcops_forward_s": ours_f,
+            "peer_forward_s": peer_f,
             "peer_max_abs_diff": float((ours_out - peer_out).abs().max()),
             "pcops_max_abs_err": float((ours_out.double() - ref).abs().max()),
             "peer_max_abs_err": float((peer_out.double() - ref).abs().max()),
@@ -168,9 +184,13 @@ def main():
         del ref
         row["pcops_forward_tflops"] = flops / row["pcops_forward_s"] / 1e12
         row["peer_forward_tflops"] = flops / row["peer_forward_s"] / 1e12
+        if args.rounds > 1:
+            row["pcops_forward_rounds_s"], row["peer_forward_rounds_s"] = ours_fr, peer_fr
         if not args.no_backward:
-            row["pcops_forward_backward_s"] = median_time(ours_fb, args.repeat, device)
-            row["peer_forward_backward_s"] = median_time(peer_fb, args.repeat, device)
+            (ours_b, peer_b), (ours_br, peer_br) = rounds_time([ours_fb, peer_fb], args.rounds, args.repeat, device)
+            row["pcops_forward_backward_s"], row["peer_forward_backward_s"] = ours_b, peer_b
+            if args.rounds > 1:
+                row["pcops_forward_backward_rounds_s"], row["peer_forward_backward_rounds_s"] = ours_br, peer_br
             row["pcops_forward_backward_peak_bytes"] = peak_bytes(ours_fb, device)
             row["peer_forward_backward_peak_bytes"] = peak_bytes(peer_fb, device)
             # The backward's parts: forward + one gradient each (the other input not requiring it).
