@@ -1057,13 +1057,16 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
                          float* grad_features, float* grad_weights) {
   core::validate_point_conv(s);
   const int64_t Ci = s.channels_in, Co = s.channels_out, K = s.kernels;
-  detail::Workspace ws(ctx);
   constexpr int NT = PointConvPolicy::kThreads;
+  // Each gradient's workspace is released before the other's is taken (stream-ordered), so the
+  // backward's peak is the larger of the two, not their sum.
   if (grad_features != nullptr && s.num_in * Ci > 0) {
+    detail::Workspace ws(ctx);
     const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/1, /*second=*/2, /*third=*/0);
     launch_mvmr(ctx, ws, g, triplets, 0, grad_out, Co, s.num_out, weights, Ci, s.num_in, K, s.triplets, grad_features);
   }
   if (grad_weights != nullptr && K * Co * Ci > 0) {
+    detail::Workspace ws(ctx);
     const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/2, /*second=*/0, /*third=*/1);
     int64_t* ii = ws.alloc<int64_t>(std::max<int64_t>(s.triplets, 1));
     int64_t* jj = ws.alloc<int64_t>(std::max<int64_t>(s.triplets, 1));

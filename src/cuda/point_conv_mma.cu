@@ -941,16 +941,19 @@ void forward_t(const CudaContext& ctx, const PointConvShape& s, const T* f, cons
 template <class T>
 void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, const T* f, const T* w, const int64_t* t,
                 T* gf, T* gw) {
-  detail::Workspace ws(ctx);
   const int64_t K = s.kernels, Co = s.channels_out, Ci = s.channels_in;
   constexpr int NT = 256;
+  // Each gradient's workspace is released before the other's is taken (stream-ordered), so the
+  // backward's peak is the larger of the two, not their sum.
   if (gf != nullptr && s.num_in * Ci > 0) {
+    detail::Workspace ws(ctx);
     T* wt = ws.alloc<T>(std::max<int64_t>(K * Ci * Co, 1));
     detail::launch(ctx, transpose16_kernel<T>, dim3(detail::grid_blocks(K * Ci * Co, NT)), dim3(NT), 0, w, K, Co,
                    Ci, wt);
     run_mvmr<T>(ctx, ws, t, s.triplets, 1, 0, s.num_in, s.num_out, K, g, Co, static_cast<const T*>(wt), Ci, gf);
   }
   if (gw != nullptr && K * Co * Ci > 0) {
+    detail::Workspace ws(ctx);
     const cudaStream_t stream = detail::stream_of(ctx);
     const auto [i_bits, j_bits, bits] = vvor_key(s);
     const int64_t T_ = s.triplets;
