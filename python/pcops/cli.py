@@ -242,9 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("bench", help="the comparison harness against peer libraries")
     p.add_argument("--ops", default=None,
                    help="comma list of fps,knn,ball_query,knn_graph,flat_knn_graph,radius_graph (default all "
-                        "of these), and the opt-in three_nn,three_interpolate,point_conv")
+                        "of these), and the opt-in three_nn,three_interpolate,point_conv,point_conv_bf16")
     p.add_argument("--sizes", default=None,
-                   help="comma list of cloud sizes, e.g. 20k,100k,1M (point_conv: default 20k)")
+                   help="comma list of cloud sizes, e.g. 20k,100k,1M (point_conv, point_conv_bf16: default 20k)")
     p.add_argument("--graph-sizes", default=None,
                    help="sizes for knn_graph, flat_knn_graph and radius_graph (default 100k,1M)")
     p.add_argument("--batches", default=None,
@@ -273,7 +273,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--radius", type=float, default=None, help="override the ball-query radius")
     p.add_argument("--num-samples", type=int, default=None, help="override the FPS sample count")
     p.add_argument("--num-queries", type=int, default=None, help="override the query count")
-    p.add_argument("--channels", type=int, default=None, help="override the channels (three_interpolate, point_conv)")
+    p.add_argument("--channels", type=int, default=None,
+                   help="override the channels (three_interpolate, point_conv, point_conv_bf16)")
     p.set_defaults(func=cmd_bench)
     return parser
 

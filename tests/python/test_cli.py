@@ -642,6 +642,70 @@ def test_bench_point_conv_tiny(tmp_path):
     assert "Point convolution (PointCNN++ MVMR)" in docs.read_text()
 
 
+def test_point_conv_bf16_reference_and_bound():
+    """The bfloat16 case: bfloat16 values, a float64 reference equal to gather-GEMM-scatter in
+    float64, pcops (any mode's result) inside the bound, a result moved past it counted."""
+    from pcops.bench.peers import gather_gemm_scatter, point_conv_cells
+    from pcops.bench.run import make_inputs
+
+    case = C.make_case("point_conv_bf16", "sphere", 300, "random", params={"channels": 8, "k": 6})
+    e = case.extra
+    for name in ("features", "weights", "grad"):
+        assert np.array_equal(C.bfloat16_values(e[name]), e[name]), name
+    want = compute_oracle(case)
+    assert want["select"] is None
+    f, w = torch.from_numpy(e["features"]).double().requires_grad_(), torch.from_numpy(e["weights"]).double()
+    w.requires_grad_()
+    t = torch.from_numpy(e["triplets"])
+    out = gather_gemm_scatter(f, w, t, case.n, point_conv_cells(t, 27))
+    gf, gw = torch.autograd.grad(out, [f, w], torch.from_numpy(e["grad"]).double())
+    for got, ref in zip((out, gf, gw), want["parts"]):
+        np.testing.assert_allclose(ref, got.detach().numpy(), rtol=1e-12, atol=1e-12)
+    assert want["terms"][2] == int(np.bincount(e["triplets"][:, 2]).max())
+    inputs = make_inputs(case, threads=1, device="cpu")
+    assert inputs.tensors["features"].dtype == torch.bfloat16
+    pcops_peer = next(p for p in peers_for("point_conv_bf16") if p.is_pcops)
+    result = [r.float().numpy() for r in pcops_peer.fn(inputs)]
+    peer = Peer("fake", "numpy", "point_conv_bf16", lambda x: None)
+    c = check(case, peer, result, want)
+    assert c["errors"] == 0 and c["compared_bitwise"] is False and c["forward_checked"] == 300 * 8
+    result[0][5, 3] += 0.5
+    result[2][1, 2, 3] *= 1.1
+    c = check(case, peer, result, want)
+    assert (c["forward_outside_bound"], c["grad_features_outside_bound"], c["grad_weights_outside_bound"]) == (1, 0, 1)
+
+
+def test_point_conv_bf16_large_cases_check_a_spread_subset(monkeypatch):
+    case = C.make_case("point_conv_bf16", "sphere", 400, "random", params={"channels": 8, "k": 6})
+    full = compute_oracle(case)
+    monkeypatch.setattr(sys.modules["pcops.bench.run"], "CONV_CHECK_PRODUCTS", len(case.extra["triplets"]) * 16)
+    want = compute_oracle(case)
+    out_rows, in_rows, o_sel = want["select"]
+    assert 0 < len(out_rows) < case.n and 0 < len(o_sel) < 8
+    for key in ("parts", "magnitudes"):
+        for sub, whole in zip(want[key], (full[key][0][out_rows], full[key][1][in_rows], full[key][2][:, o_sel])):
+            np.testing.assert_allclose(sub, whole, rtol=1e-12, atol=1e-15)
+    assert want["terms"] == full["terms"]
+
+
+def test_bench_point_conv_bf16_tiny(tmp_path):
+    results = tmp_path / "results"
+    docs = tmp_path / "docs" / "benchmarks.md"
+    rc = cli.main(["bench", "--ops", "point_conv_bf16", "--sizes", "1200", "--clouds", "sphere", "--orders",
+                   "random", "--repeat", "1", "--no-progress", "--channels", "16", "-k", "8",
+                   "--out", str(results), "--docs", str(docs)])
+    assert rc == 0
+    doc = _strict_json(next(results.glob("bench-*.json")))
+    recs = [r for r in doc["results"] if r["op"] == "point_conv_bf16"]
+    assert len(recs) == 2 and all(r["status"] == "ok" for r in recs), recs
+    for r in recs:
+        c = r["correctness"]
+        assert c["compared_bitwise"] is False and c["forward_checked"] == 1200 * 16
+        if r["is_pcops"]:
+            assert c["errors"] == 0, r
+    assert "Point convolution in bfloat16" in docs.read_text()
+
+
 def test_point_conv_budget_probe_runs_on_a_fraction_of_the_triplets():
     from pcops.bench.run import make_inputs, scaled
 

@@ -38,8 +38,10 @@ INTERP_LAYOUTS = ((16, 4096), (1, 100_000))  # (clouds B, unknown points N per c
 # Point convolution (PointCNN++ MVMR), opt-in: every point of the cloud is an output and an input,
 # the triplets from its k nearest neighbours (itself included) in a t x t x t grid of kernel cells
 # sized by the 90 % quantile of the k-th neighbour distance (as benchmarks/scripts/point_conv_probe.py),
-# C channels in and out; timed forward + both gradients.
-CONV_OPS = ("point_conv",)
+# C channels in and out; timed forward + both gradients. point_conv_bf16: the same in bfloat16
+# (pcops with mode="fast": the tensor cores on CUDA), checked against float64 within the bound of
+# one bfloat16 rounding of the result and float32 sums.
+CONV_OPS = ("point_conv", "point_conv_bf16")
 CONV_SIZES = (20_000,)
 ALL_OPS = OPS + INTERP_OPS + CONV_OPS
 
@@ -61,6 +63,7 @@ PARAMS = {
     "three_nn": {"known_ratio": 4},
     "three_interpolate": {"known_ratio": 4, "channels": 128},
     "point_conv": {"k": 16, "kernel_size": 3, "channels": 32},
+    "point_conv_bf16": {"k": 16, "kernel_size": 3, "channels": 32},
 }
 
 
@@ -354,9 +357,17 @@ def conv_triplets(points: np.ndarray, k: int, kernel_size: int):
     return pcops.point_conv_triplets(x, x, idx[0], extent, kernel_size)
 
 
+def bfloat16_values(a: np.ndarray) -> np.ndarray:
+    """float32 values rounded to the nearest bfloat16 (ties to even), kept as float32."""
+    import torch
+
+    return torch.from_numpy(np.ascontiguousarray(a, np.float32)).bfloat16().float().numpy()
+
+
 def _make_conv_case(op, cloud, n, order, data_dir, params) -> Case | None:
     """point_conv on one cloud: its triplets (conv_triplets), random float32 features [N, C],
-    weights [t^3, C, C] scaled by 1 / sqrt(C k) and an upstream gradient."""
+    weights [t^3, C, C] scaled by 1 / sqrt(C k) and an upstream gradient (point_conv_bf16: each
+    rounded to bfloat16, so that both sides and the float64 reference see the same values)."""
     p = dict(PARAMS[op])
     if params:
         p.update({k: v for k, v in params.items() if k in p})
@@ -371,10 +382,13 @@ def _make_conv_case(op, cloud, n, order, data_dir, params) -> Case | None:
     g = np.random.default_rng(SEED + 8)
     p.update(k=k, kernels=kernels, triplets=int(len(triplets)))
     desc += f", {len(triplets)} triplets (kNN {k}, {t}^3 kernel cells), C = {c}"
+    values = bfloat16_values if op == "point_conv_bf16" else (lambda a: a)
+    if op == "point_conv_bf16":
+        desc += ", bfloat16"
     case = Case(op, cloud, order, n, pts, None, p, desc)
     case.extra.update(
         triplets=np.ascontiguousarray(triplets, np.int64),
-        features=g.uniform(-1, 1, (n, c)).astype(np.float32),
-        weights=(g.uniform(-1, 1, (kernels, c, c)) / np.sqrt(c * k)).astype(np.float32),
-        grad=g.uniform(-1, 1, (n, c)).astype(np.float32))
+        features=values(g.uniform(-1, 1, (n, c)).astype(np.float32)),
+        weights=values((g.uniform(-1, 1, (kernels, c, c)) / np.sqrt(c * k)).astype(np.float32)),
+        grad=values(g.uniform(-1, 1, (n, c)).astype(np.float32)))
     return case

@@ -396,3 +396,56 @@ def point_conv(features: np.ndarray, weights: np.ndarray, triplets: np.ndarray, 
     if select is not None:
         return out[out_rows], gf[in_rows], gw
     return out, gf, gw
+
+
+def point_conv_float64(features: np.ndarray, weights: np.ndarray, triplets: np.ndarray, num_out: int,
+                       grad: np.ndarray, select=None) -> dict:
+    """``point_conv``'s forward, grad_features and grad_weights in float64 (the reference of the
+    bfloat16 cases), with each element's sum of absolute terms and the number of float32 sums
+    behind it at most (forward: the most triplets of one output row plus C_in; grad_features: of
+    one input row plus C_out; grad_weights: of one kernel cell). ``select`` as in ``point_conv``.
+    Returns {"parts", "magnitudes", "terms"}, three entries each."""
+    F = np.asarray(features, np.float64)
+    W = np.asarray(weights, np.float64)
+    G = np.asarray(grad, np.float64)
+    t = np.asarray(triplets, np.int64).reshape(-1, 3)
+    K, co, ci = W.shape
+    i, j, k = t[:, 0], t[:, 1], t[:, 2]
+    n_in = F.shape[0]
+    out_rows, in_rows, o_sel = select if select is not None else (None, None, None)
+
+    def rows_sum(rows, n_rows, key, width, term):  # per (selected) row: its triplets' term(positions, cell)
+        use = np.ones(len(t), bool) if rows is None else np.isin(key, rows)
+        at = key[use] if rows is None else np.searchsorted(rows, key[use])
+        kk = k[use]
+        val = np.zeros((n_rows if rows is None else len(rows), width))
+        mag = np.zeros_like(val)
+        for cell in range(K):
+            m = kk == cell
+            if m.any():
+                sub = np.flatnonzero(use)[m]
+                np.add.at(val, at[m], term(sub, cell, False))
+                np.add.at(mag, at[m], term(sub, cell, True))
+        return val, mag
+
+    def fwd_term(sub, cell, absolute):
+        f, w = F[j[sub]], W[cell]
+        return np.abs(f) @ np.abs(w).T if absolute else f @ w.T
+
+    def gf_term(sub, cell, absolute):
+        g, w = G[i[sub]], W[cell]
+        return np.abs(g) @ np.abs(w) if absolute else g @ w
+
+    out, out_mag = rows_sum(out_rows, num_out, i, co, fwd_term)
+    gf, gf_mag = rows_sum(in_rows, n_in, j, ci, gf_term)
+    cols = np.arange(co) if o_sel is None else np.asarray(o_sel)
+    gw = np.zeros((K, len(cols), ci))
+    gw_mag = np.zeros_like(gw)
+    for cell in range(K):
+        m = k == cell
+        if m.any():
+            g, f = G[i[m]][:, cols], F[j[m]]
+            gw[cell], gw_mag[cell] = g.T @ f, np.abs(g).T @ np.abs(f)
+    longest = lambda a, n: int(np.bincount(a, minlength=n).max()) if len(a) else 0
+    terms = (longest(i, num_out) + ci, longest(j, n_in) + co, longest(k, K))
+    return {"parts": (out, gf, gw), "magnitudes": (out_mag, gf_mag, gw_mag), "terms": terms}

@@ -554,6 +554,18 @@ def _pcops_point_conv(x: Inputs):
     return out.detach(), gf, gw
 
 
+def _pcops_point_conv_bf16(x: Inputs):
+    import torch
+
+    import pcops
+
+    f, w = x.tensors["features"], x.tensors["weights"]
+    out = pcops.point_conv(f, w, x.tensors["triplets"], f.shape[0], mode="fast")
+    gf, gw = torch.autograd.grad(out, [f, w], x.tensors["grad"])
+    x.sync()
+    return out.detach(), gf, gw
+
+
 def point_conv_cells(triplets, kernels: int) -> list:
     """(k, positions of k's triplets) for every non-empty kernel cell (a stable sort by k)."""
     import torch
@@ -646,6 +658,11 @@ def all_peers() -> list[Peer]:
              notes="mode='exact': forward + grad_features + grad_weights in the contract's order"),
         Peer("torch gather-GEMM-scatter", "torch", "point_conv", _torch_point_conv, devices=ANY,
              notes="per kernel cell: gather the input rows, one GEMM with W_k, index_add_; autograd"),
+        Peer("pcops", "pcops", "point_conv_bf16", _pcops_point_conv_bf16, is_pcops=True, devices=ANY,
+             notes="mode='fast': the tensor cores on CUDA (float32 products and sums in a fixed order); "
+                   "the exact float32 path elsewhere"),
+        Peer("torch gather-GEMM-scatter", "torch", "point_conv_bf16", _torch_point_conv, devices=ANY,
+             notes="the same in bfloat16 (its GEMMs on the tensor cores on CUDA); autograd"),
     ]
 
 

@@ -18,6 +18,7 @@ OP_TITLES = {
     "three_nn": "Three nearest known points (PointNet++ feature propagation)",
     "three_interpolate": "three_interpolate, forward + features gradient",
     "point_conv": "Point convolution (PointCNN++ MVMR), forward + both gradients",
+    "point_conv_bf16": "Point convolution in bfloat16 (mode='fast'), forward + both gradients",
 }
 # Operators reported per batch layout (a "clouds" column: 1 = a single cloud, B = B stacked clouds).
 BATCHED_OPS = ("flat_knn_graph", "radius_graph", "three_nn", "three_interpolate")
@@ -86,6 +87,12 @@ def _params_text(op: str, params: dict) -> str:
                 f"{params.get('k')}, {params.get('kernel_size')}^3 kernel cells), C = {params.get('channels')} in "
                 "and out, float32; timed forward + grad_features + grad_weights; errors: elements of the three "
                 "not bitwise equal to the contract's order")
+    if op == "point_conv_bf16":
+        return (f"every point an output and an input, {params.get('triplets')} triplets (kNN k = "
+                f"{params.get('k')}, {params.get('kernel_size')}^3 kernel cells), C = {params.get('channels')} in "
+                "and out, bfloat16 inputs and outputs; timed forward + grad_features + grad_weights; errors: "
+                "elements of the three farther from the float64 value than one bfloat16 rounding plus float32 "
+                "sums allow")
     if op in ("three_nn", "three_interpolate"):
         text = f"M = N / {params.get('known_ratio')} known points per cloud (a random subset of the cloud)"
         if op == "three_interpolate":

@@ -186,6 +186,9 @@ def make_inputs(case: C.Case, threads: int, device: str) -> Inputs:
         for name in ("unknown", "known", "features", "idx", "weight", "grad", "triplets", "weights"):
             if name in case.extra:
                 inputs.tensors[name] = torch.from_numpy(np.ascontiguousarray(case.extra[name])).to(device)
+        if case.op == "point_conv_bf16":  # the case's values are bfloat16 values: exact conversions
+            for name in ("features", "weights", "grad"):
+                inputs.tensors[name] = inputs.tensors[name].bfloat16()
         for name in ("features", "weights"):
             if name in inputs.tensors:
                 inputs.tensors[name].requires_grad_()
@@ -250,6 +253,11 @@ def compute_oracle(case: C.Case):
         select = conv_check_select(case)
         parts = oracle.point_conv(e["features"], e["weights"], e["triplets"], case.n, e["grad"], select=select)
         return {"parts": parts, "select": select}
+    if case.op == "point_conv_bf16":
+        e = case.extra
+        select = conv_check_select(case)
+        ref = oracle.point_conv_float64(e["features"], e["weights"], e["triplets"], case.n, e["grad"], select=select)
+        return {**ref, "select": select}
     if case.op == "flat_knn_graph":
         rows = case.extra["check_rows"]
         return {"rows": rows, "lists": oracle.knn_graph_rows(case.points, case.ptr, rows, p["k"], p["loop"])}
@@ -337,6 +345,24 @@ def check(case: C.Case, peer: Peer, result, want: np.ndarray) -> dict:
             scale = float(np.abs(w).max()) if w.size else 0.0
             rec[f"{n}_max_rel_diff"] = float(np.abs(got - w).max() / scale) if scale > 0 else 0.0
         return {"errors": sum(rec[f"{n}_mismatches"] for n in names), **rec, "compared_bitwise": True}
+    if case.op == "point_conv_bf16":
+        # Elements outside |got - ref| <= 2^-8 |ref| + terms 2^-23 sum |term| (one bfloat16 rounding
+        # of the result, float32 sums of `terms` terms; ref in float64).
+        names = ("forward", "grad_features", "grad_weights")
+        result = [np.asarray(r.detach().float().cpu().numpy() if hasattr(r, "detach") else r, np.float64)
+                  for r in result]
+        if want["select"] is not None:
+            out_rows, in_rows, o_sel = want["select"]
+            result = [result[0][out_rows], result[1][in_rows], result[2][:, o_sel]]
+        rec = {}
+        for n, r, ref, mag, terms in zip(names, result, want["parts"], want["magnitudes"], want["terms"]):
+            r = r.reshape(ref.shape)
+            bound = np.ldexp(np.abs(ref), -8) + terms * np.ldexp(mag, -23)
+            rec[f"{n}_outside_bound"] = int(np.count_nonzero(~(np.abs(r - ref) <= bound)))
+            rec[f"{n}_checked"] = int(ref.size)
+            scale = float(np.abs(ref).max()) if ref.size else 0.0
+            rec[f"{n}_max_rel_diff"] = float(np.abs(r - ref).max() / scale) if scale > 0 else 0.0
+        return {"errors": sum(rec[f"{n}_outside_bound"] for n in names), **rec, "compared_bitwise": False}
     if hasattr(result, "detach"):
         result = result.detach().cpu().numpy()
     result = np.asarray(result)
