@@ -620,15 +620,21 @@ def test_point_conv_large_cases_check_a_spread_subset(monkeypatch):
     assert (c["forward_mismatches"], c["grad_features_mismatches"], c["grad_weights_mismatches"]) == (1, 0, 27)
 
 
-def test_bench_point_conv_tiny(tmp_path):
+def _tiny_conv_bench(tmp_path, op: str, clouds: str):
+    """`pcops bench --ops <op>` at 1,200 points (C = 16, kNN 8, random order): the op's records and
+    the generated docs page."""
     results = tmp_path / "results"
     docs = tmp_path / "docs" / "benchmarks.md"
-    rc = cli.main(["bench", "--ops", "point_conv", "--sizes", "1200", "--clouds", "sphere,mesh", "--orders",
+    rc = cli.main(["bench", "--ops", op, "--sizes", "1200", "--clouds", clouds, "--orders",
                    "random", "--repeat", "1", "--no-progress", "--channels", "16", "-k", "8",
                    "--out", str(results), "--docs", str(docs)])
     assert rc == 0
     doc = _strict_json(next(results.glob("bench-*.json")))
-    recs = [r for r in doc["results"] if r["op"] == "point_conv"]
+    return [r for r in doc["results"] if r["op"] == op], docs.read_text()
+
+
+def test_bench_point_conv_tiny(tmp_path):
+    recs, docs = _tiny_conv_bench(tmp_path, "point_conv", "sphere,mesh")
     assert {(r["cloud"], r["n"]) for r in recs} == {("sphere", 1200), ("mesh", 1200)}
     for r in recs:
         assert r["status"] == "ok", r
@@ -639,7 +645,7 @@ def test_bench_point_conv_tiny(tmp_path):
             assert c["errors"] == 0, r
         else:  # gather-GEMM-scatter: another order of the same sums
             assert max(c[f"{p}_max_rel_diff"] for p in ("forward", "grad_features", "grad_weights")) < 1e-4
-    assert "Point convolution (PointCNN++ MVMR)" in docs.read_text()
+    assert "Point convolution (PointCNN++ MVMR)" in docs
 
 
 def test_point_conv_bf16_reference_and_bound():
@@ -689,21 +695,14 @@ def test_point_conv_bf16_large_cases_check_a_spread_subset(monkeypatch):
 
 
 def test_bench_point_conv_bf16_tiny(tmp_path):
-    results = tmp_path / "results"
-    docs = tmp_path / "docs" / "benchmarks.md"
-    rc = cli.main(["bench", "--ops", "point_conv_bf16", "--sizes", "1200", "--clouds", "sphere", "--orders",
-                   "random", "--repeat", "1", "--no-progress", "--channels", "16", "-k", "8",
-                   "--out", str(results), "--docs", str(docs)])
-    assert rc == 0
-    doc = _strict_json(next(results.glob("bench-*.json")))
-    recs = [r for r in doc["results"] if r["op"] == "point_conv_bf16"]
+    recs, docs = _tiny_conv_bench(tmp_path, "point_conv_bf16", "sphere")
     assert len(recs) == 2 and all(r["status"] == "ok" for r in recs), recs
     for r in recs:
         c = r["correctness"]
         assert c["compared_bitwise"] is False and c["forward_checked"] == 1200 * 16
         if r["is_pcops"]:
             assert c["errors"] == 0, r
-    assert "Point convolution in bfloat16" in docs.read_text()
+    assert "Point convolution in bfloat16" in docs
 
 
 def test_point_conv_budget_probe_runs_on_a_fraction_of_the_triplets():
