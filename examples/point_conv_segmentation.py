@@ -9,9 +9,11 @@ are measured on the held-out tiles. A per-point MLP on the same inputs is traine
 as a baseline.
 
 Usage: python examples/point_conv_segmentation.py [--epochs 120] [--threads N] [--out result.json]
-[--colour]
-(one epoch = one optimiser step on the full tile, CPU). Inputs: the normalised height and a
-constant 1 per point (geometry only) unless --colour adds the RGB values.
+[--colour] [--device cuda] [--dtype bfloat16 --mode fast]
+(one epoch = one optimiser step on the full tile; CPU by default). Inputs: the normalised height
+and a constant 1 per point (geometry only) unless --colour adds the RGB values. --dtype bfloat16
+runs the networks in bfloat16 (the loss in float32); with --mode fast on CUDA the point
+convolutions then run on the tensor cores (mode="fast" of pcops.point_conv).
 """
 
 from __future__ import annotations
@@ -46,10 +48,10 @@ def knn_triplets(centres, points, k, t=3):
 
 
 class ResBlock(torch.nn.Module):
-    def __init__(self, c):
+    def __init__(self, c, mode="exact"):
         super().__init__()
-        self.conv1, self.bn1 = PointConv(c, c, bias=False), torch.nn.BatchNorm1d(c)
-        self.conv2, self.bn2 = PointConv(c, c, bias=False), torch.nn.BatchNorm1d(c)
+        self.conv1, self.bn1 = PointConv(c, c, bias=False, mode=mode), torch.nn.BatchNorm1d(c)
+        self.conv2, self.bn2 = PointConv(c, c, bias=False, mode=mode), torch.nn.BatchNorm1d(c)
 
     def forward(self, x, trip):
         y = F.relu(self.bn1(self.conv1(x, trip)))
@@ -59,28 +61,28 @@ class ResBlock(torch.nn.Module):
 class Transition(torch.nn.Module):
     """PointConv from one level's points to another's (down- or up-sampling), BN, ReLU."""
 
-    def __init__(self, c_in, c_out):
+    def __init__(self, c_in, c_out, mode="exact"):
         super().__init__()
-        self.conv, self.bn = PointConv(c_in, c_out, bias=False), torch.nn.BatchNorm1d(c_out)
+        self.conv, self.bn = PointConv(c_in, c_out, bias=False, mode=mode), torch.nn.BatchNorm1d(c_out)
 
     def forward(self, x, trip, num_out):
         return F.relu(self.bn(self.conv(x, trip, num_out)))
 
 
 class PointConvUNet(torch.nn.Module):
-    def __init__(self, c_in, classes, widths=(16, 32, 64)):
+    def __init__(self, c_in, classes, widths=(16, 32, 64), mode="exact"):
         super().__init__()
         w0, w1, w2 = widths
-        self.stem = Transition(c_in, w0)
-        self.block0 = ResBlock(w0)
-        self.down1 = Transition(w0, w1)
-        self.block1 = ResBlock(w1)
-        self.down2 = Transition(w1, w2)
-        self.block2 = ResBlock(w2)
-        self.up1 = Transition(w2, w1)
-        self.block1u = ResBlock(w1)
-        self.up0 = Transition(w1, w0)
-        self.block0u = ResBlock(w0)
+        self.stem = Transition(c_in, w0, mode)
+        self.block0 = ResBlock(w0, mode)
+        self.down1 = Transition(w0, w1, mode)
+        self.block1 = ResBlock(w1, mode)
+        self.down2 = Transition(w1, w2, mode)
+        self.block2 = ResBlock(w2, mode)
+        self.up1 = Transition(w2, w1, mode)
+        self.block1u = ResBlock(w1, mode)
+        self.up0 = Transition(w1, w0, mode)
+        self.block0u = ResBlock(w0, mode)
         self.head = torch.nn.Linear(w0, classes)
 
     def forward(self, x, g):
@@ -126,7 +128,7 @@ def train(model, forward, label, train_mask, test_mask, classes, epochs, lr):
     history = []
     for epoch in range(epochs):
         model.train()
-        logits = forward()
+        logits = forward().float()
         loss = F.cross_entropy(logits[train_mask], label[train_mask], weight=weight)
         opt.zero_grad()
         loss.backward()
@@ -153,7 +155,12 @@ def main():
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--colour", action="store_true", help="add the RGB colours to the inputs")
     ap.add_argument("--out", default=None, help="write the results as JSON here")
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                    help="the networks' dtype (inputs, parameters, activations; the loss in float32)")
+    ap.add_argument("--mode", default="exact", choices=["exact", "fast"], help="pcops.point_conv's mode")
     args = ap.parse_args()
+    device, dtype = torch.device(args.device), getattr(torch, args.dtype)
     if args.threads:
         torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -178,6 +185,7 @@ def main():
     ty = torch.floor(pos[:, 1] / extent[1] * 8).clamp(max=7)
     even = ((tx + ty).long() % 2) == 0
     train_mask, test_mask = (label >= 0) & even, (label >= 0) & ~even
+    label, train_mask, test_mask = label.to(device), train_mask.to(device), test_mask.to(device)
     print(f"b9_training.ply: {len(pts)} points, classes {classes}, labelled: {int(train_mask.sum())} train / "
           f"{int(test_mask.sum())} test (8 x 8 checkerboard of xy tiles)")
     print("  train class counts", torch.bincount(label[train_mask], minlength=len(classes)).tolist(),
@@ -187,8 +195,9 @@ def main():
     print(f"majority-class test accuracy {base_acc:.3f}")
 
     t0 = time.perf_counter()
-    graph = build_graph(pos)
+    graph = {k: (v.to(device) if isinstance(v, torch.Tensor) else v) for k, v in build_graph(pos).items()}
     t_graph = time.perf_counter() - t0
+    feats = feats.to(device, dtype)
     print(f"graph: levels {graph['n0']}/{graph['n1']}/{graph['n2']} points, "
           f"{graph['t00'].shape[0]} triplets at full resolution, built in {t_graph:.1f} s")
 
@@ -196,17 +205,18 @@ def main():
                "split": "labelled points, 8 x 8 xy checkerboard",
                "majority_test_acc": base_acc,
                "inputs": "height, 1" + (", rgb" if args.colour else ""),
-               "epochs": args.epochs, "threads": torch.get_num_threads()}
+               "epochs": args.epochs, "threads": torch.get_num_threads(), "device": args.device,
+               "dtype": args.dtype, "mode": args.mode}
     print("MLP baseline (per point, same inputs):")
     mlp = torch.nn.Sequential(torch.nn.Linear(feats.shape[1], 64), torch.nn.ReLU(), torch.nn.Linear(64, 64),
-                              torch.nn.ReLU(), torch.nn.Linear(64, len(classes)))
+                              torch.nn.ReLU(), torch.nn.Linear(64, len(classes))).to(device, dtype)
     t0 = time.perf_counter()
     results["mlp"] = train(mlp, lambda: mlp(feats), label, train_mask, test_mask, classes, args.epochs,
                            args.lr)
     results["mlp_seconds"] = time.perf_counter() - t0
 
     print("PointConv U-Net (3 levels, residual blocks, t = 3):")
-    net = PointConvUNet(feats.shape[1], len(classes))
+    net = PointConvUNet(feats.shape[1], len(classes), mode=args.mode).to(device, dtype)
     results["parameters"] = sum(p.numel() for p in net.parameters())
     t0 = time.perf_counter()
     results["pointconv"] = train(net, lambda: net(feats, graph), label, train_mask, test_mask, classes,

@@ -215,3 +215,18 @@ def test_fast_mode_extra_memory_is_the_sort(gen):
     extra = torch.cuda.max_memory_allocated() - base - out.numel() * out.element_size()
     offsets = 8 * (-(-n // 128) * K + 1)
     assert 16 * T <= extra <= 16 * T + offsets + (4 << 20), extra
+
+
+def test_segmentation_example_in_bfloat16_fast_mode(tmp_path):
+    """The segmentation example on the GPU, its networks in bfloat16 and the point convolutions on
+    the tensor cores: the same accuracy bound as on the CPU."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
+    from test_point_conv import check_segmentation, run_segmentation_example
+
+    _, res = run_segmentation_example(tmp_path, "--device", "cuda", "--dtype", "bfloat16", "--mode", "fast")
+    if res is not None:
+        assert (res["device"], res["dtype"], res["mode"]) == ("cuda", "bfloat16", "fast")
+        check_segmentation(res)
