@@ -220,13 +220,15 @@ def test_fast_mode_extra_memory_is_the_sort(gen):
 def test_segmentation_example_in_bfloat16_fast_mode(tmp_path):
     """The segmentation example on the GPU, its networks in bfloat16 and the point convolutions on
     the tensor cores: the same accuracy bound as on the CPU."""
-    import sys
+    import importlib.util
     from pathlib import Path
 
-    sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "python"))
-    from test_point_conv import check_segmentation, run_segmentation_example
+    path = Path(__file__).resolve().parents[2] / "python" / "segmentation_example.py"  # tests/python
+    spec = importlib.util.spec_from_file_location("segmentation_example", path)
+    example = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(example)
 
-    _, res = run_segmentation_example(tmp_path, "--device", "cuda", "--dtype", "bfloat16", "--mode", "fast")
+    _, res = example.run_segmentation_example(tmp_path, "--device", "cuda", "--dtype", "bfloat16", "--mode", "fast")
     if res is not None:
         assert (res["device"], res["dtype"], res["mode"]) == ("cuda", "bfloat16", "fast")
-        check_segmentation(res)
+        example.check_segmentation(res)
