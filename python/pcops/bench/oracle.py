@@ -439,13 +439,17 @@ def point_conv_float64(features: np.ndarray, weights: np.ndarray, triplets: np.n
     out, out_mag = rows_sum(out_rows, num_out, i, co, fwd_term)
     gf, gf_mag = rows_sum(in_rows, n_in, j, ci, gf_term)
     cols = np.arange(co) if o_sel is None else np.asarray(o_sel)
+    Gc = G[:, cols]
     gw = np.zeros((K, len(cols), ci))
     gw_mag = np.zeros_like(gw)
+    step = 1 << 18  # triplets a block: the gathered float64 rows stay a few hundred MB
     for cell in range(K):
-        m = k == cell
-        if m.any():
-            g, f = G[i[m]][:, cols], F[j[m]]
-            gw[cell], gw_mag[cell] = g.T @ f, np.abs(g).T @ np.abs(f)
+        pos = np.flatnonzero(k == cell)
+        for s in range(0, len(pos), step):
+            p = pos[s:s + step]
+            g, f = Gc[i[p]], F[j[p]]
+            gw[cell] += g.T @ f
+            gw_mag[cell] += np.abs(g).T @ np.abs(f)
     longest = lambda a, n: int(np.bincount(a, minlength=n).max()) if len(a) else 0
     terms = (longest(i, num_out) + ci, longest(j, n_in) + co, longest(k, K))
     return {"parts": (out, gf, gw), "magnitudes": (out_mag, gf_mag, gw_mag), "terms": terms}
