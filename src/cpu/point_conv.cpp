@@ -7,7 +7,9 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <stdexcept>
 #include <tuple>
 #include <vector>
 
@@ -54,6 +56,15 @@ PairRef ref(const Pairs& g) {
                  g.bmask};
 }
 
+// PCOPS_CPU_POINT_CONV_GROUPING=tuples takes the comparison sort of the wide keys where the
+// packed keys would fit 64 bits too (the tests compare both; "packed", the default, otherwise).
+bool tuples_forced() {
+  const char* e = std::getenv("PCOPS_CPU_POINT_CONV_GROUPING");
+  if (e == nullptr || *e == 0 || std::strcmp(e, "packed") == 0) return false;
+  if (std::strcmp(e, "tuples") == 0) return true;
+  throw std::invalid_argument("pcops point_conv: PCOPS_CPU_POINT_CONV_GROUPING must be packed or tuples");
+}
+
 Pairs group_pairs(const CpuContext& ctx, const int64_t* t, int64_t T, int a_col, int b_col, int64_t na, int64_t nb,
                   int64_t K, bool tiled) {
   using pcops::common::bits_for;
@@ -69,7 +80,7 @@ Pairs group_pairs(const CpuContext& ctx, const int64_t* t, int64_t T, int a_col,
   const int lg = bits_for(static_cast<uint64_t>(std::max<int64_t>(groups - 1, 0)));
   g.offsets.assign(static_cast<size_t>(groups) + 1, 0);
   if (T == 0) return g;
-  if (lg + la + lb <= 64) {
+  if (lg + la + lb <= 64 && !tuples_forced()) {
     // One radix sort of packed (group, a or a's row in the tile, b) keys; the group offsets from
     // the sorted keys (each offset written once, by the boundary that passes it).
     g.keys.resize(static_cast<size_t>(T));

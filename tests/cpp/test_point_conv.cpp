@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <random>
@@ -224,6 +225,31 @@ TEST(PointConv, IndependentOfTripletOrderAndThreads) {
   expect_bitwise(shuffled.out, base.out, "forward shuffled");
   expect_bitwise(shuffled.gf, base.gf, "grad_features shuffled");
   expect_bitwise(shuffled.gw, base.gw, "grad_weights shuffled");
+}
+
+// The grouping of keys wider than 64 bits (a comparison sort of the (group, a, b) tuples; shapes
+// that need it hold about 2^31 points) forced by PCOPS_CPU_POINT_CONV_GROUPING=tuples on a small
+// case: the contract's bits, for every thread count; a bad value of the variable is rejected.
+struct GroupingEnv {  // PCOPS_CPU_POINT_CONV_GROUPING for one scope
+  explicit GroupingEnv(const char* value) { setenv("PCOPS_CPU_POINT_CONV_GROUPING", value, 1); }
+  ~GroupingEnv() { unsetenv("PCOPS_CPU_POINT_CONV_GROUPING"); }
+};
+
+TEST(PointConv, WideKeyGroupingGivesTheContract) {
+  std::mt19937 rng(61);
+  const Case c = random_case(rng, 300, 260, 9, 12, 27, 8000);
+  const std::vector<float> out = oracle_forward(c), gf = oracle_grad_features(c), gw = oracle_grad_weights(c);
+  {
+    const GroupingEnv tuples("tuples");
+    for (int threads : {1, 3}) {
+      const Result r = run(c, threads);
+      expect_bitwise(r.out, out, "forward");
+      expect_bitwise(r.gf, gf, "grad_features");
+      expect_bitwise(r.gw, gw, "grad_weights");
+    }
+  }
+  const GroupingEnv bad("sorted");
+  EXPECT_THROW(run(c, 1), std::invalid_argument);
 }
 
 TEST(PointConv, WeightGradientPieceLength) {
