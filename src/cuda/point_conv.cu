@@ -130,43 +130,43 @@ Grouping group_triplets(const CudaContext& ctx, detail::Workspace& ws, const Poi
   const bool columns = e != nullptr && std::strcmp(e, "columns") == 0;
   if (e != nullptr && *e != 0 && !columns && std::strcmp(e, "packed") != 0)
     throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_GROUPING must be packed or columns");
-  if (bits <= 64 && !columns) {  // one sort of the packed columns
-    detail::launch(ctx, packed_keys_kernel, dim3(blocks_for(T)), dim3(NT), 0, t, T, key, second, third, b2, b3,
-                   s.num_out, s.num_in, s.kernels, keys, order);
-    cub::DoubleBuffer<uint64_t> dk(keys, keys_alt);
-    cub::DoubleBuffer<int64_t> dv(order, order_alt);
-    size_t temp_bytes = 0;
-    PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, dk, dv, T, 0, bits, detail::stream_of(ctx)));
-    PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(ws.bytes(temp_bytes), temp_bytes, dk, dv, T, 0, bits,
-                                                     detail::stream_of(ctx)));  // stable
-    detail::launch(ctx, offsets_kernel<uint64_t>, dim3(blocks_for(rows + 1)), dim3(NT), 0,
-                   static_cast<const uint64_t*>(dk.Current()), T, rows, b2 + b3, offsets);
-    g.order = dv.Current();
-    return g;
-  }
-  detail::launch(ctx, iota_kernel<int64_t>, dim3(blocks_for(T)), dim3(NT), 0, order, T);
+  // Stable key-value sorts on the low `sort_bits` bits of keys (values: order); afterwards keys and
+  // order name the buffers that hold the result.
   size_t temp_bytes = 0;
-  {
+  void* temp = nullptr;
+  const auto sort_pairs = [&](int sort_bits) {
     cub::DoubleBuffer<uint64_t> dk(keys, keys_alt);
     cub::DoubleBuffer<int64_t> dv(order, order_alt);
-    PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, dk, dv, T, 0, 64, detail::stream_of(ctx)));
-  }
-  void* temp = ws.bytes(temp_bytes);
-  const int cols[3] = {third, second, key};
-  const uint64_t* sorted_keys = keys;
-  for (int col : cols) {
-    detail::launch(ctx, column_keys_kernel, dim3(blocks_for(T)), dim3(NT), 0, t,
-                   static_cast<const int64_t*>(order), T, col, counts[col], s.num_out, s.num_in, s.kernels, keys);
-    cub::DoubleBuffer<uint64_t> dk(keys, keys_alt);
-    cub::DoubleBuffer<int64_t> dv(order, order_alt);
-    PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, dk, dv, T, 0, bits_for(counts[col]),
+    PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, temp_bytes, dk, dv, T, 0, sort_bits,
                                                      detail::stream_of(ctx)));  // stable
     if (dv.Current() != order) std::swap(order, order_alt);
     if (dk.Current() != keys) std::swap(keys, keys_alt);
-    sorted_keys = keys;
+  };
+  const auto reserve = [&](int sort_bits) {  // the scratch for sorts of up to sort_bits bits
+    cub::DoubleBuffer<uint64_t> dk(keys, keys_alt);
+    cub::DoubleBuffer<int64_t> dv(order, order_alt);
+    PCOPS_CUDA_CHECK(
+        cub::DeviceRadixSort::SortPairs(nullptr, temp_bytes, dk, dv, T, 0, sort_bits, detail::stream_of(ctx)));
+    temp = ws.bytes(temp_bytes);
+  };
+  int shift = 0;  // the row's place in the sorted keys
+  if (bits <= 64 && !columns) {  // one sort of the packed columns
+    detail::launch(ctx, packed_keys_kernel, dim3(blocks_for(T)), dim3(NT), 0, t, T, key, second, third, b2, b3,
+                   s.num_out, s.num_in, s.kernels, keys, order);
+    reserve(bits);
+    sort_pairs(bits);
+    shift = b2 + b3;
+  } else {  // a pass per column, least significant first
+    detail::launch(ctx, iota_kernel<int64_t>, dim3(blocks_for(T)), dim3(NT), 0, order, T);
+    reserve(64);
+    for (int col : {third, second, key}) {
+      detail::launch(ctx, column_keys_kernel, dim3(blocks_for(T)), dim3(NT), 0, t,
+                     static_cast<const int64_t*>(order), T, col, counts[col], s.num_out, s.num_in, s.kernels, keys);
+      sort_pairs(bits_for(counts[col]));
+    }
   }
-  detail::launch(ctx, offsets_kernel<uint64_t>, dim3(blocks_for(rows + 1)), dim3(NT), 0, sorted_keys, T, rows, 0,
-                 offsets);
+  detail::launch(ctx, offsets_kernel<uint64_t>, dim3(blocks_for(rows + 1)), dim3(NT), 0,
+                 static_cast<const uint64_t*>(keys), T, rows, shift, offsets);
   g.order = order;
   return g;
 }
