@@ -259,6 +259,10 @@ TEST(CudaPointConv, UnknownKernelNamesThrow) {
     const MvmrKernel forced(bad);
     EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }
+  for (const char* bad : {"column", "tuples", "Packed", "1"}) {
+    const GroupingSort forced(bad);
+    EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
+  }
 }
 
 TEST(CudaPointConv, EmptyTripletsGiveZeros) {
