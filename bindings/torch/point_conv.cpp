@@ -114,11 +114,19 @@ at::Tensor point_conv_impl(const at::Tensor& features_in, const at::Tensor& weig
   return out.to(features_in.scalar_type());
 }
 
-// A gradient that is not requested is returned as zeros (not computed).
-std::tuple<at::Tensor, at::Tensor> gradient_buffers(const at::Tensor& f, const at::Tensor& w, bool need_features,
-                                                    bool need_weights) {
-  return {need_features ? at::empty(f.sizes(), f.options()) : at::zeros(f.sizes(), f.options()),
-          need_weights ? at::empty(w.sizes(), w.options()) : at::zeros(w.sizes(), w.options())};
+// The two gradients, the weights' first: each is allocated just before its own computation, so
+// grad_features (as large as the features) does not exist yet while the weight gradient's
+// workspace does, and the backward's peak is the larger of the two steps, not their sum. A
+// gradient that is not requested is returned as zeros (not computed). run(gf, gw) computes the
+// gradients whose pointers are not null.
+template <class Run>
+std::tuple<at::Tensor, at::Tensor> gradients_in_turn(const at::Tensor& f, const at::Tensor& w, bool need_features,
+                                                     bool need_weights, Run run) {
+  at::Tensor gw = need_weights ? at::empty(w.sizes(), w.options()) : at::zeros(w.sizes(), w.options());
+  if (need_weights) translate_errors([&] { run(nullptr, gw.data_ptr()); });
+  at::Tensor gf = need_features ? at::empty(f.sizes(), f.options()) : at::zeros(f.sizes(), f.options());
+  if (need_features) translate_errors([&] { run(gf.data_ptr(), nullptr); });
+  return {gf, gw};
 }
 
 template <class Run>
@@ -138,22 +146,18 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_impl(const at::Tensor& gr
     // grad_out in the features' 16-bit dtype (the forward's output dtype).
     const at::Tensor f = dense16(in.features), w = dense16(in.weights);
     const at::Tensor g = dense16(grad_out_in.to(f.scalar_type()));
-    auto [gf, gw] = gradient_buffers(f, w, need_features, need_weights);
-    translate_errors([&] {
+    return gradients_in_turn(f, w, need_features, need_weights, [&](void* gf, void* gw) {
       cuda::point_conv_mma_backward(cuda_context(f), in.shape, half16_of(f), g.data_ptr(), f.data_ptr(),
-                                    w.data_ptr(), in.triplets.data_ptr<int64_t>(),
-                                    need_features ? gf.data_ptr() : nullptr, need_weights ? gw.data_ptr() : nullptr);
+                                    w.data_ptr(), in.triplets.data_ptr<int64_t>(), gf, gw);
     });
-    return {gf, gw};
   }
 #else
   (void)fast;
 #endif
   const at::Tensor f = as_float(in.features), w = as_float(in.weights), g = as_float(grad_out_in);
-  auto [gf, gw] = gradient_buffers(f, w, need_features, need_weights);
-  translate_errors([&] {
+  auto [gf, gw] = gradients_in_turn(f, w, need_features, need_weights, [&](void* gf_p, void* gw_p) {
     run(f, in.shape, g.data_ptr<float>(), f.data_ptr<float>(), w.data_ptr<float>(), in.triplets.data_ptr<int64_t>(),
-        need_features ? gf.data_ptr<float>() : nullptr, need_weights ? gw.data_ptr<float>() : nullptr);
+        static_cast<float*>(gf_p), static_cast<float*>(gw_p));
   });
   return {gf.to(features_in.scalar_type()), gw.to(weights_in.scalar_type())};
 }

@@ -36,8 +36,9 @@ def _pcops_records(doc):
 # ----------------------------------------------------------------------------------------------
 
 
-def test_info_runs_as_a_command():
-    res = subprocess.run([sys.executable, "-m", "pcops.cli", "info"], capture_output=True, text=True, timeout=120)
+@pytest.mark.parametrize("module", ["pcops.cli", "pcops"])
+def test_info_runs_as_a_command(module):
+    res = subprocess.run([sys.executable, "-m", module, "info"], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     out = res.stdout
     assert f"pcops {pcops.__version__}" in out

@@ -217,6 +217,40 @@ def test_fast_mode_extra_memory_is_the_sort(gen):
     assert 16 * T <= extra <= 16 * T + offsets + (4 << 20), extra
 
 
+@pytest.mark.parametrize("mode", ["fast", "exact"])
+def test_backward_peak_is_the_larger_gradient_step(gen, mode):
+    """Both gradients at once peak no higher than the larger of the two steps: the weight gradient
+    runs first, and grad_features (as large as the features) is allocated only once the weight
+    gradient's workspace is gone. The weight gradient's step is measured on the same triplet
+    count, cells and channels with 1,000 points (its workspace does not depend on the point
+    count; its unrequested grad_features, zeros, is then small)."""
+    n, c, K, T, small = 120000, 128, 27, 2_000_000, 1000
+    dtype = torch.bfloat16 if mode == "fast" else torch.float32
+    f = (torch.rand(n, c, generator=gen) * 2 - 1).cuda().to(dtype)
+    w = (torch.rand(K, c, c, generator=gen) * 2 - 1).cuda().to(dtype)
+    g = (torch.rand(n, c, generator=gen) * 2 - 1).cuda().to(dtype)
+    t = torch.stack([torch.randint(0, n, (T,), generator=gen), torch.randint(0, n, (T,), generator=gen),
+                     torch.randint(0, K, (T,), generator=gen)], dim=1).cuda()
+    t_small = t.clone()
+    t_small[:, :2] %= small
+
+    def peak(g, f, t, n, need_features, need_weights):
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        res = torch.ops.pcops._point_conv_backward(g, f, w, t, n, need_features, need_weights, mode)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base, res
+
+    peak(g, f, t, n, True, True)  # warm-up
+    p_w, _ = peak(g[:small].contiguous(), f[:small].contiguous(), t_small, small, False, True)
+    p_f, (gf_alone, _) = peak(g, f, t, n, True, False)
+    _, (_, gw_alone) = peak(g, f, t, n, False, True)
+    p_both, (gf, gw) = peak(g, f, t, n, True, True)
+    assert torch.equal(gf, gf_alone) and torch.equal(gw, gw_alone)
+    assert p_both <= max(p_w, p_f) + (2 << 20), (p_both, p_w, p_f)
+
+
 def test_segmentation_example_in_bfloat16_fast_mode(tmp_path):
     """The segmentation example on the GPU, its networks in bfloat16 and the point convolutions on
     the tensor cores: the same accuracy bound as on the CPU."""

@@ -1,0 +1,7 @@
+"""`python -m pcops`: the `pcops` command (info, demo, bench) where its script is not on PATH."""
+
+import sys
+
+from pcops.cli import main
+
+sys.exit(main())
