@@ -6,10 +6,10 @@
 // per row gives the CSR offsets. Triplets with any column out of range get sentinel keys past
 // every row, so they are never visited (the binding range-checks first; this only keeps bad input
 // memory-safe).
-// MVMR (forward, grad_features), by default mvmr_cells_kernel from 128 destination channels: the
+// MVMR (forward, grad_features), by default mvmr_cells_kernel from 64 destination channels: the
 // runs of every row (its triplets of one kernel cell) are listed and sorted by (cell, length), then
 // one launch per cell folds all rows' runs of that cell into the destination rows, a block per
-// slice of the cell's matrix held in shared memory, warps folding four or eight runs side by side; for
+// slice of the cell's matrix held in shared memory, warps folding two or four runs side by side; for
 // narrow destinations mvmr_kernel, one thread per (row, V destination channels); mvmr_tile_kernel
 // (64 rows x 128 channels a block, sums in shared memory, a barrier per cell) on request.
 // Every element folds its triplets in order and the source channels ascending with __fmul_rn /
@@ -504,11 +504,36 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, 2)
 // waits for another's rows (the tiles wait at a barrier per cell for their slowest warp). The
 // runs of all rows (maximal stretches of one row and one cell in the grouping's order) are listed
 // once and sorted by (cell, length descending); in cell k's launch, each block copies mat[k]'s
-// slice of 32 VC destination channels into shared memory and its warps take groups of NG (4 or 8)
+// slice of 32 VC destination channels into shared memory and its warps take groups of NG (2 or 4)
 // consecutive runs (about equally long), row sums from dst and back.
 struct MvmrCellsPolicy {
   static constexpr int kLenBits = 17;  // run lengths in the sort key (clamped: longer ones tie)
-  static constexpr int kBlocksPerSm = 2;
+};
+
+// The cells kernel's shape for VC channels a lane: NG runs a warp group, at least MB blocks of
+// 256 threads a multiprocessor (the register budget: 128 / 85 / 64 a thread for MB = 2 / 3 / 4),
+// and the grid MB blocks a multiprocessor. Measured on one H200 (165k points, kNN 16, 27 cells,
+// float32, forward / grad_features alone, CUDA events, medians of 9,
+// benchmarks/results/point-conv-cells-cuda-20261201-085600-97fbcc9.json): VC = 2 (C = 64) 4 runs
+// with 3 blocks 2.70 / 2.78 ms, against 8 runs with 2 blocks (the earlier choice, 56 bytes of
+// spilled registers) 3.07 / 3.09, 4 with 4 blocks 2.86 / 2.89, 2 with 4 blocks 2.92 / 2.93 and
+// the rows kernel 3.03 / 3.38; VC = 1 (C = 32) 2 runs with 4 blocks 1.72 / 1.76 ms against 8 with
+// 2 (72 bytes spilled) 2.08 / 2.13 (the rows kernel: 1.15 / 1.23, the default there); VC = 4 (C =
+// 128 / 256) 4 runs with 2 blocks 6.04 / 21.0 ms forward, with 3 blocks 6.24 / 20.7, with 4
+// blocks 6.23 / 27.1.
+template <int VC>
+struct CellsShape;
+template <>
+struct CellsShape<4> {
+  static constexpr int kGroup = 4, kBlocksPerSm = 2;
+};
+template <>
+struct CellsShape<2> {
+  static constexpr int kGroup = 4, kBlocksPerSm = 3;
+};
+template <>
+struct CellsShape<1> {
+  static constexpr int kGroup = 2, kBlocksPerSm = 4;
 };
 
 // The runs of the grouping, each at its first position p: run_row[p], run_len[p] and its sort key
@@ -535,8 +560,8 @@ __global__ void write_runs_kernel(const int64_t* __restrict__ offsets, const int
 
 // Cell k's runs (sorted positions cell_off[k] .. cell_off[k + 1] - 1 of order, each run's first
 // grouping position) into dst. Blocks: (part, column block) with the column blocks innermost.
-template <int VC, int NG>
-__global__ void __launch_bounds__(MvmrTilePolicy::kThreads, MvmrCellsPolicy::kBlocksPerSm)
+template <int VC, int NG = CellsShape<VC>::kGroup>
+__global__ void __launch_bounds__(MvmrTilePolicy::kThreads, CellsShape<VC>::kBlocksPerSm)
     mvmr_cells_kernel(int64_t k, const int64_t* __restrict__ cell_off, const int* __restrict__ order,
                       const int* __restrict__ run_row, const int* __restrict__ run_len,
                       const int64_t* __restrict__ packed, const float* __restrict__ src, int64_t c_src,
@@ -937,10 +962,10 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
 // grouping's order in place) where the cells and the source rows fit its packed positions; else
 // mvmr_kernel, four destination channels per thread where the shapes allow. A kernel that cannot
 // run takes the next one in that order. Measured on one H200 (165k points, kNN 16, 27 cells,
-// float32 forward, C = 32 / 64 / 128): cells 2.44 / 3.31 / 6.21 ms, rows 1.38 / 3.31 / 12.3 ms
-// (cells with eight-run groups and loads ahead; the same at 64, with 64 MB more peak memory);
-// C = 256 / 512: cells 21.3 / 113 ms, rows 53.1 ms and tiles 43.0 / 165 ms earlier.
-constexpr int64_t kWideCols = 128;
+// float32 forward, C = 32 / 64 / 128 / 256, point-conv-cells-cuda-20261201-085600-97fbcc9.json):
+// cells 1.72 / 2.70 / 6.04 / 21.0 ms, rows 1.15 / 3.03 / 12.1 / 53.5 ms (the cells kernel takes
+// 24 bytes a triplet more memory: its sorted run lists); earlier C = 512: cells 113 ms, tiles 165.
+constexpr int64_t kWideCols = 64;
 
 enum class Mvmr { kCells, kTiles, kRows };
 
@@ -987,13 +1012,14 @@ void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grou
   detail::launch(ctx, offsets_kernel<uint32_t>, dim3(blocks_for(K + 1)), dim3(NT), 0,
                  static_cast<const uint32_t*>(dk.Current()), T, K, MvmrCellsPolicy::kLenBits, cell_off);
   const int64_t NC = 32 * VC, col_blocks = detail::ceil_div(c_dst, NC);
-  const int64_t target = int64_t{MvmrCellsPolicy::kBlocksPerSm} * detail::device_properties().multiProcessorCount;
+  const int blocks_per_sm = VC == 4 ? CellsShape<4>::kBlocksPerSm : VC == 2 ? CellsShape<2>::kBlocksPerSm
+                                                                            : CellsShape<1>::kBlocksPerSm;
+  const int64_t target = int64_t{blocks_per_sm} * detail::device_properties().multiProcessorCount;
   const int64_t parts = std::max<int64_t>(1, target / col_blocks);
   if (parts * col_blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many channels");
-  // Groups of eight runs for slices of 32 or 64 channels (each load of the slice serves eight rows),
-  // four for 128 (eight would spill). Measured on one H200 (forward, 165k points, float32), four /
-  // eight runs: 6.28 / 7.06 ms at C = 128, 22.8 / 21.3 ms at 256, 131 / 113 ms at 512.
-  const auto kernel = VC == 4 ? mvmr_cells_kernel<4, 4> : VC == 2 ? mvmr_cells_kernel<2, 8> : mvmr_cells_kernel<1, 8>;
+  // The run groups and blocks of CellsShape. Earlier, with slices of 128 channels (forward, 165k
+  // points), four / eight runs: 6.28 / 7.06 ms at C = 128, 22.8 / 21.3 ms at 256, 131 / 113 ms at 512.
+  const auto kernel = VC == 4 ? mvmr_cells_kernel<4> : VC == 2 ? mvmr_cells_kernel<2> : mvmr_cells_kernel<1>;
   const size_t smem = static_cast<size_t>(c_src * NC) * sizeof(float);
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   for (int64_t k = 0; k < K; ++k)
