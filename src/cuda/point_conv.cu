@@ -536,9 +536,11 @@ struct CellsShape<1> {
   static constexpr int kGroup = 2, kBlocksPerSm = 4;
 };
 
-// The runs of the grouping, each at its first position p: run_row[p], run_len[p] and its sort key
-// keys[p] (cell, then longer first); the other positions keep the keys they had (the caller fills
-// them with the largest key). packed: pack_order_kernel's order.
+// The runs of the grouping, each at its first position p: its sort key keys[p] (cell, then longer
+// first; kKeys), or run_row[p] and run_len[p] (otherwise: the second pass, once the sorted keys are
+// no longer needed, into their buffers). The other positions keep what they had (the caller fills
+// the keys with the largest key). packed: pack_order_kernel's order.
+template <bool kKeys>
 __global__ void write_runs_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ packed,
                                   int64_t rows, uint32_t* __restrict__ keys, int* __restrict__ run_row,
                                   int* __restrict__ run_len) {
@@ -552,15 +554,15 @@ __global__ void write_runs_kernel(const int64_t* __restrict__ offsets, const int
       do ++p;
       while (p < e && static_cast<uint64_t>(packed[p]) >> MvmrTilePolicy::kPackBits == k);
       const uint32_t len = static_cast<uint32_t>(p - p0);
-      keys[p0] = static_cast<uint32_t>(k << LB) | (kLenMax - (len < kLenMax ? len : kLenMax));
-      run_row[p0] = static_cast<int>(r), run_len[p0] = static_cast<int>(len);
+      if constexpr (kKeys) keys[p0] = static_cast<uint32_t>(k << LB) | (kLenMax - (len < kLenMax ? len : kLenMax));
+      else run_row[p0] = static_cast<int>(r), run_len[p0] = static_cast<int>(len);
     }
   }
 }
 
 // Cell k's runs (sorted positions cell_off[k] .. cell_off[k + 1] - 1 of order, each run's first
 // grouping position) into dst. Blocks: (part, column block) with the column blocks innermost.
-template <int VC, int NG = CellsShape<VC>::kGroup>
+template <int VC, int NG>
 __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, CellsShape<VC>::kBlocksPerSm)
     mvmr_cells_kernel(int64_t k, const int64_t* __restrict__ cell_off, const int* __restrict__ order,
                       const int* __restrict__ run_row, const int* __restrict__ run_len,
@@ -964,7 +966,7 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
 // run takes the next one in that order. Measured on one H200 (165k points, kNN 16, 27 cells,
 // float32 forward, C = 32 / 64 / 128 / 256, point-conv-cells-cuda-20261201-085600-97fbcc9.json):
 // cells 1.72 / 2.70 / 6.04 / 21.0 ms, rows 1.15 / 3.03 / 12.1 / 53.5 ms (the cells kernel takes
-// 24 bytes a triplet more memory: its sorted run lists); earlier C = 512: cells 113 ms, tiles 165.
+// 16 bytes a triplet more memory: its run lists and their sort); earlier C = 512: cells 113 ms, tiles 165.
 constexpr int64_t kWideCols = 64;
 
 enum class Mvmr { kCells, kTiles, kRows };
@@ -994,8 +996,6 @@ void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grou
   uint32_t* keys_alt = ws.alloc<uint32_t>(T);
   int* ids = ws.alloc<int>(T);
   int* ids_alt = ws.alloc<int>(T);
-  int* run_row = ws.alloc<int>(T);
-  int* run_len = ws.alloc<int>(T);
   int64_t* cell_off = ws.alloc<int64_t>(K + 1);
   cub::DoubleBuffer<uint32_t> dk(keys, keys_alt);
   cub::DoubleBuffer<int> dv(ids, ids_alt);
@@ -1006,11 +1006,16 @@ void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grou
   // positions.
   PCOPS_CUDA_CHECK(cudaMemsetAsync(keys, 0xff, static_cast<size_t>(T) * sizeof(uint32_t), stream));
   detail::launch(ctx, iota_kernel<int>, dim3(blocks_for(T)), dim3(NT), 0, ids, T);
-  detail::launch(ctx, write_runs_kernel, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows, keys, run_row,
-                 run_len);
+  detail::launch(ctx, write_runs_kernel<true>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows, keys,
+                 nullptr, nullptr);
   PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, dk, dv, T, 0, 32, stream));
   detail::launch(ctx, offsets_kernel<uint32_t>, dim3(blocks_for(K + 1)), dim3(NT), 0,
                  static_cast<const uint32_t*>(dk.Current()), T, K, MvmrCellsPolicy::kLenBits, cell_off);
+  // The keys are spent (stream order): their two buffers take each run's row and length.
+  int* run_row = reinterpret_cast<int*>(keys);
+  int* run_len = reinterpret_cast<int*>(keys_alt);
+  detail::launch(ctx, write_runs_kernel<false>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows, nullptr,
+                 run_row, run_len);
   const int64_t NC = 32 * VC, col_blocks = detail::ceil_div(c_dst, NC);
   const int blocks_per_sm = VC == 4 ? CellsShape<4>::kBlocksPerSm : VC == 2 ? CellsShape<2>::kBlocksPerSm
                                                                             : CellsShape<1>::kBlocksPerSm;
@@ -1019,7 +1024,9 @@ void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grou
   if (parts * col_blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many channels");
   // The run groups and blocks of CellsShape. Earlier, with slices of 128 channels (forward, 165k
   // points), four / eight runs: 6.28 / 7.06 ms at C = 128, 22.8 / 21.3 ms at 256, 131 / 113 ms at 512.
-  const auto kernel = VC == 4 ? mvmr_cells_kernel<4> : VC == 2 ? mvmr_cells_kernel<2> : mvmr_cells_kernel<1>;
+  const auto kernel = VC == 4   ? mvmr_cells_kernel<4, CellsShape<4>::kGroup>
+                     : VC == 2 ? mvmr_cells_kernel<2, CellsShape<2>::kGroup>
+                               : mvmr_cells_kernel<1, CellsShape<1>::kGroup>;
   const size_t smem = static_cast<size_t>(c_src * NC) * sizeof(float);
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   for (int64_t k = 0; k < K; ++k)
