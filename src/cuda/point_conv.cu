@@ -536,17 +536,19 @@ struct CellsShape<1> {
   static constexpr int kGroup = 2, kBlocksPerSm = 4;
 };
 
-// The runs of the grouping, each at its first position p: its sort key keys[p] (cell, then longer
-// first; kKeys), or run_row[p] and run_len[p] (otherwise: the second pass, once the sorted keys are
-// no longer needed, into their buffers). The other positions keep what they had (the caller fills
-// the keys with the largest key). packed: pack_order_kernel's order.
+// The runs of the grouping, each at its first position p: its sort key keys[p] (kKeys), or
+// run_row[p] and run_len[p] (otherwise: the second pass, once the sorted keys are no longer needed,
+// into their buffers). The key: (segment, then longer first), segment = the cell k, or with
+// tile_shift >= 0 tile * K + k for the tile r >> tile_shift of the run's row r, above len_bits of
+// the clamped length. The other positions keep what they had (the caller fills the
+// keys with the largest key). packed: pack_order_kernel's order.
 template <bool kKeys>
 __global__ void write_runs_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ packed,
-                                  int64_t rows, uint32_t* __restrict__ keys, int* __restrict__ run_row,
-                                  int* __restrict__ run_len) {
-  constexpr int LB = MvmrCellsPolicy::kLenBits;
-  constexpr uint32_t kLenMax = (uint32_t{1} << LB) - 1;
+                                  int64_t rows, int tile_shift, int64_t K, int len_bits,
+                                  uint32_t* __restrict__ keys, int* __restrict__ run_row, int* __restrict__ run_len) {
+  const uint32_t len_max = (uint32_t{1} << len_bits) - 1;
   PCOPS_CUDA_GRID_STRIDE(r, rows) {
+    const uint64_t tile_part = tile_shift >= 0 ? (static_cast<uint64_t>(r) >> tile_shift) * static_cast<uint64_t>(K) : 0;
     const int64_t e = offsets[r + 1];
     for (int64_t p = offsets[r]; p < e;) {
       const uint64_t k = static_cast<uint64_t>(packed[p]) >> MvmrTilePolicy::kPackBits;
@@ -554,8 +556,10 @@ __global__ void write_runs_kernel(const int64_t* __restrict__ offsets, const int
       do ++p;
       while (p < e && static_cast<uint64_t>(packed[p]) >> MvmrTilePolicy::kPackBits == k);
       const uint32_t len = static_cast<uint32_t>(p - p0);
-      if constexpr (kKeys) keys[p0] = static_cast<uint32_t>(k << LB) | (kLenMax - (len < kLenMax ? len : kLenMax));
-      else run_row[p0] = static_cast<int>(r), run_len[p0] = static_cast<int>(len);
+      if constexpr (kKeys)
+        keys[p0] = static_cast<uint32_t>((tile_part + k) << len_bits) | (len_max - (len < len_max ? len : len_max));
+      else
+        run_row[p0] = static_cast<int>(r), run_len[p0] = static_cast<int>(len);
     }
   }
 }
@@ -606,6 +610,81 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, CellsShape<VC>::kBlo
 #pragma unroll
       for (int u = 0; u < VC; ++u) dst[grp.rr[x] * c_dst + d + u] = a[x][u];
     }
+  }
+}
+
+// The MVMR by segments ("segments", opt-in): one block per (tile of kRows destination rows, slice
+// of NC = 32 VC destination channels) keeps the tile's running sums in shared memory and walks the
+// kernel cells in order; for cell k it takes the runs of the tile's rows in that cell (the
+// segment (tile, k) of runs sorted by (tile, cell, length descending)) in groups of NG, a warp a
+// group, folding them as the cells kernel does from the staged slice of mat[k]. The slice of the
+// next cell is copied (cp.async) while the current one is folded; two barriers a cell (the
+// slice has landed for every thread; every fold of the cell is done before the next cell's
+// reads and before its buffer is overwritten). A row has at most one run a cell, so no two warps
+// touch one row's sums within a cell. No global read-modify-write of the sums and one launch,
+// where the cells kernel takes a launch a cell and the sums to global memory and back a run.
+// seg_off: [tiles * K + 1] positions of the sorted runs (order); dst is written once at the end.
+struct MvmrSegmentsPolicy {
+  static constexpr int kRows = 128;       // destination rows a tile
+  static constexpr int kStageBytes = 64 * 1024;  // the two staged slices of mat at most
+};
+
+template <int VC, int NG, int MB>
+__global__ void __launch_bounds__(MvmrTilePolicy::kThreads, MB)
+    mvmr_segments_kernel(int64_t K, const int64_t* __restrict__ seg_off, const int* __restrict__ order,
+                         const int* __restrict__ run_row, const int* __restrict__ run_len,
+                         const int64_t* __restrict__ packed, const float* __restrict__ src, int64_t c_src,
+                         const float* __restrict__ mat, int64_t c_dst, int64_t rows, float* __restrict__ dst) {
+  constexpr int NT = MvmrTilePolicy::kThreads, NC = 32 * VC, NW = NT / 32, TR = MvmrSegmentsPolicy::kRows;
+  extern __shared__ __align__(16) float smem_f[];
+  float* stage = smem_f;                  // [2][c_src][NC]
+  float* sums = smem_f + 2 * c_src * NC;  // [TR][NC]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t col_blocks = (c_dst + NC - 1) / NC;
+  const int64_t tile = blockIdx.x / col_blocks, d0 = blockIdx.x % col_blocks * NC;
+  const int64_t r0 = tile * TR, d = d0 + lane * VC, valid = c_dst - d;
+  for (int e = tid; e < TR * NC; e += NT) sums[e] = 0.0f;
+  const int64_t* so = seg_off + tile * K;
+  copy_slice<NC, NT>(stage, mat, 0, c_src, c_dst, d0, tid);
+  for (int64_t k = 0; k < K; ++k) {
+    float* wk = stage + (k & 1) * c_src * NC;
+    if (k + 1 < K) copy_slice<NC, NT>(stage + ((k + 1) & 1) * c_src * NC, mat, k + 1, c_src, c_dst, d0, tid);
+    else primitives::cp_async_commit();  // an empty group: the wait below counts the same
+    primitives::cp_async_wait<1>();      // this cell's slice (all but the newest group)
+    __syncthreads();
+    const int64_t begin = so[k], end = so[k + 1];
+    const int64_t groups = (end - begin + NG - 1) / NG;
+    for (int64_t g = warp; g < groups; g += NW) {  // warp-uniform
+      RunGroup<NG, int> grp;
+      grp.cnt = static_cast<int>(min(int64_t{NG}, end - begin - g * NG));
+#pragma unroll
+      for (int x = 0; x < NG; ++x) {
+        const int q = x < grp.cnt ? order[begin + g * NG + x] : 0;
+        grp.rr[x] = x < grp.cnt ? static_cast<int>(run_row[q] - r0) : 0;  // the row in the tile
+        grp.pp[x] = q;
+        grp.ll[x] = x < grp.cnt ? run_len[q] : 0;
+      }
+      grp.sort();
+      float a[NG][VC];
+#pragma unroll
+      for (int x = 0; x < NG; ++x) {
+        const Vec<VC> v = x < grp.cnt ? load_floats<VC, true>(sums + grp.rr[x] * NC + lane * VC) : Vec<VC>{};
+#pragma unroll
+        for (int u = 0; u < VC; ++u) a[x][u] = v.v[u];
+      }
+      grp.fold<VC, true, true>(a, packed, src, c_src, wk + lane * VC, NC, valid);
+#pragma unroll
+      for (int x = 0; x < NG; ++x) {
+        if (x >= grp.cnt) continue;
+#pragma unroll
+        for (int u = 0; u < VC; ++u) sums[grp.rr[x] * NC + lane * VC + u] = a[x][u];
+      }
+    }
+    __syncthreads();
+  }
+  for (int e = tid; e < TR * NC; e += NT) {
+    const int64_t r = r0 + e / NC, c = d0 + e % NC;
+    if (r < rows && c < c_dst) dst[r * c_dst + c] = sums[e];
   }
 }
 
@@ -969,15 +1048,16 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
 // 16 bytes a triplet more memory: its run lists and their sort); earlier C = 512: cells 113 ms, tiles 165.
 constexpr int64_t kWideCols = 64;
 
-enum class Mvmr { kCells, kTiles, kRows };
+enum class Mvmr { kSegments, kCells, kTiles, kRows };
 
 Mvmr mvmr_choice(int64_t c_dst) {
   const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_MVMR");
   if (e == nullptr || *e == 0) return c_dst < kWideCols ? Mvmr::kRows : Mvmr::kCells;
+  if (std::strcmp(e, "segments") == 0) return Mvmr::kSegments;
   if (std::strcmp(e, "cells") == 0) return Mvmr::kCells;
   if (std::strcmp(e, "tiles") == 0) return Mvmr::kTiles;
   if (std::strcmp(e, "rows") == 0) return Mvmr::kRows;
-  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be cells, tiles or rows");
+  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be segments, cells, tiles or rows");
 }
 
 // The "cells" MVMR: list and sort the runs, then a launch per kernel cell (empty cells' blocks
@@ -1006,16 +1086,16 @@ void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grou
   // positions.
   PCOPS_CUDA_CHECK(cudaMemsetAsync(keys, 0xff, static_cast<size_t>(T) * sizeof(uint32_t), stream));
   detail::launch(ctx, iota_kernel<int>, dim3(blocks_for(T)), dim3(NT), 0, ids, T);
-  detail::launch(ctx, write_runs_kernel<true>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows, keys,
-                 nullptr, nullptr);
+  detail::launch(ctx, write_runs_kernel<true>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows, -1, K,
+                 MvmrCellsPolicy::kLenBits, keys, nullptr, nullptr);
   PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, dk, dv, T, 0, 32, stream));
   detail::launch(ctx, offsets_kernel<uint32_t>, dim3(blocks_for(K + 1)), dim3(NT), 0,
                  static_cast<const uint32_t*>(dk.Current()), T, K, MvmrCellsPolicy::kLenBits, cell_off);
   // The keys are spent (stream order): their two buffers take each run's row and length.
   int* run_row = reinterpret_cast<int*>(keys);
   int* run_len = reinterpret_cast<int*>(keys_alt);
-  detail::launch(ctx, write_runs_kernel<false>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows, nullptr,
-                 run_row, run_len);
+  detail::launch(ctx, write_runs_kernel<false>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows, -1, K,
+                 MvmrCellsPolicy::kLenBits, nullptr, run_row, run_len);
   const int64_t NC = 32 * VC, col_blocks = detail::ceil_div(c_dst, NC);
   const int blocks_per_sm = VC == 4 ? CellsShape<4>::kBlocksPerSm : VC == 2 ? CellsShape<2>::kBlocksPerSm
                                                                             : CellsShape<1>::kBlocksPerSm;
@@ -1036,6 +1116,85 @@ void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grou
                    packed, src, c_src, mat, c_dst, dst);
 }
 
+// The "segments" MVMR's shapes: VC = 1 or 2 (at most 64 destination channels a slice; a block's
+// shared memory is the two staged slices and the tile's sums).
+template <int VC>
+struct SegmentsShape;
+template <>
+struct SegmentsShape<2> {
+  static constexpr int kGroup = 4, kBlocksPerSm = 3;
+};
+template <>
+struct SegmentsShape<1> {
+  static constexpr int kGroup = 2, kBlocksPerSm = 4;
+};
+
+// Whether the "segments" MVMR takes this shape: destinations of at most 64 channels, the two
+// staged slices within kStageBytes, the tile and cell of a run and at least 4 bits of its length in
+// a 32-bit key, and the cells kernel's limits (32-bit run fields, packed positions).
+bool segments_fit(int64_t c_src, int64_t c_dst, int64_t rows, int64_t K, int64_t T, int64_t src_rows) {
+  if (c_dst > 64 || T >= (int64_t{1} << 31) || rows >= (int64_t{1} << 31) || K >= (int64_t{1} << 15) ||
+      src_rows > (int64_t{1} << MvmrTilePolicy::kPackBits))
+    return false;
+  const int64_t NC = c_dst > 32 ? 64 : 32;
+  if (2 * c_src * NC * static_cast<int64_t>(sizeof(float)) > MvmrSegmentsPolicy::kStageBytes) return false;
+  const int64_t tiles = detail::ceil_div(rows, int64_t{MvmrSegmentsPolicy::kRows});
+  return bits_for(static_cast<uint64_t>(tiles * K)) + 4 <= 32;
+}
+
+// The "segments" MVMR (segments_fit holds): list the runs with keys (tile, cell, length
+// descending), sort them, the segment offsets, each run's row and length into the spent key
+// buffers, then one launch.
+void launch_mvmr_segments(const CudaContext& ctx, detail::Workspace& ws, const Grouping& g, const int64_t* t,
+                          int src_col, const float* src, int64_t c_src, const float* mat, int64_t c_dst,
+                          int64_t rows, int64_t K, int64_t T, float* dst) {
+  constexpr int NT = PointConvPolicy::kThreads, TR = MvmrSegmentsPolicy::kRows;
+  cudaStream_t stream = detail::stream_of(ctx);
+  if (T == 0) {
+    PCOPS_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(rows * c_dst) * sizeof(float), stream));
+    return;
+  }
+  detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(NT), 0, g.order, t, T, src_col);
+  const int64_t* packed = g.order;
+  const int64_t tiles = detail::ceil_div(rows, int64_t{TR});
+  const int tile_shift = 7, len_bits = 32 - bits_for(static_cast<uint64_t>(tiles * K));
+  static_assert(TR == 128, "tile_shift");
+  uint32_t* keys = ws.alloc<uint32_t>(T);
+  uint32_t* keys_alt = ws.alloc<uint32_t>(T);
+  int* ids = ws.alloc<int>(T);
+  int* ids_alt = ws.alloc<int>(T);
+  int64_t* seg_off = ws.alloc<int64_t>(tiles * K + 1);
+  cub::DoubleBuffer<uint32_t> dk(keys, keys_alt);
+  cub::DoubleBuffer<int> dv(ids, ids_alt);
+  size_t sort_bytes = 0;
+  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, dk, dv, T, 0, 32, stream));
+  void* temp = ws.bytes(sort_bytes);
+  PCOPS_CUDA_CHECK(cudaMemsetAsync(keys, 0xff, static_cast<size_t>(T) * sizeof(uint32_t), stream));
+  detail::launch(ctx, iota_kernel<int>, dim3(blocks_for(T)), dim3(NT), 0, ids, T);
+  detail::launch(ctx, write_runs_kernel<true>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows,
+                 tile_shift, K, len_bits, keys, nullptr, nullptr);
+  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, dk, dv, T, 0, 32, stream));
+  // Positions that start no run keep the largest key, whose segment part, 2^(32 - len_bits) - 1,
+  // is past every real one (tiles * K - 1 at most).
+  detail::launch(ctx, offsets_kernel<uint32_t>, dim3(blocks_for(tiles * K + 1)), dim3(NT), 0,
+                 static_cast<const uint32_t*>(dk.Current()), T, tiles * K, len_bits, seg_off);
+  int* run_row = reinterpret_cast<int*>(keys);
+  int* run_len = reinterpret_cast<int*>(keys_alt);
+  detail::launch(ctx, write_runs_kernel<false>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows,
+                 tile_shift, K, len_bits, nullptr, run_row, run_len);
+  const int VC = c_dst > 32 ? 2 : 1;
+  const int64_t NC = 32 * VC, col_blocks = detail::ceil_div(c_dst, NC);
+  const auto kernel = VC == 2 ? mvmr_segments_kernel<2, SegmentsShape<2>::kGroup, SegmentsShape<2>::kBlocksPerSm>
+                              : mvmr_segments_kernel<1, SegmentsShape<1>::kGroup, SegmentsShape<1>::kBlocksPerSm>;
+  const size_t smem = static_cast<size_t>((2 * c_src + TR) * NC) * sizeof(float);
+  PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  if (tiles * col_blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many rows");
+  detail::launch(ctx, kernel, dim3(static_cast<unsigned>(tiles * col_blocks)), dim3(NT), smem, K,
+                 static_cast<const int64_t*>(seg_off), static_cast<const int*>(dv.Current()),
+                 static_cast<const int*>(run_row), static_cast<const int*>(run_len), packed, src, c_src, mat, c_dst,
+                 rows, dst);
+}
+
 void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& g, const int64_t* t, int src_col, const float* src,
                  int64_t c_src, int64_t src_rows, const float* mat, int64_t c_dst, int64_t rows, int64_t K,
                  int64_t T, float* dst) {
@@ -1043,7 +1202,11 @@ void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& 
   using TP = MvmrTilePolicy;
   const Mvmr choice = mvmr_choice(c_dst);
   const bool vec = rows_aligned16(src, c_src) && rows_aligned16(mat, c_dst);
-  if (choice == Mvmr::kCells && vec && rows_aligned16(dst, c_dst) && c_src * 32 <= TP::kStageFloats &&
+  if (choice == Mvmr::kSegments && vec && rows_aligned16(dst, c_dst) && segments_fit(c_src, c_dst, rows, K, T, src_rows)) {
+    launch_mvmr_segments(ctx, ws, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, dst);
+    return;
+  }
+  if ((choice == Mvmr::kCells || choice == Mvmr::kSegments) && vec && rows_aligned16(dst, c_dst) && c_src * 32 <= TP::kStageFloats &&
       K < (int64_t{1} << 15) && src_rows <= (int64_t{1} << TP::kPackBits) && T < (int64_t{1} << 31) &&
       rows < (int64_t{1} << 31)) {
     // Lanes' channels: the widest slice (32 VC channels) that fits and that the destination fills.
