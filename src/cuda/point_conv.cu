@@ -34,6 +34,7 @@
 #include "common/bits.hpp"
 #include "cuda/common.cuh"
 #include "cuda/primitives/async_copy.cuh"
+#include "cuda/primitives/sorted_offsets.cuh"
 #include "pcops/point_conv.hpp"
 
 namespace pcops::cuda {
@@ -84,20 +85,6 @@ __global__ void packed_keys_kernel(const int64_t* t, int64_t T, int key, int sec
     };
     keys[p] = (col(key) << (b2 + b3)) | (col(second) << b3) | col(third);
     order[p] = p;
-  }
-}
-
-// offsets[k] for k = 0..rows: the first position of sorted whose key is at least k << shift.
-template <typename Key>
-__global__ void offsets_kernel(const Key* sorted, int64_t T, int64_t rows, int shift, int64_t* offsets) {
-  for (int64_t k = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; k <= rows; k += int64_t{gridDim.x} * blockDim.x) {
-    int64_t lo = 0, hi = T;
-    while (lo < hi) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      if (sorted[mid] < (static_cast<Key>(k) << shift)) lo = mid + 1;
-      else hi = mid;
-    }
-    offsets[k] = lo;
   }
 }
 
@@ -165,8 +152,8 @@ Grouping group_triplets(const CudaContext& ctx, detail::Workspace& ws, const Poi
       sort_pairs(bits_for(counts[col]));
     }
   }
-  detail::launch(ctx, offsets_kernel<uint64_t>, dim3(blocks_for(rows + 1)), dim3(NT), 0,
-                 static_cast<const uint64_t*>(keys), T, rows, shift, offsets);
+  detail::launch(ctx, primitives::sorted_offsets_kernel<uint64_t>, dim3(blocks_for(rows + 1)), dim3(NT), 0,
+                 static_cast<const uint64_t*>(keys), T, shift, rows, offsets);
   g.order = order;
   return g;
 }
@@ -1089,8 +1076,8 @@ void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grou
   detail::launch(ctx, write_runs_kernel<true>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows, -1, K,
                  MvmrCellsPolicy::kLenBits, keys, nullptr, nullptr);
   PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, dk, dv, T, 0, 32, stream));
-  detail::launch(ctx, offsets_kernel<uint32_t>, dim3(blocks_for(K + 1)), dim3(NT), 0,
-                 static_cast<const uint32_t*>(dk.Current()), T, K, MvmrCellsPolicy::kLenBits, cell_off);
+  detail::launch(ctx, primitives::sorted_offsets_kernel<uint32_t>, dim3(blocks_for(K + 1)), dim3(NT), 0,
+                 static_cast<const uint32_t*>(dk.Current()), T, MvmrCellsPolicy::kLenBits, K, cell_off);
   // The keys are spent (stream order): their two buffers take each run's row and length.
   int* run_row = reinterpret_cast<int*>(keys);
   int* run_len = reinterpret_cast<int*>(keys_alt);
@@ -1176,8 +1163,8 @@ void launch_mvmr_segments(const CudaContext& ctx, detail::Workspace& ws, const G
   PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, dk, dv, T, 0, 32, stream));
   // Positions that start no run keep the largest key, whose segment part, 2^(32 - len_bits) - 1,
   // is past every real one (tiles * K - 1 at most).
-  detail::launch(ctx, offsets_kernel<uint32_t>, dim3(blocks_for(tiles * K + 1)), dim3(NT), 0,
-                 static_cast<const uint32_t*>(dk.Current()), T, tiles * K, len_bits, seg_off);
+  detail::launch(ctx, primitives::sorted_offsets_kernel<uint32_t>, dim3(blocks_for(tiles * K + 1)), dim3(NT), 0,
+                 static_cast<const uint32_t*>(dk.Current()), T, len_bits, tiles * K, seg_off);
   int* run_row = reinterpret_cast<int*>(keys);
   int* run_len = reinterpret_cast<int*>(keys_alt);
   detail::launch(ctx, write_runs_kernel<false>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows,

@@ -39,6 +39,7 @@
 #include "common/bits.hpp"
 #include "cuda/common.cuh"
 #include "cuda/primitives/async_copy.cuh"
+#include "cuda/primitives/sorted_offsets.cuh"
 #include "pcops/point_conv.hpp"
 
 namespace pcops::cuda {
@@ -300,20 +301,6 @@ __global__ void mvmr_keys_kernel(const int64_t* __restrict__ t, int64_t T, int d
     const uint64_t seg = ok ? static_cast<uint64_t>((d / m.bm) * K + k) : static_cast<uint64_t>(m.segments);
     const uint64_t local = ok ? static_cast<uint64_t>(d % m.bm) : 0;
     keys[p] = (seg << (m.local_bits + m.src_bits)) | (local << m.src_bits) | (ok ? static_cast<uint64_t>(s) : 0);
-  }
-}
-
-// offsets[q] = the first sorted position whose key's high part (key >> shift) is >= q, q = 0..rows.
-__global__ void key_offsets_kernel(const uint64_t* __restrict__ sorted, int64_t T, int shift, int64_t rows,
-                                   int64_t* __restrict__ offsets) {
-  PCOPS_CUDA_GRID_STRIDE(q, rows + 1) {
-    int64_t lo = 0, hi = T;
-    while (lo < hi) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      if ((sorted[mid] >> shift) < static_cast<uint64_t>(q)) lo = mid + 1;
-      else hi = mid;
-    }
-    offsets[q] = lo;
   }
 }
 
@@ -859,7 +846,7 @@ size_t mvmr_smem() {
 }
 
 // One MVMR: dst rows n_dst (triplet column dst_col), source rows n_src (column src_col).
-// The MVMR's sorted keys and segment offsets (mvmr_keys_kernel, one radix sort, key_offsets_kernel).
+// The MVMR's sorted keys and segment offsets (mvmr_keys_kernel, one radix sort, sorted_offsets_kernel).
 struct Segments {
   MvmrKey m;
   const uint64_t* sorted;
@@ -894,8 +881,8 @@ Segments sort_segments(const CudaContext& ctx, detail::Workspace& ws, const int6
                    src_col, n_dst, n_src, K, m, keys);
     sorted = sort_keys(ws, keys, alt, T_, bits, stream);
   }
-  detail::launch(ctx, key_offsets_kernel, dim3(detail::grid_blocks(m.segments + 1, NT)), dim3(NT), 0,
-                 static_cast<const uint64_t*>(sorted), T_, m.local_bits + m.src_bits, m.segments, seg_off);
+  detail::launch(ctx, primitives::sorted_offsets_kernel<uint64_t>, dim3(detail::grid_blocks(m.segments + 1, NT)),
+                 dim3(NT), 0, static_cast<const uint64_t*>(sorted), T_, m.local_bits + m.src_bits, m.segments, seg_off);
   return Segments{m, sorted, seg_off};
 }
 
@@ -966,8 +953,8 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
                      s.num_in, K, i_bits, j_bits, keys);
       sorted = sort_keys(ws, keys, alt, T_, bits, stream);
     }
-    detail::launch(ctx, key_offsets_kernel, dim3(detail::grid_blocks(K + 1, NT)), dim3(NT), 0,
-                   static_cast<const uint64_t*>(sorted), T_, i_bits + j_bits, K, k_off);
+    detail::launch(ctx, primitives::sorted_offsets_kernel<uint64_t>, dim3(detail::grid_blocks(K + 1, NT)), dim3(NT),
+                   0, static_cast<const uint64_t*>(sorted), T_, i_bits + j_bits, K, k_off);
     using P = VvorPolicy;
     const int64_t count = K * Co * Ci, per = Co * Ci;
     // Slices: the sorted triplets cut into equal lengths across the kernels (each kernel's share of
