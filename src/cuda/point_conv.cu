@@ -341,6 +341,20 @@ struct RunGroup {
   I rr[NG], pp[NG];
   int ll[NG];
   int cnt;
+  // The n (1..NG) sorted runs at order[first ..] (the cells and segments MVMRs' run lists): each
+  // run's first grouping position, its row less row0 and its length; then longest first.
+  __device__ __forceinline__ void take(const int* __restrict__ order, const int* __restrict__ run_row,
+                                       const int* __restrict__ run_len, int64_t first, int n, int row0) {
+    cnt = n;
+#pragma unroll
+    for (int x = 0; x < NG; ++x) {
+      const int q = x < cnt ? order[first + x] : 0;
+      rr[x] = x < cnt ? run_row[q] - row0 : 0;
+      pp[x] = q;
+      ll[x] = x < cnt ? run_len[q] : 0;
+    }
+    sort();
+  }
   // Longest run first, so the rows still folding at step u are the first ones.
   __device__ __forceinline__ void sort() {
     const auto cswap = [&](int x, int y) {
@@ -573,15 +587,7 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, CellsShape<VC>::kBlo
   const int64_t groups = (end - begin + NG - 1) / NG;
   for (int64_t g = part * NW + warp; g < groups; g += parts * NW) {  // warp-uniform
     RunGroup<NG, int> grp;
-    grp.cnt = static_cast<int>(min(int64_t{NG}, end - begin - g * NG));
-#pragma unroll
-    for (int x = 0; x < NG; ++x) {
-      const int q = x < grp.cnt ? order[begin + g * NG + x] : 0;
-      grp.rr[x] = x < grp.cnt ? run_row[q] : 0;
-      grp.pp[x] = q;
-      grp.ll[x] = x < grp.cnt ? run_len[q] : 0;
-    }
-    grp.sort();
+    grp.take(order, run_row, run_len, begin + g * NG, static_cast<int>(min(int64_t{NG}, end - begin - g * NG)), 0);
     float a[NG][VC];
 #pragma unroll
     for (int x = 0; x < NG; ++x) {
@@ -642,16 +648,9 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, MB)
     const int64_t begin = so[k], end = so[k + 1];
     const int64_t groups = (end - begin + NG - 1) / NG;
     for (int64_t g = warp; g < groups; g += NW) {  // warp-uniform
-      RunGroup<NG, int> grp;
-      grp.cnt = static_cast<int>(min(int64_t{NG}, end - begin - g * NG));
-#pragma unroll
-      for (int x = 0; x < NG; ++x) {
-        const int q = x < grp.cnt ? order[begin + g * NG + x] : 0;
-        grp.rr[x] = x < grp.cnt ? static_cast<int>(run_row[q] - r0) : 0;  // the row in the tile
-        grp.pp[x] = q;
-        grp.ll[x] = x < grp.cnt ? run_len[q] : 0;
-      }
-      grp.sort();
+      RunGroup<NG, int> grp;  // rows in the tile
+      grp.take(order, run_row, run_len, begin + g * NG, static_cast<int>(min(int64_t{NG}, end - begin - g * NG)),
+               static_cast<int>(r0));
       float a[NG][VC];
 #pragma unroll
       for (int x = 0; x < NG; ++x) {
@@ -1047,6 +1046,48 @@ Mvmr mvmr_choice(int64_t c_dst) {
   throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be segments, cells, tiles or rows");
 }
 
+// The runs of a grouping (its order packed by pack_order_kernel) in key order (write_runs_kernel:
+// by cell, or with tile_shift >= 0 by (tile, cell), then longer first): order[x] is the x-th run's
+// first grouping position q, run_row[q] and run_len[q] its row and length, offsets[s] the first
+// run of segment s = 0..segments. 16 bytes a triplet of workspace: the 32-bit keys and positions
+// with their sort buffers; once the keys are spent (stream order) their two buffers take each
+// run's row and length. Positions that start no run keep the largest key, whose segment part is
+// past every real one.
+struct RunLists {
+  const int* order;
+  const int* run_row;
+  const int* run_len;
+  const int64_t* offsets;
+};
+
+RunLists list_runs(const CudaContext& ctx, detail::Workspace& ws, const Grouping& g, int64_t rows, int64_t T,
+                   int tile_shift, int64_t K, int len_bits, int64_t segments) {
+  constexpr int NT = PointConvPolicy::kThreads;
+  cudaStream_t stream = detail::stream_of(ctx);
+  uint32_t* keys = ws.alloc<uint32_t>(T);
+  uint32_t* keys_alt = ws.alloc<uint32_t>(T);
+  int* ids = ws.alloc<int>(T);
+  int* ids_alt = ws.alloc<int>(T);
+  int64_t* offsets = ws.alloc<int64_t>(segments + 1);
+  cub::DoubleBuffer<uint32_t> dk(keys, keys_alt);
+  cub::DoubleBuffer<int> dv(ids, ids_alt);
+  size_t sort_bytes = 0;
+  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, dk, dv, T, 0, 32, stream));
+  void* temp = ws.bytes(sort_bytes);
+  PCOPS_CUDA_CHECK(cudaMemsetAsync(keys, 0xff, static_cast<size_t>(T) * sizeof(uint32_t), stream));
+  detail::launch(ctx, iota_kernel<int>, dim3(blocks_for(T)), dim3(NT), 0, ids, T);
+  detail::launch(ctx, write_runs_kernel<true>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets,
+                 static_cast<const int64_t*>(g.order), rows, tile_shift, K, len_bits, keys, nullptr, nullptr);
+  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, dk, dv, T, 0, 32, stream));
+  detail::launch(ctx, primitives::sorted_offsets_kernel<uint32_t>, dim3(blocks_for(segments + 1)), dim3(NT), 0,
+                 static_cast<const uint32_t*>(dk.Current()), T, len_bits, segments, offsets);
+  int* run_row = reinterpret_cast<int*>(keys);
+  int* run_len = reinterpret_cast<int*>(keys_alt);
+  detail::launch(ctx, write_runs_kernel<false>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets,
+                 static_cast<const int64_t*>(g.order), rows, tile_shift, K, len_bits, nullptr, run_row, run_len);
+  return {dv.Current(), run_row, run_len, offsets};
+}
+
 // The "cells" MVMR: list and sort the runs, then a launch per kernel cell (empty cells' blocks
 // return at once). Needs T < 2^31 and rows < 2^31 (32-bit run fields), K < 2^15 (the cell in the
 // sort key beside kLenBits of length), aligned rows and VC's slice within the stage budget.
@@ -1059,30 +1100,7 @@ void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grou
   if (T == 0) return;
   detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(NT), 0, g.order, t, T, src_col);
   const int64_t* packed = g.order;
-  uint32_t* keys = ws.alloc<uint32_t>(T);
-  uint32_t* keys_alt = ws.alloc<uint32_t>(T);
-  int* ids = ws.alloc<int>(T);
-  int* ids_alt = ws.alloc<int>(T);
-  int64_t* cell_off = ws.alloc<int64_t>(K + 1);
-  cub::DoubleBuffer<uint32_t> dk(keys, keys_alt);
-  cub::DoubleBuffer<int> dv(ids, ids_alt);
-  size_t sort_bytes = 0;
-  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, dk, dv, T, 0, 32, stream));
-  void* temp = ws.bytes(sort_bytes);
-  // Positions that start no run keep the largest key (after every cell: K < 2^15); the ids are the
-  // positions.
-  PCOPS_CUDA_CHECK(cudaMemsetAsync(keys, 0xff, static_cast<size_t>(T) * sizeof(uint32_t), stream));
-  detail::launch(ctx, iota_kernel<int>, dim3(blocks_for(T)), dim3(NT), 0, ids, T);
-  detail::launch(ctx, write_runs_kernel<true>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows, -1, K,
-                 MvmrCellsPolicy::kLenBits, keys, nullptr, nullptr);
-  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, dk, dv, T, 0, 32, stream));
-  detail::launch(ctx, primitives::sorted_offsets_kernel<uint32_t>, dim3(blocks_for(K + 1)), dim3(NT), 0,
-                 static_cast<const uint32_t*>(dk.Current()), T, MvmrCellsPolicy::kLenBits, K, cell_off);
-  // The keys are spent (stream order): their two buffers take each run's row and length.
-  int* run_row = reinterpret_cast<int*>(keys);
-  int* run_len = reinterpret_cast<int*>(keys_alt);
-  detail::launch(ctx, write_runs_kernel<false>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows, -1, K,
-                 MvmrCellsPolicy::kLenBits, nullptr, run_row, run_len);
+  const RunLists runs = list_runs(ctx, ws, g, rows, T, -1, K, MvmrCellsPolicy::kLenBits, K);
   const int64_t NC = 32 * VC, col_blocks = detail::ceil_div(c_dst, NC);
   const int blocks_per_sm = VC == 4 ? CellsShape<4>::kBlocksPerSm : VC == 2 ? CellsShape<2>::kBlocksPerSm
                                                                             : CellsShape<1>::kBlocksPerSm;
@@ -1098,23 +1116,8 @@ void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grou
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   for (int64_t k = 0; k < K; ++k)
     detail::launch(ctx, kernel, dim3(static_cast<unsigned>(parts * col_blocks)), dim3(NT), smem, k,
-                   static_cast<const int64_t*>(cell_off), static_cast<const int*>(dv.Current()),
-                   static_cast<const int*>(run_row), static_cast<const int*>(run_len),
-                   packed, src, c_src, mat, c_dst, dst);
+                   runs.offsets, runs.order, runs.run_row, runs.run_len, packed, src, c_src, mat, c_dst, dst);
 }
-
-// The "segments" MVMR's shapes: VC = 1 or 2 (at most 64 destination channels a slice; a block's
-// shared memory is the two staged slices and the tile's sums).
-template <int VC>
-struct SegmentsShape;
-template <>
-struct SegmentsShape<2> {
-  static constexpr int kGroup = 4, kBlocksPerSm = 3;
-};
-template <>
-struct SegmentsShape<1> {
-  static constexpr int kGroup = 2, kBlocksPerSm = 4;
-};
 
 // Whether the "segments" MVMR takes this shape: destinations of at most 64 channels, the two
 // staged slices within kStageBytes, the tile and cell of a run and at least 4 bits of its length in
@@ -1146,40 +1149,17 @@ void launch_mvmr_segments(const CudaContext& ctx, detail::Workspace& ws, const G
   const int64_t tiles = detail::ceil_div(rows, int64_t{TR});
   const int tile_shift = 7, len_bits = 32 - bits_for(static_cast<uint64_t>(tiles * K));
   static_assert(TR == 128, "tile_shift");
-  uint32_t* keys = ws.alloc<uint32_t>(T);
-  uint32_t* keys_alt = ws.alloc<uint32_t>(T);
-  int* ids = ws.alloc<int>(T);
-  int* ids_alt = ws.alloc<int>(T);
-  int64_t* seg_off = ws.alloc<int64_t>(tiles * K + 1);
-  cub::DoubleBuffer<uint32_t> dk(keys, keys_alt);
-  cub::DoubleBuffer<int> dv(ids, ids_alt);
-  size_t sort_bytes = 0;
-  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, dk, dv, T, 0, 32, stream));
-  void* temp = ws.bytes(sort_bytes);
-  PCOPS_CUDA_CHECK(cudaMemsetAsync(keys, 0xff, static_cast<size_t>(T) * sizeof(uint32_t), stream));
-  detail::launch(ctx, iota_kernel<int>, dim3(blocks_for(T)), dim3(NT), 0, ids, T);
-  detail::launch(ctx, write_runs_kernel<true>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows,
-                 tile_shift, K, len_bits, keys, nullptr, nullptr);
-  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, dk, dv, T, 0, 32, stream));
-  // Positions that start no run keep the largest key, whose segment part, 2^(32 - len_bits) - 1,
-  // is past every real one (tiles * K - 1 at most).
-  detail::launch(ctx, primitives::sorted_offsets_kernel<uint32_t>, dim3(blocks_for(tiles * K + 1)), dim3(NT), 0,
-                 static_cast<const uint32_t*>(dk.Current()), T, len_bits, tiles * K, seg_off);
-  int* run_row = reinterpret_cast<int*>(keys);
-  int* run_len = reinterpret_cast<int*>(keys_alt);
-  detail::launch(ctx, write_runs_kernel<false>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets, packed, rows,
-                 tile_shift, K, len_bits, nullptr, run_row, run_len);
+  const RunLists runs = list_runs(ctx, ws, g, rows, T, tile_shift, K, len_bits, tiles * K);
   const int VC = c_dst > 32 ? 2 : 1;
   const int64_t NC = 32 * VC, col_blocks = detail::ceil_div(c_dst, NC);
-  const auto kernel = VC == 2 ? mvmr_segments_kernel<2, SegmentsShape<2>::kGroup, SegmentsShape<2>::kBlocksPerSm>
-                              : mvmr_segments_kernel<1, SegmentsShape<1>::kGroup, SegmentsShape<1>::kBlocksPerSm>;
+  // The cells kernel's run groups and register budgets (the same folds).
+  const auto kernel = VC == 2 ? mvmr_segments_kernel<2, CellsShape<2>::kGroup, CellsShape<2>::kBlocksPerSm>
+                              : mvmr_segments_kernel<1, CellsShape<1>::kGroup, CellsShape<1>::kBlocksPerSm>;
   const size_t smem = static_cast<size_t>((2 * c_src + TR) * NC) * sizeof(float);
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   if (tiles * col_blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many rows");
-  detail::launch(ctx, kernel, dim3(static_cast<unsigned>(tiles * col_blocks)), dim3(NT), smem, K,
-                 static_cast<const int64_t*>(seg_off), static_cast<const int*>(dv.Current()),
-                 static_cast<const int*>(run_row), static_cast<const int*>(run_len), packed, src, c_src, mat, c_dst,
-                 rows, dst);
+  detail::launch(ctx, kernel, dim3(static_cast<unsigned>(tiles * col_blocks)), dim3(NT), smem, K, runs.offsets,
+                 runs.order, runs.run_row, runs.run_len, packed, src, c_src, mat, c_dst, rows, dst);
 }
 
 void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& g, const int64_t* t, int src_col, const float* src,
