@@ -48,8 +48,8 @@ The registration is recorded by :mod:`pcops.compat` as its ``pyg_lib`` stand-in,
 
 from __future__ import annotations
 
+import functools
 import importlib.abc
-import importlib.machinery
 import inspect
 import sys
 from types import ModuleType
@@ -57,6 +57,8 @@ from typing import Optional
 
 import torch
 from torch import Tensor
+
+from pcops._stand_in import stand_in_module
 
 __all__ = ["OPS", "SCHEMAS", "register", "unregister", "is_registered"]
 
@@ -287,17 +289,7 @@ def withCUDA(func):
 '''
 
 
-def _module(name: str, doc: str, package: bool = False) -> ModuleType:
-    module = ModuleType(name, doc)
-    module.__file__ = __file__
-    module.__spec__ = importlib.machinery.ModuleSpec(name, None, origin=__file__, is_package=package)
-    if package:
-        module.__path__ = []
-        module.__spec__.submodule_search_locations = []
-        module.__package__ = name
-    else:
-        module.__package__ = name.rpartition(".")[0]
-    return module
+_module = functools.partial(stand_in_module, origin=__file__)  # module objects of this stand-in
 
 
 def build_modules(name: str = "pyg_lib") -> dict:

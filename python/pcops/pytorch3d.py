@@ -62,16 +62,17 @@ Differences from upstream:
 
 from __future__ import annotations
 
-import importlib.machinery
+import functools
 import math
 import numbers
 import operator
 import sys
 from collections import namedtuple
-from types import ModuleType
 from typing import List, Optional, Tuple, Union
 
 import torch
+
+from pcops._stand_in import stand_in_module
 
 __all__ = ["KNN", "ball_query", "knn_gather", "knn_points", "masked_gather", "sample_farthest_points"]
 _LOSS_ALL = ["chamfer_distance"]
@@ -489,17 +490,7 @@ def sample_farthest_points(
 # The ``pytorch3d`` stand-in package (pcops.compat registry entry "pytorch3d")
 
 
-def _module(name: str, doc: str, package: bool = False) -> ModuleType:
-    module = ModuleType(name, doc)
-    module.__file__ = __file__
-    module.__spec__ = importlib.machinery.ModuleSpec(name, None, origin=__file__, is_package=package)
-    if package:
-        module.__path__ = []
-        module.__spec__.submodule_search_locations = []
-        module.__package__ = name
-    else:
-        module.__package__ = name.rpartition(".")[0]
-    return module
+_module = functools.partial(stand_in_module, origin=__file__)  # module objects of this stand-in
 
 
 def build_modules(name: str = "pytorch3d") -> dict:

@@ -28,14 +28,14 @@ Differences from upstream:
 
 # No `from __future__ import annotations`: nn.Module subclasses keep runtime annotations.
 
-import importlib.machinery
 import sys
-from types import ModuleType
 from typing import Any, Tuple
 
 import torch
 import torch.nn as nn
 from torch import Tensor
+
+from pcops._stand_in import stand_in_module
 
 __version__ = "0.2"
 
@@ -128,12 +128,7 @@ class KNN(nn.Module):
 def build_modules(name: str = "knn_cuda") -> dict:
     """``{name: module}``: upstream's package holds KNN, knn and __version__."""
     this = sys.modules[__name__]
-    module = ModuleType(name, __doc__)
-    module.__file__ = __file__
-    module.__spec__ = importlib.machinery.ModuleSpec(name, None, origin=__file__, is_package=True)
-    module.__path__ = []
-    module.__spec__.submodule_search_locations = []
-    module.__package__ = name
+    module = stand_in_module(name, __doc__, package=True, origin=__file__)
     for attr in __all__:
         setattr(module, attr, getattr(this, attr))
     module.__all__ = list(__all__)

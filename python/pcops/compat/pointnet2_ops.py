@@ -54,16 +54,19 @@ Differences from upstream (all where upstream fails or is unspecified):
 
 # No `from __future__ import annotations`: nn.Module subclasses keep runtime annotations.
 
+import functools
 import sys
 import warnings  # noqa: F401  (upstream's pointnet2_utils namespace)
-from types import ModuleType
 from typing import Any, List, Optional, Tuple  # noqa: F401
 
 import torch
+
 import torch.nn as nn
 import torch.nn.functional as F
 from torch import Tensor
 from torch.autograd import Function
+
+from pcops._stand_in import stand_in_module
 
 UPSTREAM_VERSION = "3.0.0"
 
@@ -812,19 +815,7 @@ _MODULES_NAMES = [
 __all__ = _UTILS_NAMES + _MODULES_NAMES + ["__version__"]
 
 
-def _module(name: str, doc: str, package: bool = False) -> ModuleType:
-    import importlib.machinery
-
-    module = ModuleType(name, doc)
-    module.__file__ = __file__
-    module.__spec__ = importlib.machinery.ModuleSpec(name, None, origin=__file__, is_package=package)
-    if package:
-        module.__path__ = []  # a package with no directory: only the submodules listed here exist
-        module.__spec__.submodule_search_locations = []
-        module.__package__ = name
-    else:
-        module.__package__ = name.rpartition(".")[0]
-    return module
+_module = functools.partial(stand_in_module, origin=__file__)  # module objects of this stand-in
 
 
 def build_modules(name: str = "pointnet2_ops") -> dict:

@@ -53,14 +53,16 @@ the device; every path returns the same results (the tests run all of them on th
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import sys
-from types import ModuleType
 from typing import Optional, Sequence, Tuple, Union
 
 import torch
 from torch import Tensor
+
+from pcops._stand_in import stand_in_module
 
 UPSTREAM_VERSION = "1.0"
 
@@ -535,19 +537,7 @@ _SUBMODULES = {
 }
 
 
-def _module(name: str, doc: str, package: bool = False) -> ModuleType:
-    import importlib.machinery
-
-    module = ModuleType(name, doc)
-    module.__file__ = __file__
-    module.__spec__ = importlib.machinery.ModuleSpec(name, None, origin=__file__, is_package=package)
-    if package:
-        module.__path__ = []
-        module.__spec__.submodule_search_locations = []
-        module.__package__ = name
-    else:
-        module.__package__ = name.rpartition(".")[0]
-    return module
+_module = functools.partial(stand_in_module, origin=__file__)  # module objects of this stand-in
 
 
 def build_modules(name: str = "pointops") -> dict:

@@ -32,13 +32,15 @@ knn_graph, radius, radius_graph, grid_cluster, graclus_cluster and FPS callers):
 
 # No `from __future__ import annotations`: TorchScript reads the annotations as objects.
 
+import functools
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any, List, Optional, Tuple, Union
 
 import torch
 from torch import Tensor
+
+from pcops._stand_in import stand_in_module
 
 UPSTREAM_VERSION = "1.6.3"
 
@@ -706,18 +708,7 @@ _SUBMODULES = {
 }
 
 
-def _module(name: str, doc: str, package: bool = False) -> ModuleType:
-    import importlib.machinery
-
-    module = ModuleType(name, doc)
-    module.__file__ = __file__
-    module.__spec__ = importlib.machinery.ModuleSpec(name, None, origin=__file__, is_package=package)
-    if package:
-        module.__path__ = []  # a package with no directory: only the submodules listed here exist
-        module.__spec__.submodule_search_locations = []
-    else:
-        module.__package__ = name.rpartition(".")[0]
-    return module
+_module = functools.partial(stand_in_module, origin=__file__)  # module objects of this stand-in
 
 
 def build_modules(name: str = "torch_cluster") -> dict:

@@ -22,14 +22,15 @@ call the pcops operators directly, so scripted code also runs without Python.
 
 # No `from __future__ import annotations`: TorchScript reads the annotations as objects.
 
+import functools
 import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Optional, Tuple
 
 import torch
 from torch import Tensor
 
+from pcops._stand_in import stand_in_module
 from pcops.ops.scatter import _call, _needs_grad, broadcast  # broadcast: torch_scatter.utils.broadcast
 
 UPSTREAM_VERSION = "2.1.2"
@@ -368,18 +369,7 @@ _SUBMODULES = {
 }
 
 
-def _module(name: str, doc: str, package: bool = False) -> ModuleType:
-    import importlib.machinery
-
-    module = ModuleType(name, doc)
-    module.__file__ = __file__
-    module.__spec__ = importlib.machinery.ModuleSpec(name, None, origin=__file__, is_package=package)
-    if package:
-        module.__path__ = []
-        module.__spec__.submodule_search_locations = []
-    else:
-        module.__package__ = name.rpartition(".")[0]
-    return module
+_module = functools.partial(stand_in_module, origin=__file__)  # module objects of this stand-in
 
 
 _TESTING_SOURCE = '''
