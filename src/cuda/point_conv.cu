@@ -91,6 +91,9 @@ __global__ void packed_keys_kernel(const int64_t* t, int64_t T, int key, int sec
 struct Grouping {
   const int64_t* offsets = nullptr;  // [rows + 1]
   int64_t* order = nullptr;          // [T] (the MVMR may rewrite it: pack_order_kernel)
+  // [T] each: the sort's two key buffers, free for the caller once the grouping is done (stream
+  // order); null without triplets.
+  uint64_t* spare[2] = {nullptr, nullptr};
 };
 
 Grouping group_triplets(const CudaContext& ctx, detail::Workspace& ws, const PointConvShape& s, const int64_t* t,
@@ -155,6 +158,7 @@ Grouping group_triplets(const CudaContext& ctx, detail::Workspace& ws, const Poi
   detail::launch(ctx, primitives::sorted_offsets_kernel<uint64_t>, dim3(blocks_for(rows + 1)), dim3(NT), 0,
                  static_cast<const uint64_t*>(keys), T, shift, rows, offsets);
   g.order = order;
+  g.spare[0] = keys, g.spare[1] = keys_alt;
   return g;
 }
 
@@ -1030,8 +1034,8 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
 // mvmr_kernel, four destination channels per thread where the shapes allow. A kernel that cannot
 // run takes the next one in that order. Measured on one H200 (165k points, kNN 16, 27 cells,
 // float32 forward, C = 32 / 64 / 128 / 256, point-conv-cells-cuda-20261201-085600-97fbcc9.json):
-// cells 1.72 / 2.70 / 6.04 / 21.0 ms, rows 1.15 / 3.03 / 12.1 / 53.5 ms (the cells kernel takes
-// 16 bytes a triplet more memory: its run lists and their sort); earlier C = 512: cells 113 ms, tiles 165.
+// cells 1.72 / 2.70 / 6.04 / 21.0 ms, rows 1.15 / 3.03 / 12.1 / 53.5 ms (the cells kernel's run
+// lists take the grouping's spent key buffers); earlier C = 512: cells 113 ms, tiles 165.
 constexpr int64_t kWideCols = 64;
 
 enum class Mvmr { kSegments, kCells, kTiles, kRows };
@@ -1049,10 +1053,12 @@ Mvmr mvmr_choice(int64_t c_dst) {
 // The runs of a grouping (its order packed by pack_order_kernel) in key order (write_runs_kernel:
 // by cell, or with tile_shift >= 0 by (tile, cell), then longer first): order[x] is the x-th run's
 // first grouping position q, run_row[q] and run_len[q] its row and length, offsets[s] the first
-// run of segment s = 0..segments. 16 bytes a triplet of workspace: the 32-bit keys and positions
-// with their sort buffers; once the keys are spent (stream order) their two buffers take each
-// run's row and length. Positions that start no run keep the largest key, whose segment part is
-// past every real one.
+// run of segment s = 0..segments (T > 0). The 32-bit keys and positions and their sort buffers
+// lie in the grouping's spare key buffers (8 bytes a triplet each: keys and positions in one,
+// their sort buffers in the other), so the lists take no memory of their own beyond the offsets
+// and the sort's scratch; once the keys are spent (stream order) their buffers take each run's row
+// and length. Positions that start no run keep the largest key, whose segment part is past every
+// real one.
 struct RunLists {
   const int* order;
   const int* run_row;
@@ -1064,10 +1070,10 @@ RunLists list_runs(const CudaContext& ctx, detail::Workspace& ws, const Grouping
                    int tile_shift, int64_t K, int len_bits, int64_t segments) {
   constexpr int NT = PointConvPolicy::kThreads;
   cudaStream_t stream = detail::stream_of(ctx);
-  uint32_t* keys = ws.alloc<uint32_t>(T);
-  uint32_t* keys_alt = ws.alloc<uint32_t>(T);
-  int* ids = ws.alloc<int>(T);
-  int* ids_alt = ws.alloc<int>(T);
+  uint32_t* keys = reinterpret_cast<uint32_t*>(g.spare[0]);
+  uint32_t* keys_alt = reinterpret_cast<uint32_t*>(g.spare[1]);
+  int* ids = reinterpret_cast<int*>(keys + T);
+  int* ids_alt = reinterpret_cast<int*>(keys_alt + T);
   int64_t* offsets = ws.alloc<int64_t>(segments + 1);
   cub::DoubleBuffer<uint32_t> dk(keys, keys_alt);
   cub::DoubleBuffer<int> dv(ids, ids_alt);
@@ -1231,8 +1237,9 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
   if (grad_weights != nullptr && K * Co * Ci > 0) {
     detail::Workspace ws(ctx);
     const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/2, /*second=*/0, /*third=*/1);
-    int64_t* ii = ws.alloc<int64_t>(std::max<int64_t>(s.triplets, 1));
-    int64_t* jj = ws.alloc<int64_t>(std::max<int64_t>(s.triplets, 1));
+    // The grouping's spare key buffers (null without triplets, when the kernels read neither).
+    int64_t* ii = reinterpret_cast<int64_t*>(g.spare[0]);
+    int64_t* jj = reinterpret_cast<int64_t*>(g.spare[1]);
     if (s.triplets > 0)
       detail::launch(ctx, gather_ij_kernel, dim3(blocks_for(s.triplets)), dim3(NT), 0, g.order, triplets, s.triplets,
                      Co, Ci, ii, jj);

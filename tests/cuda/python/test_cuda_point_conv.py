@@ -217,6 +217,27 @@ def test_fast_mode_extra_memory_is_the_sort(gen):
     assert 16 * T <= extra <= 16 * T + offsets + (4 << 20), extra
 
 
+def test_exact_forward_extra_memory_is_the_grouping(gen):
+    """Beyond its output the exact forward (the cells MVMR at 64 channels) allocates the grouping
+    (keys, triplet order and their sort buffers: 32 bytes a triplet, and the row offsets), the
+    transposed weights and small parts (offsets of the runs, the sorts' scratch): the run lists of
+    the cells MVMR live in the grouping's spent key buffers."""
+    n, c, K, T = 120000, 64, 27, 2_000_000
+    f = (torch.rand(n, c, generator=gen) * 2 - 1).cuda()
+    w = (torch.rand(K, c, c, generator=gen) * 2 - 1).cuda()
+    t = torch.stack([torch.randint(0, n, (T,), generator=gen), torch.randint(0, n, (T,), generator=gen),
+                     torch.randint(0, K, (T,), generator=gen)], dim=1).cuda()
+    pcops.point_conv(f, w, t, n)  # warm-up
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = pcops.point_conv(f, w, t, n)
+    torch.cuda.synchronize()
+    extra = torch.cuda.max_memory_allocated() - base - out.numel() * out.element_size()
+    fixed = 32 * T + 8 * (n + 1) + 4 * K * c * c + 8 * (K + 1)
+    assert 32 * T <= extra <= fixed + (16 << 20), extra
+
+
 @pytest.mark.parametrize("mode", ["fast", "exact"])
 def test_backward_peak_is_the_larger_gradient_step(gen, mode):
     """Both gradients at once peak no higher than the larger of the two steps: the weight gradient
