@@ -200,10 +200,36 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_cuda(const at::Tensor& gr
 }
 #endif
 
+// The triplets of neighbourhoods (pcops::cpu::point_conv_triplets) on CPU tensors: centres [M, 3]
+// and points [N, 3] float32, neighbours [M, S] int64 (the Python function checks dtypes and
+// shapes first; this one is also safe on its own). Returns [T, 3] int64.
+at::Tensor point_conv_triplets_cpu(const at::Tensor& centres_in, const at::Tensor& points_in,
+                                   const at::Tensor& neighbours_in, double extent, int64_t t) {
+  TORCH_CHECK_VALUE(centres_in.dim() == 2 && centres_in.size(1) == 3 && points_in.dim() == 2 &&
+                        points_in.size(1) == 3 && neighbours_in.dim() == 2 &&
+                        neighbours_in.size(0) == centres_in.size(0),
+                    "point_conv_triplets: expected centres [M, 3], points [N, 3] and neighbours [M, S]");
+  TORCH_CHECK_TYPE(neighbours_in.scalar_type() == at::kLong, "neighbours: expected int64");
+  const at::Tensor centres = centres_in.to(at::kFloat).contiguous(), points = points_in.to(at::kFloat).contiguous();
+  const at::Tensor neighbours = neighbours_in.contiguous();
+  TripletShape shape;
+  shape.centres = centres.size(0), shape.points = points.size(0), shape.slots = neighbours.size(1);
+  shape.extent = static_cast<float>(extent), shape.cells = t;
+  const int64_t T = translate_errors(
+      [&] { return cpu::point_conv_triplet_count(cpu_context(), shape, neighbours.data_ptr<int64_t>()); });
+  at::Tensor out = at::empty({T, 3}, neighbours.options());
+  translate_errors([&] {
+    cpu::point_conv_triplets(cpu_context(), shape, centres.data_ptr<float>(), points.data_ptr<float>(),
+                             neighbours.data_ptr<int64_t>(), T, out.data_ptr<int64_t>());
+  });
+  return out;
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(pcops, m) {
   m.def("point_conv(Tensor features, Tensor weights, Tensor triplets, int num_out, str mode=\"exact\") -> Tensor");
+  m.def("_point_conv_triplets(Tensor centres, Tensor points, Tensor neighbours, float extent, int t) -> Tensor");
   m.def(
       "_point_conv_backward(Tensor grad_out, Tensor features, Tensor weights, Tensor triplets, int num_out, "
       "bool need_features=True, bool need_weights=True, str mode=\"exact\") -> (Tensor grad_features, "
@@ -213,6 +239,7 @@ TORCH_LIBRARY_FRAGMENT(pcops, m) {
 TORCH_LIBRARY_IMPL(pcops, CPU, m) {
   m.impl("point_conv", &point_conv_cpu);
   m.impl("_point_conv_backward", &point_conv_backward_cpu);
+  m.impl("_point_conv_triplets", &point_conv_triplets_cpu);
 }
 
 #if PCOPS_TORCH_CUDA

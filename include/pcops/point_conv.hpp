@@ -52,7 +52,39 @@ void validate_triplets(const PointConvShape& shape, const int64_t* triplets, con
 int64_t vvor_piece_length(const PointConvShape& shape);
 }  // namespace core
 
+// Triplet construction (the kernel assignment of pcops.point_conv_triplets): neighbourhoods
+// neighbours [M, S] int64, entries in [-1, N) (-1: a padding slot, left out), of centres [M, 3]
+// among points [N, 3] (float32, finite), and a t x t x t grid of kernel cells over the cube
+// [-extent, extent]^3 around each centre. The triplets are the valid slots in (i, s) order, row
+// (i, j, k) for j = neighbours[i, s] with, in float32 and one rounding a step,
+//   h = fl(fl(2 extent) / t),  q_a = clamp(floor(fl(fl(points[j, a] - centres[i, a]) + extent) / h)), 0, t - 1)
+// (the division rounded too) per axis a, and k = (q_0 t + q_1) t + q_2: offsets outside the cube
+// go to the border cells.
+struct TripletShape {
+  int64_t centres = 0;  // M
+  int64_t points = 0;   // N
+  int64_t slots = 0;    // S
+  float extent = 0.0f;  // finite, > 0
+  int64_t cells = 0;    // t >= 1 (K = t^3 kernel cells)
+};
+
+namespace core {
+// Sizes non-negative, t >= 1 with t^3 and M * S * 3 representable, extent finite and > 0
+// (Value errors).
+void validate_triplet_shape(const TripletShape& shape);
+}  // namespace core
+
 namespace cpu {
+// The number of triplets (valid slots) of neighbours, after checking every entry is in [-1, N)
+// (Index error) and the shape (core::validate_triplet_shape).
+int64_t point_conv_triplet_count(const CpuContext& ctx, const TripletShape& shape, const int64_t* neighbours);
+
+// The triplets into out, caller-owned [T, 3] with T = point_conv_triplet_count(...) (checked
+// again here, with the coordinates' finiteness, before anything is written: Value errors).
+// Deterministic and independent of the thread count.
+void point_conv_triplets(const CpuContext& ctx, const TripletShape& shape, const float* centres, const float* points,
+                         const int64_t* neighbours, int64_t triplets, int64_t* out);
+
 // out: caller-owned [N_out, C_out], overwritten.
 void point_conv(const CpuContext& ctx, const PointConvShape& shape, const float* features,
                 const float* weights, const int64_t* triplets, float* out);

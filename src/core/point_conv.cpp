@@ -1,6 +1,7 @@
 #include "pcops/point_conv.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/validate.hpp"
 
@@ -32,6 +33,22 @@ void validate_triplets(const PointConvShape& s, const int64_t* t, const char* na
       }
     }
   }
+}
+
+void validate_triplet_shape(const TripletShape& s) {
+  PCOPS_CHECK(s.centres >= 0 && s.points >= 0 && s.slots >= 0, Value,
+              "point_conv_triplets: sizes must be non-negative, got M ", s.centres, ", N ", s.points, ", S ",
+              s.slots);
+  PCOPS_CHECK(s.cells >= 1 && s.cells <= 2097151, Value,
+              "point_conv_triplets: t: expected at least 1 kernel cell per axis (and t^3 below 2^63), got ",
+              s.cells);
+  PCOPS_CHECK(std::isfinite(s.extent) && s.extent > 0.0f, Value,
+              "point_conv_triplets: extent: expected a finite value > 0, got ", s.extent);
+  PCOPS_CHECK((s.extent * 2.0f) / static_cast<float>(s.cells) > 0.0f, Value, "point_conv_triplets: extent ",
+              s.extent, " is too small for ", s.cells, " cells per axis (the cell side rounds to 0 in float32)");
+  checked_mul(s.centres, 3, "centres");
+  checked_mul(s.points, 3, "points");
+  checked_mul(checked_mul(s.centres, s.slots, "neighbours"), 3, "triplets");
 }
 
 int64_t vvor_piece_length(const PointConvShape& s) {

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <numeric>
 #include <random>
 #include <vector>
@@ -332,6 +333,100 @@ TEST(PointConv, RejectsBadInput) {
   } catch (const pcops::Error& e) {
     EXPECT_EQ(e.kind(), pcops::ErrorKind::Value);
   }
+}
+
+// Triplet construction: the valid slots in (i, s) order with the documented float32 steps,
+// written out here one operation at a time (volatile: each step rounded to float32 as named).
+std::vector<int64_t> oracle_triplets(const pcops::TripletShape& s, const std::vector<float>& c,
+                                     const std::vector<float>& p, const std::vector<int64_t>& nb) {
+  std::vector<int64_t> out;
+  const volatile float two_ext = s.extent * 2.0f;
+  const volatile float h = two_ext / static_cast<float>(s.cells);
+  for (int64_t i = 0; i < s.centres; ++i) {
+    for (int64_t x = 0; x < s.slots; ++x) {
+      const int64_t j = nb[i * s.slots + x];
+      if (j < 0) continue;
+      int64_t q[3];
+      for (int a = 0; a < 3; ++a) {
+        const volatile float d = p[j * 3 + a] - c[i * 3 + a];
+        const volatile float v = d + s.extent;
+        const volatile float w = v / h;
+        const float f = std::floor(w);
+        q[a] = f < 0.0f ? 0 : f > static_cast<float>(s.cells - 1) ? s.cells - 1 : static_cast<int64_t>(f);
+      }
+      out.insert(out.end(), {i, j, (q[0] * s.cells + q[1]) * s.cells + q[2]});
+    }
+  }
+  return out;
+}
+
+TEST(PointConv, TripletsFollowTheCellFormulaForAnyThreadCount) {
+  std::mt19937 rng(41);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (const int64_t t : {1, 2, 3, 5}) {
+    pcops::TripletShape s;
+    s.centres = 5000, s.points = 3000, s.slots = 12, s.extent = 0.3f, s.cells = t;
+    std::vector<float> c(s.centres * 3), p(s.points * 3);
+    for (float& v : c) v = u(rng);
+    for (float& v : p) v = u(rng);
+    // Some offsets exactly on the cells' borders: points at a centre plus multiples of h / 2.
+    const float h = (s.extent * 2.0f) / static_cast<float>(t);
+    for (int64_t j = 0; j < 64; ++j)
+      for (int a = 0; a < 3; ++a) p[j * 3 + a] = c[a] + static_cast<float>(static_cast<int>(j % 9) - 4) * 0.5f * h;
+    std::vector<int64_t> nb(s.centres * s.slots);
+    std::uniform_int_distribution<int64_t> pick(-1, s.points - 1);
+    for (int64_t x = 0; x < static_cast<int64_t>(nb.size()); ++x) nb[x] = x < 64 ? x : pick(rng);
+    const std::vector<int64_t> ref = oracle_triplets(s, c, p, nb);
+    for (const int threads : {1, 2, 3, 7}) {
+      pcops::CpuContext ctx;
+      ctx.num_threads = threads;
+      const int64_t T = pcops::cpu::point_conv_triplet_count(ctx, s, nb.data());
+      ASSERT_EQ(T * 3, static_cast<int64_t>(ref.size()));
+      std::vector<int64_t> got(T * 3, -7);
+      pcops::cpu::point_conv_triplets(ctx, s, c.data(), p.data(), nb.data(), T, got.data());
+      EXPECT_EQ(got, ref) << "t " << t << " threads " << threads;
+    }
+  }
+}
+
+TEST(PointConv, TripletConstructionRejectsBadInput) {
+  pcops::CpuContext ctx;
+  pcops::TripletShape s;
+  s.centres = 4, s.points = 5, s.slots = 3, s.extent = 0.5f, s.cells = 3;
+  std::vector<float> c(12, 0.0f), p(15, 0.1f);
+  std::vector<int64_t> nb(12, 0), out(36, -7);
+  const auto kind_of = [&](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const pcops::Error& e) {
+      return e.kind();
+    }
+    ADD_FAILURE() << "expected an error";
+    return pcops::ErrorKind::Value;
+  };
+  const auto fill = [&](int64_t T) {
+    return [&, T] { pcops::cpu::point_conv_triplets(ctx, s, c.data(), p.data(), nb.data(), T, out.data()); };
+  };
+  nb[7] = 5;  // past N
+  EXPECT_EQ(kind_of([&] { pcops::cpu::point_conv_triplet_count(ctx, s, nb.data()); }), pcops::ErrorKind::Index);
+  EXPECT_EQ(kind_of(fill(12)), pcops::ErrorKind::Index);
+  nb[7] = -2;
+  EXPECT_EQ(kind_of(fill(12)), pcops::ErrorKind::Index);
+  nb[7] = 0;
+  EXPECT_EQ(kind_of(fill(11)), pcops::ErrorKind::Value);  // the output's room is not the count
+  p[4] = std::nanf("");
+  EXPECT_EQ(kind_of(fill(12)), pcops::ErrorKind::Value);
+  p[4] = 0.1f;
+  for (const auto& [extent, cells] : std::vector<std::pair<float, int64_t>>{
+           {0.0f, 3}, {-1.0f, 3}, {INFINITY, 3}, {0.5f, 0}, {1e-45f, 1000}}) {
+    pcops::TripletShape b = s;
+    b.extent = extent, b.cells = cells;
+    EXPECT_EQ(kind_of([&] { pcops::cpu::point_conv_triplet_count(ctx, b, nb.data()); }), pcops::ErrorKind::Value)
+        << extent << " " << cells;
+  }
+  EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](int64_t v) { return v == -7; }));  // nothing written
+  pcops::cpu::point_conv_triplets(ctx, s, c.data(), p.data(), nb.data(), 12, out.data());
+  EXPECT_EQ(out[2], 13);  // offset (0.1, 0.1, 0.1) in cells of 1/3: the centre cell
 }
 
 TEST(PointConv, BackwardComputesOnlyWhatIsAsked) {

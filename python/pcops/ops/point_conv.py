@@ -101,19 +101,34 @@ def point_conv_triplets(
         lambda: f"neighbours: expected shape [{centres.shape[0]}, S], got {tuple(neighbours.shape)}",
     )
     t = _checks.integer(t, "t")
-    if t < 1:
-        raise ValueError(f"t: expected at least 1 kernel cell per axis, got {t}")
+    if t < 1 or t > 2097151:
+        raise ValueError(f"t: expected at least 1 kernel cell per axis (and t^3 below 2^63), got {t}")
     extent = float(extent)
-    if not (extent > 0.0 and extent < float("inf")):
-        raise ValueError(f"extent: expected a finite value > 0, got {extent}")
+    ext32 = float(torch.tensor(extent, dtype=torch.float32))
+    if not (ext32 > 0.0 and ext32 < float("inf")):
+        raise ValueError(f"extent: expected a finite value > 0 (in float32), got {extent}")
+    if not float(torch.tensor(ext32 * 2, dtype=torch.float32) / t) > 0.0:
+        raise ValueError(f"extent: {extent} is too small for {t} cells per axis (the cell side rounds to 0 in "
+                         "float32)")
+    if centres.device.type == "cpu" and not torch.compiler.is_compiling():
+        # Native (the same float32 steps, bit for bit; it checks the indices and the coordinates
+        # itself, with the same exceptions).
+        return torch.ops.pcops._point_conv_triplets(centres, points, neighbours, extent, t)
     if neighbours.numel() > 0:
         lo, hi = int(neighbours.min()), int(neighbours.max())
         if lo < -1 or hi >= points.shape[0]:
             raise IndexError(
                 f"neighbours: expected indices in [-1, {points.shape[0]}), got values in [{lo}, {hi}]"
             )
-    centres = centres.float()
-    points = points.float()
+    for t_, name in ((centres, "centres"), (points, "points")):
+        if t_.numel() > 0 and not bool(torch.isfinite(t_).all()):
+            raise ValueError(f"{name}: expected finite coordinates")
+    return _triplets_reference(centres.float(), points.float(), neighbours, extent, t)
+
+
+def _triplets_reference(centres, points, neighbours, extent: float, t: int) -> torch.Tensor:
+    """point_conv_triplets in tensor operations (CUDA tensors and tracing; the tests' reference for
+    the native CPU pass)."""
     slot_valid = neighbours >= 0
     i = torch.arange(centres.shape[0], device=centres.device).unsqueeze(1).expand_as(neighbours)[slot_valid]
     j = neighbours[slot_valid]
@@ -140,6 +155,11 @@ def _check_inputs(features, weights, triplets, num_out):
         lambda: f"triplets: expected shape [T, 3] (rows i, j, k), got {tuple(triplets.shape)}",
     )
     torch._check_value(num_out >= 0, lambda: f"num_out: expected a non-negative output size, got {num_out}")
+
+
+@torch.library.register_fake("pcops::_point_conv_triplets")
+def _fake_triplets(centres, points, neighbours, extent, t):
+    return neighbours.new_empty((torch.library.get_ctx().new_dynamic_size(), 3))
 
 
 @torch.library.register_fake("pcops::point_conv")
