@@ -190,10 +190,13 @@ Result run(const Case& c, int threads) {
 
 TEST(PointConv, MatchesContractOrderAndFloat64Reference) {
   std::mt19937 rng(7);
-  // Channel counts around the vectorisation widths and the grad-weights block of 32 output channels.
-  const std::array<std::array<int64_t, 6>, 6> shapes{{
+  // Channel counts around the vectorisation widths and the grad-weights block of 32 output channels;
+  // matrices past 32 KB, which the MVMR takes in blocks of 64 (100 x 90, and 90 x 100 for
+  // grad_features) or 16 destination channels (300 x 40; 40 x 300 in 64s).
+  const std::array<std::array<int64_t, 6>, 8> shapes{{
       {50, 40, 3, 5, 27, 600}, {64, 64, 16, 17, 8, 1000}, {30, 10, 1, 1, 1, 90},
-      {20, 25, 33, 9, 27, 300}, {5, 7, 8, 16, 2, 3}, {40, 30, 7, 70, 3, 500}}};
+      {20, 25, 33, 9, 27, 300}, {5, 7, 8, 16, 2, 3}, {40, 30, 7, 70, 3, 500},
+      {60, 50, 100, 90, 5, 700}, {40, 45, 300, 40, 3, 300}}};
   for (const auto& sh : shapes) {
     const Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
     const Result r = run(c, 4);
