@@ -69,8 +69,8 @@ struct TripletShape {
 };
 
 namespace core {
-// Sizes non-negative, t >= 1 with t^3 and M * S * 3 representable, extent finite and > 0
-// (Value errors).
+// Sizes non-negative, t >= 1 with t^3 and M * S * 3 representable, extent finite and > 0 with a
+// positive cell side fl(fl(2 extent) / t) (Value errors).
 void validate_triplet_shape(const TripletShape& shape);
 }  // namespace core
 
