@@ -97,6 +97,16 @@ void point_conv_backward(const CpuContext& ctx, const PointConvShape& shape, con
 }  // namespace cpu
 
 namespace cuda {
+// Triplet construction on device memory: the rows of cpu::point_conv_triplets, bit for bit.
+// Entries of neighbours outside [-1, N) and coordinates are not checked here (that needs a
+// device-to-host copy; the CPU functions and the torch binding check): such slots are left out,
+// never dereferenced. point_conv_triplet_count synchronises the context's stream (it returns the
+// count); point_conv_triplets writes min(T, count) rows (pass T = the count).
+int64_t point_conv_triplet_count(const CudaContext& ctx, const TripletShape& shape, const int64_t* neighbours);
+
+void point_conv_triplets(const CudaContext& ctx, const TripletShape& shape, const float* centres, const float* points,
+                         const int64_t* neighbours, int64_t triplets, int64_t* out);
+
 // Same contract and parameters as the cpu:: functions; every pointer is device memory.
 // Bitwise equal to the CPU backend. The triplet ranges are NOT checked here (that needs a
 // device-to-host copy; the torch binding checks them first); an out-of-range triplet is
