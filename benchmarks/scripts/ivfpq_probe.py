@@ -142,7 +142,8 @@ def main() -> None:
     stamp = datetime.now(timezone.utc).strftime("%Y%m%d-%H%M%S")
     path = Path(args.out) if args.out else REPO / "benchmarks" / "results" / f"ivfpq-probe-{stamp}-{commit}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"env": env, "args": vars(args), "results": results}, indent=1))
+    recorded = vars(args) | {"out": path.name}  # the file's name, not the directory it was written to
+    path.write_text(json.dumps({"env": env, "args": recorded, "results": results}, indent=1))
     print(path)
 
 

@@ -64,6 +64,8 @@ def write_probe(stem: str, args, rows: list, env: dict | None = None) -> Path:
            "commit": (info["commit"] or "unknown")[:7], "tracked_changes": info["dirty"]}
     out = getattr(args, "out", None)
     path = Path(out) if out else result_path(Path(__file__).resolve().parents[2] / "benchmarks" / "results", stem)
-    write_json({"environment": env, "args": vars(args), "results": rows}, path=path)
+    # The record names its file, not the directory it was written to on the machine that ran it.
+    recorded = {**vars(args), "out": path.name} if "out" in vars(args) else vars(args)
+    write_json({"environment": env, "args": recorded, "results": rows}, path=path)
     print(f"wrote {path}")
     return path

@@ -690,7 +690,8 @@ def main():
     path = Path(args.out) if args.out else \
         REPO / "benchmarks" / "results" / f"spatial-index-probe-{stamp}-{env['commit']}.json"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"environment": env, "args": vars(args), "results": rows,
+    recorded = vars(args) | {"out": path.name}  # the file's name, not the directory it was written to
+    path.write_text(json.dumps({"environment": env, "args": recorded, "results": rows,
                                 "summary": summaries}, indent=1))
     print(f"wrote {path}")
 
