@@ -215,12 +215,13 @@ at::Tensor point_conv_triplets_cpu(const at::Tensor& centres_in, const at::Tenso
   TripletShape shape;
   shape.centres = centres.size(0), shape.points = points.size(0), shape.slots = neighbours.size(1);
   shape.extent = static_cast<float>(extent), shape.cells = t;
-  const int64_t T = translate_errors(
-      [&] { return cpu::point_conv_triplet_count(cpu_context(), shape, neighbours.data_ptr<int64_t>()); });
-  at::Tensor out = at::empty({T, 3}, neighbours.options());
+  at::Tensor out;
   translate_errors([&] {
     cpu::point_conv_triplets(cpu_context(), shape, centres.data_ptr<float>(), points.data_ptr<float>(),
-                             neighbours.data_ptr<int64_t>(), T, out.data_ptr<int64_t>());
+                             neighbours.data_ptr<int64_t>(), [&](int64_t T) {
+                               out = at::empty({T, 3}, neighbours.options());
+                               return out.data_ptr<int64_t>();
+                             });
   });
   return out;
 }

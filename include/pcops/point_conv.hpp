@@ -24,6 +24,7 @@
 #include <cstdint>
 
 #include "pcops/context.hpp"
+#include "pcops/ragged.hpp"
 
 namespace pcops {
 
@@ -75,15 +76,13 @@ void validate_triplet_shape(const TripletShape& shape);
 }  // namespace core
 
 namespace cpu {
-// The number of triplets (valid slots) of neighbours, after checking every entry is in [-1, N)
-// (Index error) and the shape (core::validate_triplet_shape).
-int64_t point_conv_triplet_count(const CpuContext& ctx, const TripletShape& shape, const int64_t* neighbours);
-
-// The triplets into out, caller-owned [T, 3] with T = point_conv_triplet_count(...) (checked
-// again here, with the coordinates' finiteness, before anything is written: Value errors).
+// The triplets, count-then-fill (pcops::EdgeAllocator, pcops/ragged.hpp): checks the shape
+// (core::validate_triplet_shape), every entry of neighbours in [-1, N) (Index error) and the
+// coordinates' finiteness (Value error), then calls allocate(T) once with the number of triplets T
+// and writes the [T, 3] rows there; returns T. Nothing is allocated or written on bad input.
 // Deterministic and independent of the thread count.
-void point_conv_triplets(const CpuContext& ctx, const TripletShape& shape, const float* centres, const float* points,
-                         const int64_t* neighbours, int64_t triplets, int64_t* out);
+int64_t point_conv_triplets(const CpuContext& ctx, const TripletShape& shape, const float* centres, const float* points,
+                            const int64_t* neighbours, const EdgeAllocator& allocate);
 
 // out: caller-owned [N_out, C_out], overwritten.
 void point_conv(const CpuContext& ctx, const PointConvShape& shape, const float* features,
@@ -97,15 +96,13 @@ void point_conv_backward(const CpuContext& ctx, const PointConvShape& shape, con
 }  // namespace cpu
 
 namespace cuda {
-// Triplet construction on device memory: the rows of cpu::point_conv_triplets, bit for bit.
-// Entries of neighbours outside [-1, N) and coordinates are not checked here (that needs a
-// device-to-host copy; the CPU functions and the torch binding check): such slots are left out,
-// never dereferenced. point_conv_triplet_count synchronises the context's stream (it returns the
-// count); point_conv_triplets writes min(T, count) rows (pass T = the count).
-int64_t point_conv_triplet_count(const CudaContext& ctx, const TripletShape& shape, const int64_t* neighbours);
-
-void point_conv_triplets(const CudaContext& ctx, const TripletShape& shape, const float* centres, const float* points,
-                         const int64_t* neighbours, int64_t triplets, int64_t* out);
+// Triplet construction on device memory: the rows of cpu::point_conv_triplets, bit for bit, and
+// allocate(T) returns device memory, called after one stream synchronisation (pcops/ragged.hpp).
+// Entries of neighbours outside [-1, N) and the coordinates are not checked here (that needs a
+// device-to-host copy; the CPU function and the torch binding check): such slots are left out,
+// never dereferenced.
+int64_t point_conv_triplets(const CudaContext& ctx, const TripletShape& shape, const float* centres, const float* points,
+                            const int64_t* neighbours, const EdgeAllocator& allocate);
 
 // Same contract and parameters as the cpu:: functions; every pointer is device memory.
 // Bitwise equal to the CPU backend. The triplet ranges are NOT checked here (that needs a

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "common/point_conv_cell.hpp"
 #include "core/validate.hpp"
 
 namespace pcops::core {
@@ -44,7 +45,7 @@ void validate_triplet_shape(const TripletShape& s) {
               s.cells);
   PCOPS_CHECK(std::isfinite(s.extent) && s.extent > 0.0f, Value,
               "point_conv_triplets: extent: expected a finite value > 0, got ", s.extent);
-  PCOPS_CHECK((s.extent * 2.0f) / static_cast<float>(s.cells) > 0.0f, Value, "point_conv_triplets: extent ",
+  PCOPS_CHECK(common::point_conv::cell_side(s.extent, s.cells) > 0.0f, Value, "point_conv_triplets: extent ",
               s.extent, " is too small for ", s.cells, " cells per axis (the cell side rounds to 0 in float32)");
   checked_mul(s.centres, 3, "centres");
   checked_mul(s.points, 3, "points");

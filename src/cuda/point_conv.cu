@@ -1050,8 +1050,9 @@ Mvmr mvmr_choice(int64_t c_dst) {
   throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be segments, cells, tiles or rows");
 }
 
-// The runs of a grouping (its order packed by pack_order_kernel) in key order (write_runs_kernel:
-// by cell, or with tile_shift >= 0 by (tile, cell), then longer first): order[x] is the x-th run's
+// The runs of a grouping in key order (write_runs_kernel: by cell, or with tile_shift >= 0 by (tile,
+// cell), then longer first), after packing the grouping's order (pack_order_kernel, for the MVMR's
+// reads of the source rows): order[x] is the x-th run's
 // first grouping position q, run_row[q] and run_len[q] its row and length, offsets[s] the first
 // run of segment s = 0..segments (T > 0). The 32-bit keys and positions and their sort buffers
 // lie in the grouping's spare key buffers (8 bytes a triplet each: keys and positions in one,
@@ -1066,10 +1067,11 @@ struct RunLists {
   const int64_t* offsets;
 };
 
-RunLists list_runs(const CudaContext& ctx, detail::Workspace& ws, const Grouping& g, int64_t rows, int64_t T,
-                   int tile_shift, int64_t K, int len_bits, int64_t segments) {
+RunLists list_runs(const CudaContext& ctx, detail::Workspace& ws, const Grouping& g, const int64_t* t, int src_col,
+                   int64_t rows, int64_t T, int tile_shift, int64_t K, int len_bits, int64_t segments) {
   constexpr int NT = PointConvPolicy::kThreads;
   cudaStream_t stream = detail::stream_of(ctx);
+  detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(NT), 0, g.order, t, T, src_col);
   uint32_t* keys = reinterpret_cast<uint32_t*>(g.spare[0]);
   uint32_t* keys_alt = reinterpret_cast<uint32_t*>(g.spare[1]);
   int* ids = reinterpret_cast<int*>(keys + T);
@@ -1094,78 +1096,77 @@ RunLists list_runs(const CudaContext& ctx, detail::Workspace& ws, const Grouping
   return {dv.Current(), run_row, run_len, offsets};
 }
 
-// The "cells" MVMR: list and sort the runs, then a launch per kernel cell (empty cells' blocks
-// return at once). Needs T < 2^31 and rows < 2^31 (32-bit run fields), K < 2^15 (the cell in the
-// sort key beside kLenBits of length), aligned rows and VC's slice within the stage budget.
+// Whether the run lists take these sizes: 32-bit run fields (T and rows below 2^31), the cell
+// beside the length in a 32-bit key (K < 2^15), source rows within the packed order's bits.
+bool runs_fit(int64_t rows, int64_t K, int64_t T, int64_t src_rows) {
+  return T < (int64_t{1} << 31) && rows < (int64_t{1} << 31) && K < (int64_t{1} << 15) &&
+         src_rows <= (int64_t{1} << MvmrTilePolicy::kPackBits);
+}
+
+// The "cells" MVMR (runs_fit holds; VC channels a lane, aligned rows, the slice within the stage
+// budget): list and sort the runs, then a launch per kernel cell (empty cells' blocks return at
+// once), CellsShape<VC>'s groups and blocks. Earlier, with slices of 128 channels (forward, 165k
+// points), groups of four / eight runs: 6.28 / 7.06 ms at C = 128, 22.8 / 21.3 ms at 256, 131 /
+// 113 ms at 512.
+template <int VC>
 void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grouping& g, const int64_t* t,
                        int src_col, const float* src, int64_t c_src, const float* mat, int64_t c_dst, int64_t rows,
-                       int64_t K, int64_t T, int VC, float* dst) {
+                       int64_t K, int64_t T, float* dst) {
+  using Shape = CellsShape<VC>;
   constexpr int NT = PointConvPolicy::kThreads;
-  cudaStream_t stream = detail::stream_of(ctx);
-  PCOPS_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(rows * c_dst) * sizeof(float), stream));
+  PCOPS_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(rows * c_dst) * sizeof(float), detail::stream_of(ctx)));
   if (T == 0) return;
-  detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(NT), 0, g.order, t, T, src_col);
-  const int64_t* packed = g.order;
-  const RunLists runs = list_runs(ctx, ws, g, rows, T, -1, K, MvmrCellsPolicy::kLenBits, K);
+  const RunLists runs = list_runs(ctx, ws, g, t, src_col, rows, T, -1, K, MvmrCellsPolicy::kLenBits, K);
   const int64_t NC = 32 * VC, col_blocks = detail::ceil_div(c_dst, NC);
-  const int blocks_per_sm = VC == 4 ? CellsShape<4>::kBlocksPerSm : VC == 2 ? CellsShape<2>::kBlocksPerSm
-                                                                            : CellsShape<1>::kBlocksPerSm;
-  const int64_t target = int64_t{blocks_per_sm} * detail::device_properties().multiProcessorCount;
+  const int64_t target = int64_t{Shape::kBlocksPerSm} * detail::device_properties().multiProcessorCount;
   const int64_t parts = std::max<int64_t>(1, target / col_blocks);
   if (parts * col_blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many channels");
-  // The run groups and blocks of CellsShape. Earlier, with slices of 128 channels (forward, 165k
-  // points), four / eight runs: 6.28 / 7.06 ms at C = 128, 22.8 / 21.3 ms at 256, 131 / 113 ms at 512.
-  const auto kernel = VC == 4   ? mvmr_cells_kernel<4, CellsShape<4>::kGroup>
-                     : VC == 2 ? mvmr_cells_kernel<2, CellsShape<2>::kGroup>
-                               : mvmr_cells_kernel<1, CellsShape<1>::kGroup>;
+  const auto kernel = mvmr_cells_kernel<VC, Shape::kGroup>;
   const size_t smem = static_cast<size_t>(c_src * NC) * sizeof(float);
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   for (int64_t k = 0; k < K; ++k)
-    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(parts * col_blocks)), dim3(NT), smem, k,
-                   runs.offsets, runs.order, runs.run_row, runs.run_len, packed, src, c_src, mat, c_dst, dst);
+    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(parts * col_blocks)), dim3(NT), smem, k, runs.offsets,
+                   runs.order, runs.run_row, runs.run_len, static_cast<const int64_t*>(g.order), src, c_src, mat,
+                   c_dst, dst);
 }
 
-// Whether the "segments" MVMR takes this shape: destinations of at most 64 channels, the two
-// staged slices within kStageBytes, the tile and cell of a run and at least 4 bits of its length in
-// a 32-bit key, and the cells kernel's limits (32-bit run fields, packed positions).
-bool segments_fit(int64_t c_src, int64_t c_dst, int64_t rows, int64_t K, int64_t T, int64_t src_rows) {
-  if (c_dst > 64 || T >= (int64_t{1} << 31) || rows >= (int64_t{1} << 31) || K >= (int64_t{1} << 15) ||
-      src_rows > (int64_t{1} << MvmrTilePolicy::kPackBits))
-    return false;
+// Whether the "segments" MVMR takes this shape (beyond runs_fit): destinations of at most 64
+// channels, the two staged slices within kStageBytes, and the tile and cell of a run with at least
+// 4 bits of its length in a 32-bit key.
+bool segments_fit(int64_t c_src, int64_t c_dst, int64_t rows, int64_t K) {
+  if (c_dst > 64) return false;
   const int64_t NC = c_dst > 32 ? 64 : 32;
   if (2 * c_src * NC * static_cast<int64_t>(sizeof(float)) > MvmrSegmentsPolicy::kStageBytes) return false;
   const int64_t tiles = detail::ceil_div(rows, int64_t{MvmrSegmentsPolicy::kRows});
   return bits_for(static_cast<uint64_t>(tiles * K)) + 4 <= 32;
 }
 
-// The "segments" MVMR (segments_fit holds): list the runs with keys (tile, cell, length
-// descending), sort them, the segment offsets, each run's row and length into the spent key
-// buffers, then one launch.
+// The "segments" MVMR (segments_fit holds; VC = 2 for more than 32 destination channels, else 1):
+// list the runs with keys (tile, cell, length descending), then one launch with the cells
+// kernel's run groups and register budgets (the same folds).
+template <int VC>
 void launch_mvmr_segments(const CudaContext& ctx, detail::Workspace& ws, const Grouping& g, const int64_t* t,
                           int src_col, const float* src, int64_t c_src, const float* mat, int64_t c_dst,
                           int64_t rows, int64_t K, int64_t T, float* dst) {
-  constexpr int NT = PointConvPolicy::kThreads, TR = MvmrSegmentsPolicy::kRows;
-  cudaStream_t stream = detail::stream_of(ctx);
+  using Shape = CellsShape<VC>;
+  constexpr int NT = PointConvPolicy::kThreads, TR = MvmrSegmentsPolicy::kRows, NC = 32 * VC;
   if (T == 0) {
-    PCOPS_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(rows * c_dst) * sizeof(float), stream));
+    PCOPS_CUDA_CHECK(
+        cudaMemsetAsync(dst, 0, static_cast<size_t>(rows * c_dst) * sizeof(float), detail::stream_of(ctx)));
     return;
   }
-  detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(NT), 0, g.order, t, T, src_col);
-  const int64_t* packed = g.order;
   const int64_t tiles = detail::ceil_div(rows, int64_t{TR});
-  const int tile_shift = 7, len_bits = 32 - bits_for(static_cast<uint64_t>(tiles * K));
   static_assert(TR == 128, "tile_shift");
-  const RunLists runs = list_runs(ctx, ws, g, rows, T, tile_shift, K, len_bits, tiles * K);
-  const int VC = c_dst > 32 ? 2 : 1;
-  const int64_t NC = 32 * VC, col_blocks = detail::ceil_div(c_dst, NC);
-  // The cells kernel's run groups and register budgets (the same folds).
-  const auto kernel = VC == 2 ? mvmr_segments_kernel<2, CellsShape<2>::kGroup, CellsShape<2>::kBlocksPerSm>
-                              : mvmr_segments_kernel<1, CellsShape<1>::kGroup, CellsShape<1>::kBlocksPerSm>;
+  const RunLists runs =
+      list_runs(ctx, ws, g, t, src_col, rows, T, 7, K, 32 - bits_for(static_cast<uint64_t>(tiles * K)), tiles * K);
+  const int64_t col_blocks = detail::ceil_div(c_dst, int64_t{NC});
+  const auto kernel = mvmr_segments_kernel<VC, Shape::kGroup, Shape::kBlocksPerSm>;
   const size_t smem = static_cast<size_t>((2 * c_src + TR) * NC) * sizeof(float);
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   if (tiles * col_blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many rows");
   detail::launch(ctx, kernel, dim3(static_cast<unsigned>(tiles * col_blocks)), dim3(NT), smem, K, runs.offsets,
-                 runs.order, runs.run_row, runs.run_len, packed, src, c_src, mat, c_dst, rows, dst);
+                 runs.order, runs.run_row, runs.run_len, static_cast<const int64_t*>(g.order), src, c_src, mat,
+                 c_dst, rows, dst);
 }
 
 void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& g, const int64_t* t, int src_col, const float* src,
@@ -1175,17 +1176,19 @@ void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& 
   using TP = MvmrTilePolicy;
   const Mvmr choice = mvmr_choice(c_dst);
   const bool vec = rows_aligned16(src, c_src) && rows_aligned16(mat, c_dst);
-  if (choice == Mvmr::kSegments && vec && rows_aligned16(dst, c_dst) && segments_fit(c_src, c_dst, rows, K, T, src_rows)) {
-    launch_mvmr_segments(ctx, ws, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, dst);
+  const bool runs_ok = vec && rows_aligned16(dst, c_dst) && runs_fit(rows, K, T, src_rows);
+  if (choice == Mvmr::kSegments && runs_ok && segments_fit(c_src, c_dst, rows, K)) {
+    (c_dst > 32 ? launch_mvmr_segments<2> : launch_mvmr_segments<1>)(ctx, ws, g, t, src_col, src, c_src, mat, c_dst,
+                                                                     rows, K, T, dst);
     return;
   }
-  if ((choice == Mvmr::kCells || choice == Mvmr::kSegments) && vec && rows_aligned16(dst, c_dst) && c_src * 32 <= TP::kStageFloats &&
-      K < (int64_t{1} << 15) && src_rows <= (int64_t{1} << TP::kPackBits) && T < (int64_t{1} << 31) &&
-      rows < (int64_t{1} << 31)) {
+  if ((choice == Mvmr::kCells || choice == Mvmr::kSegments) && runs_ok && c_src * 32 <= TP::kStageFloats) {
     // Lanes' channels: the widest slice (32 VC channels) that fits and that the destination fills.
     int VC = 4;
     while (VC > 1 && (c_src * 32 * VC > TP::kStageFloats || 32 * VC / 2 >= c_dst)) VC /= 2;
-    launch_mvmr_cells(ctx, ws, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, VC, dst);
+    (VC == 4   ? launch_mvmr_cells<4>
+     : VC == 2 ? launch_mvmr_cells<2>
+               : launch_mvmr_cells<1>)(ctx, ws, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, dst);
     return;
   }
   const int64_t tile_blocks = detail::ceil_div(rows, int64_t{TP::kRows}) * detail::ceil_div(c_dst, int64_t{128});

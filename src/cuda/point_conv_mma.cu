@@ -853,36 +853,42 @@ struct Segments {
   const int64_t* seg_off;
 };
 
-// Sorts keys[0 .. T) on their low `bits` bits (radix, two buffers: keys and alt) and returns the
-// buffer that holds the result.
-const uint64_t* sort_keys(detail::Workspace& ws, uint64_t* keys, uint64_t* alt, int64_t T_, int bits,
-                          cudaStream_t stream) {
-  cub::DoubleBuffer<uint64_t> db(keys, alt);
-  size_t temp_bytes = 0;
-  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, db, T_, 0, bits, stream));
-  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(ws.bytes(temp_bytes), temp_bytes, db, T_, 0, bits, stream));
-  return db.Current();
+// Sorts T keys (written by write_keys(keys) into a buffer from ws) on their low `bits` bits and
+// finds the segments of their high parts (key >> shift): offsets[q] for q = 0..segments. The radix
+// sort runs on two buffers, the keys and a second one (CUB's double-buffer form needs no third
+// copy in its temporary storage). Returns the sorted keys and the offsets.
+template <class WriteKeys>
+std::pair<const uint64_t*, const int64_t*> sort_into_segments(const CudaContext& ctx, detail::Workspace& ws,
+                                                              int64_t T_, int bits, int shift, int64_t segments,
+                                                              WriteKeys&& write_keys) {
+  const cudaStream_t stream = detail::stream_of(ctx);
+  auto* keys = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
+  auto* alt = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
+  int64_t* offsets = ws.alloc<int64_t>(segments + 1);
+  const uint64_t* sorted = keys;
+  if (T_ > 0) {
+    write_keys(keys);
+    cub::DoubleBuffer<uint64_t> db(keys, alt);
+    size_t temp_bytes = 0;
+    PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, db, T_, 0, bits, stream));
+    PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(ws.bytes(temp_bytes), temp_bytes, db, T_, 0, bits, stream));
+    sorted = db.Current();
+  }
+  constexpr int NT = 256;
+  detail::launch(ctx, primitives::sorted_offsets_kernel<uint64_t>, dim3(detail::grid_blocks(segments + 1, NT)),
+                 dim3(NT), 0, sorted, T_, shift, segments, offsets);
+  return {sorted, offsets};
 }
 
 Segments sort_segments(const CudaContext& ctx, detail::Workspace& ws, const int64_t* triplets, int64_t T_,
                        int dst_col, int src_col, int64_t n_dst, int64_t n_src, int64_t K, int bm) {
-  const cudaStream_t stream = detail::stream_of(ctx);
   const MvmrKey m = mvmr_key(n_dst, n_src, K, bm);
-  const int bits = m.seg_bits + m.local_bits + m.src_bits;
-  // The keys and the sort's second buffer (the double-buffer sort needs no third copy in its
-  // temporary storage).
-  auto* keys = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
-  auto* alt = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
-  int64_t* seg_off = ws.alloc<int64_t>(m.segments + 1);
-  const uint64_t* sorted = keys;
-  constexpr int NT = 256;
-  if (T_ > 0) {
-    detail::launch(ctx, mvmr_keys_kernel, dim3(detail::grid_blocks(T_, NT)), dim3(NT), 0, triplets, T_, dst_col,
-                   src_col, n_dst, n_src, K, m, keys);
-    sorted = sort_keys(ws, keys, alt, T_, bits, stream);
-  }
-  detail::launch(ctx, primitives::sorted_offsets_kernel<uint64_t>, dim3(detail::grid_blocks(m.segments + 1, NT)),
-                 dim3(NT), 0, static_cast<const uint64_t*>(sorted), T_, m.local_bits + m.src_bits, m.segments, seg_off);
+  const auto [sorted, seg_off] = sort_into_segments(
+      ctx, ws, T_, m.seg_bits + m.local_bits + m.src_bits, m.local_bits + m.src_bits, m.segments, [&](uint64_t* keys) {
+        constexpr int NT = 256;
+        detail::launch(ctx, mvmr_keys_kernel, dim3(detail::grid_blocks(T_, NT)), dim3(NT), 0, triplets, T_, dst_col,
+                       src_col, n_dst, n_src, K, m, keys);
+      });
   return Segments{m, sorted, seg_off};
 }
 
@@ -941,20 +947,12 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
   }
   if (gw != nullptr && K * Co * Ci > 0) {
     detail::Workspace ws(ctx);
-    const cudaStream_t stream = detail::stream_of(ctx);
     const auto [i_bits, j_bits, bits] = vvor_key(s);
     const int64_t T_ = s.triplets;
-    auto* keys = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
-    auto* alt = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
-    int64_t* k_off = ws.alloc<int64_t>(K + 1);
-    const uint64_t* sorted = keys;
-    if (T_ > 0) {
+    const auto [sorted, k_off] = sort_into_segments(ctx, ws, T_, bits, i_bits + j_bits, K, [&](uint64_t* keys) {
       detail::launch(ctx, vvor_keys_kernel, dim3(detail::grid_blocks(T_, NT)), dim3(NT), 0, t, T_, s.num_out,
                      s.num_in, K, i_bits, j_bits, keys);
-      sorted = sort_keys(ws, keys, alt, T_, bits, stream);
-    }
-    detail::launch(ctx, primitives::sorted_offsets_kernel<uint64_t>, dim3(detail::grid_blocks(K + 1, NT)), dim3(NT),
-                   0, static_cast<const uint64_t*>(sorted), T_, i_bits + j_bits, K, k_off);
+    });
     using P = VvorPolicy;
     const int64_t count = K * Co * Ci, per = Co * Ci;
     // Slices: the sorted triplets cut into equal lengths across the kernels (each kernel's share of

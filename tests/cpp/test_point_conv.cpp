@@ -15,6 +15,7 @@
 
 #include "pcops/error.hpp"
 #include "pcops/point_conv.hpp"
+#include "triplet_cases.hpp"
 
 namespace {
 
@@ -365,28 +366,22 @@ std::vector<int64_t> oracle_triplets(const pcops::TripletShape& s, const std::ve
 
 TEST(PointConv, TripletsFollowTheCellFormulaForAnyThreadCount) {
   std::mt19937 rng(41);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   for (const int64_t t : {1, 2, 3, 5}) {
     pcops::TripletShape s;
     s.centres = 5000, s.points = 3000, s.slots = 12, s.extent = 0.3f, s.cells = t;
-    std::vector<float> c(s.centres * 3), p(s.points * 3);
-    for (float& v : c) v = u(rng);
-    for (float& v : p) v = u(rng);
-    // Some offsets exactly on the cells' borders: points at a centre plus multiples of h / 2.
-    const float h = (s.extent * 2.0f) / static_cast<float>(t);
-    for (int64_t j = 0; j < 64; ++j)
-      for (int a = 0; a < 3; ++a) p[j * 3 + a] = c[a] + static_cast<float>(static_cast<int>(j % 9) - 4) * 0.5f * h;
-    std::vector<int64_t> nb(s.centres * s.slots);
-    std::uniform_int_distribution<int64_t> pick(-1, s.points - 1);
-    for (int64_t x = 0; x < static_cast<int64_t>(nb.size()); ++x) nb[x] = x < 64 ? x : pick(rng);
+    const pcops_test::TripletInputs in = pcops_test::triplet_inputs(rng, s);
+    const std::vector<float>&c = in.centres, &p = in.points;
+    const std::vector<int64_t>& nb = in.neighbours;
     const std::vector<int64_t> ref = oracle_triplets(s, c, p, nb);
     for (const int threads : {1, 2, 3, 7}) {
       pcops::CpuContext ctx;
       ctx.num_threads = threads;
-      const int64_t T = pcops::cpu::point_conv_triplet_count(ctx, s, nb.data());
+      std::vector<int64_t> got;
+      const int64_t T = pcops::cpu::point_conv_triplets(ctx, s, c.data(), p.data(), nb.data(), [&](int64_t n) {
+        got.assign(n * 3, -7);
+        return got.data();
+      });
       ASSERT_EQ(T * 3, static_cast<int64_t>(ref.size()));
-      std::vector<int64_t> got(T * 3, -7);
-      pcops::cpu::point_conv_triplets(ctx, s, c.data(), p.data(), nb.data(), T, got.data());
       EXPECT_EQ(got, ref) << "t " << t << " threads " << threads;
     }
   }
@@ -407,28 +402,35 @@ TEST(PointConv, TripletConstructionRejectsBadInput) {
     ADD_FAILURE() << "expected an error";
     return pcops::ErrorKind::Value;
   };
-  const auto fill = [&](int64_t T) {
-    return [&, T] { pcops::cpu::point_conv_triplets(ctx, s, c.data(), p.data(), nb.data(), T, out.data()); };
+  int allocations = 0;  // the allocator is called only once the input has passed every check
+  const auto fill_with = [&](const pcops::TripletShape& shape) {
+    return [&, shape] {
+      pcops::cpu::point_conv_triplets(ctx, shape, c.data(), p.data(), nb.data(), [&](int64_t n) {
+        ++allocations;
+        EXPECT_LE(n * 3, static_cast<int64_t>(out.size()));
+        return out.data();
+      });
+    };
   };
+  const auto fill = fill_with(s);
   nb[7] = 5;  // past N
-  EXPECT_EQ(kind_of([&] { pcops::cpu::point_conv_triplet_count(ctx, s, nb.data()); }), pcops::ErrorKind::Index);
-  EXPECT_EQ(kind_of(fill(12)), pcops::ErrorKind::Index);
+  EXPECT_EQ(kind_of(fill), pcops::ErrorKind::Index);
   nb[7] = -2;
-  EXPECT_EQ(kind_of(fill(12)), pcops::ErrorKind::Index);
+  EXPECT_EQ(kind_of(fill), pcops::ErrorKind::Index);
   nb[7] = 0;
-  EXPECT_EQ(kind_of(fill(11)), pcops::ErrorKind::Value);  // the output's room is not the count
   p[4] = std::nanf("");
-  EXPECT_EQ(kind_of(fill(12)), pcops::ErrorKind::Value);
+  EXPECT_EQ(kind_of(fill), pcops::ErrorKind::Value);
   p[4] = 0.1f;
   for (const auto& [extent, cells] : std::vector<std::pair<float, int64_t>>{
            {0.0f, 3}, {-1.0f, 3}, {INFINITY, 3}, {0.5f, 0}, {1e-45f, 1000}}) {
     pcops::TripletShape b = s;
     b.extent = extent, b.cells = cells;
-    EXPECT_EQ(kind_of([&] { pcops::cpu::point_conv_triplet_count(ctx, b, nb.data()); }), pcops::ErrorKind::Value)
-        << extent << " " << cells;
+    EXPECT_EQ(kind_of(fill_with(b)), pcops::ErrorKind::Value) << extent << " " << cells;
   }
+  EXPECT_EQ(allocations, 0);
   EXPECT_TRUE(std::all_of(out.begin(), out.end(), [](int64_t v) { return v == -7; }));  // nothing written
-  pcops::cpu::point_conv_triplets(ctx, s, c.data(), p.data(), nb.data(), 12, out.data());
+  fill();
+  EXPECT_EQ(allocations, 1);
   EXPECT_EQ(out[2], 13);  // offset (0.1, 0.1, 0.1) in cells of 1/3: the centre cell
 }
 

@@ -26,6 +26,7 @@
 #include "cuda_util.hpp"
 #include "pcops/error.hpp"
 #include "pcops/point_conv.hpp"
+#include "triplet_cases.hpp"
 
 namespace {
 
@@ -251,55 +252,50 @@ TEST(CudaPointConv, WeightGradientPiecesEqualToCpu) {
 
 // A kernel the variables do not name is an error, not a silent default.
 // Triplet construction on the device: the CPU's rows bit for bit (padding, offsets on the cells'
-// borders and outside the cube, several grids); entries outside [-1, N) are skipped unchecked, and
-// a short output gets only its rows.
+// borders and outside the cube, several grids), nothing written past the T rows it asks for;
+// entries outside [-1, N) are skipped unchecked.
 TEST(CudaPointConv, TripletsEqualTheCpuRows) {
   std::mt19937 rng(43);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
   const pcops::CpuContext cpu;
   pcops::CudaContext ctx;
+  // The device triplets of (s, c, p, nb) into a buffer 3 rows longer than asked, prefilled with -7.
+  const auto device_triplets = [&](const pcops::TripletShape& s, const std::vector<float>& c,
+                                   const std::vector<float>& p, const std::vector<int64_t>& nb) {
+    DeviceBuffer<float> dc(c), dp(p);
+    DeviceBuffer<int64_t> dn(nb), out;
+    const int64_t T = pcops::cuda::point_conv_triplets(ctx, s, dc.data(), dp.data(), dn.data(), [&](int64_t n) {
+      out.resize(static_cast<size_t>(n * 3 + 9));
+      out.fill(-7);
+      return out.data();
+    });
+    std::vector<int64_t> got = out.download();
+    EXPECT_EQ(static_cast<int64_t>(got.size()), T * 3 + 9);
+    EXPECT_TRUE(std::all_of(got.end() - 9, got.end(), [](int64_t v) { return v == -7; }));
+    got.resize(static_cast<size_t>(T * 3));
+    return got;
+  };
   for (const int64_t t : {1, 2, 3, 5}) {
     pcops::TripletShape s;
     s.centres = 3000, s.points = 2000, s.slots = 10, s.extent = 0.25f, s.cells = t;
-    std::vector<float> c(s.centres * 3), p(s.points * 3);
-    for (float& v : c) v = u(rng);
-    for (float& v : p) v = u(rng);
-    const float h = (s.extent * 2.0f) / static_cast<float>(t);
-    for (int64_t j = 0; j < 10; ++j)
-      for (int a = 0; a < 3; ++a) p[j * 3 + a] = c[a] + static_cast<float>(static_cast<int>(j % 9) - 4) * 0.5f * h;
-    std::vector<int64_t> nb(s.centres * s.slots);
-    std::uniform_int_distribution<int64_t> pick(-1, s.points - 1);
-    for (int64_t x = 0; x < static_cast<int64_t>(nb.size()); ++x) nb[x] = x < 10 ? x : pick(rng);
-    const int64_t T = pcops::cpu::point_conv_triplet_count(cpu, s, nb.data());
-    std::vector<int64_t> want(T * 3);
-    pcops::cpu::point_conv_triplets(cpu, s, c.data(), p.data(), nb.data(), T, want.data());
-    DeviceBuffer<float> dc(c), dp(p);
-    DeviceBuffer<int64_t> dn(nb), out(T * 3);
-    ASSERT_EQ(pcops::cuda::point_conv_triplet_count(ctx, s, dn.data()), T);
-    pcops::cuda::point_conv_triplets(ctx, s, dc.data(), dp.data(), dn.data(), T, out.data());
-    EXPECT_EQ(out.download(), want) << "t " << t;
-    // A short output: its rows only, nothing past them.
-    DeviceBuffer<int64_t> part(T * 3);
-    part.fill(-7);
-    pcops::cuda::point_conv_triplets(ctx, s, dc.data(), dp.data(), dn.data(), T / 2, part.data());
-    const std::vector<int64_t> got = part.download();
-    EXPECT_TRUE(std::equal(got.begin(), got.begin() + T / 2 * 3, want.begin())) << "t " << t;
-    EXPECT_TRUE(std::all_of(got.begin() + T / 2 * 3, got.end(), [](int64_t v) { return v == -7; })) << "t " << t;
+    const pcops_test::TripletInputs in = pcops_test::triplet_inputs(rng, s);
+    std::vector<int64_t> want;
+    pcops::cpu::point_conv_triplets(cpu, s, in.centres.data(), in.points.data(), in.neighbours.data(),
+                                    [&](int64_t n) {
+                                      want.resize(static_cast<size_t>(n * 3));
+                                      return want.data();
+                                    });
+    EXPECT_EQ(device_triplets(s, in.centres, in.points, in.neighbours), want) << "t " << t;
   }
-  // Entries outside [-1, N) are left out (the CPU functions and the binding reject them first).
+  // Entries outside [-1, N) are left out (the CPU function and the binding reject them first).
   pcops::TripletShape s;
   s.centres = 2, s.points = 3, s.slots = 3, s.extent = 0.5f, s.cells = 3;
   const std::vector<float> c(6, 0.0f), p(9, 0.1f);
-  const std::vector<int64_t> nb{0, 7, -1, -5, 2, 1};
-  DeviceBuffer<float> dc(c), dp(p);
-  DeviceBuffer<int64_t> dn(nb), out(9);
-  ASSERT_EQ(pcops::cuda::point_conv_triplet_count(ctx, s, dn.data()), 3);
-  pcops::cuda::point_conv_triplets(ctx, s, dc.data(), dp.data(), dn.data(), 3, out.data());
-  EXPECT_EQ(out.download(), (std::vector<int64_t>{0, 0, 13, 1, 2, 13, 1, 1, 13}));
+  EXPECT_EQ(device_triplets(s, c, p, {0, 7, -1, -5, 2, 1}), (std::vector<int64_t>{0, 0, 13, 1, 2, 13, 1, 1, 13}));
   s.centres = 0;
-  EXPECT_EQ(pcops::cuda::point_conv_triplet_count(ctx, s, nullptr), 0);
+  EXPECT_TRUE(device_triplets(s, {}, p, {}).empty());
   s.cells = 0;
-  EXPECT_THROW(pcops::cuda::point_conv_triplet_count(ctx, s, nullptr), pcops::Error);
+  EXPECT_THROW(pcops::cuda::point_conv_triplets(ctx, s, nullptr, nullptr, nullptr, [](int64_t) { return nullptr; }),
+               pcops::Error);
 }
 
 TEST(CudaPointConv, UnknownKernelNamesThrow) {

@@ -248,16 +248,13 @@ def compute_oracle(case: C.Case):
         return C.three_nn_indices(case.extra["unknown"], case.extra["known"])
     if case.op == "three_interpolate":
         return interp_oracle(case.extra["features"], case.extra["idx"], case.extra["weight"], case.extra["grad"])
-    if case.op == "point_conv":
+    if case.op in ("point_conv", "point_conv_bf16"):
         e = case.extra
         select = conv_check_select(case)
-        parts = oracle.point_conv(e["features"], e["weights"], e["triplets"], case.n, e["grad"], select=select)
-        return {"parts": parts, "select": select}
-    if case.op == "point_conv_bf16":
-        e = case.extra
-        select = conv_check_select(case)
-        ref = oracle.point_conv_float64(e["features"], e["weights"], e["triplets"], case.n, e["grad"], select=select)
-        return {**ref, "select": select}
+        args = (e["features"], e["weights"], e["triplets"], case.n, e["grad"])
+        if case.op == "point_conv":
+            return {"parts": oracle.point_conv(*args, select=select), "select": select}
+        return {**oracle.point_conv_float64(*args, select=select), "select": select}
     if case.op == "flat_knn_graph":
         rows = case.extra["check_rows"]
         return {"rows": rows, "lists": oracle.knn_graph_rows(case.points, case.ptr, rows, p["k"], p["loop"])}
@@ -330,38 +327,27 @@ def check(case: C.Case, peer: Peer, result, want: np.ndarray) -> dict:
         fwd, grad = _bit_mismatches(result[0], want[0]), _bit_mismatches(result[1], want[1])
         return {"errors": fwd + grad, "forward_mismatches": fwd, "grad_mismatches": grad,
                 "compared_bitwise": True}
-    if case.op == "point_conv":
+    if case.op in ("point_conv", "point_conv_bf16"):
         names = ("forward", "grad_features", "grad_weights")
-        result = [np.asarray(r.detach().cpu().numpy() if hasattr(r, "detach") else r, np.float32) for r in result]
+        result = [np.asarray(r.detach().float().cpu().numpy() if hasattr(r, "detach") else r, np.float32)
+                  for r in result]
         if want["select"] is not None:  # the checked subset (conv_check_select)
             out_rows, in_rows, o_sel = want["select"]
             result = [result[0][out_rows], result[1][in_rows], result[2][:, o_sel]]
-        want = want["parts"]
-        rec = {f"{n}_mismatches": _bit_mismatches(r, w) for n, r, w in zip(names, result, want)}
-        rec.update({f"{n}_checked": int(w.size) for n, w in zip(names, want)})
-        # How far the others are: the largest difference relative to the part's largest magnitude.
-        for n, r, w in zip(names, result, want):
-            got = np.asarray(r, np.float64).reshape(w.shape)
+        result = [r.reshape(w.shape) for r, w in zip(result, want["parts"])]
+        rec = {f"{n}_checked": int(w.size) for n, w in zip(names, want["parts"])}
+        # How far each part is: the largest difference relative to the part's largest magnitude.
+        for n, r, w in zip(names, result, want["parts"]):
             scale = float(np.abs(w).max()) if w.size else 0.0
-            rec[f"{n}_max_rel_diff"] = float(np.abs(got - w).max() / scale) if scale > 0 else 0.0
-        return {"errors": sum(rec[f"{n}_mismatches"] for n in names), **rec, "compared_bitwise": True}
-    if case.op == "point_conv_bf16":
-        # Elements outside |got - ref| <= 2^-8 |ref| + terms 2^-23 sum |term| (one bfloat16 rounding
-        # of the result, float32 sums of `terms` terms; ref in float64).
-        names = ("forward", "grad_features", "grad_weights")
-        result = [np.asarray(r.detach().float().cpu().numpy() if hasattr(r, "detach") else r, np.float64)
-                  for r in result]
-        if want["select"] is not None:
-            out_rows, in_rows, o_sel = want["select"]
-            result = [result[0][out_rows], result[1][in_rows], result[2][:, o_sel]]
-        rec = {}
+            rec[f"{n}_max_rel_diff"] = float(np.abs(r.astype(np.float64) - w).max() / scale) if scale > 0 else 0.0
+        if case.op == "point_conv":
+            rec.update({f"{n}_mismatches": _bit_mismatches(r, w) for n, r, w in zip(names, result, want["parts"])})
+            return {"errors": sum(rec[f"{n}_mismatches"] for n in names), **rec, "compared_bitwise": True}
+        # bfloat16: elements outside |got - ref| <= 2^-8 |ref| + terms 2^-23 sum |term| (one bfloat16
+        # rounding of the result, float32 sums of `terms` terms; ref in float64).
         for n, r, ref, mag, terms in zip(names, result, want["parts"], want["magnitudes"], want["terms"]):
-            r = r.reshape(ref.shape)
             bound = np.ldexp(np.abs(ref), -8) + terms * np.ldexp(mag, -23)
-            rec[f"{n}_outside_bound"] = int(np.count_nonzero(~(np.abs(r - ref) <= bound)))
-            rec[f"{n}_checked"] = int(ref.size)
-            scale = float(np.abs(ref).max()) if ref.size else 0.0
-            rec[f"{n}_max_rel_diff"] = float(np.abs(r - ref).max() / scale) if scale > 0 else 0.0
+            rec[f"{n}_outside_bound"] = int(np.count_nonzero(~(np.abs(r.astype(np.float64) - ref) <= bound)))
         return {"errors": sum(rec[f"{n}_outside_bound"] for n in names), **rec, "compared_bitwise": False}
     if hasattr(result, "detach"):
         result = result.detach().cpu().numpy()

@@ -101,19 +101,19 @@ def point_conv_triplets(
         lambda: f"neighbours: expected shape [{centres.shape[0]}, S], got {tuple(neighbours.shape)}",
     )
     t = _checks.integer(t, "t")
+    extent = float(extent)
+    if centres.device.type == "cpu" and not torch.compiler.is_compiling():
+        # Native (the same float32 steps, bit for bit; it checks t, the extent, the indices and the
+        # coordinates itself, with the same exceptions as below).
+        return torch.ops.pcops._point_conv_triplets(centres, points, neighbours, extent, t)
     if t < 1 or t > 2097151:
         raise ValueError(f"t: expected at least 1 kernel cell per axis (and t^3 below 2^63), got {t}")
-    extent = float(extent)
     ext32 = float(torch.tensor(extent, dtype=torch.float32))
     if not (ext32 > 0.0 and ext32 < float("inf")):
         raise ValueError(f"extent: expected a finite value > 0 (in float32), got {extent}")
     if not float(torch.tensor(ext32 * 2, dtype=torch.float32) / t) > 0.0:
         raise ValueError(f"extent: {extent} is too small for {t} cells per axis (the cell side rounds to 0 in "
                          "float32)")
-    if centres.device.type == "cpu" and not torch.compiler.is_compiling():
-        # Native (the same float32 steps, bit for bit; it checks the indices and the coordinates
-        # itself, with the same exceptions).
-        return torch.ops.pcops._point_conv_triplets(centres, points, neighbours, extent, t)
     if neighbours.numel() > 0:
         lo, hi = int(neighbours.min()), int(neighbours.max())
         if lo < -1 or hi >= points.shape[0]:
