@@ -197,6 +197,22 @@ def test_fast_module_trains_in_bfloat16(gen):
     assert losses[-1] < 0.3 * losses[0]
 
 
+def _random_triplets(gen, n, K, T):
+    return torch.stack([torch.randint(0, n, (T,), generator=gen), torch.randint(0, n, (T,), generator=gen),
+                        torch.randint(0, K, (T,), generator=gen)], dim=1).cuda()
+
+
+def _forward_extra_bytes(run):
+    """The peak memory of run() (after a warm-up) beyond what it returns."""
+    run()
+    torch.cuda.synchronize()
+    base = torch.cuda.memory_allocated()
+    torch.cuda.reset_peak_memory_stats()
+    out = run()
+    torch.cuda.synchronize()
+    return torch.cuda.max_memory_allocated() - base - out.numel() * out.element_size()
+
+
 def test_fast_mode_extra_memory_is_the_sort(gen):
     """Beyond its output the fast forward allocates the sort's two key buffers (8 bytes a triplet
     each), an offset per (tile of 128 output rows, kernel cell) and the sort's small scratch: no
@@ -204,15 +220,8 @@ def test_fast_mode_extra_memory_is_the_sort(gen):
     n, c, K, T = 120000, 8, 27, 2_000_000
     f = (torch.rand(n, c, generator=gen) * 2 - 1).cuda().bfloat16()
     w = (torch.rand(K, c, c, generator=gen) * 2 - 1).cuda().bfloat16()
-    t = torch.stack([torch.randint(0, n, (T,), generator=gen), torch.randint(0, n, (T,), generator=gen),
-                     torch.randint(0, K, (T,), generator=gen)], dim=1).cuda()
-    pcops.point_conv(f, w, t, n, mode="fast")  # warm-up
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    out = pcops.point_conv(f, w, t, n, mode="fast")
-    torch.cuda.synchronize()
-    extra = torch.cuda.max_memory_allocated() - base - out.numel() * out.element_size()
+    t = _random_triplets(gen, n, K, T)
+    extra = _forward_extra_bytes(lambda: pcops.point_conv(f, w, t, n, mode="fast"))
     offsets = 8 * (-(-n // 128) * K + 1)
     assert 16 * T <= extra <= 16 * T + offsets + (4 << 20), extra
 
@@ -225,15 +234,8 @@ def test_exact_forward_extra_memory_is_the_grouping(gen):
     n, c, K, T = 120000, 64, 27, 2_000_000
     f = (torch.rand(n, c, generator=gen) * 2 - 1).cuda()
     w = (torch.rand(K, c, c, generator=gen) * 2 - 1).cuda()
-    t = torch.stack([torch.randint(0, n, (T,), generator=gen), torch.randint(0, n, (T,), generator=gen),
-                     torch.randint(0, K, (T,), generator=gen)], dim=1).cuda()
-    pcops.point_conv(f, w, t, n)  # warm-up
-    torch.cuda.synchronize()
-    base = torch.cuda.memory_allocated()
-    torch.cuda.reset_peak_memory_stats()
-    out = pcops.point_conv(f, w, t, n)
-    torch.cuda.synchronize()
-    extra = torch.cuda.max_memory_allocated() - base - out.numel() * out.element_size()
+    t = _random_triplets(gen, n, K, T)
+    extra = _forward_extra_bytes(lambda: pcops.point_conv(f, w, t, n))
     fixed = 32 * T + 8 * (n + 1) + 4 * K * c * c + 8 * (K + 1)
     assert 32 * T <= extra <= fixed + (16 << 20), extra
 
@@ -250,8 +252,7 @@ def test_backward_peak_is_the_larger_gradient_step(gen, mode):
     f = (torch.rand(n, c, generator=gen) * 2 - 1).cuda().to(dtype)
     w = (torch.rand(K, c, c, generator=gen) * 2 - 1).cuda().to(dtype)
     g = (torch.rand(n, c, generator=gen) * 2 - 1).cuda().to(dtype)
-    t = torch.stack([torch.randint(0, n, (T,), generator=gen), torch.randint(0, n, (T,), generator=gen),
-                     torch.randint(0, K, (T,), generator=gen)], dim=1).cuda()
+    t = _random_triplets(gen, n, K, T)
     t_small = t.clone()
     t_small[:, :2] %= small
 
