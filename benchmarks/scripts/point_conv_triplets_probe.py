@@ -4,9 +4,10 @@ PyTorch tensor operations, on kNN and padded ball-query neighbourhoods of a real
 The cloud is bunny00.off sampled to --points (as point_conv_probe.py); neighbourhoods: every point's
 --k nearest neighbours, and a ball query of radius `extent` (the 90 % quantile of the k-th
 neighbour distance) with --slots slots (padding where a ball holds fewer); 3^3 kernel cells over
-[-extent, extent]^3. On the CPU pcops builds the triplets in one native pass; on CUDA both sides
-run the tensor formula. Medians of --repeat synchronised runs; every run of pcops must equal the
-formula's rows bitwise (`equal` in the JSON).
+[-extent, extent]^3. pcops builds the triplets natively (the CPU: one pass over chunks of centres;
+CUDA: the input checks, a flag per slot, a scan, the count read back, a fill), the formula in
+elementwise torch operations. Medians of --repeat synchronised runs; every run of pcops must equal
+the formula's rows bitwise (`equal` in the JSON).
 
     PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \\
         python benchmarks/scripts/point_conv_triplets_probe.py --points 165000

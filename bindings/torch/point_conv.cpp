@@ -200,31 +200,71 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_cuda(const at::Tensor& gr
 }
 #endif
 
-// The triplets of neighbourhoods (pcops::cpu::point_conv_triplets) on CPU tensors: centres [M, 3]
-// and points [N, 3] float32, neighbours [M, S] int64 (the Python function checks dtypes and
-// shapes first; this one is also safe on its own). Returns [T, 3] int64.
-at::Tensor point_conv_triplets_cpu(const at::Tensor& centres_in, const at::Tensor& points_in,
-                                   const at::Tensor& neighbours_in, double extent, int64_t t) {
+// The triplets of neighbourhoods (pcops::{cpu,cuda}::point_conv_triplets): centres [M, 3] and
+// points [N, 3] float32, neighbours [M, S] int64 (the Python function checks dtypes and shapes
+// first; this one is also safe on its own). Returns [T, 3] int64. The CPU core checks the
+// neighbour range and the coordinates itself; for CUDA tensors they are checked here, on the
+// host, in the same order and with the same errors, before the kernels run.
+template <class Run>
+at::Tensor point_conv_triplets_impl(const at::Tensor& centres_in, const at::Tensor& points_in,
+                                    const at::Tensor& neighbours_in, double extent, int64_t t, Run run) {
   TORCH_CHECK_VALUE(centres_in.dim() == 2 && centres_in.size(1) == 3 && points_in.dim() == 2 &&
                         points_in.size(1) == 3 && neighbours_in.dim() == 2 &&
                         neighbours_in.size(0) == centres_in.size(0),
                     "point_conv_triplets: expected centres [M, 3], points [N, 3] and neighbours [M, S]");
   TORCH_CHECK_TYPE(neighbours_in.scalar_type() == at::kLong, "neighbours: expected int64");
+  check_same_device(centres_in, "centres", points_in, "points");
+  check_same_device(centres_in, "centres", neighbours_in, "neighbours");
   const at::Tensor centres = centres_in.to(at::kFloat).contiguous(), points = points_in.to(at::kFloat).contiguous();
   const at::Tensor neighbours = neighbours_in.contiguous();
   TripletShape shape;
   shape.centres = centres.size(0), shape.points = points.size(0), shape.slots = neighbours.size(1);
   shape.extent = static_cast<float>(extent), shape.cells = t;
+  if (centres.is_cuda()) {
+    translate_errors([&] { core::validate_triplet_shape(shape); });
+    if (neighbours.numel() > 0) {
+      // SYNC: the bounds are checked on the host before any kernel reads through the neighbours.
+      const auto [lo_t, hi_t] = at::aminmax(neighbours);
+      const at::Tensor mm = at::stack({lo_t, hi_t}).cpu();
+      const int64_t lo = mm[0].item<int64_t>(), hi = mm[1].item<int64_t>();
+      TORCH_CHECK_INDEX(lo >= -1 && hi < shape.points, "neighbours: expected indices in [-1, ", shape.points,
+                        "), got values in [", lo, ", ", hi, "]");
+    }
+    const auto check_finite = [](const at::Tensor& c, const char* name) {
+      // SYNC: one flag per tensor.
+      const bool finite = c.numel() == 0 || at::isfinite(c).all().item<bool>();
+      TORCH_CHECK_VALUE(finite, name, ": expected finite coordinates");
+    };
+    check_finite(centres, "centres");
+    check_finite(points, "points");
+  }
   at::Tensor out;
   translate_errors([&] {
-    cpu::point_conv_triplets(cpu_context(), shape, centres.data_ptr<float>(), points.data_ptr<float>(),
-                             neighbours.data_ptr<int64_t>(), [&](int64_t T) {
-                               out = at::empty({T, 3}, neighbours.options());
-                               return out.data_ptr<int64_t>();
-                             });
+    run(centres, shape, centres.data_ptr<float>(), points.data_ptr<float>(), neighbours.data_ptr<int64_t>(),
+        [&](int64_t T) {
+          out = at::empty({T, 3}, neighbours.options());
+          return out.data_ptr<int64_t>();
+        });
   });
   return out;
 }
+
+at::Tensor point_conv_triplets_cpu(const at::Tensor& centres, const at::Tensor& points, const at::Tensor& neighbours,
+                                   double extent, int64_t t) {
+  return point_conv_triplets_impl(centres, points, neighbours, extent, t, [](const at::Tensor&, auto&&... a) {
+    cpu::point_conv_triplets(cpu_context(), a...);
+  });
+}
+
+#if PCOPS_TORCH_CUDA
+at::Tensor point_conv_triplets_cuda(const at::Tensor& centres, const at::Tensor& points, const at::Tensor& neighbours,
+                                    double extent, int64_t t) {
+  const c10::cuda::CUDAGuard guard(centres.device());
+  return point_conv_triplets_impl(centres, points, neighbours, extent, t, [](const at::Tensor& c, auto&&... a) {
+    cuda::point_conv_triplets(cuda_context(c), a...);
+  });
+}
+#endif
 
 }  // namespace
 
@@ -247,6 +287,7 @@ TORCH_LIBRARY_IMPL(pcops, CPU, m) {
 TORCH_LIBRARY_IMPL(pcops, CUDA, m) {
   m.impl("point_conv", &point_conv_cuda);
   m.impl("_point_conv_backward", &point_conv_backward_cuda);
+  m.impl("_point_conv_triplets", &point_conv_triplets_cuda);
 }
 #endif
 

@@ -345,15 +345,15 @@ struct RunGroup {
   I rr[NG], pp[NG];
   int ll[NG];
   int cnt;
-  // The n (1..NG) sorted runs at order[first ..] (the cells and segments MVMRs' run lists): each
-  // run's first grouping position, its row less row0 and its length; then longest first.
+  // The n (1..NG) sorted runs at order[first ..] (the cells MVMR's run lists): each run's first
+  // grouping position, its row and its length; then longest first.
   __device__ __forceinline__ void take(const int* __restrict__ order, const int* __restrict__ run_row,
-                                       const int* __restrict__ run_len, int64_t first, int n, int row0) {
+                                       const int* __restrict__ run_len, int64_t first, int n) {
     cnt = n;
 #pragma unroll
     for (int x = 0; x < NG; ++x) {
       const int q = x < cnt ? order[first + x] : 0;
-      rr[x] = x < cnt ? run_row[q] - row0 : 0;
+      rr[x] = x < cnt ? run_row[q] : 0;
       pp[x] = q;
       ll[x] = x < cnt ? run_len[q] : 0;
     }
@@ -543,17 +543,16 @@ struct CellsShape<1> {
 
 // The runs of the grouping, each at its first position p: its sort key keys[p] (kKeys), or
 // run_row[p] and run_len[p] (otherwise: the second pass, once the sorted keys are no longer needed,
-// into their buffers). The key: (segment, then longer first), segment = the cell k, or with
-// tile_shift >= 0 tile * K + k for the tile r >> tile_shift of the run's row r, above len_bits of
-// the clamped length. The other positions keep what they had (the caller fills the
-// keys with the largest key). packed: pack_order_kernel's order.
+// into their buffers). The key: the cell k above kLenBits of the complement of the clamped length
+// (longer first). The other positions keep what they had (the caller fills the keys with the
+// largest key). packed: pack_order_kernel's order.
 template <bool kKeys>
 __global__ void write_runs_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ packed,
-                                  int64_t rows, int tile_shift, int64_t K, int len_bits,
-                                  uint32_t* __restrict__ keys, int* __restrict__ run_row, int* __restrict__ run_len) {
-  const uint32_t len_max = (uint32_t{1} << len_bits) - 1;
+                                  int64_t rows, uint32_t* __restrict__ keys, int* __restrict__ run_row,
+                                  int* __restrict__ run_len) {
+  constexpr int len_bits = MvmrCellsPolicy::kLenBits;
+  constexpr uint32_t len_max = (uint32_t{1} << len_bits) - 1;
   PCOPS_CUDA_GRID_STRIDE(r, rows) {
-    const uint64_t tile_part = tile_shift >= 0 ? (static_cast<uint64_t>(r) >> tile_shift) * static_cast<uint64_t>(K) : 0;
     const int64_t e = offsets[r + 1];
     for (int64_t p = offsets[r]; p < e;) {
       const uint64_t k = static_cast<uint64_t>(packed[p]) >> MvmrTilePolicy::kPackBits;
@@ -562,7 +561,7 @@ __global__ void write_runs_kernel(const int64_t* __restrict__ offsets, const int
       while (p < e && static_cast<uint64_t>(packed[p]) >> MvmrTilePolicy::kPackBits == k);
       const uint32_t len = static_cast<uint32_t>(p - p0);
       if constexpr (kKeys)
-        keys[p0] = static_cast<uint32_t>((tile_part + k) << len_bits) | (len_max - (len < len_max ? len : len_max));
+        keys[p0] = static_cast<uint32_t>(k << len_bits) | (len_max - (len < len_max ? len : len_max));
       else
         run_row[p0] = static_cast<int>(r), run_len[p0] = static_cast<int>(len);
     }
@@ -591,7 +590,7 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, CellsShape<VC>::kBlo
   const int64_t groups = (end - begin + NG - 1) / NG;
   for (int64_t g = part * NW + warp; g < groups; g += parts * NW) {  // warp-uniform
     RunGroup<NG, int> grp;
-    grp.take(order, run_row, run_len, begin + g * NG, static_cast<int>(min(int64_t{NG}, end - begin - g * NG)), 0);
+    grp.take(order, run_row, run_len, begin + g * NG, static_cast<int>(min(int64_t{NG}, end - begin - g * NG)));
     float a[NG][VC];
 #pragma unroll
     for (int x = 0; x < NG; ++x) {
@@ -607,74 +606,6 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, CellsShape<VC>::kBlo
 #pragma unroll
       for (int u = 0; u < VC; ++u) dst[grp.rr[x] * c_dst + d + u] = a[x][u];
     }
-  }
-}
-
-// The MVMR by segments ("segments", opt-in): one block per (tile of kRows destination rows, slice
-// of NC = 32 VC destination channels) keeps the tile's running sums in shared memory and walks the
-// kernel cells in order; for cell k it takes the runs of the tile's rows in that cell (the
-// segment (tile, k) of runs sorted by (tile, cell, length descending)) in groups of NG, a warp a
-// group, folding them as the cells kernel does from the staged slice of mat[k]. The slice of the
-// next cell is copied (cp.async) while the current one is folded; two barriers a cell (the
-// slice has landed for every thread; every fold of the cell is done before the next cell's
-// reads and before its buffer is overwritten). A row has at most one run a cell, so no two warps
-// touch one row's sums within a cell. No global read-modify-write of the sums and one launch,
-// where the cells kernel takes a launch a cell and the sums to global memory and back a run.
-// seg_off: [tiles * K + 1] positions of the sorted runs (order); dst is written once at the end.
-struct MvmrSegmentsPolicy {
-  static constexpr int kRows = 128;       // destination rows a tile
-  static constexpr int kStageBytes = 64 * 1024;  // the two staged slices of mat at most
-};
-
-template <int VC, int NG, int MB>
-__global__ void __launch_bounds__(MvmrTilePolicy::kThreads, MB)
-    mvmr_segments_kernel(int64_t K, const int64_t* __restrict__ seg_off, const int* __restrict__ order,
-                         const int* __restrict__ run_row, const int* __restrict__ run_len,
-                         const int64_t* __restrict__ packed, const float* __restrict__ src, int64_t c_src,
-                         const float* __restrict__ mat, int64_t c_dst, int64_t rows, float* __restrict__ dst) {
-  constexpr int NT = MvmrTilePolicy::kThreads, NC = 32 * VC, NW = NT / 32, TR = MvmrSegmentsPolicy::kRows;
-  extern __shared__ __align__(16) float smem_f[];
-  float* stage = smem_f;                  // [2][c_src][NC]
-  float* sums = smem_f + 2 * c_src * NC;  // [TR][NC]
-  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int64_t col_blocks = (c_dst + NC - 1) / NC;
-  const int64_t tile = blockIdx.x / col_blocks, d0 = blockIdx.x % col_blocks * NC;
-  const int64_t r0 = tile * TR, d = d0 + lane * VC, valid = c_dst - d;
-  for (int e = tid; e < TR * NC; e += NT) sums[e] = 0.0f;
-  const int64_t* so = seg_off + tile * K;
-  copy_slice<NC, NT>(stage, mat, 0, c_src, c_dst, d0, tid);
-  for (int64_t k = 0; k < K; ++k) {
-    float* wk = stage + (k & 1) * c_src * NC;
-    if (k + 1 < K) copy_slice<NC, NT>(stage + ((k + 1) & 1) * c_src * NC, mat, k + 1, c_src, c_dst, d0, tid);
-    else primitives::cp_async_commit();  // an empty group: the wait below counts the same
-    primitives::cp_async_wait<1>();      // this cell's slice (all but the newest group)
-    __syncthreads();
-    const int64_t begin = so[k], end = so[k + 1];
-    const int64_t groups = (end - begin + NG - 1) / NG;
-    for (int64_t g = warp; g < groups; g += NW) {  // warp-uniform
-      RunGroup<NG, int> grp;  // rows in the tile
-      grp.take(order, run_row, run_len, begin + g * NG, static_cast<int>(min(int64_t{NG}, end - begin - g * NG)),
-               static_cast<int>(r0));
-      float a[NG][VC];
-#pragma unroll
-      for (int x = 0; x < NG; ++x) {
-        const Vec<VC> v = x < grp.cnt ? load_floats<VC, true>(sums + grp.rr[x] * NC + lane * VC) : Vec<VC>{};
-#pragma unroll
-        for (int u = 0; u < VC; ++u) a[x][u] = v.v[u];
-      }
-      grp.fold<VC, true, true>(a, packed, src, c_src, wk + lane * VC, NC, valid);
-#pragma unroll
-      for (int x = 0; x < NG; ++x) {
-        if (x >= grp.cnt) continue;
-#pragma unroll
-        for (int u = 0; u < VC; ++u) sums[grp.rr[x] * NC + lane * VC + u] = a[x][u];
-      }
-    }
-    __syncthreads();
-  }
-  for (int e = tid; e < TR * NC; e += NT) {
-    const int64_t r = r0 + e / NC, c = d0 + e % NC;
-    if (r < rows && c < c_dst) dst[r * c_dst + c] = sums[e];
   }
 }
 
@@ -1038,27 +969,25 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
 // lists take the grouping's spent key buffers); earlier C = 512: cells 113 ms, tiles 165.
 constexpr int64_t kWideCols = 64;
 
-enum class Mvmr { kSegments, kCells, kTiles, kRows };
+enum class Mvmr { kCells, kTiles, kRows };
 
 Mvmr mvmr_choice(int64_t c_dst) {
   const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_MVMR");
   if (e == nullptr || *e == 0) return c_dst < kWideCols ? Mvmr::kRows : Mvmr::kCells;
-  if (std::strcmp(e, "segments") == 0) return Mvmr::kSegments;
   if (std::strcmp(e, "cells") == 0) return Mvmr::kCells;
   if (std::strcmp(e, "tiles") == 0) return Mvmr::kTiles;
   if (std::strcmp(e, "rows") == 0) return Mvmr::kRows;
-  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be segments, cells, tiles or rows");
+  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be cells, tiles or rows");
 }
 
-// The runs of a grouping in key order (write_runs_kernel: by cell, or with tile_shift >= 0 by (tile,
-// cell), then longer first), after packing the grouping's order (pack_order_kernel, for the MVMR's
-// reads of the source rows): order[x] is the x-th run's
-// first grouping position q, run_row[q] and run_len[q] its row and length, offsets[s] the first
-// run of segment s = 0..segments (T > 0). The 32-bit keys and positions and their sort buffers
+// The runs of a grouping in key order (write_runs_kernel: by cell, then longer first), after
+// packing the grouping's order (pack_order_kernel, for the MVMR's reads of the source rows):
+// order[x] is the x-th run's first grouping position q, run_row[q] and run_len[q] its row and
+// length, offsets[k] the first run of cell k = 0..K (T > 0). The 32-bit keys and positions and their sort buffers
 // lie in the grouping's spare key buffers (8 bytes a triplet each: keys and positions in one,
 // their sort buffers in the other), so the lists take no memory of their own beyond the offsets
 // and the sort's scratch; once the keys are spent (stream order) their buffers take each run's row
-// and length. Positions that start no run keep the largest key, whose segment part is past every
+// and length. Positions that start no run keep the largest key, whose cell part is past every
 // real one.
 struct RunLists {
   const int* order;
@@ -1068,7 +997,7 @@ struct RunLists {
 };
 
 RunLists list_runs(const CudaContext& ctx, detail::Workspace& ws, const Grouping& g, const int64_t* t, int src_col,
-                   int64_t rows, int64_t T, int tile_shift, int64_t K, int len_bits, int64_t segments) {
+                   int64_t rows, int64_t T, int64_t K) {
   constexpr int NT = PointConvPolicy::kThreads;
   cudaStream_t stream = detail::stream_of(ctx);
   detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(NT), 0, g.order, t, T, src_col);
@@ -1076,7 +1005,7 @@ RunLists list_runs(const CudaContext& ctx, detail::Workspace& ws, const Grouping
   uint32_t* keys_alt = reinterpret_cast<uint32_t*>(g.spare[1]);
   int* ids = reinterpret_cast<int*>(keys + T);
   int* ids_alt = reinterpret_cast<int*>(keys_alt + T);
-  int64_t* offsets = ws.alloc<int64_t>(segments + 1);
+  int64_t* offsets = ws.alloc<int64_t>(K + 1);
   cub::DoubleBuffer<uint32_t> dk(keys, keys_alt);
   cub::DoubleBuffer<int> dv(ids, ids_alt);
   size_t sort_bytes = 0;
@@ -1085,14 +1014,14 @@ RunLists list_runs(const CudaContext& ctx, detail::Workspace& ws, const Grouping
   PCOPS_CUDA_CHECK(cudaMemsetAsync(keys, 0xff, static_cast<size_t>(T) * sizeof(uint32_t), stream));
   detail::launch(ctx, iota_kernel<int>, dim3(blocks_for(T)), dim3(NT), 0, ids, T);
   detail::launch(ctx, write_runs_kernel<true>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets,
-                 static_cast<const int64_t*>(g.order), rows, tile_shift, K, len_bits, keys, nullptr, nullptr);
+                 static_cast<const int64_t*>(g.order), rows, keys, nullptr, nullptr);
   PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, dk, dv, T, 0, 32, stream));
-  detail::launch(ctx, primitives::sorted_offsets_kernel<uint32_t>, dim3(blocks_for(segments + 1)), dim3(NT), 0,
-                 static_cast<const uint32_t*>(dk.Current()), T, len_bits, segments, offsets);
+  detail::launch(ctx, primitives::sorted_offsets_kernel<uint32_t>, dim3(blocks_for(K + 1)), dim3(NT), 0,
+                 static_cast<const uint32_t*>(dk.Current()), T, MvmrCellsPolicy::kLenBits, K, offsets);
   int* run_row = reinterpret_cast<int*>(keys);
   int* run_len = reinterpret_cast<int*>(keys_alt);
   detail::launch(ctx, write_runs_kernel<false>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets,
-                 static_cast<const int64_t*>(g.order), rows, tile_shift, K, len_bits, nullptr, run_row, run_len);
+                 static_cast<const int64_t*>(g.order), rows, nullptr, run_row, run_len);
   return {dv.Current(), run_row, run_len, offsets};
 }
 
@@ -1116,7 +1045,7 @@ void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grou
   constexpr int NT = PointConvPolicy::kThreads;
   PCOPS_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(rows * c_dst) * sizeof(float), detail::stream_of(ctx)));
   if (T == 0) return;
-  const RunLists runs = list_runs(ctx, ws, g, t, src_col, rows, T, -1, K, MvmrCellsPolicy::kLenBits, K);
+  const RunLists runs = list_runs(ctx, ws, g, t, src_col, rows, T, K);
   const int64_t NC = 32 * VC, col_blocks = detail::ceil_div(c_dst, NC);
   const int64_t target = int64_t{Shape::kBlocksPerSm} * detail::device_properties().multiProcessorCount;
   const int64_t parts = std::max<int64_t>(1, target / col_blocks);
@@ -1130,45 +1059,6 @@ void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grou
                    c_dst, dst);
 }
 
-// Whether the "segments" MVMR takes this shape (beyond runs_fit): destinations of at most 64
-// channels, the two staged slices within kStageBytes, and the tile and cell of a run with at least
-// 4 bits of its length in a 32-bit key.
-bool segments_fit(int64_t c_src, int64_t c_dst, int64_t rows, int64_t K) {
-  if (c_dst > 64) return false;
-  const int64_t NC = c_dst > 32 ? 64 : 32;
-  if (2 * c_src * NC * static_cast<int64_t>(sizeof(float)) > MvmrSegmentsPolicy::kStageBytes) return false;
-  const int64_t tiles = detail::ceil_div(rows, int64_t{MvmrSegmentsPolicy::kRows});
-  return bits_for(static_cast<uint64_t>(tiles * K)) + 4 <= 32;
-}
-
-// The "segments" MVMR (segments_fit holds; VC = 2 for more than 32 destination channels, else 1):
-// list the runs with keys (tile, cell, length descending), then one launch with the cells
-// kernel's run groups and register budgets (the same folds).
-template <int VC>
-void launch_mvmr_segments(const CudaContext& ctx, detail::Workspace& ws, const Grouping& g, const int64_t* t,
-                          int src_col, const float* src, int64_t c_src, const float* mat, int64_t c_dst,
-                          int64_t rows, int64_t K, int64_t T, float* dst) {
-  using Shape = CellsShape<VC>;
-  constexpr int NT = PointConvPolicy::kThreads, TR = MvmrSegmentsPolicy::kRows, NC = 32 * VC;
-  if (T == 0) {
-    PCOPS_CUDA_CHECK(
-        cudaMemsetAsync(dst, 0, static_cast<size_t>(rows * c_dst) * sizeof(float), detail::stream_of(ctx)));
-    return;
-  }
-  const int64_t tiles = detail::ceil_div(rows, int64_t{TR});
-  static_assert(TR == 128, "tile_shift");
-  const RunLists runs =
-      list_runs(ctx, ws, g, t, src_col, rows, T, 7, K, 32 - bits_for(static_cast<uint64_t>(tiles * K)), tiles * K);
-  const int64_t col_blocks = detail::ceil_div(c_dst, int64_t{NC});
-  const auto kernel = mvmr_segments_kernel<VC, Shape::kGroup, Shape::kBlocksPerSm>;
-  const size_t smem = static_cast<size_t>((2 * c_src + TR) * NC) * sizeof(float);
-  PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  if (tiles * col_blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many rows");
-  detail::launch(ctx, kernel, dim3(static_cast<unsigned>(tiles * col_blocks)), dim3(NT), smem, K, runs.offsets,
-                 runs.order, runs.run_row, runs.run_len, static_cast<const int64_t*>(g.order), src, c_src, mat,
-                 c_dst, rows, dst);
-}
-
 void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& g, const int64_t* t, int src_col, const float* src,
                  int64_t c_src, int64_t src_rows, const float* mat, int64_t c_dst, int64_t rows, int64_t K,
                  int64_t T, float* dst) {
@@ -1177,12 +1067,7 @@ void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& 
   const Mvmr choice = mvmr_choice(c_dst);
   const bool vec = rows_aligned16(src, c_src) && rows_aligned16(mat, c_dst);
   const bool runs_ok = vec && rows_aligned16(dst, c_dst) && runs_fit(rows, K, T, src_rows);
-  if (choice == Mvmr::kSegments && runs_ok && segments_fit(c_src, c_dst, rows, K)) {
-    (c_dst > 32 ? launch_mvmr_segments<2> : launch_mvmr_segments<1>)(ctx, ws, g, t, src_col, src, c_src, mat, c_dst,
-                                                                     rows, K, T, dst);
-    return;
-  }
-  if ((choice == Mvmr::kCells || choice == Mvmr::kSegments) && runs_ok && c_src * 32 <= TP::kStageFloats) {
+  if (choice == Mvmr::kCells && runs_ok && c_src * 32 <= TP::kStageFloats) {
     // Lanes' channels: the widest slice (32 VC channels) that fits and that the destination fills.
     int VC = 4;
     while (VC > 1 && (c_src * 32 * VC > TP::kStageFloats || 32 * VC / 2 >= c_dst)) VC /= 2;

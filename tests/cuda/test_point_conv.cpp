@@ -16,6 +16,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <iterator>
 #include <random>
 #include <stdexcept>
@@ -113,7 +114,7 @@ void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, co
 struct VvorChains : pcops_cuda_test::ScopedEnv {
   explicit VvorChains(const char* chains) : ScopedEnv("PCOPS_CUDA_POINT_CONV_VVOR", chains) {}
 };
-// PCOPS_CUDA_POINT_CONV_MVMR (the forward / grad_features kernel: "segments", "cells", "tiles" or "rows") for
+// PCOPS_CUDA_POINT_CONV_MVMR (the forward / grad_features kernel: "cells", "tiles" or "rows") for
 // one scope.
 struct MvmrKernel : pcops_cuda_test::ScopedEnv {
   explicit MvmrKernel(const char* name) : ScopedEnv("PCOPS_CUDA_POINT_CONV_MVMR", name) {}
@@ -154,7 +155,7 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
         expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
       }
       // Every MVMR kernel, whatever the default.
-      for (const char* mvmr : {"segments", "cells", "tiles", "rows"}) {
+      for (const char* mvmr : {"cells", "tiles", "rows"}) {
         const MvmrKernel forced(mvmr);
         const Out st = run_cuda(c, shift);
         expect_bitwise(st.out, cpu.out, std::string("forward ") + mvmr);
@@ -210,7 +211,7 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
       const VvorChains forced(chains);
       expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
     }
-    for (const char* mvmr : {"segments", "cells", "tiles", "rows"}) {
+    for (const char* mvmr : {"cells", "tiles", "rows"}) {
       const MvmrKernel forced(mvmr);
       const Out st = run_cuda(c, shift);
       expect_bitwise(st.out, cpu.out, std::string("forward ") + mvmr);
@@ -305,7 +306,7 @@ TEST(CudaPointConv, UnknownKernelNamesThrow) {
     const VvorChains forced(bad);
     EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }
-  for (const char* bad : {"staged", "shared", "row", "Tiles", "cell", "segment", "1"}) {
+  for (const char* bad : {"staged", "shared", "row", "Tiles", "cell", "segments", "1"}) {
     const MvmrKernel forced(bad);
     EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }
@@ -385,9 +386,10 @@ void expect_close(const std::vector<Bf16>& got, const std::vector<double>& ref,
 
 constexpr const char* kConfigVar = "PCOPS_CUDA_POINT_CONV_CONFIG";
 // Every compiled MVMR shape (the default first; "w": wgmma, which falls back to mma.sync where
-// the library has no sm_90a code or the device is not of compute capability 9.0).
+// the library has no sm_90a code or the device is not of compute capability 9.0; "wt": wgmma with
+// the weight slices by TMA, bitwise the same as "w").
 const char* const kMvmrShapes[] = {"", "128x128x64x64x2", "128x64x64x64x2", "128x128x64x32x3", "128x64x64x32x3",
-                                   "128x128x64x64x2w", "128x128x64x32x4w"};
+                                   "128x128x64x64x2w", "128x128x64x32x4w", "128x128x64x64x2wt", "128x128x64x32x4wt"};
 
 TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
   std::mt19937 rng(23);
@@ -430,10 +432,18 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
     const char* pinned = std::getenv(kConfigVar);
     std::vector<std::string> shapes(std::begin(kMvmrShapes), std::end(kMvmrShapes));
     if (pinned != nullptr && *pinned != 0) shapes = {std::string(pinned)};
+    std::map<std::string, Mma> by_shape;
     for (const std::string& cfg : shapes) {
       SCOPED_TRACE("MVMR shape '" + cfg + "'");
       const pcops_cuda_test::ScopedEnv use(kConfigVar, cfg.c_str());
       const Mma a = run_mma(c, f, w, g), b = run_mma(bad, f, w, g);
+      by_shape[cfg] = a;
+      if (cfg.back() == 't' && by_shape.count(cfg.substr(0, cfg.size() - 1)) != 0) {
+        // The weight slices by TMA or by 16-byte copies: the same products and sums.
+        const Mma& copies = by_shape[cfg.substr(0, cfg.size() - 1)];
+        EXPECT_EQ(std::memcmp(a.out.data(), copies.out.data(), a.out.size() * 2), 0);
+        EXPECT_EQ(std::memcmp(a.gf.data(), copies.gf.data(), a.gf.size() * 2), 0);
+      }
       EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0);
       EXPECT_EQ(std::memcmp(a.gf.data(), b.gf.data(), a.gf.size() * 2), 0);
       EXPECT_EQ(std::memcmp(a.gw.data(), b.gw.data(), a.gw.size() * 2), 0);

@@ -307,43 +307,16 @@ def test_triplets_from_knn_clamp_to_border_cells(gen):
     assert int(trip[:, 2].min()) >= 0 and int(trip[:, 2].max()) < 8
 
 
-def _cube_cases(gen):
-    """(centres, points, neighbours, extent, t) cases for the native CPU construction: kNN and
-    padded ball-query neighbourhoods of a real cloud, offsets exactly on the cells' borders and
-    outside the cube, several grids, empty and all-padding inputs."""
-    from pcops import data as pdata
-
-    cases = []
-    root = next(r for r in pdata._candidates() if (r / "bunny00.off").is_file())
-    cloud = pdata.load(root / "bunny00.off")
-    pts = torch.from_numpy(pdata.sample_mesh(cloud.points, cloud.faces, 5000, seed=3).astype("float32"))
-    _, idx = pcops.knn(pts[None], pts[None], 16)
-    for t in (1, 2, 3, 5):
-        cases.append((pts, pts, idx[0], 0.01, t))
-    centres = pts[::7].contiguous()
-    _, bq = pcops.ball_query(centres[None], pts[None], 0.02, 24)
-    cases.append((centres, pts, bq[0], 0.02, 3))
-    # Offsets on the borders: a grid of points at multiples of the cell side h = 2 * 0.5 / 4.
-    grid = torch.stack(torch.meshgrid(*[torch.arange(-4, 5, dtype=torch.float32) * 0.25] * 3, indexing="ij"), -1)
-    grid = grid.reshape(-1, 3)
-    origin = torch.zeros(1, 3)
-    cases.append((origin, grid, torch.arange(grid.shape[0])[None], 0.5, 4))
-    cases.append((torch.rand(4, 3, generator=gen), torch.rand(9, 3, generator=gen) * 40 - 20,
-                  torch.randint(-1, 9, (4, 9), generator=gen), 0.7, 3))
-    cases.append((torch.zeros(0, 3), pts, torch.zeros(0, 5, dtype=torch.int64), 0.1, 3))
-    cases.append((pts[:3], pts, torch.zeros(3, 0, dtype=torch.int64), 0.1, 3))
-    cases.append((pts[:3], pts, torch.full((3, 4), -1, dtype=torch.int64), 0.1, 3))
-    return cases
-
-
 def test_native_triplets_equal_the_tensor_formula(gen):
     """The CPU construction is one native pass; its rows are bitwise those of the formula in tensor
-    operations (the CUDA path), for any thread count."""
+    operations (what runs under torch.compile), for any thread count."""
+    from triplet_cases import cube_cases
+
     from pcops.ops.point_conv import _triplets_reference
 
     threads = torch.get_num_threads()
     try:
-        for centres, points, nb, extent, t in _cube_cases(gen):
+        for centres, points, nb, extent, t in cube_cases(gen):
             ref = _triplets_reference(centres, points, nb, extent, t)
             for n in (1, 2, 3):
                 torch.set_num_threads(n)
@@ -353,7 +326,7 @@ def test_native_triplets_equal_the_tensor_formula(gen):
     finally:
         torch.set_num_threads(threads)
     # The border grid reaches every cell, the corners the border cells.
-    centres, points, nb, extent, t = _cube_cases(gen)[5]
+    centres, points, nb, extent, t = cube_cases(gen)[5]
     trip = pcops.point_conv_triplets(centres, points, nb, extent, t)
     assert sorted(set(trip[:, 2].tolist())) == list(range(t**3))
     torch.library.opcheck(torch.ops.pcops._point_conv_triplets.default, (centres, points, nb, extent, t))

@@ -102,9 +102,9 @@ def point_conv_triplets(
     )
     t = _checks.integer(t, "t")
     extent = float(extent)
-    if centres.device.type == "cpu" and not torch.compiler.is_compiling():
-        # Native (the same float32 steps, bit for bit; it checks t, the extent, the indices and the
-        # coordinates itself, with the same exceptions as below).
+    if not torch.compiler.is_compiling():
+        # Native on CPU and CUDA (the same float32 steps, bit for bit; it checks t, the extent, the
+        # indices and the coordinates itself, with the same exceptions as below).
         return torch.ops.pcops._point_conv_triplets(centres, points, neighbours, extent, t)
     if t < 1 or t > 2097151:
         raise ValueError(f"t: expected at least 1 kernel cell per axis (and t^3 below 2^63), got {t}")
@@ -127,8 +127,8 @@ def point_conv_triplets(
 
 
 def _triplets_reference(centres, points, neighbours, extent: float, t: int) -> torch.Tensor:
-    """point_conv_triplets in tensor operations (CUDA tensors and tracing; the tests' reference for
-    the native CPU pass)."""
+    """point_conv_triplets in tensor operations (under tracing; the tests' reference for the native
+    passes)."""
     slot_valid = neighbours >= 0
     i = torch.arange(centres.shape[0], device=centres.device).unsqueeze(1).expand_as(neighbours)[slot_valid]
     j = neighbours[slot_valid]

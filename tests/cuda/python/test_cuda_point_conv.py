@@ -45,6 +45,49 @@ def test_triplets_and_module_match_cpu(gen):
     assert same_bits(layer(pts, trip), layer.cuda()(pts.cuda(), trip_cuda))
 
 
+def _cpu_tests_module(name):
+    """A helper module of the CPU tests (tests/python), shared with these."""
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location(name, Path(__file__).resolve().parents[2] / "python" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_native_triplets_equal_the_cpu_rows(gen):
+    """The CUDA construction (count, scan, fill) gives the CPU's rows bit for bit on the cases of
+    the CPU tests (real cloud kNN / ball query, offsets on cell borders and outside the cube,
+    empty and all-padding neighbourhoods), and the same errors before any kernel runs."""
+    from pcops.ops.point_conv import _triplets_reference
+
+    cases = _cpu_tests_module("triplet_cases").cube_cases(gen)
+    for centres, points, nb, extent, t in cases:
+        ref = pcops.point_conv_triplets(centres, points, nb, extent, t)
+        got = pcops.point_conv_triplets(centres.cuda(), points.cuda(), nb.cuda(), extent, t)
+        assert got.is_cuda and got.dtype == torch.int64 and torch.equal(got.cpu(), ref), (extent, t)
+        traced = _triplets_reference(centres.cuda(), points.cuda(), nb.cuda(), extent, t)
+        assert torch.equal(traced, got)
+    centres, points, nb, extent, t = (x.cuda() if isinstance(x, torch.Tensor) else x for x in cases[0])
+    torch.library.opcheck(torch.ops.pcops._point_conv_triplets.default, (centres, points, nb, extent, t))
+    op = torch.ops.pcops._point_conv_triplets
+    with pytest.raises(IndexError, match="neighbours"):
+        op(centres, points, nb - 2, extent, t)
+    with pytest.raises(IndexError, match="neighbours"):
+        op(centres, points, nb + points.shape[0], extent, t)
+    bad = points.clone()
+    bad[3, 1] = float("inf")
+    with pytest.raises(ValueError, match="points: expected finite"):
+        op(centres, bad, nb, extent, t)
+    with pytest.raises(ValueError, match="t"):
+        op(centres, points, nb, extent, 0)
+    with pytest.raises(ValueError, match="extent"):
+        op(centres, points, nb, float("nan"), t)
+    with pytest.raises(ValueError, match="points: expected device"):
+        op(centres, points.cpu(), nb, extent, t)
+
+
 def test_out_of_range_raises_index_error(gen):
     f, w, t = _inputs(gen, 40, 30, 6, 5, 27, 400)
     t[5, 2] = 27
@@ -276,14 +319,7 @@ def test_backward_peak_is_the_larger_gradient_step(gen, mode):
 def test_segmentation_example_in_bfloat16_fast_mode(tmp_path):
     """The segmentation example on the GPU, its networks in bfloat16 and the point convolutions on
     the tensor cores: the same accuracy bound as on the CPU."""
-    import importlib.util
-    from pathlib import Path
-
-    path = Path(__file__).resolve().parents[2] / "python" / "segmentation_example.py"  # tests/python
-    spec = importlib.util.spec_from_file_location("segmentation_example", path)
-    example = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(example)
-
+    example = _cpu_tests_module("segmentation_example")
     _, res = example.run_segmentation_example(tmp_path, "--device", "cuda", "--dtype", "bfloat16", "--mode", "fast")
     if res is not None:
         assert (res["device"], res["dtype"], res["mode"]) == ("cuda", "bfloat16", "fast")
