@@ -40,7 +40,6 @@
 #include "cuda/common.cuh"
 #include "cuda/primitives/async_copy.cuh"
 #include "cuda/primitives/sorted_offsets.cuh"
-#include "cuda/primitives/tma.cuh"
 #include "pcops/point_conv.hpp"
 
 namespace pcops::cuda {
@@ -79,13 +78,12 @@ struct MvmrKey {
 
 // The MVMR kernel's shape: destination rows per tile (bm), destination channels per block (bn),
 // triplet rows per chunk (mc; the block has 256 threads), source channels per stage (bk),
-// pipeline stages, whether the products run on wgmma (sm_90a; otherwise mma.sync) and whether the
-// weight slices come by TMA (one copy a stage; wgmma only) instead of 16-byte copies by every thread.
-// PCOPS_CUDA_POINT_CONV_CONFIG=<bm>x<bn>x<mc>x<bk>x<stages>[w[t]] picks one of the compiled ones
-// (w: wgmma, t: TMA, taken only where they can run; elsewhere the mma.sync default).
+// pipeline stages, and whether the products run on wgmma (sm_90a; otherwise mma.sync).
+// PCOPS_CUDA_POINT_CONV_CONFIG=<bm>x<bn>x<mc>x<bk>x<stages>[w] picks one of the compiled ones
+// (w: wgmma, taken only where it can run; elsewhere the mma.sync default).
 struct MvmrConfig {
   int bm, bn, mc, bk, stages;
-  bool wg, tma = false;
+  bool wg;
 };
 
 // wgmma runs where this library carries sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a; the
@@ -119,8 +117,7 @@ bool wgmma_usable() {
 // 32 channels in 3, spilling, 20.5 ms with 64 in 2, one block per multiprocessor).
 constexpr MvmrConfig kMvmrConfigs[] = {{128, 128, 64, 64, 2, false}, {128, 64, 64, 64, 2, false},
                                        {128, 128, 64, 32, 3, false}, {128, 64, 64, 32, 3, false},
-                                       {128, 128, 64, 64, 2, true},   {128, 128, 64, 32, 4, true},
-                                       {128, 128, 64, 64, 2, true, true}, {128, 128, 64, 32, 4, true, true}};
+                                       {128, 128, 64, 64, 2, true},   {128, 128, 64, 32, 4, true}};
 
 // wgmma where both channel counts exceed 128: with stages of 32 channels in 4 (one stage's products
 // in flight across the next step) up to 256 channels, of 64 in 2 beyond. Forward at C = 128 / 256 /
@@ -135,12 +132,11 @@ MvmrConfig mvmr_config(int64_t n_out_c, int64_t n_in_c) {
     c = std::max(n_out_c, n_in_c) > 256 ? MvmrConfig{128, 128, 64, 64, 2, true} : MvmrConfig{128, 128, 64, 32, 4, true};
   if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_CONFIG"); e != nullptr && *e != 0) {
     int bm = 0, bn = 0, mc = 0, bk = 0, st = 0;
-    char w = 0, t = 0;
-    const int got = std::sscanf(e, "%dx%dx%dx%dx%d%c%c", &bm, &bn, &mc, &bk, &st, &w, &t);
-    const bool wg = got >= 6 && w == 'w', tma = wg && got == 7 && t == 't';
+    char w = 0;
+    const int got = std::sscanf(e, "%dx%dx%dx%dx%d%c", &bm, &bn, &mc, &bk, &st, &w);
     if (got >= 5)
       for (const MvmrConfig& k : kMvmrConfigs)
-        if (k.bm == bm && k.bn == bn && k.mc == mc && k.bk == bk && k.stages == st && k.wg == wg && k.tma == tma)
+        if (k.bm == bm && k.bn == bn && k.mc == mc && k.bk == bk && k.stages == st && k.wg == (got == 6 && w == 'w'))
           c = k;
     if (c.wg && !wgmma_usable()) c = sync;  // the mma.sync default
   }
@@ -324,14 +320,12 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 // Pipeline: the stages (chunk, BK channels) run kAhead ahead through cp.async (S - 1, or S - 2
 // where wgmma keeps a stage's products in flight), one __syncthreads per stage. WG: the products by
 // wgmma (two warpgroups of 64 rows x 64 channels) instead of mma.sync (warps of 32 rows x BN / 4
-// channels). TM (with WG): the weight slices by TMA through `wmap` (mat as [K][n_out_c][n_in_c],
-// boxes of BK x BN), one copy a stage issued by thread 0 and completing on the buffer's mbarrier,
-// which every thread waits on before the stage's products.
-template <class T, int BN, int BM, int MC, int BK, int S, bool WG, bool TM>
+// channels).
+template <class T, int BN, int BM, int MC, int BK, int S, bool WG>
 __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
     mvmr_mma_kernel(const uint64_t* __restrict__ keys, const int64_t* __restrict__ seg_off, MvmrKey m, int64_t K,
                     const T* __restrict__ src, int64_t n_in_c, const T* __restrict__ mat, int64_t n_out_c,
-                    int64_t n_dst, T* __restrict__ dst, const __grid_constant__ CUtensorMap wmap) {
+                    int64_t n_dst, T* __restrict__ dst) {
   using P = MvmrPolicy;
   constexpr int NT = P::kThreads;
   constexpr int kSegs = BK / 8;                     // 16-byte chunks per stage row
@@ -347,14 +341,12 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   constexpr int kWgInFlight = WG && S >= 3 ? 1 : 0, kAhead = S - 1 - kWgInFlight;
   static_assert(S >= 2 && S <= 4 && kAhead <= 3, "the chunk row buffers (4) cover kAhead <= 3 stages ahead");
   static_assert(!WG || (BN == 128 && MC == 64), "wgmma: two warpgroups of 64 x 64");
-  static_assert(!TM || WG, "TMA: with wgmma");
   constexpr uint8_t kPast = 0xff;
   extern __shared__ __align__(16) unsigned char smem[];
   T* As = reinterpret_cast<T*>(smem);                    // [S][MC][BK], swizzled
   T* Bs = As + S * MC * BK;                              // [S][BN][BK], swizzled
   float* Os = reinterpret_cast<float*>(Bs + S * BN * BK);  // [BM][BN]
-  uint64_t* Bar = reinterpret_cast<uint64_t*>(Os + BM * BN);  // [S] with TM: the weight slices' arrivals
-  uint8_t* Rs = reinterpret_cast<uint8_t*>(Bar + (TM ? S : 0));  // [4][MC]: chunk rows' local rows (kPast past)
+  uint8_t* Rs = reinterpret_cast<uint8_t*>(Os + BM * BN);  // [4][MC]: chunk rows' local rows (kPast past)
   int* Ss = reinterpret_cast<int*>(Rs + 4 * MC);             // [kSegCache + 1]: the tile's segment offsets
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -375,12 +367,6 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   const int64_t* so = seg_off + tile * K;
   const int kc = Ki < kSegCache ? Ki : kSegCache;
   for (int e = tid; e <= kc; e += NT) Ss[e] = static_cast<int>(so[e]);
-  if constexpr (TM) {
-    if (tid == 0) {
-      for (int b = 0; b < S; ++b) primitives::mbarrier_init(Bar + b, 1);
-      primitives::mbarrier_init_fence();
-    }
-  }
   __syncthreads();
   const auto seg_at = [&](int k) { return k <= kc ? Ss[k] : static_cast<int>(so[k]); };
 
@@ -444,26 +430,11 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
         if (seg == 0)
           rs[a_row0 + u * kRowStep] = ok ? static_cast<uint8_t>((next_key[u] >> m.src_bits) & (BM - 1)) : kPast;
       }
-      if constexpr (!TM) {
 #pragma unroll
-        for (int v = 0; v < kBL; ++v)
-          b_cur[v] = mat + (b_sz[v] != 0 ? (static_cast<int64_t>(s.k) * n_out_c + o0 + a_row0 + v * kRowStep) * n_in_c : 0) + seg8;
-      }
+      for (int v = 0; v < kBL; ++v)
+        b_cur[v] = mat + (b_sz[v] != 0 ? (static_cast<int64_t>(s.k) * n_out_c + o0 + a_row0 + v * kRowStep) * n_in_c : 0) + seg8;
     }
     const uint32_t as = s_off + buf * kAStage, bs = s_off + kABytes + buf * kBStage;
-    if constexpr (TM) {
-      if (tid == 0) {
-        primitives::mbarrier_arrive_expect_tx(Bar + buf, kBStage);
-        primitives::tma_load_3d(Bs + buf * BN * BK, &wmap, s.b * BK, static_cast<int>(o0), s.k, Bar + buf);
-      }
-      const bool ch_ok = full_k || s.b * BK + seg8 < ci;
-#pragma unroll
-      for (int u = 0; u < kAL; ++u) {
-        cp_async16_shared(as + u * kRowStep * BK * 2, ch_ok ? a_cur[u] : src, ch_ok ? a_sz[u] : 0);
-        a_cur[u] += BK;
-      }
-      return;
-    }
     if (full_k) {
 #pragma unroll
       for (int u = 0; u < kAL; ++u) cp_async16_shared(as + u * kRowStep * BK * 2, a_cur[u], a_sz[u]);
@@ -519,7 +490,6 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
     cp_async_commit();
   }
   int buf = 0, ldbuf = kAhead;
-  [[maybe_unused]] unsigned phases = 0;  // TM: the parity each buffer's barrier waits for next
   const int g = lane >> 2, q4 = lane & 3;
   // The ldmatrix rows of the lane: weight row (lane & 7) + 8 (lane >> 4) of an n16 pair, chunk
   // ((lane >> 3) & 1); source row (lane & 15) of a fragment, chunk (lane >> 4).
@@ -537,10 +507,6 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
         // The descriptors of buffer 0 moved on by the buffer's and the k16 step's address / 16
         // (the start address field: shared addresses stay below 2^18 bytes, so no carry leaves it).
         const uint64_t da = desc_a0 + buf * (kAStage >> 4), db = desc_b0 + buf * (kBStage >> 4);
-        if constexpr (TM) {
-          primitives::mbarrier_wait(Bar + buf, (phases >> buf) & 1u);
-          phases ^= 1u << buf;
-        }
         wgmma_fence();
         pin_registers(acc[0]);
 #pragma unroll
@@ -934,11 +900,7 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* trip
     PCOPS_CUDA_CHECK(cudaMemsetAsync(dst, 0, sizeof(T) * n_dst * n_out_c, detail::stream_of(ctx)));
     return;
   }
-  MvmrConfig cfg = mvmr_config(n_out_c, n_in_c);
-  CUtensorMap wmap{};  // TMA: mat as [K][n_out_c][n_in_c] in boxes of bk x bn (else unused)
-  if (cfg.tma && !primitives::encode_tensor_map_16bit(&wmap, mat, std::is_same_v<T, __nv_bfloat16>, n_in_c, n_out_c,
-                                                      K, cfg.bk, cfg.bn))
-    cfg.tma = false;  // the same shape with 16-byte copies
+  const MvmrConfig cfg = mvmr_config(n_out_c, n_in_c);
   const Segments sg = sort_segments(ctx, ws, triplets, T_, dst_col, src_col, n_dst, n_src, K, cfg.bm);
   const MvmrKey m = sg.m;
   const uint64_t* sorted = sg.sorted;
@@ -947,15 +909,15 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* trip
   const auto go = [&](auto cfg_c) {
     constexpr MvmrConfig C = kMvmrConfigs[decltype(cfg_c)::value];
     if (C.bm != cfg.bm || C.bn != cfg.bn || C.mc != cfg.mc || C.bk != cfg.bk || C.stages != cfg.stages ||
-        C.wg != cfg.wg || C.tma != cfg.tma)
+        C.wg != cfg.wg)
       return;
     launched = true;
-    const size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.bk, C.stages>() + (C.tma ? sizeof(uint64_t) * C.stages : 0);
-    auto kernel = mvmr_mma_kernel<T, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg, C.tma>;
+    const size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.bk, C.stages>();
+    auto kernel = mvmr_mma_kernel<T, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg>;
     PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles * detail::ceil_div(n_out_c, C.bn))),
                    dim3(MvmrPolicy::kThreads), smem, static_cast<const uint64_t*>(sorted),
-                   static_cast<const int64_t*>(seg_off), m, K, src, n_in_c, mat, n_out_c, n_dst, dst, wmap);
+                   static_cast<const int64_t*>(seg_off), m, K, src, n_in_c, mat, n_out_c, n_dst, dst);
   };
   [&]<size_t... I>(std::index_sequence<I...>) {
     (go(std::integral_constant<size_t, I>{}), ...);

@@ -329,7 +329,24 @@ def test_native_triplets_equal_the_tensor_formula(gen):
     centres, points, nb, extent, t = cube_cases(gen)[5]
     trip = pcops.point_conv_triplets(centres, points, nb, extent, t)
     assert sorted(set(trip[:, 2].tolist())) == list(range(t**3))
+    # Offsets exactly on the first border of a cell side that a reciprocal would round up: the
+    # middle cells (1, 1, 1) = 13 and (1, 1, 1) again for (d, 0, 0) (0 is mid-cell), and the centre.
+    centres, points, nb, extent, t = cube_cases(gen)[6]
+    assert pcops.point_conv_triplets(centres, points, nb, extent, t)[:, 2].tolist() == [13, 13, 13]
     torch.library.opcheck(torch.ops.pcops._point_conv_triplets.default, (centres, points, nb, extent, t))
+
+
+def test_triplets_under_compile(gen):
+    """fullgraph torch.compile through the native op (a data-dependent number of rows)."""
+    pts = torch.rand(500, 3, generator=gen)
+    _, idx = pcops.ball_query(pts[None], pts[None], 0.1, 12)
+
+    def build(c, p, nb):
+        return pcops.point_conv_triplets(c, p, nb, 0.1, 3)
+
+    torch._dynamo.reset()
+    got = torch.compile(build, fullgraph=True, backend="aot_eager")(pts, pts, idx[0])
+    assert torch.equal(got, build(pts, pts, idx[0]))
 
 
 def test_triplet_construction_errors(gen):

@@ -87,6 +87,16 @@ def point_conv_triplets(
     Returns:
         ``[T, 3]`` int64 triplets on the device of the inputs.
     """
+    t = _checks.integer(t, "t")
+    if not torch.compiler.is_compiling():  # (traced: the fake kernel checks)
+        _check_triplet_inputs(centres, points, neighbours)
+    # Native on CPU and CUDA (one float32 rounding a step, bit for bit the same; it checks t, the
+    # extent, the indices and the coordinates itself); under torch.compile the same op with a
+    # data-dependent number of rows.
+    return torch.ops.pcops._point_conv_triplets(centres, points, neighbours, float(extent), t)
+
+
+def _check_triplet_inputs(centres, points, neighbours):
     for t_, name in ((centres, "centres"), (points, "points")):
         _checks.points(t_[None] if isinstance(t_, torch.Tensor) and t_.dim() == 2 else t_, name)
     torch._check_value(centres.dim() == 2 and centres.shape[1] == 3,
@@ -100,40 +110,17 @@ def point_conv_triplets(
         neighbours.dim() == 2 and neighbours.shape[0] == centres.shape[0],
         lambda: f"neighbours: expected shape [{centres.shape[0]}, S], got {tuple(neighbours.shape)}",
     )
-    t = _checks.integer(t, "t")
-    extent = float(extent)
-    if not torch.compiler.is_compiling():
-        # Native on CPU and CUDA (the same float32 steps, bit for bit; it checks t, the extent, the
-        # indices and the coordinates itself, with the same exceptions as below).
-        return torch.ops.pcops._point_conv_triplets(centres, points, neighbours, extent, t)
-    if t < 1 or t > 2097151:
-        raise ValueError(f"t: expected at least 1 kernel cell per axis (and t^3 below 2^63), got {t}")
-    ext32 = float(torch.tensor(extent, dtype=torch.float32))
-    if not (ext32 > 0.0 and ext32 < float("inf")):
-        raise ValueError(f"extent: expected a finite value > 0 (in float32), got {extent}")
-    if not float(torch.tensor(ext32 * 2, dtype=torch.float32) / t) > 0.0:
-        raise ValueError(f"extent: {extent} is too small for {t} cells per axis (the cell side rounds to 0 in "
-                         "float32)")
-    if neighbours.numel() > 0:
-        lo, hi = int(neighbours.min()), int(neighbours.max())
-        if lo < -1 or hi >= points.shape[0]:
-            raise IndexError(
-                f"neighbours: expected indices in [-1, {points.shape[0]}), got values in [{lo}, {hi}]"
-            )
-    for t_, name in ((centres, "centres"), (points, "points")):
-        if t_.numel() > 0 and not bool(torch.isfinite(t_).all()):
-            raise ValueError(f"{name}: expected finite coordinates")
-    return _triplets_reference(centres.float(), points.float(), neighbours, extent, t)
 
 
 def _triplets_reference(centres, points, neighbours, extent: float, t: int) -> torch.Tensor:
-    """point_conv_triplets in tensor operations (under tracing; the tests' reference for the native
-    passes)."""
+    """point_conv_triplets in elementwise tensor operations, each one correctly rounded float32 step
+    (the tests' and the probe's reference for the native passes). Every division is by a tensor:
+    PyTorch's CUDA division by a Python number multiplies by its rounded reciprocal."""
     slot_valid = neighbours >= 0
     i = torch.arange(centres.shape[0], device=centres.device).unsqueeze(1).expand_as(neighbours)[slot_valid]
     j = neighbours[slot_valid]
     ext = torch.tensor(extent, dtype=torch.float32, device=centres.device)
-    h = (ext * 2) / t
+    h = (ext * 2) / torch.tensor(float(t), dtype=torch.float32, device=centres.device)
     q = torch.floor(((points[j] - centres[i]) + ext) / h).clamp_(0, t - 1).to(torch.int64)
     k = (q[:, 0] * t + q[:, 1]) * t + q[:, 2]
     return torch.stack([i, j, k], dim=1)
@@ -159,6 +146,7 @@ def _check_inputs(features, weights, triplets, num_out):
 
 @torch.library.register_fake("pcops::_point_conv_triplets")
 def _fake_triplets(centres, points, neighbours, extent, t):
+    _check_triplet_inputs(centres, points, neighbours)
     return neighbours.new_empty((torch.library.get_ctx().new_dynamic_size(), 3))
 
 
