@@ -609,6 +609,77 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, CellsShape<VC>::kBlo
   }
 }
 
+// The MVMR by rows from every kernel cell's staged slice ("slices"): a block copies the columns d0
+// .. d0 + NC - 1 of all K matrices mat[k] into shared memory once, then its threads take rows, NC / 4
+// threads a row and four destination channels a thread, and fold each row's triplets in grouping
+// order from the staged slices: the rows kernel's order and sums (in registers), without its
+// loads of mat from global memory a triplet. The grid is kBlocksPerSm blocks a multiprocessor
+// (rounded to whole column blocks), each block striding over the rows. The next triplet's packed
+// entry and first source chunk are requested before the current triplet's folds, each source chunk
+// of four channels one chunk ahead. The slices lie kSliceStride floats apart: below 32 channels a
+// block, a warp's 16-byte loads serve 32 / NC rows a phase, whose cells differ, and the padding of
+// NC floats puts neighbouring cells' slices on other banks. packed: pack_order_kernel's order.
+struct MvmrSlicesPolicy {
+  static constexpr int kThreads = 256;
+  static constexpr int kBlocksPerSm = 2;
+  static constexpr int64_t kStageBytes = 113 * 1024;  // two blocks a multiprocessor (with 1 KB reserved each)
+  static constexpr int64_t slice_stride(int64_t c_src, int nc) { return c_src * nc + (nc < 32 ? nc : 0); }
+};
+
+template <int NC>
+__global__ void __launch_bounds__(MvmrSlicesPolicy::kThreads, MvmrSlicesPolicy::kBlocksPerSm)
+    mvmr_slices_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ packed,
+                       const float* __restrict__ src, int64_t c_src, const float* __restrict__ mat, int64_t c_dst,
+                       int64_t rows, int64_t K, float* __restrict__ dst) {
+  constexpr int NT = MvmrSlicesPolicy::kThreads, TPR = NC / 4, RPB = NT / TPR;
+  constexpr int PB = MvmrTilePolicy::kPackBits;
+  constexpr uint64_t kMask = (uint64_t{1} << PB) - 1;
+  extern __shared__ __align__(16) float stage[];  // [K][c_src][NC], slices `stride` floats apart
+  const int tid = threadIdx.x;
+  const int64_t stride = MvmrSlicesPolicy::slice_stride(c_src, NC);
+  const int64_t col_blocks = (c_dst + NC - 1) / NC, parts = gridDim.x / col_blocks;
+  const int64_t d0 = blockIdx.x % col_blocks * NC, part = blockIdx.x / col_blocks;
+  for (int64_t k = 0; k < K; ++k) copy_slice<NC, NT>(stage + k * stride, mat, k, c_src, c_dst, d0, tid);
+  primitives::cp_async_wait<0>();
+  __syncthreads();
+  const int li = tid % TPR;
+  const int64_t d = d0 + li * 4;
+  const float* wl = stage + li * 4;
+  for (int64_t r = part * RPB + tid / TPR; r < rows; r += parts * RPB) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const int64_t b = offsets[r], e = offsets[r + 1];
+    uint64_t pk_next = b < e ? static_cast<uint64_t>(packed[b]) : 0;
+    float4 f_next = b < e ? __ldg(reinterpret_cast<const float4*>(src + (pk_next & kMask) * c_src))
+                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int64_t p = b; p < e; ++p) {
+      const uint64_t pk = pk_next;
+      const float* sv = src + (pk & kMask) * c_src;
+      const float* w = wl + static_cast<int64_t>(pk >> PB) * stride;
+      float4 f = f_next;
+      if (p + 1 < e) {
+        pk_next = static_cast<uint64_t>(packed[p + 1]);
+        f_next = __ldg(reinterpret_cast<const float4*>(src + (pk_next & kMask) * c_src));
+      }
+#pragma unroll 2
+      for (int64_t cs = 0; cs < c_src; cs += 4) {
+        const int64_t cn = cs + 4 < c_src ? cs + 4 : cs;
+        const float4 fn = __ldg(reinterpret_cast<const float4*>(sv + cn));
+#pragma unroll
+        for (int v = 0; v < 4; ++v) {
+          const float4 wv = *reinterpret_cast<const float4*>(w + (cs + v) * NC);
+          const float x = v == 0 ? f.x : v == 1 ? f.y : v == 2 ? f.z : f.w;
+          acc[0] = __fadd_rn(acc[0], __fmul_rn(wv.x, x));
+          acc[1] = __fadd_rn(acc[1], __fmul_rn(wv.y, x));
+          acc[2] = __fadd_rn(acc[2], __fmul_rn(wv.z, x));
+          acc[3] = __fadd_rn(acc[3], __fmul_rn(wv.w, x));
+        }
+        f = fn;
+      }
+    }
+    if (d < c_dst) *reinterpret_cast<float4*>(dst + r * c_dst + d) = make_float4(acc[0], acc[1], acc[2], acc[3]);
+  }
+}
+
 // ii[p], jj[p] = the offsets i co and j ci of the rows of G and F that the triplet at grouping
 // position p multiplies (the VVOR's operands without the order -> triplet indirection; positions
 // past the valid triplets are never read).
@@ -969,15 +1040,46 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
 // lists take the grouping's spent key buffers); earlier C = 512: cells 113 ms, tiles 165.
 constexpr int64_t kWideCols = 64;
 
-enum class Mvmr { kCells, kTiles, kRows };
+enum class Mvmr { kSlices, kCells, kTiles, kRows };
 
 Mvmr mvmr_choice(int64_t c_dst) {
   const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_MVMR");
   if (e == nullptr || *e == 0) return c_dst < kWideCols ? Mvmr::kRows : Mvmr::kCells;
+  if (std::strcmp(e, "slices") == 0) return Mvmr::kSlices;
   if (std::strcmp(e, "cells") == 0) return Mvmr::kCells;
   if (std::strcmp(e, "tiles") == 0) return Mvmr::kTiles;
   if (std::strcmp(e, "rows") == 0) return Mvmr::kRows;
-  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be cells, tiles or rows");
+  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be slices, cells, tiles or rows");
+}
+
+// The slices MVMR's destination channels a block: the widest of 32, 16, 8, 4 whose slices of all
+// K cells fit kStageBytes and that the destination fills at least half of (0: none fits).
+int slices_width(int64_t c_src, int64_t c_dst, int64_t K) {
+  for (int nc = 32; nc >= 4; nc /= 2)
+    if (K * MvmrSlicesPolicy::slice_stride(c_src, nc) * static_cast<int64_t>(sizeof(float)) <=
+            MvmrSlicesPolicy::kStageBytes &&
+        (nc == 4 || c_dst > nc / 2))
+      return nc;
+  return 0;
+}
+
+template <int NC>
+void launch_mvmr_slices(const CudaContext& ctx, const Grouping& g, const int64_t* t, int src_col, const float* src,
+                        int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, int64_t K, int64_t T,
+                        float* dst) {
+  constexpr int NT = MvmrSlicesPolicy::kThreads;
+  if (T > 0)
+    detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(PointConvPolicy::kThreads), 0, g.order, t, T,
+                   src_col);
+  const int64_t col_blocks = detail::ceil_div(c_dst, int64_t{NC});
+  const int64_t target = int64_t{MvmrSlicesPolicy::kBlocksPerSm} * detail::device_properties().multiProcessorCount;
+  const int64_t parts = std::max<int64_t>(1, target / col_blocks);
+  if (parts * col_blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many channels");
+  const auto kernel = mvmr_slices_kernel<NC>;
+  const size_t smem = static_cast<size_t>(K * MvmrSlicesPolicy::slice_stride(c_src, NC)) * sizeof(float);
+  PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+  detail::launch(ctx, kernel, dim3(static_cast<unsigned>(parts * col_blocks)), dim3(NT), smem, g.offsets,
+                 static_cast<const int64_t*>(g.order), src, c_src, mat, c_dst, rows, K, dst);
 }
 
 // The runs of a grouping in key order (write_runs_kernel: by cell, then longer first), after
@@ -1067,7 +1169,17 @@ void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& 
   const Mvmr choice = mvmr_choice(c_dst);
   const bool vec = rows_aligned16(src, c_src) && rows_aligned16(mat, c_dst);
   const bool runs_ok = vec && rows_aligned16(dst, c_dst) && runs_fit(rows, K, T, src_rows);
-  if (choice == Mvmr::kCells && runs_ok && c_src * 32 <= TP::kStageFloats) {
+  if (choice == Mvmr::kSlices && c_src > 0 && vec && rows_aligned16(dst, c_dst) && K < (int64_t{1} << 15) &&
+      src_rows <= (int64_t{1} << TP::kPackBits)) {
+    switch (slices_width(c_src, c_dst, K)) {
+      case 32: return launch_mvmr_slices<32>(ctx, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, dst);
+      case 16: return launch_mvmr_slices<16>(ctx, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, dst);
+      case 8: return launch_mvmr_slices<8>(ctx, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, dst);
+      case 4: return launch_mvmr_slices<4>(ctx, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, dst);
+      default: break;  // the slices do not fit: the next kernel
+    }
+  }
+  if ((choice == Mvmr::kCells || choice == Mvmr::kSlices) && runs_ok && c_src * 32 <= TP::kStageFloats) {
     // Lanes' channels: the widest slice (32 VC channels) that fits and that the destination fills.
     int VC = 4;
     while (VC > 1 && (c_src * 32 * VC > TP::kStageFloats || 32 * VC / 2 >= c_dst)) VC /= 2;
