@@ -1044,7 +1044,7 @@ enum class Mvmr { kSlices, kCells, kTiles, kRows };
 
 Mvmr mvmr_choice(int64_t c_dst) {
   const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_MVMR");
-  if (e == nullptr || *e == 0) return c_dst < kWideCols ? Mvmr::kRows : Mvmr::kCells;
+  if (e == nullptr || *e == 0) return c_dst < kWideCols ? Mvmr::kSlices : Mvmr::kCells;
   if (std::strcmp(e, "slices") == 0) return Mvmr::kSlices;
   if (std::strcmp(e, "cells") == 0) return Mvmr::kCells;
   if (std::strcmp(e, "tiles") == 0) return Mvmr::kTiles;
@@ -1179,7 +1179,7 @@ void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& 
       default: break;  // the slices do not fit: the next kernel
     }
   }
-  if ((choice == Mvmr::kCells || choice == Mvmr::kSlices) && runs_ok && c_src * 32 <= TP::kStageFloats) {
+  if (choice == Mvmr::kCells && runs_ok && c_src * 32 <= TP::kStageFloats) {
     // Lanes' channels: the widest slice (32 VC channels) that fits and that the destination fills.
     int VC = 4;
     while (VC > 1 && (c_src * 32 * VC > TP::kStageFloats || 32 * VC / 2 >= c_dst)) VC /= 2;
@@ -1189,8 +1189,8 @@ void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& 
     return;
   }
   const int64_t tile_blocks = detail::ceil_div(rows, int64_t{TP::kRows}) * detail::ceil_div(c_dst, int64_t{128});
-  if (choice != Mvmr::kRows && K <= (int64_t{1} << 15) && src_rows <= (int64_t{1} << TP::kPackBits) &&
-      tile_blocks < (int64_t{1} << 31)) {
+  if ((choice == Mvmr::kCells || choice == Mvmr::kTiles) && K <= (int64_t{1} << 15) &&
+      src_rows <= (int64_t{1} << TP::kPackBits) && tile_blocks < (int64_t{1} << 31)) {
     if (T > 0) detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(NT), 0, g.order, t, T, src_col);
     detail::launch(ctx, vec ? mvmr_tile_kernel<true> : mvmr_tile_kernel<false>, dim3(static_cast<unsigned>(tile_blocks)),
                    dim3(TP::kThreads), 0, g.offsets, static_cast<const int64_t*>(g.order), src, c_src, mat, c_dst, rows,
