@@ -10,8 +10,10 @@
 // runs of every row (its triplets of one kernel cell) are listed and sorted by (cell, length), then
 // one launch per cell folds all rows' runs of that cell into the destination rows, a block per
 // slice of the cell's matrix held in shared memory, warps folding two or four runs side by side; for
-// narrow destinations mvmr_kernel, one thread per (row, V destination channels); mvmr_tile_kernel
-// (64 rows x 128 channels a block, sums in shared memory, a barrier per cell) on request.
+// narrow destinations mvmr_slices_kernel, every cell's slice staged once a block and the rows
+// folded with the sums in registers (else mvmr_kernel, one thread per (row, V destination channels),
+// the matrices read from global memory); mvmr_tile_kernel (64 rows x 128 channels a block, sums in
+// shared memory, a barrier per cell) on request.
 // Every element folds its triplets in order and the source channels ascending with __fmul_rn /
 // __fadd_rn.
 // VVOR kernel (grad_weights): one block per (piece of a kernel cell's triplets, 16 RO output x 8 RC
@@ -1028,16 +1030,19 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
   }
 }
 
-// The MVMR into dst [rows, c_dst]. PCOPS_CUDA_POINT_CONV_MVMR=cells|tiles|rows picks the kernel
-// (default: cells where the destination has at least kWideCols channels, else rows):
-// mvmr_cells_kernel where the rows are aligned, a slice of 32 channels of mat[k] fits
-// kStageFloats and the sizes fit its 32-bit run fields; mvmr_tile_kernel (both rewrite the
+// The MVMR into dst [rows, c_dst]. PCOPS_CUDA_POINT_CONV_MVMR=slices|cells|tiles|rows picks the
+// kernel (default: cells where the destination has at least kWideCols channels, else slices):
+// mvmr_slices_kernel where the rows are aligned and every cell's slice fits (slices_width), else
+// mvmr_kernel; mvmr_cells_kernel where the rows are aligned, a slice of 32 channels of mat[k] fits
+// kStageFloats and the sizes fit its 32-bit run fields; mvmr_tile_kernel (they rewrite the
 // grouping's order in place) where the cells and the source rows fit its packed positions; else
-// mvmr_kernel, four destination channels per thread where the shapes allow. A kernel that cannot
-// run takes the next one in that order. Measured on one H200 (165k points, kNN 16, 27 cells,
-// float32 forward, C = 32 / 64 / 128 / 256, point-conv-cells-cuda-20261201-085600-97fbcc9.json):
+// mvmr_kernel, four destination channels per thread where the shapes allow. Cells or tiles that
+// cannot run take the next one in that order. Measured on one H200 (165k points, kNN 16, 27
+// cells, float32 forward, C = 32 / 64 / 128 / 256, point-conv-cells-cuda-20261201-085600-97fbcc9.json):
 // cells 1.72 / 2.70 / 6.04 / 21.0 ms, rows 1.15 / 3.03 / 12.1 / 53.5 ms (the cells kernel's run
-// lists take the grouping's spent key buffers); earlier C = 512: cells 113 ms, tiles 165.
+// lists take the grouping's spent key buffers); earlier C = 512: cells 113 ms, tiles 165; slices
+// at C = 32 / 64 (point-conv-kernels-cuda-20261201-110100-8d7afd5.json) 1.08 / 3.10 ms against
+// rows 1.29 / 3.14 and cells 1.85 / 2.82 in the same run.
 constexpr int64_t kWideCols = 64;
 
 enum class Mvmr { kSlices, kCells, kTiles, kRows };
