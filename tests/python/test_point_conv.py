@@ -336,6 +336,35 @@ def test_native_triplets_equal_the_tensor_formula(gen):
     torch.library.opcheck(torch.ops.pcops._point_conv_triplets.default, (centres, points, nb, extent, t))
 
 
+def test_batched_triplets_are_the_clouds_flattened(gen):
+    """A batch [B, M, 3] / [B, N, 3] / [B, M, S]: each cloud's triplets with its centres and points
+    offset into the flattened batch; a convolution over them is each cloud's convolution."""
+    B, M, N = 3, 40, 70
+    pts = torch.rand(B, N, 3, generator=gen)
+    centres = pts[:, :M].contiguous()
+    _, knn_idx = pcops.knn(centres, pts, 8)
+    _, ball_idx = pcops.ball_query(centres, pts, 0.2, 12)
+    assert (ball_idx < 0).any()
+    for idx, extent in ((knn_idx, 0.1), (ball_idx, 0.2)):
+        got = pcops.point_conv_triplets(centres, pts, idx, extent, 3)
+        per_cloud = [pcops.point_conv_triplets(centres[b], pts[b], idx[b], extent, 3) for b in range(B)]
+        expect = torch.cat([tr + torch.tensor([b * M, b * N, 0]) for b, tr in enumerate(per_cloud)])
+        assert torch.equal(got, expect)
+        features, weights = torch.rand(B * N, 5, generator=gen), torch.rand(27, 4, 5, generator=gen)
+        out = pcops.point_conv(features, weights, got, B * M)
+        for b in range(B):
+            one = pcops.point_conv(features[b * N:(b + 1) * N], weights, per_cloud[b], M)
+            assert torch.equal(out[b * M:(b + 1) * M], one)
+    bad = knn_idx.clone()
+    bad[1, 3, 2] = N  # inside the flattened batch, outside its cloud
+    with pytest.raises(IndexError, match="each cloud"):
+        pcops.point_conv_triplets(centres, pts, bad, 0.1, 3)
+    with pytest.raises(ValueError, match="batch size"):
+        pcops.point_conv_triplets(centres, pts[:2], knn_idx, 0.1, 3)
+    with pytest.raises(ValueError, match="batch size"):
+        pcops.point_conv_triplets(centres, pts, knn_idx[:, :5], 0.1, 3)
+
+
 def test_triplets_under_compile(gen):
     """fullgraph torch.compile through the native op (a data-dependent number of rows)."""
     pts = torch.rand(500, 3, generator=gen)
@@ -345,8 +374,11 @@ def test_triplets_under_compile(gen):
         return pcops.point_conv_triplets(c, p, nb, 0.1, 3)
 
     torch._dynamo.reset()
-    got = torch.compile(build, fullgraph=True, backend="aot_eager")(pts, pts, idx[0])
-    assert torch.equal(got, build(pts, pts, idx[0]))
+    compiled = torch.compile(build, fullgraph=True, backend="aot_eager")
+    assert torch.equal(compiled(pts, pts, idx[0]), build(pts, pts, idx[0]))
+    batch = torch.stack([pts, pts.flip(0)])  # a batch of two clouds
+    _, idx2 = pcops.ball_query(batch, batch, 0.1, 12)
+    assert torch.equal(compiled(batch, batch, idx2), build(batch, batch, idx2))
 
 
 def test_triplet_construction_errors(gen):

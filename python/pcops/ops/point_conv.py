@@ -74,12 +74,16 @@ def point_conv_triplets(
     ``q = clamp(floor(fl(fl(d + extent) / h)), 0, t - 1)`` per axis (offsets outside the cube
     go to the border cell), ``k = (q_x t + q_y) t + q_z``. Rows are ordered by ``(i, s)``.
 
+    A batch of clouds (``centres [B, M, 3]``, ``points [B, N, 3]``, ``neighbours [B, M, S]``
+    with each cloud's indices in ``[-1, N)``, as ``pcops.knn`` and ``pcops.ball_query`` return
+    them) gives the triplets of the flattened clouds: centre ``b M + i``, point ``b N + j``, for
+    features ``[B N, C]`` and outputs ``[B M, C_out]``, clouds in order.
+
     Args:
-        centres: ``[M, 3]`` float32 output positions.
-        points: ``[N, 3]`` float32 input positions.
-        neighbours: ``[M, S]`` int64 indices into ``points`` in ``[-1, N)``, e.g. ``idx[0]`` of
-            ``pcops.ball_query(centres[None], points[None], extent, S)`` or of ``pcops.knn``.
-            For a batch, offset each cloud's indices into one flat array first.
+        centres: ``[M, 3]`` (or ``[B, M, 3]``) float32 output positions.
+        points: ``[N, 3]`` (or ``[B, N, 3]``) float32 input positions.
+        neighbours: ``[M, S]`` (or ``[B, M, S]``) int64 indices into ``points`` in ``[-1, N)``,
+            e.g. ``idx`` of ``pcops.ball_query(centres, points, extent, S)`` or of ``pcops.knn``.
         extent: half the side of the kernel cube (the ball radius for ball-query neighbours);
             finite and > 0.
         t: kernel cells per axis (K = t^3 kernel matrices), >= 1.
@@ -88,12 +92,40 @@ def point_conv_triplets(
         ``[T, 3]`` int64 triplets on the device of the inputs.
     """
     t = _checks.integer(t, "t")
+    if isinstance(centres, torch.Tensor) and centres.dim() == 3:
+        return _batched_triplets(centres, points, neighbours, extent, t)
     if not torch.compiler.is_compiling():  # (traced: the fake kernel checks)
         _check_triplet_inputs(centres, points, neighbours)
     # Native on CPU and CUDA (one float32 rounding a step, bit for bit the same; it checks t, the
     # extent, the indices and the coordinates itself); under torch.compile the same op with a
     # data-dependent number of rows.
     return torch.ops.pcops._point_conv_triplets(centres, points, neighbours, float(extent), t)
+
+
+def _batched_triplets(centres, points, neighbours, extent, t):
+    """point_conv_triplets of B clouds: each cloud's indices checked against its own N, offset by
+    b N (padding stays -1), then one flat call."""
+    for x, name in ((points, "points"), (neighbours, "neighbours")):
+        if not isinstance(x, torch.Tensor):
+            raise TypeError(f"{name}: expected a tensor, got {type(x).__name__}")
+    torch._check_value(
+        points.dim() == 3 and neighbours.dim() == 3 and points.shape[0] == centres.shape[0]
+        and neighbours.shape[:2] == centres.shape[:2],
+        lambda: f"expected centres [B, M, 3], points [B, N, 3] and neighbours [B, M, S] of one batch size, got "
+        f"{tuple(centres.shape)}, {tuple(points.shape)} and {tuple(neighbours.shape)}",
+    )
+    B, M, N = centres.shape[0], centres.shape[1], points.shape[1]
+    _checks.indices(neighbours, "neighbours")
+    _checks.same_device(centres, "centres", neighbours, "neighbours")
+    if not torch.compiler.is_compiling() and neighbours.numel() > 0:
+        lo, hi = (int(v) for v in torch.aminmax(neighbours))
+        if lo < -1 or hi >= N:
+            raise IndexError(f"neighbours: expected each cloud's indices in [-1, {N}), got values in [{lo}, {hi}]")
+    base = torch.arange(B, device=neighbours.device, dtype=torch.int64).view(B, 1, 1) * N
+    flat = torch.where(neighbours >= 0, neighbours + base, neighbours)
+    return point_conv_triplets(centres.reshape(B * M, 3) if centres.shape[-1] == 3 else centres,
+                               points.reshape(B * N, 3) if points.shape[-1] == 3 else points,
+                               flat.reshape(B * M, neighbours.shape[2]), extent, t)
 
 
 def _check_triplet_inputs(centres, points, neighbours):

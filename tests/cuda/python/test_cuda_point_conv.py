@@ -69,6 +69,11 @@ def test_native_triplets_equal_the_cpu_rows(gen):
         assert got.is_cuda and got.dtype == torch.int64 and torch.equal(got.cpu(), ref), (extent, t)
         traced = _triplets_reference(centres.cuda(), points.cuda(), nb.cuda(), extent, t)
         assert torch.equal(traced, got)
+    # A batch of clouds (the flattened indices).
+    pts = torch.rand(3, 500, 3, generator=gen)
+    _, idx = pcops.ball_query(pts, pts, 0.15, 10)
+    assert torch.equal(pcops.point_conv_triplets(pts.cuda(), pts.cuda(), idx.cuda(), 0.15).cpu(),
+                       pcops.point_conv_triplets(pts, pts, idx, 0.15))
     centres, points, nb, extent, t = (x.cuda() if isinstance(x, torch.Tensor) else x for x in cases[0])
     torch.library.opcheck(torch.ops.pcops._point_conv_triplets.default, (centres, points, nb, extent, t))
     op = torch.ops.pcops._point_conv_triplets
