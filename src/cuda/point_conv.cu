@@ -1141,12 +1141,12 @@ void launch_mvmr_slices(const CudaContext& ctx, const Grouping& g, const int64_t
 // The runs of a grouping in key order (write_runs_kernel: by cell, then longer first), after
 // packing the grouping's order (pack_order_kernel, for the MVMR's reads of the source rows):
 // order[x] is the x-th run's first grouping position q, run_row[q] and run_len[q] its row and
-// length, offsets[k] the first run of cell k = 0..K (T > 0). The 32-bit keys and positions and their sort buffers
-// lie in the grouping's spare key buffers (8 bytes a triplet each: keys and positions in one,
-// their sort buffers in the other), so the lists take no memory of their own beyond the offsets
-// and the sort's scratch; once the keys are spent (stream order) their buffers take each run's row
-// and length. Positions that start no run keep the largest key, whose cell part is past every
-// real one.
+// length, offsets[k] the first run of cell k = 0..K (T > 0). The 32-bit keys and positions and
+// their sort buffers lie in the grouping's spare key buffers (8 bytes a triplet each: keys and
+// positions in one, their sort buffers in the other), so the lists take no memory of their own
+// beyond the offsets and the sort's scratch; once the keys are spent (stream order) their buffers
+// take each run's row and length. Positions that start no run keep the largest key, whose cell
+// part is past every real one.
 struct RunLists {
   const int* order;
   const int* run_row;
