@@ -7,7 +7,8 @@ channels: chunks x C_out x C_in x 2 bytes in all), beside the gathered input row
 C_in x 2 bytes per 128-channel block of outputs).
 
     PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \
-        python benchmarks/scripts/point_conv_segments.py [--points 165000] [--k 16] [--channels 512]
+        python benchmarks/scripts/point_conv_segments.py [--points 165000] [--k 16] [--channels 512] \
+            [--runs] [--n-major]
 """
 from __future__ import annotations
 
@@ -91,6 +92,21 @@ def run_stats(dst: np.ndarray, k: np.ndarray, kernels: int, tile: int = 128, chu
             "chunks_without_split_runs": packed_chunks}
 
 
+def n_major_stats(dst: np.ndarray, k: np.ndarray, kernels: int, tile: int, n_max: int, step: int) -> dict:
+    """The same segments with the triplets as the MMA's N dimension (wgmma m64nNk16: N any
+    multiple of 8 up to 256, the output channels as M): a segment of n triplets in chunks of at
+    most n_max columns, the last one rounded up to a multiple of `step` (the N of the instruction
+    variants a kernel would carry), so the padding is at most step - 1 columns a chunk."""
+    seg = (dst // tile) * kernels + k
+    counts = np.bincount(seg)
+    counts = counts[counts > 0]
+    full = counts // n_max
+    rest = counts - full * n_max
+    chunks = int(full.sum() + np.count_nonzero(rest))
+    padded = int(full.sum()) * n_max + int((np.ceil(rest / step) * step).sum())
+    return {"segments": int(counts.size), "chunks": chunks, "fill": float(counts.sum() / padded)}
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--points", type=int, default=165000)
@@ -101,6 +117,8 @@ def main():
     ap.add_argument("--order", default="sampled", choices=["sampled", "morton"])
     ap.add_argument("--runs", action="store_true", help="also the runs of equal output rows in the chunks "
                     "of the default kernel (tiles of 128, chunks of 64, four warps of 16 rows)")
+    ap.add_argument("--n-major", action="store_true", help="also the chunks and their fill with the triplets "
+                    "as the MMA's N dimension (chunks of up to 64 / 128 / 256 columns in steps of 8 / 16 / 32 / 64)")
     args = ap.parse_args()
     _, t = probe_triplets(args.points, args.k, args.order)
     t = t.numpy()
@@ -114,6 +132,15 @@ def main():
             print(f"tile {tile:4d} chunk {chunk:4d}: {r['segments']} segments of {r['mean_segment']:.1f}, "
                   f"{r['chunks']} chunks, fill {r['fill_whole']:.2f} whole / {r['fill_fragments']:.2f} in "
                   f"16-row fragments, weight rows {weights:.1f} GB")
+    if args.n_major:
+        for tile in [int(x) for x in args.tiles.split(",")]:
+            for n_max in (64, 128, 256):
+                for step in (8, 16, 32, 64):
+                    if step > n_max:
+                        continue
+                    r = n_major_stats(t[:, 0], t[:, 2], 27, tile, n_max, step)
+                    print(f"N-major: tile {tile:4d} N <= {n_max:3d} in steps of {step:2d}: {r['chunks']} chunks, "
+                          f"fill {r['fill']:.3f}, weight rows {r['chunks'] * c * c * 2 / 1e9:.1f} GB")
     if args.runs:
         r = run_stats(t[:, 0], t[:, 2], 27)
         print(f"tile 128 chunk 64: {r['chunks']} chunks, {r['runs']} runs of {r['mean_run']:.2f} rows; "
