@@ -19,13 +19,19 @@ import numpy as np
 from point_conv_probe import probe_triplets  # this directory
 
 
-def chunk_stats(dst: np.ndarray, k: np.ndarray, kernels: int, tile: int, chunk: int) -> dict:
+def segment_chunks(dst: np.ndarray, k: np.ndarray, kernels: int, tile: int, chunk: int):
+    """The (tile, k) segments' lengths, their whole chunks of `chunk` triplets and last partial
+    chunks, and the number of chunks."""
     seg = (dst // tile) * kernels + k
     counts = np.bincount(seg)
     counts = counts[counts > 0]
     full = counts // chunk
     rest = counts - full * chunk
-    chunks = int(full.sum() + np.count_nonzero(rest))
+    return counts, full, rest, int(full.sum() + np.count_nonzero(rest))
+
+
+def chunk_stats(dst: np.ndarray, k: np.ndarray, kernels: int, tile: int, chunk: int) -> dict:
+    counts, full, rest, chunks = segment_chunks(dst, k, kernels, tile, chunk)
     frag_rows = int(full.sum()) * chunk + int((np.ceil(rest / 16) * 16).sum())
     return {"tile": tile, "chunk": chunk, "segments": int(counts.size), "mean_segment": float(counts.mean()),
             "chunks": chunks, "fill_whole": float(counts.sum() / (chunks * chunk)),
@@ -97,12 +103,7 @@ def n_major_stats(dst: np.ndarray, k: np.ndarray, kernels: int, tile: int, n_max
     multiple of 8 up to 256, the output channels as M): a segment of n triplets in chunks of at
     most n_max columns, the last one rounded up to a multiple of `step` (the N of the instruction
     variants a kernel would carry), so the padding is at most step - 1 columns a chunk."""
-    seg = (dst // tile) * kernels + k
-    counts = np.bincount(seg)
-    counts = counts[counts > 0]
-    full = counts // n_max
-    rest = counts - full * n_max
-    chunks = int(full.sum() + np.count_nonzero(rest))
+    counts, full, rest, chunks = segment_chunks(dst, k, kernels, tile, n_max)
     padded = int(full.sum()) * n_max + int((np.ceil(rest / step) * step).sum())
     return {"segments": int(counts.size), "chunks": chunks, "fill": float(counts.sum() / padded)}
 
