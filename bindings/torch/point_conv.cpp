@@ -94,11 +94,16 @@ at::Tensor point_conv_impl(const at::Tensor& features_in, const at::Tensor& weig
   check_triplet_ranges(in);
 #if PCOPS_TORCH_CUDA
   if (use_mma(fast, in)) {
+    // The output is allocated when the operator asks for it: after its sort, whose second key
+    // buffer is then gone.
     const at::Tensor f = dense16(in.features), w = dense16(in.weights);
-    at::Tensor out = at::empty({num_out, in.shape.channels_out}, f.options());
+    at::Tensor out;
     translate_errors([&] {
       cuda::point_conv_mma(cuda_context(f), in.shape, half16_of(f), f.data_ptr(), w.data_ptr(),
-                           in.triplets.data_ptr<int64_t>(), out.data_ptr());
+                           in.triplets.data_ptr<int64_t>(), cuda::OutputAllocator([&] {
+                             out = at::empty({num_out, in.shape.channels_out}, f.options());
+                             return out.data_ptr();
+                           }));
     });
     return out;
   }
@@ -146,10 +151,24 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_impl(const at::Tensor& gr
     // grad_out in the features' 16-bit dtype (the forward's output dtype).
     const at::Tensor f = dense16(in.features), w = dense16(in.weights);
     const at::Tensor g = dense16(grad_out_in.to(f.scalar_type()));
-    return gradients_in_turn(f, w, need_features, need_weights, [&](void* gf, void* gw) {
+    // Each gradient is allocated when the operator asks for it (the weights' first, each after its
+    // sort's second key buffer is gone); an unrequested one is zeros.
+    at::Tensor gf, gw;
+    const auto on_request = [](bool need, at::Tensor& dst, const at::Tensor& like) {
+      return need ? cuda::OutputAllocator([&dst, &like] {
+        dst = at::empty(like.sizes(), like.options());
+        return dst.data_ptr();
+      })
+                  : cuda::OutputAllocator();
+    };
+    translate_errors([&] {
       cuda::point_conv_mma_backward(cuda_context(f), in.shape, half16_of(f), g.data_ptr(), f.data_ptr(),
-                                    w.data_ptr(), in.triplets.data_ptr<int64_t>(), gf, gw);
+                                    w.data_ptr(), in.triplets.data_ptr<int64_t>(), on_request(need_features, gf, f),
+                                    on_request(need_weights, gw, w));
     });
+    if (!need_features) gf = at::zeros(f.sizes(), f.options());
+    if (!need_weights) gw = at::zeros(w.sizes(), w.options());
+    return {gf, gw};
   }
 #else
   (void)fast;

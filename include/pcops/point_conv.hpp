@@ -22,6 +22,7 @@
 //   between the CPU and CUDA backends. Thread-safe. Extra memory: O(T + N_in + N_out + K) for
 //   the triplet grouping, plus one transposed copy of the weights (K * C_in * C_out) forward.
 #include <cstdint>
+#include <functional>
 
 #include "pcops/context.hpp"
 #include "pcops/ragged.hpp"
@@ -124,15 +125,33 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& shape, co
 // than 2^31 rows and triplets) and 16-byte aligned buffers; std::invalid_argument otherwise.
 // Extra memory: two 64-bit sort keys per triplet plus the sort's temporary storage, one offset
 // per (tile of 128 destination rows, k), and for grad_features a transposed copy of the weights.
+// The second key buffer and the temporary storage are released once the keys are sorted, so with
+// outputs allocated on request (OutputAllocator) they never exist beside the output: the peak
+// beyond the output is max(16 bytes a triplet + scratch - output, 8 bytes a triplet).
 bool point_conv_mma_supported(const PointConvShape& shape);
+
+// Device memory for one output (of the size the operator documents), requested by the operator
+// when it is about to write it; called exactly once for each requested output, also an empty one.
+using OutputAllocator = std::function<void*()>;
 
 void point_conv_mma(const CudaContext& ctx, const PointConvShape& shape, Half16 type, const void* features,
                     const void* weights, const int64_t* triplets, void* out);
+// The same with out [N_out, C_out] allocated on request (after the sort).
+void point_conv_mma(const CudaContext& ctx, const PointConvShape& shape, Half16 type, const void* features,
+                    const void* weights, const int64_t* triplets, const OutputAllocator& out);
 
-// grad_features [N_in, C_in] and grad_weights [K, C_out, C_in] (either may be nullptr).
+// grad_features [N_in, C_in] and grad_weights [K, C_out, C_in] (either may be nullptr). The weight
+// gradient is computed first, and its workspace released before grad_features' is taken.
 void point_conv_mma_backward(const CudaContext& ctx, const PointConvShape& shape, Half16 type,
                              const void* grad_out, const void* features, const void* weights,
                              const int64_t* triplets, void* grad_features, void* grad_weights);
+// The same with each gradient allocated on request, just before it is written (an empty
+// allocator: that gradient is not computed), so grad_features does not exist during the weight
+// gradient's step, nor either gradient beside its own sort's second buffer.
+void point_conv_mma_backward(const CudaContext& ctx, const PointConvShape& shape, Half16 type,
+                             const void* grad_out, const void* features, const void* weights,
+                             const int64_t* triplets, const OutputAllocator& grad_features,
+                             const OutputAllocator& grad_weights);
 }  // namespace cuda
 
 }  // namespace pcops

@@ -86,6 +86,16 @@ class Workspace {
   T* alloc(int64_t count) {
     return static_cast<T*>(bytes(static_cast<size_t>(count < 0 ? 0 : count) * sizeof(T)));
   }
+  // Gives one block of this workspace back before the workspace ends, stream-ordered as at the end
+  // (work already enqueued on the stream may still use it; later work may reuse it). A pointer not
+  // from this workspace is ignored.
+  void release(void* p) {
+    const auto it = std::find(blocks_.begin(), blocks_.end(), p);
+    if (it == blocks_.end()) return;
+    blocks_.erase(it);
+    if (ctx_.deallocate) ctx_.deallocate(p);
+    else cudaFreeAsync(p, stream_of(ctx_));
+  }
 
  private:
   const CudaContext& ctx_;

@@ -856,7 +856,9 @@ struct Segments {
 // Sorts T keys (written by write_keys(keys) into a buffer from ws) on their low `bits` bits and
 // finds the segments of their high parts (key >> shift): offsets[q] for q = 0..segments. The radix
 // sort runs on two buffers, the keys and a second one (CUB's double-buffer form needs no third
-// copy in its temporary storage). Returns the sorted keys and the offsets.
+// copy in its temporary storage); the buffer that does not hold the result and the temporary
+// storage go back to the allocator once the sort is enqueued, before the caller allocates its
+// output. Returns the sorted keys and the offsets.
 template <class WriteKeys>
 std::pair<const uint64_t*, const int64_t*> sort_into_segments(const CudaContext& ctx, detail::Workspace& ws,
                                                               int64_t T_, int bits, int shift, int64_t segments,
@@ -871,9 +873,12 @@ std::pair<const uint64_t*, const int64_t*> sort_into_segments(const CudaContext&
     cub::DoubleBuffer<uint64_t> db(keys, alt);
     size_t temp_bytes = 0;
     PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, db, T_, 0, bits, stream));
-    PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(ws.bytes(temp_bytes), temp_bytes, db, T_, 0, bits, stream));
+    void* temp = ws.bytes(temp_bytes);
+    PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(temp, temp_bytes, db, T_, 0, bits, stream));
     sorted = db.Current();
+    ws.release(temp);
   }
+  ws.release(sorted == keys ? alt : keys);
   constexpr int NT = 256;
   detail::launch(ctx, primitives::sorted_offsets_kernel<uint64_t>, dim3(detail::grid_blocks(segments + 1, NT)),
                  dim3(NT), 0, sorted, T_, shift, segments, offsets);
@@ -892,12 +897,13 @@ Segments sort_segments(const CudaContext& ctx, detail::Workspace& ws, const int6
   return Segments{m, sorted, seg_off};
 }
 
+// dst [n_dst, n_out_c] comes from dst_alloc once the keys are sorted (their second buffer released).
 template <class T>
 void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* triplets, int64_t T_, int dst_col,
               int src_col, int64_t n_dst, int64_t n_src, int64_t K, const T* src, int64_t n_in_c, const T* mat,
-              int64_t n_out_c, T* dst) {
+              int64_t n_out_c, const OutputAllocator& dst_alloc) {
   if (n_in_c == 0) {  // every sum empty: +0 (the kernel needs at least one stage a chunk)
-    PCOPS_CUDA_CHECK(cudaMemsetAsync(dst, 0, sizeof(T) * n_dst * n_out_c, detail::stream_of(ctx)));
+    PCOPS_CUDA_CHECK(cudaMemsetAsync(dst_alloc(), 0, sizeof(T) * n_dst * n_out_c, detail::stream_of(ctx)));
     return;
   }
   const MvmrConfig cfg = mvmr_config(n_out_c, n_in_c);
@@ -905,6 +911,7 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* trip
   const MvmrKey m = sg.m;
   const uint64_t* sorted = sg.sorted;
   const int64_t* seg_off = sg.seg_off;
+  T* dst = static_cast<T*>(dst_alloc());
   bool launched = false;
   const auto go = [&](auto cfg_c) {
     constexpr MvmrConfig C = kMvmrConfigs[decltype(cfg_c)::value];
@@ -926,26 +933,22 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* trip
 }
 
 template <class T>
-void forward_t(const CudaContext& ctx, const PointConvShape& s, const T* f, const T* w, const int64_t* t, T* out) {
+void forward_t(const CudaContext& ctx, const PointConvShape& s, const T* f, const T* w, const int64_t* t,
+               const OutputAllocator& out) {
   detail::Workspace ws(ctx);
   run_mvmr<T>(ctx, ws, t, s.triplets, 0, 1, s.num_out, s.num_in, s.kernels, f, s.channels_in, w, s.channels_out, out);
 }
 
 template <class T>
 void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, const T* f, const T* w, const int64_t* t,
-                T* gf, T* gw) {
+                const OutputAllocator& gf_alloc, const OutputAllocator& gw_alloc) {
   const int64_t K = s.kernels, Co = s.channels_out, Ci = s.channels_in;
   constexpr int NT = 256;
-  // Each gradient's workspace is released before the other's is taken (stream-ordered), so the
-  // backward's peak is the larger of the two, not their sum.
-  if (gf != nullptr && s.num_in * Ci > 0) {
-    detail::Workspace ws(ctx);
-    T* wt = ws.alloc<T>(std::max<int64_t>(K * Ci * Co, 1));
-    detail::launch(ctx, transpose16_kernel<T>, dim3(detail::grid_blocks(K * Ci * Co, NT)), dim3(NT), 0, w, K, Co,
-                   Ci, wt);
-    run_mvmr<T>(ctx, ws, t, s.triplets, 1, 0, s.num_in, s.num_out, K, g, Co, static_cast<const T*>(wt), Ci, gf);
-  }
-  if (gw != nullptr && K * Co * Ci > 0) {
+  // The weight gradient first; each gradient's workspace is released before the other's is taken
+  // (stream-ordered), so the backward's peak is the larger of the two steps, not their sum, and
+  // each gradient is allocated only after its sort's second buffer is gone.
+  if (gw_alloc && K * Co * Ci == 0) gw_alloc();
+  if (gw_alloc && K * Co * Ci > 0) {
     detail::Workspace ws(ctx);
     const auto [i_bits, j_bits, bits] = vvor_key(s);
     const int64_t T_ = s.triplets;
@@ -953,6 +956,7 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
       detail::launch(ctx, vvor_keys_kernel, dim3(detail::grid_blocks(T_, NT)), dim3(NT), 0, t, T_, s.num_out,
                      s.num_in, K, i_bits, j_bits, keys);
     });
+    T* gw = static_cast<T*>(gw_alloc());
     using P = VvorPolicy;
     const int64_t count = K * Co * Ci, per = Co * Ci;
     // Slices: the sorted triplets cut into equal lengths across the kernels (each kernel's share of
@@ -982,6 +986,15 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
       detail::launch(ctx, vvor_sum_cuts_kernel<T>, dim3(detail::grid_blocks(count, NT)), dim3(NT), 0,
                      static_cast<const float*>(part), static_cast<const int64_t*>(k_off), cut, per, count, gw);
   }
+  if (gf_alloc && s.num_in * Ci == 0) gf_alloc();
+  if (gf_alloc && s.num_in * Ci > 0) {
+    detail::Workspace ws(ctx);
+    T* wt = ws.alloc<T>(std::max<int64_t>(K * Ci * Co, 1));
+    detail::launch(ctx, transpose16_kernel<T>, dim3(detail::grid_blocks(K * Ci * Co, NT)), dim3(NT), 0, w, K, Co,
+                   Ci, wt);
+    run_mvmr<T>(ctx, ws, t, s.triplets, 1, 0, s.num_in, s.num_out, K, g, Co, static_cast<const T*>(wt), Ci,
+                gf_alloc);
+  }
 }
 
 }  // namespace
@@ -1000,33 +1013,48 @@ bool point_conv_mma_supported(const PointConvShape& s) {
 }
 
 void point_conv_mma(const CudaContext& ctx, const PointConvShape& s, Half16 type, const void* features,
-                    const void* weights, const int64_t* triplets, void* out) {
+                    const void* weights, const int64_t* triplets, const OutputAllocator& out) {
   core::validate_point_conv(s);
   if (!point_conv_mma_supported(s)) throw std::invalid_argument("pcops point_conv: shape not supported by the tensor-core path");
-  if (s.num_out * s.channels_out == 0) return;
+  if (!out) throw std::invalid_argument("pcops point_conv: no output allocator");
+  if (s.num_out * s.channels_out == 0) {
+    out();
+    return;
+  }
   if (type == Half16::kFloat16) {
-    forward_t(ctx, s, static_cast<const __half*>(features), static_cast<const __half*>(weights), triplets,
-              static_cast<__half*>(out));
+    forward_t(ctx, s, static_cast<const __half*>(features), static_cast<const __half*>(weights), triplets, out);
   } else {
     forward_t(ctx, s, static_cast<const __nv_bfloat16*>(features), static_cast<const __nv_bfloat16*>(weights),
-              triplets, static_cast<__nv_bfloat16*>(out));
+              triplets, out);
+  }
+}
+
+void point_conv_mma(const CudaContext& ctx, const PointConvShape& s, Half16 type, const void* features,
+                    const void* weights, const int64_t* triplets, void* out) {
+  point_conv_mma(ctx, s, type, features, weights, triplets, OutputAllocator([out] { return out; }));
+}
+
+void point_conv_mma_backward(const CudaContext& ctx, const PointConvShape& s, Half16 type, const void* grad_out,
+                             const void* features, const void* weights, const int64_t* triplets,
+                             const OutputAllocator& grad_features, const OutputAllocator& grad_weights) {
+  core::validate_point_conv(s);
+  if (!point_conv_mma_supported(s)) throw std::invalid_argument("pcops point_conv: shape not supported by the tensor-core path");
+  if (type == Half16::kFloat16) {
+    backward_t(ctx, s, static_cast<const __half*>(grad_out), static_cast<const __half*>(features),
+               static_cast<const __half*>(weights), triplets, grad_features, grad_weights);
+  } else {
+    using B = __nv_bfloat16;
+    backward_t(ctx, s, static_cast<const B*>(grad_out), static_cast<const B*>(features), static_cast<const B*>(weights),
+               triplets, grad_features, grad_weights);
   }
 }
 
 void point_conv_mma_backward(const CudaContext& ctx, const PointConvShape& s, Half16 type, const void* grad_out,
                              const void* features, const void* weights, const int64_t* triplets,
                              void* grad_features, void* grad_weights) {
-  core::validate_point_conv(s);
-  if (!point_conv_mma_supported(s)) throw std::invalid_argument("pcops point_conv: shape not supported by the tensor-core path");
-  if (type == Half16::kFloat16) {
-    backward_t(ctx, s, static_cast<const __half*>(grad_out), static_cast<const __half*>(features),
-               static_cast<const __half*>(weights), triplets, static_cast<__half*>(grad_features),
-               static_cast<__half*>(grad_weights));
-  } else {
-    using B = __nv_bfloat16;
-    backward_t(ctx, s, static_cast<const B*>(grad_out), static_cast<const B*>(features), static_cast<const B*>(weights),
-               triplets, static_cast<B*>(grad_features), static_cast<B*>(grad_weights));
-  }
+  const auto given = [](void* p) { return p == nullptr ? OutputAllocator() : OutputAllocator([p] { return p; }); };
+  point_conv_mma_backward(ctx, s, type, grad_out, features, weights, triplets, given(grad_features),
+                          given(grad_weights));
 }
 
 }  // namespace pcops::cuda

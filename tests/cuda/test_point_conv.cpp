@@ -466,4 +466,44 @@ TEST(CudaPointConvMma, NoSourceChannelsGiveZeros) {
   }
 }
 
+// Outputs allocated on request (pcops::cuda::OutputAllocator): each requested output is asked for
+// exactly once (an empty one too), an unrequested gradient never, and the results are the bits of
+// the same calls into caller buffers.
+TEST(CudaPointConvMma, OutputsOnRequest) {
+  std::mt19937 rng(43);
+  using Shape = std::array<int64_t, 6>;  // n_in, n_out, C_in, C_out, K, T
+  for (const Shape& sh :
+       {Shape{300, 200, 40, 24, 27, 5000}, Shape{300, 200, 16, 0, 27, 500}, Shape{120, 0, 8, 16, 27, 0}}) {
+    SCOPED_TRACE(testing::Message() << "shape " << sh[2] << "x" << sh[3] << " rows " << sh[0] << " / " << sh[1]);
+    const Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
+    ASSERT_TRUE(pcops::cuda::point_conv_mma_supported(c.s));
+    const auto f = to_bf16(c.f), w = to_bf16(c.w), g = to_bf16(c.g);
+    const Mma ref = run_mma(c, f, w, g);
+    StreamContext sc;
+    DeviceBuffer<Bf16> df(f), dw(w), dg(g);
+    DeviceBuffer<int64_t> t(c.t);
+    DeviceBuffer<Bf16> out(c.s.num_out * c.s.channels_out), gf(f.size()), gw(w.size()), gw_alone(w.size());
+    int calls[4] = {0, 0, 0, 0};
+    const auto into = [&calls](int n, DeviceBuffer<Bf16>& b) {
+      return pcops::cuda::OutputAllocator([&calls, n, &b] {
+        ++calls[n];
+        return static_cast<void*>(b.data());
+      });
+    };
+    pcops::cuda::point_conv_mma(sc.ctx, c.s, pcops::Half16::kBFloat16, df.data(), dw.data(), t.data(), into(0, out));
+    pcops::cuda::point_conv_mma_backward(sc.ctx, c.s, pcops::Half16::kBFloat16, dg.data(), df.data(), dw.data(),
+                                         t.data(), into(1, gf), into(2, gw));
+    pcops::cuda::point_conv_mma_backward(sc.ctx, c.s, pcops::Half16::kBFloat16, dg.data(), df.data(), dw.data(),
+                                         t.data(), pcops::cuda::OutputAllocator(), into(3, gw_alone));
+    for (int n = 0; n < 4; ++n) EXPECT_EQ(calls[n], 1) << "output " << n;
+    const auto same = [](const std::vector<Bf16>& a, const std::vector<Bf16>& b) {
+      return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(Bf16)) == 0;
+    };
+    EXPECT_TRUE(same(out.download(), ref.out));
+    EXPECT_TRUE(same(gf.download(), ref.gf));
+    EXPECT_TRUE(same(gw.download(), ref.gw));
+    EXPECT_TRUE(same(gw_alone.download(), ref.gw));
+  }
+}
+
 }  // namespace
