@@ -235,20 +235,13 @@ at::Tensor point_conv_triplets_impl(const at::Tensor& centres_in, const at::Tens
   check_same_device(centres_in, "centres", points_in, "points");
   check_same_device(centres_in, "centres", neighbours_in, "neighbours");
   const at::Tensor centres = centres_in.to(at::kFloat).contiguous(), points = points_in.to(at::kFloat).contiguous();
-  const at::Tensor neighbours = neighbours_in.contiguous();
   TripletShape shape;
-  shape.centres = centres.size(0), shape.points = points.size(0), shape.slots = neighbours.size(1);
+  shape.centres = centres.size(0), shape.points = points.size(0), shape.slots = neighbours_in.size(1);
   shape.extent = static_cast<float>(extent), shape.cells = t;
+  at::Tensor neighbours = neighbours_in.contiguous();
   if (centres.is_cuda()) {
     translate_errors([&] { core::validate_triplet_shape(shape); });
-    if (neighbours.numel() > 0) {
-      // SYNC: the bounds are checked on the host before any kernel reads through the neighbours.
-      const auto [lo_t, hi_t] = at::aminmax(neighbours);
-      const at::Tensor mm = at::stack({lo_t, hi_t}).cpu();
-      const int64_t lo = mm[0].item<int64_t>(), hi = mm[1].item<int64_t>();
-      TORCH_CHECK_INDEX(lo >= -1 && hi < shape.points, "neighbours: expected indices in [-1, ", shape.points,
-                        "), got values in [", lo, ", ", hi, "]");
-    }
+    neighbours = as_indices(neighbours_in, "neighbours", shape.points);  // the range, on the host
     const auto check_finite = [](const at::Tensor& c, const char* name) {
       // SYNC: one flag per tensor.
       const bool finite = c.numel() == 0 || at::isfinite(c).all().item<bool>();

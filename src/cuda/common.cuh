@@ -65,10 +65,7 @@ class Workspace {
   Workspace(const Workspace&) = delete;
   Workspace& operator=(const Workspace&) = delete;
   ~Workspace() {
-    for (void* p : blocks_) {
-      if (ctx_.deallocate) ctx_.deallocate(p);
-      else cudaFreeAsync(p, stream_of(ctx_));
-    }
+    for (void* p : blocks_) free_block(p);
   }
   void* bytes(size_t n) {
     if (n == 0) n = 1;
@@ -93,11 +90,15 @@ class Workspace {
     const auto it = std::find(blocks_.begin(), blocks_.end(), p);
     if (it == blocks_.end()) return;
     blocks_.erase(it);
+    free_block(p);
+  }
+
+ private:
+  void free_block(void* p) {
     if (ctx_.deallocate) ctx_.deallocate(p);
     else cudaFreeAsync(p, stream_of(ctx_));
   }
 
- private:
   const CudaContext& ctx_;
   std::vector<void*> blocks_;
 };

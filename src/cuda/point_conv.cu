@@ -1108,6 +1108,15 @@ Mvmr mvmr_choice(int64_t c_dst) {
       "pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be slices, slices-ahead, cells, tiles or rows");
 }
 
+// The grid of an MVMR whose blocks (column block innermost) stride over the rows: blocks_per_sm
+// blocks a multiprocessor in whole sets of col_blocks; returns the sets (row parts), at least one.
+int64_t row_parts(int64_t col_blocks, int blocks_per_sm) {
+  const int64_t target = int64_t{blocks_per_sm} * detail::device_properties().multiProcessorCount;
+  const int64_t parts = std::max<int64_t>(1, target / col_blocks);
+  if (parts * col_blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many channels");
+  return parts;
+}
+
 // The slices MVMR's destination channels a block: the widest of 32, 16, 8, 4 whose slices of all
 // K cells fit kStageBytes and that the destination fills at least half of (0: none fits).
 int slices_width(int64_t c_src, int64_t c_dst, int64_t K) {
@@ -1128,9 +1137,7 @@ void launch_mvmr_slices(const CudaContext& ctx, const Grouping& g, const int64_t
     detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(PointConvPolicy::kThreads), 0, g.order, t, T,
                    src_col);
   const int64_t col_blocks = detail::ceil_div(c_dst, int64_t{NC});
-  const int64_t target = int64_t{MvmrSlicesPolicy::kBlocksPerSm} * detail::device_properties().multiProcessorCount;
-  const int64_t parts = std::max<int64_t>(1, target / col_blocks);
-  if (parts * col_blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many channels");
+  const int64_t parts = row_parts(col_blocks, MvmrSlicesPolicy::kBlocksPerSm);
   const auto kernel = mvmr_slices_kernel<NC, kAhead>;
   const size_t smem = static_cast<size_t>(K * MvmrSlicesPolicy::slice_stride(c_src, NC)) * sizeof(float);
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -1205,9 +1212,7 @@ void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grou
   if (T == 0) return;
   const RunLists runs = list_runs(ctx, ws, g, t, src_col, rows, T, K);
   const int64_t NC = 32 * VC, col_blocks = detail::ceil_div(c_dst, NC);
-  const int64_t target = int64_t{Shape::kBlocksPerSm} * detail::device_properties().multiProcessorCount;
-  const int64_t parts = std::max<int64_t>(1, target / col_blocks);
-  if (parts * col_blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many channels");
+  const int64_t parts = row_parts(col_blocks, Shape::kBlocksPerSm);
   const auto kernel = mvmr_cells_kernel<VC, Shape::kGroup>;
   const size_t smem = static_cast<size_t>(c_src * NC) * sizeof(float);
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));

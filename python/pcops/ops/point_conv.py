@@ -113,17 +113,14 @@ def _batched_triplets(centres, points, neighbours, extent, t):
         raise ValueError(f"expected centres [B, M, 3], points [B, N, 3] and neighbours [B, M, S] of one batch "
                          f"size, got {tuple(centres.shape)}, {tuple(points.shape)} and {tuple(neighbours.shape)}")
     B, M, N = centres.shape[0], centres.shape[1], points.shape[1]
-    if not torch.compiler.is_compiling():  # (traced: the flat operator's fake kernel checks)
-        _checks.indices(neighbours, "neighbours")
-        _checks.same_device(centres, "centres", neighbours, "neighbours")
+    # Each cloud's own range (the flat call checks dtypes, devices and the flattened range).
     if not torch.compiler.is_compiling() and neighbours.numel() > 0:
         lo, hi = (int(v) for v in torch.aminmax(neighbours))
         if lo < -1 or hi >= N:
             raise IndexError(f"neighbours: expected each cloud's indices in [-1, {N}), got values in [{lo}, {hi}]")
     base = torch.arange(B, device=neighbours.device, dtype=torch.int64).view(B, 1, 1) * N
     flat = torch.where(neighbours >= 0, neighbours + base, neighbours)
-    return point_conv_triplets(centres.reshape(B * M, 3) if centres.shape[-1] == 3 else centres,
-                               points.reshape(B * N, 3) if points.shape[-1] == 3 else points,
+    return point_conv_triplets(centres.reshape(B * M, centres.shape[2]), points.reshape(B * N, points.shape[2]),
                                flat.reshape(B * M, neighbours.shape[2]), extent, t)
 
 
