@@ -628,11 +628,7 @@ struct MvmrSlicesPolicy {
   static constexpr int64_t slice_stride(int64_t c_src, int nc) { return c_src * nc + (nc < 32 ? nc : 0); }
 };
 
-// kAhead ("slices-ahead", opt-in): the source rows in blocks of 32 channels (eight 16-byte
-// loads, four 32-byte sectors), the next block (of this triplet, else the next triplet's first)
-// loaded while the current one is folded, instead of one 16-byte chunk ahead (a chunk that starts
-// a new sector otherwise waits for its own trip to L2). The same folds in the same order.
-template <int NC, bool kAhead>
+template <int NC>
 __global__ void __launch_bounds__(MvmrSlicesPolicy::kThreads, MvmrSlicesPolicy::kBlocksPerSm)
     mvmr_slices_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ packed,
                        const float* __restrict__ src, int64_t c_src, const float* __restrict__ mat, int64_t c_dst,
@@ -660,45 +656,6 @@ __global__ void __launch_bounds__(MvmrSlicesPolicy::kThreads, MvmrSlicesPolicy::
   for (int64_t r = part * RPB + tid / TPR; r < rows; r += parts * RPB) {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const int64_t b = offsets[r], e = offsets[r + 1];
-    if constexpr (kAhead) {
-      constexpr int CB = 8;  // 16-byte chunks a block: 32 source channels
-      float4 cur[CB] = {}, nxt[CB] = {};
-      const auto load = [&](float4 (&buf)[CB], uint64_t pk, int64_t c0) {
-        const float* sv = src + (pk & kMask) * c_src + c0;
-#pragma unroll
-        for (int q = 0; q < CB; ++q)
-          buf[q] = c0 + q * 4 < c_src ? __ldg(reinterpret_cast<const float4*>(sv + q * 4))
-                                      : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      };
-      uint64_t pk = b < e ? static_cast<uint64_t>(packed[b]) : 0;
-      if (b < e) load(cur, pk, 0);
-      int64_t p = b, c0 = 0;
-      while (p < e) {
-        int64_t pn = p, cn = c0 + 4 * CB;
-        uint64_t pkn = pk;
-        if (cn >= c_src) {
-          pn = p + 1, cn = 0;
-          if (pn < e) pkn = static_cast<uint64_t>(packed[pn]);
-        }
-        if (pn < e) load(nxt, pkn, cn);
-        const float* w = wl + static_cast<int64_t>(pk >> PB) * stride + c0 * NC;
-#pragma unroll
-        for (int q = 0; q < CB; ++q) {
-          if (c0 + q * 4 < c_src) {
-#pragma unroll
-            for (int v = 0; v < 4; ++v) {
-              const float x = v == 0 ? cur[q].x : v == 1 ? cur[q].y : v == 2 ? cur[q].z : cur[q].w;
-              fold4(acc, *reinterpret_cast<const float4*>(w + (q * 4 + v) * NC), x);
-            }
-          }
-        }
-#pragma unroll
-        for (int q = 0; q < CB; ++q) cur[q] = nxt[q];
-        p = pn, c0 = cn, pk = pkn;
-      }
-      if (d < c_dst) *reinterpret_cast<float4*>(dst + r * c_dst + d) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-      continue;
-    }
     uint64_t pk_next = b < e ? static_cast<uint64_t>(packed[b]) : 0;
     float4 f_next = b < e ? __ldg(reinterpret_cast<const float4*>(src + (pk_next & kMask) * c_src))
                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
@@ -1094,18 +1051,17 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
 // rows 1.29 / 3.14 and cells 1.85 / 2.82 in the same run.
 constexpr int64_t kWideCols = 64;
 
-enum class Mvmr { kSlices, kSlicesAhead, kCells, kTiles, kRows };
+enum class Mvmr { kSlices, kCells, kTiles, kRows };
 
 Mvmr mvmr_choice(int64_t c_dst) {
   const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_MVMR");
   if (e == nullptr || *e == 0) return c_dst < kWideCols ? Mvmr::kSlices : Mvmr::kCells;
   if (std::strcmp(e, "slices") == 0) return Mvmr::kSlices;
-  if (std::strcmp(e, "slices-ahead") == 0) return Mvmr::kSlicesAhead;
   if (std::strcmp(e, "cells") == 0) return Mvmr::kCells;
   if (std::strcmp(e, "tiles") == 0) return Mvmr::kTiles;
   if (std::strcmp(e, "rows") == 0) return Mvmr::kRows;
   throw std::invalid_argument(
-      "pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be slices, slices-ahead, cells, tiles or rows");
+      "pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be slices, cells, tiles or rows");
 }
 
 // The grid of an MVMR whose blocks (column block innermost) stride over the rows: blocks_per_sm
@@ -1128,7 +1084,7 @@ int slices_width(int64_t c_src, int64_t c_dst, int64_t K) {
   return 0;
 }
 
-template <int NC, bool kAhead>
+template <int NC>
 void launch_mvmr_slices(const CudaContext& ctx, const Grouping& g, const int64_t* t, int src_col, const float* src,
                         int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, int64_t K, int64_t T,
                         float* dst) {
@@ -1138,7 +1094,7 @@ void launch_mvmr_slices(const CudaContext& ctx, const Grouping& g, const int64_t
                    src_col);
   const int64_t col_blocks = detail::ceil_div(c_dst, int64_t{NC});
   const int64_t parts = row_parts(col_blocks, MvmrSlicesPolicy::kBlocksPerSm);
-  const auto kernel = mvmr_slices_kernel<NC, kAhead>;
+  const auto kernel = mvmr_slices_kernel<NC>;
   const size_t smem = static_cast<size_t>(K * MvmrSlicesPolicy::slice_stride(c_src, NC)) * sizeof(float);
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   detail::launch(ctx, kernel, dim3(static_cast<unsigned>(parts * col_blocks)), dim3(NT), smem, g.offsets,
@@ -1230,13 +1186,12 @@ void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& 
   const Mvmr choice = mvmr_choice(c_dst);
   const bool vec = rows_aligned16(src, c_src) && rows_aligned16(mat, c_dst);
   const bool runs_ok = vec && rows_aligned16(dst, c_dst) && runs_fit(rows, K, T, src_rows);
-  if ((choice == Mvmr::kSlices || choice == Mvmr::kSlicesAhead) && c_src > 0 && vec && rows_aligned16(dst, c_dst) &&
+  if (choice == Mvmr::kSlices && c_src > 0 && vec && rows_aligned16(dst, c_dst) &&
       K < (int64_t{1} << 15) &&
       src_rows <= (int64_t{1} << TP::kPackBits)) {
     const auto go = [&](auto nc_c) {
       constexpr int NC = decltype(nc_c)::value;
-      (choice == Mvmr::kSlicesAhead ? launch_mvmr_slices<NC, true> : launch_mvmr_slices<NC, false>)(
-          ctx, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, dst);
+      launch_mvmr_slices<NC>(ctx, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, dst);
     };
     switch (slices_width(c_src, c_dst, K)) {
       case 32: return go(std::integral_constant<int, 32>{});
