@@ -627,13 +627,22 @@ struct MvmrSlicesPolicy {
   static constexpr int64_t kStageBytes = 113 * 1024;  // two blocks a multiprocessor (with 1 KB reserved each)
   static constexpr int64_t slice_stride(int64_t c_src, int nc) { return c_src * nc + (nc < 32 ? nc : 0); }
 };
+// "slices-wide": one block of 768 threads a multiprocessor (24 warps, at most 80 registers a
+// thread: the kernel's 78 without spilling), whose stage may take all the shared memory a block
+// can have (the device's opt-in limit, 227 KB on an H100 / H200), so that slices of twice the
+// channels fit (C = 64: 32 channels a block instead of 16, each source row read by two blocks
+// instead of four).
+struct MvmrSlicesWidePolicy : MvmrSlicesPolicy {
+  static constexpr int kThreads = 768;
+  static constexpr int kBlocksPerSm = 1;
+};
 
-template <int NC>
-__global__ void __launch_bounds__(MvmrSlicesPolicy::kThreads, MvmrSlicesPolicy::kBlocksPerSm)
+template <int NC, class Policy>
+__global__ void __launch_bounds__(Policy::kThreads, Policy::kBlocksPerSm)
     mvmr_slices_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ packed,
                        const float* __restrict__ src, int64_t c_src, const float* __restrict__ mat, int64_t c_dst,
                        int64_t rows, int64_t K, float* __restrict__ dst) {
-  constexpr int NT = MvmrSlicesPolicy::kThreads, TPR = NC / 4, RPB = NT / TPR;
+  constexpr int NT = Policy::kThreads, TPR = NC / 4, RPB = NT / TPR;
   constexpr int PB = MvmrTilePolicy::kPackBits;
   constexpr uint64_t kMask = (uint64_t{1} << PB) - 1;
   extern __shared__ __align__(16) float stage[];  // [K][c_src][NC], slices `stride` floats apart
@@ -1051,17 +1060,18 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
 // rows 1.29 / 3.14 and cells 1.85 / 2.82 in the same run.
 constexpr int64_t kWideCols = 64;
 
-enum class Mvmr { kSlices, kCells, kTiles, kRows };
+enum class Mvmr { kSlices, kSlicesWide, kCells, kTiles, kRows };
 
 Mvmr mvmr_choice(int64_t c_dst) {
   const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_MVMR");
   if (e == nullptr || *e == 0) return c_dst < kWideCols ? Mvmr::kSlices : Mvmr::kCells;
   if (std::strcmp(e, "slices") == 0) return Mvmr::kSlices;
+  if (std::strcmp(e, "slices-wide") == 0) return Mvmr::kSlicesWide;
   if (std::strcmp(e, "cells") == 0) return Mvmr::kCells;
   if (std::strcmp(e, "tiles") == 0) return Mvmr::kTiles;
   if (std::strcmp(e, "rows") == 0) return Mvmr::kRows;
   throw std::invalid_argument(
-      "pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be slices, cells, tiles or rows");
+      "pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be slices, slices-wide, cells, tiles or rows");
 }
 
 // The grid of an MVMR whose blocks (column block innermost) stride over the rows: blocks_per_sm
@@ -1074,27 +1084,26 @@ int64_t row_parts(int64_t col_blocks, int blocks_per_sm) {
 }
 
 // The slices MVMR's destination channels a block: the widest of 32, 16, 8, 4 whose slices of all
-// K cells fit kStageBytes and that the destination fills at least half of (0: none fits).
-int slices_width(int64_t c_src, int64_t c_dst, int64_t K) {
+// K cells fit stage_bytes and that the destination fills at least half of (0: none fits).
+int slices_width(int64_t c_src, int64_t c_dst, int64_t K, int64_t stage_bytes) {
   for (int nc = 32; nc >= 4; nc /= 2)
-    if (K * MvmrSlicesPolicy::slice_stride(c_src, nc) * static_cast<int64_t>(sizeof(float)) <=
-            MvmrSlicesPolicy::kStageBytes &&
+    if (K * MvmrSlicesPolicy::slice_stride(c_src, nc) * static_cast<int64_t>(sizeof(float)) <= stage_bytes &&
         (nc == 4 || c_dst > nc / 2))
       return nc;
   return 0;
 }
 
-template <int NC>
+template <int NC, class Policy>
 void launch_mvmr_slices(const CudaContext& ctx, const Grouping& g, const int64_t* t, int src_col, const float* src,
                         int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, int64_t K, int64_t T,
                         float* dst) {
-  constexpr int NT = MvmrSlicesPolicy::kThreads;
+  constexpr int NT = Policy::kThreads;
   if (T > 0)
     detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(PointConvPolicy::kThreads), 0, g.order, t, T,
                    src_col);
   const int64_t col_blocks = detail::ceil_div(c_dst, int64_t{NC});
-  const int64_t parts = row_parts(col_blocks, MvmrSlicesPolicy::kBlocksPerSm);
-  const auto kernel = mvmr_slices_kernel<NC>;
+  const int64_t parts = row_parts(col_blocks, Policy::kBlocksPerSm);
+  const auto kernel = mvmr_slices_kernel<NC, Policy>;
   const size_t smem = static_cast<size_t>(K * MvmrSlicesPolicy::slice_stride(c_src, NC)) * sizeof(float);
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   detail::launch(ctx, kernel, dim3(static_cast<unsigned>(parts * col_blocks)), dim3(NT), smem, g.offsets,
@@ -1186,14 +1195,18 @@ void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& 
   const Mvmr choice = mvmr_choice(c_dst);
   const bool vec = rows_aligned16(src, c_src) && rows_aligned16(mat, c_dst);
   const bool runs_ok = vec && rows_aligned16(dst, c_dst) && runs_fit(rows, K, T, src_rows);
-  if (choice == Mvmr::kSlices && c_src > 0 && vec && rows_aligned16(dst, c_dst) &&
+  if ((choice == Mvmr::kSlices || choice == Mvmr::kSlicesWide) && c_src > 0 && vec && rows_aligned16(dst, c_dst) &&
       K < (int64_t{1} << 15) &&
       src_rows <= (int64_t{1} << TP::kPackBits)) {
+    const bool wide = choice == Mvmr::kSlicesWide;
     const auto go = [&](auto nc_c) {
       constexpr int NC = decltype(nc_c)::value;
-      launch_mvmr_slices<NC>(ctx, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, dst);
+      (wide ? launch_mvmr_slices<NC, MvmrSlicesWidePolicy> : launch_mvmr_slices<NC, MvmrSlicesPolicy>)(
+          ctx, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, dst);
     };
-    switch (slices_width(c_src, c_dst, K)) {
+    const int64_t stage_bytes =
+        wide ? static_cast<int64_t>(detail::device_properties().sharedMemPerBlockOptin) : MvmrSlicesPolicy::kStageBytes;
+    switch (slices_width(c_src, c_dst, K, stage_bytes)) {
       case 32: return go(std::integral_constant<int, 32>{});
       case 16: return go(std::integral_constant<int, 16>{});
       case 8: return go(std::integral_constant<int, 8>{});

@@ -113,8 +113,8 @@ void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, co
 struct VvorChains : pcops_cuda_test::ScopedEnv {
   explicit VvorChains(const char* chains) : ScopedEnv("PCOPS_CUDA_POINT_CONV_VVOR", chains) {}
 };
-// PCOPS_CUDA_POINT_CONV_MVMR (the forward / grad_features kernel: "slices", "cells", "tiles" or
-// "rows") for one scope.
+// PCOPS_CUDA_POINT_CONV_MVMR (the forward / grad_features kernel: "slices", "slices-wide", "cells",
+// "tiles" or "rows") for one scope.
 struct MvmrKernel : pcops_cuda_test::ScopedEnv {
   explicit MvmrKernel(const char* name) : ScopedEnv("PCOPS_CUDA_POINT_CONV_MVMR", name) {}
 };
@@ -154,7 +154,7 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
         expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
       }
       // Every MVMR kernel, whatever the default.
-      for (const char* mvmr : {"slices", "cells", "tiles", "rows"}) {
+      for (const char* mvmr : {"slices", "slices-wide", "cells", "tiles", "rows"}) {
         const MvmrKernel forced(mvmr);
         const Out st = run_cuda(c, shift);
         expect_bitwise(st.out, cpu.out, std::string("forward ") + mvmr);
@@ -210,7 +210,7 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
       const VvorChains forced(chains);
       expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
     }
-    for (const char* mvmr : {"slices", "cells", "tiles", "rows"}) {
+    for (const char* mvmr : {"slices", "slices-wide", "cells", "tiles", "rows"}) {
       const MvmrKernel forced(mvmr);
       const Out st = run_cuda(c, shift);
       expect_bitwise(st.out, cpu.out, std::string("forward ") + mvmr);
@@ -305,7 +305,7 @@ TEST(CudaPointConv, UnknownKernelNamesThrow) {
     const VvorChains forced(bad);
     EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }
-  for (const char* bad : {"staged", "shared", "row", "Tiles", "cell", "segments", "slice", "slices-", "slices-ahead", "1"}) {
+  for (const char* bad : {"staged", "shared", "row", "Tiles", "cell", "segments", "slice", "slices-", "slices-ahead", "wide", "1"}) {
     const MvmrKernel forced(bad);
     EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }
