@@ -60,6 +60,8 @@ def main():
     ap = probe_arguments(__doc__.splitlines()[0])
     ap.add_argument("--mvmr", default="default", help="comma-separated choices for forward and grad_features")
     ap.add_argument("--vvor", default="default", help="comma-separated choices for grad_weights")
+    ap.add_argument("--in-channels", type=int, default=0,
+                    help="input channels of every layer (0: as many as its output channels, --channels)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--mode", default="exact", choices=["exact", "fast"],
                     help="fast: the tensor-core kernels (16-bit --dtype, CUDA); the variables then "
@@ -76,8 +78,9 @@ def main():
     rows = []
     gen = torch.Generator().manual_seed(0)
     for c in [int(x) for x in args.channels.split(",")]:
-        f = (torch.rand(n, c, generator=gen) * 2 - 1).to(device, dtype)
-        w = ((torch.rand(K, c, c, generator=gen) * 2 - 1) / (c * args.k) ** 0.5).to(device, dtype)
+        ci = args.in_channels or c
+        f = (torch.rand(n, ci, generator=gen) * 2 - 1).to(device, dtype)
+        w = ((torch.rand(K, c, ci, generator=gen) * 2 - 1) / (ci * args.k) ** 0.5).to(device, dtype)
         g = (torch.rand(n, c, generator=gen) * 2 - 1).to(device, dtype)
         parts = {
             "forward": ("mvmr", lambda: torch.ops.pcops.point_conv(f, w, triplets, n, mode)),
@@ -90,11 +93,11 @@ def main():
                 seconds, out = with_choice(VARIABLES[kind], choice, lambda: timed(fn, args.repeat, device))
                 if first is None:
                     first = out
-                row = {"channels": c, "points": n, "triplets": T, "order": args.order, "dtype": args.dtype,
+                row = {"channels": c, "in_channels": ci, "points": n, "triplets": T, "order": args.order, "dtype": args.dtype,
                        "mode": mode, "part": part,
                        "variable": VARIABLES[kind], "choice": choice, "seconds": seconds,
                        "same_bits_as_first": bool(torch.equal(out, first)),
-                       "piece_length": vvor_piece_length(T, c, c)}
+                       "piece_length": vvor_piece_length(T, c, ci)}
                 rows.append(row)
                 print(json.dumps(row), flush=True)
     write_results("point-conv-kernels", device, args, rows)

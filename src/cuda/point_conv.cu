@@ -1045,26 +1045,50 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
   }
 }
 
-// The MVMR into dst [rows, c_dst]. PCOPS_CUDA_POINT_CONV_MVMR=slices|cells|tiles|rows picks the
-// kernel (default: cells where the destination has at least kWideCols channels, else slices):
-// mvmr_slices_kernel where the rows are aligned and every cell's slice fits (slices_width), else
-// mvmr_kernel; mvmr_cells_kernel where the rows are aligned, a slice of 32 channels of mat[k] fits
-// kStageFloats and the sizes fit its 32-bit run fields; mvmr_tile_kernel (they rewrite the
-// grouping's order in place) where the cells and the source rows fit its packed positions; else
-// mvmr_kernel, four destination channels per thread where the shapes allow. Cells or tiles that
-// cannot run take the next one in that order. Measured on one H200 (165k points, kNN 16, 27
-// cells, float32 forward, C = 32 / 64 / 128 / 256, point-conv-cells-cuda-20261201-085600-97fbcc9.json):
-// cells 1.72 / 2.70 / 6.04 / 21.0 ms, rows 1.15 / 3.03 / 12.1 / 53.5 ms (the cells kernel's run
-// lists take the grouping's spent key buffers); earlier C = 512: cells 113 ms, tiles 165; slices
-// at C = 32 / 64 (point-conv-kernels-cuda-20261201-110100-8d7afd5.json) 1.08 / 3.10 ms against
-// rows 1.29 / 3.14 and cells 1.85 / 2.82 in the same run.
+// The MVMR into dst [rows, c_dst]. PCOPS_CUDA_POINT_CONV_MVMR=slices|slices-wide|cells|tiles|rows
+// picks the kernel (default, mvmr_choice: slices up to kWideCols destination channels, else cells):
+// mvmr_slices_kernel (two blocks a multiprocessor, or one wide one) where the rows are aligned and
+// every cell's slice fits (slices_width), else mvmr_kernel; mvmr_cells_kernel where the rows are
+// aligned, a slice of 32 channels of mat[k] fits kStageFloats and the sizes fit its 32-bit run
+// fields; mvmr_tile_kernel (they rewrite the grouping's order in place) where the cells and the
+// source rows fit its packed positions; else mvmr_kernel, four destination channels per thread
+// where the shapes allow. Cells or tiles that cannot run take the next one in that order. Measured
+// on one H200 (165k points, kNN 16, 27 cells, float32 forward, C = 32 / 64 / 128 / 256,
+// point-conv-cells-cuda-20261201-085600-97fbcc9.json): cells 1.72 / 2.70 / 6.04 / 21.0 ms, rows
+// 1.15 / 3.03 / 12.1 / 53.5 ms (the cells kernel's run lists take the grouping's spent key
+// buffers); earlier C = 512: cells 113 ms, tiles 165; at C = 32 / 64 / 128
+// (point-conv-kernels-cuda-20261201-123300-972aa61.json) slices 0.94 / 2.92 / 14.3 ms, wide
+// slices 0.97 / 2.31 / 10.4, cells 1.66 / 2.63 / 5.91 (grad_features 1.06 / 3.21 / 14.9, 1.06 /
+// 2.67 / 11.4, 1.70 / 2.68 / 5.93).
 constexpr int64_t kWideCols = 64;
 
 enum class Mvmr { kSlices, kSlicesWide, kCells, kTiles, kRows };
 
-Mvmr mvmr_choice(int64_t c_dst) {
+// The slices MVMR's destination channels a block: the widest of 32, 16, 8, 4 whose slices of all
+// K cells fit stage_bytes and that the destination fills at least half of (0: none fits).
+int slices_width(int64_t c_src, int64_t c_dst, int64_t K, int64_t stage_bytes) {
+  for (int nc = 32; nc >= 4; nc /= 2)
+    if (K * MvmrSlicesPolicy::slice_stride(c_src, nc) * static_cast<int64_t>(sizeof(float)) <= stage_bytes &&
+        (nc == 4 || c_dst > nc / 2))
+      return nc;
+  return 0;
+}
+
+// The wide slices' stage: all the shared memory a block of the current device may have.
+int64_t wide_stage_bytes() { return static_cast<int64_t>(detail::device_properties().sharedMemPerBlockOptin); }
+
+// By default the slices below kWideCols destination channels (the wide ones where their slices are
+// wider: at C_in = 64 32 channels a block instead of 16) and at kWideCols where the wide slices are
+// 32 channels wide (C = 64: every source row read by two blocks); else cells.
+Mvmr mvmr_choice(int64_t c_src, int64_t c_dst, int64_t K) {
   const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_MVMR");
-  if (e == nullptr || *e == 0) return c_dst < kWideCols ? Mvmr::kSlices : Mvmr::kCells;
+  if (e == nullptr || *e == 0) {
+    if (c_dst > kWideCols) return Mvmr::kCells;
+    const int narrow = slices_width(c_src, c_dst, K, MvmrSlicesPolicy::kStageBytes);
+    const int wide = slices_width(c_src, c_dst, K, wide_stage_bytes());
+    if (c_dst < kWideCols) return wide > narrow ? Mvmr::kSlicesWide : Mvmr::kSlices;
+    return wide == 32 ? Mvmr::kSlicesWide : Mvmr::kCells;
+  }
   if (std::strcmp(e, "slices") == 0) return Mvmr::kSlices;
   if (std::strcmp(e, "slices-wide") == 0) return Mvmr::kSlicesWide;
   if (std::strcmp(e, "cells") == 0) return Mvmr::kCells;
@@ -1081,16 +1105,6 @@ int64_t row_parts(int64_t col_blocks, int blocks_per_sm) {
   const int64_t parts = std::max<int64_t>(1, target / col_blocks);
   if (parts * col_blocks >= (int64_t{1} << 31)) throw std::invalid_argument("pcops point_conv: too many channels");
   return parts;
-}
-
-// The slices MVMR's destination channels a block: the widest of 32, 16, 8, 4 whose slices of all
-// K cells fit stage_bytes and that the destination fills at least half of (0: none fits).
-int slices_width(int64_t c_src, int64_t c_dst, int64_t K, int64_t stage_bytes) {
-  for (int nc = 32; nc >= 4; nc /= 2)
-    if (K * MvmrSlicesPolicy::slice_stride(c_src, nc) * static_cast<int64_t>(sizeof(float)) <= stage_bytes &&
-        (nc == 4 || c_dst > nc / 2))
-      return nc;
-  return 0;
 }
 
 template <int NC, class Policy>
@@ -1192,7 +1206,7 @@ void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& 
                  int64_t T, float* dst) {
   constexpr int NT = PointConvPolicy::kThreads;
   using TP = MvmrTilePolicy;
-  const Mvmr choice = mvmr_choice(c_dst);
+  const Mvmr choice = mvmr_choice(c_src, c_dst, K);
   const bool vec = rows_aligned16(src, c_src) && rows_aligned16(mat, c_dst);
   const bool runs_ok = vec && rows_aligned16(dst, c_dst) && runs_fit(rows, K, T, src_rows);
   if ((choice == Mvmr::kSlices || choice == Mvmr::kSlicesWide) && c_src > 0 && vec && rows_aligned16(dst, c_dst) &&
@@ -1204,8 +1218,7 @@ void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& 
       (wide ? launch_mvmr_slices<NC, MvmrSlicesWidePolicy> : launch_mvmr_slices<NC, MvmrSlicesPolicy>)(
           ctx, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, dst);
     };
-    const int64_t stage_bytes =
-        wide ? static_cast<int64_t>(detail::device_properties().sharedMemPerBlockOptin) : MvmrSlicesPolicy::kStageBytes;
+    const int64_t stage_bytes = wide ? wide_stage_bytes() : MvmrSlicesPolicy::kStageBytes;
     switch (slices_width(c_src, c_dst, K, stage_bytes)) {
       case 32: return go(std::integral_constant<int, 32>{});
       case 16: return go(std::integral_constant<int, 16>{});
