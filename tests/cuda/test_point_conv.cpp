@@ -113,11 +113,13 @@ void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, co
 struct VvorChains : pcops_cuda_test::ScopedEnv {
   explicit VvorChains(const char* chains) : ScopedEnv("PCOPS_CUDA_POINT_CONV_VVOR", chains) {}
 };
-// PCOPS_CUDA_POINT_CONV_MVMR (the forward / grad_features kernel: "slices", "slices-wide", "cells",
-// "tiles" or "rows") for one scope.
+// PCOPS_CUDA_POINT_CONV_MVMR (the forward / grad_features kernel: "slices", "slices-wide",
+// "slices-gather", "slices-wide-gather", "cells", "tiles" or "rows") for one scope.
 struct MvmrKernel : pcops_cuda_test::ScopedEnv {
   explicit MvmrKernel(const char* name) : ScopedEnv("PCOPS_CUDA_POINT_CONV_MVMR", name) {}
 };
+constexpr const char* kMvmrKernels[] = {"slices", "slices-wide", "slices-gather", "slices-wide-gather",
+                                        "cells",  "tiles",       "rows"};
 // PCOPS_CUDA_POINT_CONV_GROUPING ("packed": one sort of the packed columns, the default where they
 // fit 64 bits; "columns": a stable pass per column) for one scope.
 struct GroupingSort : pcops_cuda_test::ScopedEnv {
@@ -154,7 +156,7 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
         expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
       }
       // Every MVMR kernel, whatever the default.
-      for (const char* mvmr : {"slices", "slices-wide", "cells", "tiles", "rows"}) {
+      for (const char* mvmr : kMvmrKernels) {
         const MvmrKernel forced(mvmr);
         const Out st = run_cuda(c, shift);
         expect_bitwise(st.out, cpu.out, std::string("forward ") + mvmr);
@@ -210,7 +212,7 @@ TEST(CudaPointConv, ShortCasesForSanitizers) {
       const VvorChains forced(chains);
       expect_bitwise(run_cuda(c, shift).gw, cpu.gw, chains);
     }
-    for (const char* mvmr : {"slices", "slices-wide", "cells", "tiles", "rows"}) {
+    for (const char* mvmr : kMvmrKernels) {
       const MvmrKernel forced(mvmr);
       const Out st = run_cuda(c, shift);
       expect_bitwise(st.out, cpu.out, std::string("forward ") + mvmr);
@@ -305,7 +307,7 @@ TEST(CudaPointConv, UnknownKernelNamesThrow) {
     const VvorChains forced(bad);
     EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }
-  for (const char* bad : {"staged", "shared", "row", "Tiles", "cell", "segments", "slice", "slices-", "slices-ahead", "wide", "1"}) {
+  for (const char* bad : {"staged", "shared", "row", "Tiles", "cell", "segments", "slice", "slices-", "slices-ahead", "wide", "gather", "1"}) {
     const MvmrKernel forced(bad);
     EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }
