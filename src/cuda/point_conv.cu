@@ -618,9 +618,12 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, CellsShape<VC>::kBlo
 // loads of mat from global memory a triplet. The grid is kBlocksPerSm blocks a multiprocessor
 // (rounded to whole column blocks), each block striding over the rows. The next triplet's packed
 // entry and first source chunk are requested before the current triplet's folds, each source chunk
-// of four channels one chunk ahead. The slices lie kSliceStride floats apart: below 32 channels a
-// block, a warp's 16-byte loads serve 32 / NC rows a phase, whose cells differ, and the padding of
-// NC floats puts neighbouring cells' slices on other banks. packed: pack_order_kernel's order.
+// of four channels one chunk ahead (the loads are not what it waits on: a variant whose eight
+// threads of a row loaded the next triplet's row together, a whole triplet ahead, and shared it by
+// shuffles ran at the same speed, point-conv-kernels-cuda-20261201-130000-db1d40d-*.json). The
+// slices lie kSliceStride floats apart: below 32 channels a block, a warp's 16-byte loads serve
+// 32 / NC rows a phase, whose cells differ, and the padding of NC floats puts neighbouring cells'
+// slices on other banks. packed: pack_order_kernel's order.
 struct MvmrSlicesPolicy {
   static constexpr int kThreads = 256;
   static constexpr int kBlocksPerSm = 2;
@@ -637,12 +640,7 @@ struct MvmrSlicesWidePolicy : MvmrSlicesPolicy {
   static constexpr int kBlocksPerSm = 1;
 };
 
-// kShare (slices 32 channels wide, at most 64 source channels): the eight threads of a row load
-// its next triplet's source row together, a whole triplet ahead (thread li chunks li and li + 8
-// of four channels), and pass each chunk's four values to the others by shuffles within the
-// eight, instead of every thread loading every chunk one chunk ahead (a new 32-byte sector of the
-// row then waited for its trip to L2). The same folds in the same order.
-template <int NC, class Policy, bool kShare>
+template <int NC, class Policy>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kBlocksPerSm)
     mvmr_slices_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ packed,
                        const float* __restrict__ src, int64_t c_src, const float* __restrict__ mat, int64_t c_dst,
@@ -667,79 +665,32 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBlocksPerSm)
     acc[2] = __fadd_rn(acc[2], __fmul_rn(wv.z, x));
     acc[3] = __fadd_rn(acc[3], __fmul_rn(wv.w, x));
   };
-  if constexpr (kShare) {
-    static_assert(TPR == 8, "eight threads a row");
-    const unsigned group = 0xFFu << (tid & 24);  // the row's eight lanes in the warp
-    const int nch = static_cast<int>(c_src / 4), n_lo = nch < 8 ? nch : 8;
-    const bool has0 = li < nch, has1 = li + 8 < nch;
-    // Chunk q's four values from lane q % 8 of the row (its h), folded with rows 4 q .. 4 q + 3.
-    const auto fold_chunk = [&](float (&acc)[4], const float* w, const float4& h, int from) {
-      const float x0 = __shfl_sync(group, h.x, from, 8), x1 = __shfl_sync(group, h.y, from, 8);
-      const float x2 = __shfl_sync(group, h.z, from, 8), x3 = __shfl_sync(group, h.w, from, 8);
-      fold4(acc, *reinterpret_cast<const float4*>(w), x0);
-      fold4(acc, *reinterpret_cast<const float4*>(w + NC), x1);
-      fold4(acc, *reinterpret_cast<const float4*>(w + 2 * NC), x2);
-      fold4(acc, *reinterpret_cast<const float4*>(w + 3 * NC), x3);
-    };
-    for (int64_t r = part * RPB + tid / TPR; r < rows; r += parts * RPB) {
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      const int64_t b = offsets[r], e = offsets[r + 1];
-      float4 n0 = make_float4(0.0f, 0.0f, 0.0f, 0.0f), n1 = n0;
-      const auto load_row = [&](uint64_t pk) {
-        const float4* sv = reinterpret_cast<const float4*>(src + (pk & kMask) * c_src) + li;
-        if (has0) n0 = __ldg(sv);
-        if (has1) n1 = __ldg(sv + 8);
-      };
-      uint64_t pk_next = 0;
-      if (b < e) {
-        pk_next = static_cast<uint64_t>(packed[b]);
-        load_row(pk_next);
+  for (int64_t r = part * RPB + tid / TPR; r < rows; r += parts * RPB) {
+    float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    const int64_t b = offsets[r], e = offsets[r + 1];
+    uint64_t pk_next = b < e ? static_cast<uint64_t>(packed[b]) : 0;
+    float4 f_next = b < e ? __ldg(reinterpret_cast<const float4*>(src + (pk_next & kMask) * c_src))
+                          : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    for (int64_t p = b; p < e; ++p) {
+      const uint64_t pk = pk_next;
+      const float* sv = src + (pk & kMask) * c_src;
+      const float* w = wl + static_cast<int64_t>(pk >> PB) * stride;
+      float4 f = f_next;
+      if (p + 1 < e) {
+        pk_next = static_cast<uint64_t>(packed[p + 1]);
+        f_next = __ldg(reinterpret_cast<const float4*>(src + (pk_next & kMask) * c_src));
       }
-      for (int64_t p = b; p < e; ++p) {
-        const uint64_t pk = pk_next;
-        const float4 h0 = n0, h1 = n1;
-        if (p + 1 < e) {
-          pk_next = static_cast<uint64_t>(packed[p + 1]);
-          load_row(pk_next);
-        }
-        const float* w = wl + static_cast<int64_t>(pk >> PB) * stride;
-#pragma unroll 4
-        for (int q = 0; q < n_lo; ++q) fold_chunk(acc, w + q * 4 * NC, h0, q);
-#pragma unroll 4
-        for (int q = 8; q < nch; ++q) fold_chunk(acc, w + q * 4 * NC, h1, q - 8);
-      }
-      if (d < c_dst)
-        *reinterpret_cast<float4*>(dst + r * c_dst + d) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-    }
-  } else {
-    for (int64_t r = part * RPB + tid / TPR; r < rows; r += parts * RPB) {
-      float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-      const int64_t b = offsets[r], e = offsets[r + 1];
-      uint64_t pk_next = b < e ? static_cast<uint64_t>(packed[b]) : 0;
-      float4 f_next = b < e ? __ldg(reinterpret_cast<const float4*>(src + (pk_next & kMask) * c_src))
-                            : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
-      for (int64_t p = b; p < e; ++p) {
-        const uint64_t pk = pk_next;
-        const float* sv = src + (pk & kMask) * c_src;
-        const float* w = wl + static_cast<int64_t>(pk >> PB) * stride;
-        float4 f = f_next;
-        if (p + 1 < e) {
-          pk_next = static_cast<uint64_t>(packed[p + 1]);
-          f_next = __ldg(reinterpret_cast<const float4*>(src + (pk_next & kMask) * c_src));
-        }
 #pragma unroll 2
-        for (int64_t cs = 0; cs < c_src; cs += 4) {
-          const int64_t cn = cs + 4 < c_src ? cs + 4 : cs;
-          const float4 fn = __ldg(reinterpret_cast<const float4*>(sv + cn));
-          const float x[4] = {f.x, f.y, f.z, f.w};
+      for (int64_t cs = 0; cs < c_src; cs += 4) {
+        const int64_t cn = cs + 4 < c_src ? cs + 4 : cs;
+        const float4 fn = __ldg(reinterpret_cast<const float4*>(sv + cn));
+        const float x[4] = {f.x, f.y, f.z, f.w};
 #pragma unroll
-          for (int v = 0; v < 4; ++v) fold4(acc, *reinterpret_cast<const float4*>(w + (cs + v) * NC), x[v]);
-          f = fn;
-        }
+        for (int v = 0; v < 4; ++v) fold4(acc, *reinterpret_cast<const float4*>(w + (cs + v) * NC), x[v]);
+        f = fn;
       }
-      if (d < c_dst)
-        *reinterpret_cast<float4*>(dst + r * c_dst + d) = make_float4(acc[0], acc[1], acc[2], acc[3]);
     }
+    if (d < c_dst) *reinterpret_cast<float4*>(dst + r * c_dst + d) = make_float4(acc[0], acc[1], acc[2], acc[3]);
   }
 }
 
@@ -1108,7 +1059,7 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
 // 2.67 / 11.4, 1.70 / 2.68 / 5.93).
 constexpr int64_t kWideCols = 64;
 
-enum class Mvmr { kSlices, kSlicesWide, kSlicesGather, kSlicesWideGather, kCells, kTiles, kRows };
+enum class Mvmr { kSlices, kSlicesWide, kCells, kTiles, kRows };
 
 // The slices MVMR's destination channels a block: the widest of 32, 16, 8, 4 whose slices of all
 // K cells fit stage_bytes and that the destination fills at least half of (0: none fits).
@@ -1137,13 +1088,11 @@ Mvmr mvmr_choice(int64_t c_src, int64_t c_dst, int64_t K) {
   }
   if (std::strcmp(e, "slices") == 0) return Mvmr::kSlices;
   if (std::strcmp(e, "slices-wide") == 0) return Mvmr::kSlicesWide;
-  if (std::strcmp(e, "slices-gather") == 0) return Mvmr::kSlicesGather;
-  if (std::strcmp(e, "slices-wide-gather") == 0) return Mvmr::kSlicesWideGather;
   if (std::strcmp(e, "cells") == 0) return Mvmr::kCells;
   if (std::strcmp(e, "tiles") == 0) return Mvmr::kTiles;
   if (std::strcmp(e, "rows") == 0) return Mvmr::kRows;
   throw std::invalid_argument(
-      "pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be slices, slices-wide, slices-gather, slices-wide-gather, cells, tiles or rows");
+      "pcops point_conv: PCOPS_CUDA_POINT_CONV_MVMR must be slices, slices-wide, cells, tiles or rows");
 }
 
 // The grid of an MVMR whose blocks (column block innermost) stride over the rows: blocks_per_sm
@@ -1158,16 +1107,14 @@ int64_t row_parts(int64_t col_blocks, int blocks_per_sm) {
 template <int NC, class Policy>
 void launch_mvmr_slices(const CudaContext& ctx, const Grouping& g, const int64_t* t, int src_col, const float* src,
                         int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, int64_t K, int64_t T,
-                        bool share, float* dst) {
+                        float* dst) {
   constexpr int NT = Policy::kThreads;
   if (T > 0)
     detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(PointConvPolicy::kThreads), 0, g.order, t, T,
                    src_col);
   const int64_t col_blocks = detail::ceil_div(c_dst, int64_t{NC});
   const int64_t parts = row_parts(col_blocks, Policy::kBlocksPerSm);
-  // The shared row loads where the slices are 32 channels wide and the rows at most 64 channels.
-  share = share && NC == 32 && c_src <= 64;
-  const auto kernel = share ? mvmr_slices_kernel<NC, Policy, NC == 32> : mvmr_slices_kernel<NC, Policy, false>;
+  const auto kernel = mvmr_slices_kernel<NC, Policy>;
   const size_t smem = static_cast<size_t>(K * MvmrSlicesPolicy::slice_stride(c_src, NC)) * sizeof(float);
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   detail::launch(ctx, kernel, dim3(static_cast<unsigned>(parts * col_blocks)), dim3(NT), smem, g.offsets,
@@ -1259,17 +1206,14 @@ void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& 
   const Mvmr choice = mvmr_choice(c_src, c_dst, K);
   const bool vec = rows_aligned16(src, c_src) && rows_aligned16(mat, c_dst);
   const bool runs_ok = vec && rows_aligned16(dst, c_dst) && runs_fit(rows, K, T, src_rows);
-  const bool slices = choice == Mvmr::kSlices || choice == Mvmr::kSlicesWide || choice == Mvmr::kSlicesGather ||
-                      choice == Mvmr::kSlicesWideGather;
-  if (slices && c_src > 0 && vec && rows_aligned16(dst, c_dst) &&
+  if ((choice == Mvmr::kSlices || choice == Mvmr::kSlicesWide) && c_src > 0 && vec && rows_aligned16(dst, c_dst) &&
       K < (int64_t{1} << 15) &&
       src_rows <= (int64_t{1} << TP::kPackBits)) {
-    const bool wide = choice == Mvmr::kSlicesWide || choice == Mvmr::kSlicesWideGather;
-    const bool share = choice == Mvmr::kSlices || choice == Mvmr::kSlicesWide;
+    const bool wide = choice == Mvmr::kSlicesWide;
     const auto go = [&](auto nc_c) {
       constexpr int NC = decltype(nc_c)::value;
       (wide ? launch_mvmr_slices<NC, MvmrSlicesWidePolicy> : launch_mvmr_slices<NC, MvmrSlicesPolicy>)(
-          ctx, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, share, dst);
+          ctx, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, dst);
     };
     const int64_t stage_bytes = wide ? wide_stage_bytes() : MvmrSlicesPolicy::kStageBytes;
     switch (slices_width(c_src, c_dst, K, stage_bytes)) {

@@ -113,13 +113,12 @@ void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b, co
 struct VvorChains : pcops_cuda_test::ScopedEnv {
   explicit VvorChains(const char* chains) : ScopedEnv("PCOPS_CUDA_POINT_CONV_VVOR", chains) {}
 };
-// PCOPS_CUDA_POINT_CONV_MVMR (the forward / grad_features kernel: "slices", "slices-wide",
-// "slices-gather", "slices-wide-gather", "cells", "tiles" or "rows") for one scope.
+// PCOPS_CUDA_POINT_CONV_MVMR (the forward / grad_features kernel: "slices", "slices-wide", "cells",
+// "tiles" or "rows") for one scope.
 struct MvmrKernel : pcops_cuda_test::ScopedEnv {
   explicit MvmrKernel(const char* name) : ScopedEnv("PCOPS_CUDA_POINT_CONV_MVMR", name) {}
 };
-constexpr const char* kMvmrKernels[] = {"slices", "slices-wide", "slices-gather", "slices-wide-gather",
-                                        "cells",  "tiles",       "rows"};
+constexpr const char* kMvmrKernels[] = {"slices", "slices-wide", "cells", "tiles", "rows"};
 // PCOPS_CUDA_POINT_CONV_GROUPING ("packed": one sort of the packed columns, the default where they
 // fit 64 bits; "columns": a stable pass per column) for one scope.
 struct GroupingSort : pcops_cuda_test::ScopedEnv {
@@ -307,7 +306,7 @@ TEST(CudaPointConv, UnknownKernelNamesThrow) {
     const VvorChains forced(bad);
     EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }
-  for (const char* bad : {"staged", "shared", "row", "Tiles", "cell", "segments", "slice", "slices-", "slices-ahead", "wide", "gather", "1"}) {
+  for (const char* bad : {"staged", "shared", "row", "Tiles", "cell", "segments", "slice", "slices-", "slices-ahead", "wide", "slices-gather", "1"}) {
     const MvmrKernel forced(bad);
     EXPECT_THROW(run_cuda(c), std::invalid_argument) << bad;
   }
