@@ -3,9 +3,10 @@ grad_weights) under every kernel choice the variables name, with a bitwise check
 choice gives the same result (they implement one contract).
 
 The CUDA backend picks its kernels by default; PCOPS_CUDA_POINT_CONV_MVMR (forward and
-grad_features: slices, slices-wide, cells, tiles, rows) and PCOPS_CUDA_POINT_CONV_VVOR (grad_weights: 1, 2, 4, 2x4,
-4x4, mixed) force one (docs/ops/point_conv.md). This script times each part with each choice of
---mvmr / --vvor ("default" leaves the variable unset) on the probe's cloud (the same as
+grad_features: slices, slices-wide, cells, tiles, rows) and PCOPS_CUDA_POINT_CONV_VVOR
+(grad_weights: 1, 2, 4, 2x4, 4x4, mixed) force one (docs/ops/point_conv.md). --in-channels sets
+the layers' input channels (else as many as the output channels). This script times each part
+with each choice of --mvmr / --vvor ("default" leaves the variable unset) on the probe's cloud (the same as
 point_conv_probe.py: bunny00.off sampled to --points, kNN --k, 27 cells), medians of --repeat
 CUDA-event times after a warm-up, and records the weight gradient's piece length (the contract's
 L, pcops.bench.oracle.vvor_piece_length). On the CPU the variables change nothing; the script
@@ -93,8 +94,8 @@ def main():
                 seconds, out = with_choice(VARIABLES[kind], choice, lambda: timed(fn, args.repeat, device))
                 if first is None:
                     first = out
-                row = {"channels": c, "in_channels": ci, "points": n, "triplets": T, "order": args.order, "dtype": args.dtype,
-                       "mode": mode, "part": part,
+                row = {"channels": c, "in_channels": ci, "points": n, "triplets": T, "order": args.order,
+                       "dtype": args.dtype, "mode": mode, "part": part,
                        "variable": VARIABLES[kind], "choice": choice, "seconds": seconds,
                        "same_bits_as_first": bool(torch.equal(out, first)),
                        "piece_length": vvor_piece_length(T, c, ci)}
