@@ -245,7 +245,7 @@ at::Tensor point_conv_triplets_impl(const at::Tensor& centres_in, const at::Tens
     const auto check_finite = [](const at::Tensor& c, const char* name) {
       // SYNC: one flag per tensor.
       const bool finite = c.numel() == 0 || at::isfinite(c).all().item<bool>();
-      TORCH_CHECK_VALUE(finite, name, ": expected finite coordinates");
+      TORCH_CHECK_VALUE(finite, name, ": expected finite values");
     };
     check_finite(centres, "centres");
     check_finite(points, "points");

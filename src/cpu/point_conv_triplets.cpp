@@ -4,12 +4,12 @@
 // exclusive scan so that every chunk knows where its rows start, write them; the same rows for
 // any thread count.
 #include <algorithm>
-#include <cmath>
 #include <cstdint>
 #include <vector>
 
 #include "common/point_conv_cell.hpp"
 #include "core/validate.hpp"
+#include "pcops/ivfpq.hpp"  // core::check_finite_vectors
 #include "pcops/point_conv.hpp"
 
 namespace pcops::cpu {
@@ -45,12 +45,8 @@ int64_t point_conv_triplets(const CpuContext& ctx, const TripletShape& s, const 
                   neighbours[x], " at centre ", x / s.slots, ", slot ", x % s.slots);
     }
   }
-  for (int64_t x = 0; x < s.centres * 3; ++x)
-    PCOPS_CHECK(std::isfinite(centres[x]), Value, "centres: expected finite coordinates, got ", centres[x],
-                " in row ", x / 3);
-  for (int64_t x = 0; x < s.points * 3; ++x)
-    PCOPS_CHECK(std::isfinite(points[x]), Value, "points: expected finite coordinates, got ", points[x],
-                " in row ", x / 3);
+  core::check_finite_vectors(centres, s.centres, 3, "centres");
+  core::check_finite_vectors(points, s.points, 3, "points");
   int64_t triplets = 0;
   for (int64_t& c : start) {  // counts -> first rows
     const int64_t n = c;

@@ -1205,10 +1205,9 @@ void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& 
   using TP = MvmrTilePolicy;
   const Mvmr choice = mvmr_choice(c_src, c_dst, K);
   const bool vec = rows_aligned16(src, c_src) && rows_aligned16(mat, c_dst);
-  const bool runs_ok = vec && rows_aligned16(dst, c_dst) && runs_fit(rows, K, T, src_rows);
-  if ((choice == Mvmr::kSlices || choice == Mvmr::kSlicesWide) && c_src > 0 && vec && rows_aligned16(dst, c_dst) &&
-      K < (int64_t{1} << 15) &&
-      src_rows <= (int64_t{1} << TP::kPackBits)) {
+  const bool aligned = vec && rows_aligned16(dst, c_dst);  // 16-byte rows of src, mat and dst
+  if ((choice == Mvmr::kSlices || choice == Mvmr::kSlicesWide) && c_src > 0 && aligned &&
+      K < (int64_t{1} << 15) && src_rows <= (int64_t{1} << TP::kPackBits)) {
     const bool wide = choice == Mvmr::kSlicesWide;
     const auto go = [&](auto nc_c) {
       constexpr int NC = decltype(nc_c)::value;
@@ -1224,7 +1223,7 @@ void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& 
       default: break;  // the slices do not fit: the next kernel
     }
   }
-  if (choice == Mvmr::kCells && runs_ok && c_src * 32 <= TP::kStageFloats) {
+  if (choice == Mvmr::kCells && aligned && runs_fit(rows, K, T, src_rows) && c_src * 32 <= TP::kStageFloats) {
     // Lanes' channels: the widest slice (32 VC channels) that fits and that the destination fills.
     int VC = 4;
     while (VC > 1 && (c_src * 32 * VC > TP::kStageFloats || 32 * VC / 2 >= c_dst)) VC /= 2;

@@ -947,8 +947,9 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
   // The weight gradient first; each gradient's workspace is released before the other's is taken
   // (stream-ordered), so the backward's peak is the larger of the two steps, not their sum, and
   // each gradient is allocated only after its sort's second buffer is gone.
-  if (gw_alloc && K * Co * Ci == 0) gw_alloc();
-  if (gw_alloc && K * Co * Ci > 0) {
+  if (gw_alloc && K * Co * Ci == 0) {
+    gw_alloc();
+  } else if (gw_alloc) {
     detail::Workspace ws(ctx);
     const auto [i_bits, j_bits, bits] = vvor_key(s);
     const int64_t T_ = s.triplets;
@@ -986,8 +987,9 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
       detail::launch(ctx, vvor_sum_cuts_kernel<T>, dim3(detail::grid_blocks(count, NT)), dim3(NT), 0,
                      static_cast<const float*>(part), static_cast<const int64_t*>(k_off), cut, per, count, gw);
   }
-  if (gf_alloc && s.num_in * Ci == 0) gf_alloc();
-  if (gf_alloc && s.num_in * Ci > 0) {
+  if (gf_alloc && s.num_in * Ci == 0) {
+    gf_alloc();
+  } else if (gf_alloc) {
     detail::Workspace ws(ctx);
     T* wt = ws.alloc<T>(std::max<int64_t>(K * Ci * Co, 1));
     detail::launch(ctx, transpose16_kernel<T>, dim3(detail::grid_blocks(K * Ci * Co, NT)), dim3(NT), 0, w, K, Co,

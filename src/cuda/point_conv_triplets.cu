@@ -4,7 +4,6 @@
 // thread per slot writes (i, j, k).
 #include <cub/cub.cuh>
 
-#include <algorithm>
 #include <cstdint>
 
 #include "common/point_conv_cell.hpp"
@@ -16,11 +15,6 @@ namespace pcops::cuda {
 namespace {
 
 constexpr int kThreads = 256;
-
-unsigned blocks_for(int64_t n) {
-  return static_cast<unsigned>(std::min<int64_t>(std::max<int64_t>(detail::ceil_div(n, int64_t{kThreads}), 1),
-                                                 int64_t{1} << 20));
-}
 
 // flags[x] = 1 where slot x names a point (an entry in [0, N)), else 0.
 __global__ void slot_flags_kernel(const int64_t* __restrict__ nb, int64_t total, int64_t n, int64_t* __restrict__ flags) {
@@ -58,7 +52,7 @@ int64_t point_conv_triplets(const CudaContext& ctx, const TripletShape& s, const
   detail::Workspace ws(ctx);
   int64_t* flags = ws.alloc<int64_t>(total);
   int64_t* rows = ws.alloc<int64_t>(total);
-  detail::launch(ctx, slot_flags_kernel, dim3(blocks_for(total)), dim3(kThreads), 0, neighbours, total, s.points,
+  detail::launch(ctx, slot_flags_kernel, dim3(detail::grid_blocks(total, kThreads)), dim3(kThreads), 0, neighbours, total, s.points,
                  flags);
   size_t temp_bytes = 0;
   PCOPS_CUDA_CHECK(cub::DeviceScan::InclusiveSum(nullptr, temp_bytes, flags, rows, total, stream));
@@ -70,7 +64,7 @@ int64_t point_conv_triplets(const CudaContext& ctx, const TripletShape& s, const
   PCOPS_CUDA_CHECK(cudaStreamSynchronize(stream));
   int64_t* out = allocate(triplets);
   if (triplets == 0) return 0;
-  detail::launch(ctx, write_triplets_kernel, dim3(blocks_for(total)), dim3(kThreads), 0, centres, points, neighbours,
+  detail::launch(ctx, write_triplets_kernel, dim3(detail::grid_blocks(total, kThreads)), dim3(kThreads), 0, centres, points, neighbours,
                  s.slots, total, s.points, static_cast<const int64_t*>(rows), s.extent,
                  common::point_conv::cell_side(s.extent, s.cells), s.cells, out);
   return triplets;
