@@ -33,6 +33,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <type_traits>
 #include <utility>
 #include <iterator>
 
@@ -321,9 +322,9 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 // where wgmma keeps a stage's products in flight), one __syncthreads per stage. WG: the products by
 // wgmma (two warpgroups of 64 rows x 64 channels) instead of mma.sync (warps of 32 rows x BN / 4
 // channels).
-template <class T, int BN, int BM, int MC, int BK, int S, bool WG>
+template <class T, class Key, int BN, int BM, int MC, int BK, int S, bool WG>
 __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
-    mvmr_mma_kernel(const uint64_t* __restrict__ keys, const int64_t* __restrict__ seg_off, MvmrKey m, int64_t K,
+    mvmr_mma_kernel(const Key* __restrict__ keys, const int64_t* __restrict__ seg_off, MvmrKey m, int64_t K,
                     const T* __restrict__ src, int64_t n_in_c, const T* __restrict__ mat, int64_t n_out_c,
                     int64_t n_dst, T* __restrict__ dst) {
   using P = MvmrPolicy;
@@ -358,7 +359,7 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   const int64_t tile = blockIdx.x / n_cb;
   const int64_t o0 = (blockIdx.x % n_cb) * BN;
   const int nb = static_cast<int>((n_in_c + BK - 1) / BK);
-  const uint64_t src_mask = (uint64_t{1} << m.src_bits) - 1;
+  const Key src_mask = static_cast<Key>((uint64_t{1} << m.src_bits) - 1);
   const int Ki = static_cast<int>(K);
 
   for (int e = tid; e < BM * BN; e += NT) Os[e] = 0.0f;
@@ -405,7 +406,7 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   const int seg = tid % kSegs, seg8 = seg * 8, a_row0 = tid / kSegs;
   const uint32_t s_off = smem_u32(As) + 2 * swizzled<BK>(a_row0, seg);  // + u * kRowStep * BK * 2 per row
   constexpr uint32_t kAStage = MC * BK * 2, kBStage = BN * BK * 2, kABytes = S * kAStage;
-  uint64_t next_key[kAL];
+  Key next_key[kAL];
   const T* a_cur[kAL];
   int a_sz[kAL];
   const T* b_cur[kBL];
@@ -416,7 +417,7 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
 #pragma unroll
     for (int u = 0; u < kAL; ++u) {
       const int r = a_row0 + u * kRowStep;
-      next_key[u] = s.k < Ki && r < s.n ? keys[s.q + r] : ~uint64_t{0};
+      next_key[u] = s.k < Ki && r < s.n ? keys[s.q + r] : ~Key{0};
     }
   };
   const auto load_stage = [&](const Stage& s, int buf) {
@@ -424,7 +425,7 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
       uint8_t* rs = Rs + (s.c & 3) * MC;
 #pragma unroll
       for (int u = 0; u < kAL; ++u) {
-        const bool ok = next_key[u] != ~uint64_t{0};
+        const bool ok = next_key[u] != ~Key{0};
         a_cur[u] = src + (ok ? static_cast<int64_t>(next_key[u] & src_mask) * n_in_c : 0) + seg8;
         a_sz[u] = ok ? 16 : 0;
         if (seg == 0)
@@ -680,15 +681,18 @@ __global__ void vvor_keys_kernel(const int64_t* __restrict__ t, int64_t T, int64
 }
 
 // grad_w[k, o, c] = sum over kernel k's triplets (i, j order) of G[i, o] F[j, c], over slice z.
-// Grid (K, ceil(co / BO) * ceil(ci / BO), Z). cut == 0: one slice (Z == 1), the block writes gw
-// (16-bit). cut > 0: the sorted triplets cut every `cut` positions, slice z being kernel k's share
-// of cut z (a cut without k's triplets ends the block at once), written as float32 partials
-// part[z + k][o][c] and summed in cut order by vvor_sum_cuts_kernel. Pipeline as the MVMR
-// kernel's: kStages - 1 stages ahead, one barrier a stage.
-template <class T, int BO>
+// Grid (K, ceil(co / BO) * ceil(ci / BO), Z). The sorted keys hold (low i bits, j): kernel k's
+// triplets are segments k * tiles .. (k + 1) * tiles - 1 of seg_off, segment k * tiles + h holding
+// the rows i with i >> i_bits == h (64-bit keys: tiles == 1, all of i in the key, the k above it
+// ignored). cut == 0: one slice (Z == 1), the block writes gw (16-bit). cut > 0: the sorted
+// triplets cut every `cut` positions, slice z being kernel k's share of cut z (a cut without k's
+// triplets ends the block at once), written as float32 partials part[z + k][o][c] and summed in
+// cut order by vvor_sum_cuts_kernel. Pipeline as the MVMR kernel's: kStages - 1 stages ahead, one
+// barrier a stage.
+template <class T, class Key, int BO>
 __global__ void __launch_bounds__(VvorPolicy::kThreads)
-    vvor_mma_kernel(const uint64_t* __restrict__ keys, const int64_t* __restrict__ k_off, int i_bits, int j_bits,
-                    const T* __restrict__ G, int64_t co, const T* __restrict__ F, int64_t ci, int64_t K,
+    vvor_mma_kernel(const Key* __restrict__ keys, const int64_t* __restrict__ seg_off, int64_t tiles, int i_bits,
+                    int j_bits, const T* __restrict__ G, int64_t co, const T* __restrict__ F, int64_t ci, int64_t K,
                     int64_t cut, T* __restrict__ gw, float* __restrict__ part) {
   using P = VvorPolicy;
   constexpr int BC = BO, KT = P::KT, S = P::kStages;
@@ -703,7 +707,8 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   const int64_t k = blockIdx.x;
   const int64_t ctiles = (ci + BC - 1) / BC;
   const int64_t oo = int64_t{blockIdx.y / ctiles} * BO, cc = int64_t{blockIdx.y % ctiles} * BC;
-  int64_t p0 = k_off[k], p1 = k_off[k + 1];
+  const int64_t seg0 = k * tiles;
+  int64_t p0 = seg_off[seg0], p1 = seg_off[seg0 + tiles];
   const int64_t slot = int64_t{blockIdx.z} + k;
   if (cut > 0) {
     p0 = max(p0, int64_t{blockIdx.z} * cut), p1 = min(p1, (int64_t{blockIdx.z} + 1) * cut);
@@ -712,7 +717,15 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   // Sorted positions and rows fit 31 bits (point_conv_mma_supported): 32-bit cursors and rows, a
   // row's address one wide multiply-add from the thread's column base.
   const int pos0 = static_cast<int>(p0), pos1 = static_cast<int>(p1);
-  uint32_t jm = (1u << j_bits) - 1, im = (1u << i_bits) - 1;
+  uint32_t jm = (1u << j_bits) - 1, im = static_cast<uint32_t>((uint64_t{1} << i_bits) - 1);
+  // The segment of the block's first position (the last of k's whose offset is <= pos0): each
+  // stage row's segment moves on from it as its position grows.
+  int64_t first = seg0;
+  for (int64_t lo = seg0, hi = seg0 + tiles - 1; lo <= hi;) {
+    const int64_t mid = (lo + hi) / 2;
+    if (seg_off[mid] <= p0) first = mid, lo = mid + 1;
+    else hi = mid - 1;
+  }
 
   // Each thread loads the same stage rows r_u (G and F alike: BC == BO) in every stage; the keys
   // of a stage's rows are read one stage ahead (next_key), so no load waits on them.
@@ -727,14 +740,23 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   const uint32_t gs0 = smem_u32(Gs) + 2 * seg8, fs0 = smem_u32(Fs) + 2 * seg8;
   // Kept in registers (the compiler would rebuild them from the parameters at every stage).
   asm volatile("" : "+r"(jm), "+r"(im), "+r"(g_sz), "+r"(f_sz));
-  uint64_t next_key[kRL];
+  Key next_key[kRL];
   bool next_ok[kRL];
+  // Each stage row's segment (sc) and its end (se), and the high bits of i it gives (next_hi).
+  int64_t sc[kRL];
+  int se[kRL];
+  uint32_t next_hi[kRL];
+#pragma unroll
+  for (int u = 0; u < kRL; ++u) sc[u] = first, se[u] = static_cast<int>(seg_off[first + 1]);
   const auto fetch_keys = [&](int q) {
 #pragma unroll
     for (int u = 0; u < kRL; ++u) {
-      const int r = (tid + u * P::kThreads) / kSegs;
-      next_ok[u] = q + r < pos1;
-      next_key[u] = next_ok[u] ? keys[q + r] : 0;
+      const int r = (tid + u * P::kThreads) / kSegs, p = q + r;
+      next_ok[u] = p < pos1;
+      next_key[u] = next_ok[u] ? keys[p] : 0;
+      if (next_ok[u])
+        while (p >= se[u]) se[u] = static_cast<int>(seg_off[++sc[u] + 1]);
+      next_hi[u] = next_ok[u] ? static_cast<uint32_t>(sc[u] - seg0) << i_bits : 0;
     }
   };
   const auto load_stage = [&](int q, int buf) {
@@ -743,7 +765,8 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
     for (int u = 0; u < kRL; ++u) {
       const int r = (tid + u * P::kThreads) / kSegs;
       // A row past the slice has key 0: row 0, 0 bytes read.
-      const uint32_t i = static_cast<uint32_t>(next_key[u] >> j_bits) & im, j = static_cast<uint32_t>(next_key[u]) & jm;
+      const uint32_t i = next_hi[u] | (static_cast<uint32_t>(next_key[u] >> j_bits) & im);
+      const uint32_t j = static_cast<uint32_t>(next_key[u]) & jm;
       cp_async16_shared(gs + r * (LDG * 2), g_base + static_cast<uint64_t>(i) * g_row, next_ok[u] ? g_sz : 0);
       cp_async16_shared(fs + r * (LDF * 2), f_base + static_cast<uint64_t>(j) * f_row, next_ok[u] ? f_sz : 0);
     }
@@ -819,14 +842,14 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
 }
 
 // gw[e] = the partials of the cuts of `cut` sorted positions, summed in order (float32) and rounded
-// once: element e of kernel k (per = co * ci elements a
-// kernel) sums the partials of the cuts its triplets reach, z0 = k_off[k] / cut to
-// (k_off[k + 1] - 1) / cut, in order (slots z + k); a kernel without triplets gets 0.
+// once: element e of kernel k (per = co * ci elements a kernel; k's triplets at seg_off[k * tiles]
+// to seg_off[(k + 1) * tiles]) sums the partials of the cuts its triplets reach, z0 = lo / cut to
+// (hi - 1) / cut, in order (slots z + k); a kernel without triplets gets 0.
 template <class T>
-__global__ void vvor_sum_cuts_kernel(const float* __restrict__ part, const int64_t* __restrict__ k_off, int64_t cut,
-                                     int64_t per, int64_t count, T* __restrict__ gw) {
+__global__ void vvor_sum_cuts_kernel(const float* __restrict__ part, const int64_t* __restrict__ seg_off,
+                                     int64_t tiles, int64_t cut, int64_t per, int64_t count, T* __restrict__ gw) {
   PCOPS_CUDA_GRID_STRIDE(e, count) {
-    const int64_t k = e / per, r = e - k * per, lo = k_off[k], hi = k_off[k + 1];
+    const int64_t k = e / per, r = e - k * per, lo = seg_off[k * tiles], hi = seg_off[(k + 1) * tiles];
     float acc = 0.0f;
     if (hi > lo) {
       const int64_t z0 = lo / cut, z1 = (hi - 1) / cut;
@@ -845,24 +868,125 @@ size_t mvmr_smem() {
          sizeof(int) * (kSegCache + 1);
 }
 
-// One MVMR: dst rows n_dst (triplet column dst_col), source rows n_src (column src_col).
-// The MVMR's sorted keys and segment offsets (mvmr_keys_kernel, one radix sort, sorted_offsets_kernel).
-struct Segments {
-  MvmrKey m;
-  const uint64_t* sorted;
-  const int64_t* seg_off;
+// The fast path's groupings: the triplets in segments (MVMR: tile of destination rows x kernel
+// cell; VVOR: kernel cell x block of 2^i_bits output rows), each segment's keys ascending, and the
+// segments' offsets (segments + 1 of them; invalid triplets, in a segment of their own, after the
+// last). Either way the order is (segment, key), so both give the same positions and the same bits.
+// - "segmented" (the default where a key fits 31 bits): each triplet is placed into its segment
+//   with a 32-bit key by counting (an atomic count a triplet, an exclusive scan of the counts, an
+//   atomic cursor a triplet), then each segment's keys are sorted (cub::DeviceSegmentedSort; equal
+//   keys are equal triplets, so the arbitrary placement order inside a segment leaves no trace).
+//   8 bytes a triplet during the sort, 4 after it.
+// - "packed": one radix sort of 64-bit keys (segment above key), 16 bytes a triplet during the
+//   sort, 8 after it.
+// PCOPS_CUDA_POINT_CONV_FAST_GROUPING=packed takes the second where the first would fit too (the
+// tests compare both).
+bool fast_grouping_packed() {
+  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_FAST_GROUPING");
+  if (e == nullptr || *e == 0 || std::strcmp(e, "segmented") == 0) return false;
+  if (std::strcmp(e, "packed") == 0) return true;
+  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_FAST_GROUPING must be segmented or packed");
+}
+
+struct Grouped {
+  const uint32_t* k32 = nullptr;  // one of the two
+  const uint64_t* k64 = nullptr;
+  const int64_t* offsets = nullptr;
 };
 
-// Sorts T keys (written by write_keys(keys) into a buffer from ws) on their low `bits` bits and
-// finds the segments of their high parts (key >> shift): offsets[q] for q = 0..segments. The radix
-// sort runs on two buffers, the keys and a second one (CUB's double-buffer form needs no third
-// copy in its temporary storage); the buffer that does not hold the result and the temporary
-// storage go back to the allocator once the sort is enqueued, before the caller allocates its
-// output. Returns the sorted keys and the offsets.
+// Triplet p's segment (`segments` where invalid) and 32-bit key: MVMR (local destination row,
+// source row); VVOR (low i_bits bits of i, j).
+struct MvmrPlace {
+  int dst_col, src_col;
+  int64_t n_dst, n_src, K;
+  MvmrKey m;
+  __device__ void operator()(const int64_t* t, int64_t p, int64_t& seg, uint32_t& key) const {
+    const int64_t d = t[p * 3 + dst_col], s = t[p * 3 + src_col], k = t[p * 3 + 2];
+    const bool ok = d >= 0 && d < n_dst && s >= 0 && s < n_src && k >= 0 && k < K;
+    seg = ok ? (d / m.bm) * K + k : m.segments;
+    key = ok ? (static_cast<uint32_t>(d % m.bm) << m.src_bits) | static_cast<uint32_t>(s) : 0;
+  }
+};
+struct VvorPlace {
+  int64_t n_out, n_in, K, tiles;
+  int i_bits, j_bits;
+  __device__ void operator()(const int64_t* t, int64_t p, int64_t& seg, uint32_t& key) const {
+    const int64_t i = t[p * 3], j = t[p * 3 + 1], k = t[p * 3 + 2];
+    const bool ok = i >= 0 && i < n_out && j >= 0 && j < n_in && k >= 0 && k < K;
+    seg = ok ? k * tiles + (i >> i_bits) : K * tiles;
+    key = ok ? (static_cast<uint32_t>(i & ((int64_t{1} << i_bits) - 1)) << j_bits) | static_cast<uint32_t>(j) : 0;
+  }
+};
+
+template <class Place>
+__global__ void place_count_kernel(const int64_t* __restrict__ t, int64_t T, Place place, unsigned* __restrict__ counts) {
+  PCOPS_CUDA_GRID_STRIDE(p, T) {
+    int64_t seg;
+    uint32_t key;
+    place(t, p, seg, key);
+    atomicAdd(&counts[seg], 1u);
+  }
+}
+
+template <class Place>
+__global__ void place_fill_kernel(const int64_t* __restrict__ t, int64_t T, Place place,
+                                  const int64_t* __restrict__ offsets, unsigned* __restrict__ cursor,
+                                  uint32_t* __restrict__ keys) {
+  PCOPS_CUDA_GRID_STRIDE(p, T) {
+    int64_t seg;
+    uint32_t key;
+    place(t, p, seg, key);
+    keys[offsets[seg] + atomicAdd(&cursor[seg], 1u)] = key;
+  }
+}
+
+// "segmented": T keys placed into segments + 1 segments and sorted within each. The second key
+// buffer, the counts and the scratch go back to the allocator once the sort is enqueued.
+template <class Place>
+Grouped group_segmented(const CudaContext& ctx, detail::Workspace& ws, const int64_t* t, int64_t T_, int64_t segments,
+                        const Place& place) {
+  const cudaStream_t stream = detail::stream_of(ctx);
+  const int64_t S = segments + 1;
+  auto* keys = ws.alloc<uint32_t>(std::max<int64_t>(T_, 1));
+  auto* alt = ws.alloc<uint32_t>(std::max<int64_t>(T_, 1));
+  int64_t* offsets = ws.alloc<int64_t>(S + 1);
+  auto* counts = ws.alloc<unsigned>(S + 1);
+  PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(unsigned) * (S + 1), stream));
+  constexpr int NT = 256;
+  const dim3 grid(detail::grid_blocks(T_, NT));
+  if (T_ > 0) detail::launch(ctx, place_count_kernel<Place>, grid, dim3(NT), 0, t, T_, place, counts);
+  cub::DoubleBuffer<uint32_t> db(keys, alt);
+  size_t scan_bytes = 0, sort_bytes = 0;
+  PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, counts, offsets, S + 1, stream));
+  if (T_ > 0)
+    PCOPS_CUDA_CHECK(cub::DeviceSegmentedSort::SortKeys(nullptr, sort_bytes, db, T_, S, offsets, offsets + 1, stream));
+  void* temp = ws.bytes(std::max(scan_bytes, sort_bytes));
+  PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, counts, offsets, S + 1, stream));
+  const uint32_t* sorted = keys;
+  if (T_ > 0) {
+    PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(unsigned) * S, stream));
+    detail::launch(ctx, place_fill_kernel<Place>, grid, dim3(NT), 0, t, T_, place,
+                   static_cast<const int64_t*>(offsets), counts, keys);
+    PCOPS_CUDA_CHECK(cub::DeviceSegmentedSort::SortKeys(temp, sort_bytes, db, T_, S, offsets, offsets + 1, stream));
+    sorted = db.Current();
+  }
+  ws.release(temp);
+  ws.release(counts);
+  ws.release(sorted == keys ? alt : keys);
+  Grouped g;
+  g.k32 = sorted, g.offsets = offsets;
+  return g;
+}
+
+// "packed": sorts T keys (written by write_keys(keys) into a buffer from ws) on their low `bits`
+// bits and finds the segments of their high parts (key >> shift): offsets[q] for q = 0..segments.
+// The radix sort runs on two buffers, the keys and a second one (CUB's double-buffer form needs no
+// third copy in its temporary storage); the buffer that does not hold the result and the
+// temporary storage go back to the allocator once the sort is enqueued, before the caller
+// allocates its output.
 template <class WriteKeys>
-std::pair<const uint64_t*, const int64_t*> sort_into_segments(const CudaContext& ctx, detail::Workspace& ws,
-                                                              int64_t T_, int bits, int shift, int64_t segments,
-                                                              WriteKeys&& write_keys) {
+Grouped group_packed(const CudaContext& ctx, detail::Workspace& ws, int64_t T_, int bits, int shift, int64_t segments,
+                     WriteKeys&& write_keys) {
   const cudaStream_t stream = detail::stream_of(ctx);
   auto* keys = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
   auto* alt = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
@@ -882,22 +1006,26 @@ std::pair<const uint64_t*, const int64_t*> sort_into_segments(const CudaContext&
   constexpr int NT = 256;
   detail::launch(ctx, primitives::sorted_offsets_kernel<uint64_t>, dim3(detail::grid_blocks(segments + 1, NT)),
                  dim3(NT), 0, sorted, T_, shift, segments, offsets);
-  return {sorted, offsets};
+  Grouped g;
+  g.k64 = sorted, g.offsets = offsets;
+  return g;
 }
 
-Segments sort_segments(const CudaContext& ctx, detail::Workspace& ws, const int64_t* triplets, int64_t T_,
-                       int dst_col, int src_col, int64_t n_dst, int64_t n_src, int64_t K, int bm) {
-  const MvmrKey m = mvmr_key(n_dst, n_src, K, bm);
-  const auto [sorted, seg_off] = sort_into_segments(
-      ctx, ws, T_, m.seg_bits + m.local_bits + m.src_bits, m.local_bits + m.src_bits, m.segments, [&](uint64_t* keys) {
-        constexpr int NT = 256;
-        detail::launch(ctx, mvmr_keys_kernel, dim3(detail::grid_blocks(T_, NT)), dim3(NT), 0, triplets, T_, dst_col,
-                       src_col, n_dst, n_src, K, m, keys);
-      });
-  return Segments{m, sorted, seg_off};
+// The MVMR's grouping: segments (tile of bm destination rows, k), keys (local row, source row).
+Grouped group_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* triplets, int64_t T_, int dst_col,
+                   int src_col, int64_t n_dst, int64_t n_src, int64_t K, const MvmrKey& m) {
+  if (m.local_bits + m.src_bits <= 31 && m.segments < (int64_t{1} << 31) && !fast_grouping_packed())
+    return group_segmented(ctx, ws, triplets, T_, m.segments, MvmrPlace{dst_col, src_col, n_dst, n_src, K, m});
+  return group_packed(ctx, ws, T_, m.seg_bits + m.local_bits + m.src_bits, m.local_bits + m.src_bits, m.segments,
+                      [&](uint64_t* keys) {
+                        constexpr int NT = 256;
+                        detail::launch(ctx, mvmr_keys_kernel, dim3(detail::grid_blocks(T_, NT)), dim3(NT), 0,
+                                       triplets, T_, dst_col, src_col, n_dst, n_src, K, m, keys);
+                      });
 }
 
-// dst [n_dst, n_out_c] comes from dst_alloc once the keys are sorted (their second buffer released).
+// One MVMR: dst rows n_dst (triplet column dst_col), source rows n_src (column src_col); dst
+// [n_dst, n_out_c] comes from dst_alloc once the keys are sorted (their second buffer released).
 template <class T>
 void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* triplets, int64_t T_, int dst_col,
               int src_col, int64_t n_dst, int64_t n_src, int64_t K, const T* src, int64_t n_in_c, const T* mat,
@@ -907,27 +1035,26 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* trip
     return;
   }
   const MvmrConfig cfg = mvmr_config(n_out_c, n_in_c);
-  const Segments sg = sort_segments(ctx, ws, triplets, T_, dst_col, src_col, n_dst, n_src, K, cfg.bm);
-  const MvmrKey m = sg.m;
-  const uint64_t* sorted = sg.sorted;
-  const int64_t* seg_off = sg.seg_off;
+  const MvmrKey m = mvmr_key(n_dst, n_src, K, cfg.bm);
+  const Grouped gr = group_mvmr(ctx, ws, triplets, T_, dst_col, src_col, n_dst, n_src, K, m);
   T* dst = static_cast<T*>(dst_alloc());
   bool launched = false;
-  const auto go = [&](auto cfg_c) {
+  const auto go = [&](auto cfg_c, auto* keys) {
     constexpr MvmrConfig C = kMvmrConfigs[decltype(cfg_c)::value];
+    using Key = std::remove_const_t<std::remove_pointer_t<decltype(keys)>>;
     if (C.bm != cfg.bm || C.bn != cfg.bn || C.mc != cfg.mc || C.bk != cfg.bk || C.stages != cfg.stages ||
-        C.wg != cfg.wg)
+        C.wg != cfg.wg || keys == nullptr)
       return;
     launched = true;
     const size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.bk, C.stages>();
-    auto kernel = mvmr_mma_kernel<T, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg>;
+    auto kernel = mvmr_mma_kernel<T, Key, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg>;
     PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles * detail::ceil_div(n_out_c, C.bn))),
-                   dim3(MvmrPolicy::kThreads), smem, static_cast<const uint64_t*>(sorted),
-                   static_cast<const int64_t*>(seg_off), m, K, src, n_in_c, mat, n_out_c, n_dst, dst);
+                   dim3(MvmrPolicy::kThreads), smem, keys, gr.offsets, m, K, src, n_in_c, mat, n_out_c, n_dst, dst);
   };
   [&]<size_t... I>(std::index_sequence<I...>) {
-    (go(std::integral_constant<size_t, I>{}), ...);
+    (go(std::integral_constant<size_t, I>{}, gr.k32), ...);
+    (go(std::integral_constant<size_t, I>{}, gr.k64), ...);
   }(std::make_index_sequence<std::size(kMvmrConfigs)>{});
   if (!launched) throw std::logic_error("pcops point_conv: no compiled MVMR kernel for the chosen shape");
 }
@@ -953,10 +1080,18 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
     detail::Workspace ws(ctx);
     const auto [i_bits, j_bits, bits] = vvor_key(s);
     const int64_t T_ = s.triplets;
-    const auto [sorted, k_off] = sort_into_segments(ctx, ws, T_, bits, i_bits + j_bits, K, [&](uint64_t* keys) {
-      detail::launch(ctx, vvor_keys_kernel, dim3(detail::grid_blocks(T_, NT)), dim3(NT), 0, t, T_, s.num_out,
-                     s.num_in, K, i_bits, j_bits, keys);
-    });
+    // Segmented: kernel cell x blocks of 2^key_i rows i, the low key_i bits of i beside j in 31 bits
+    // (at most as many segments as triplets, or 2^16); packed: one segment a kernel cell, (k, i, j).
+    const int key_i = std::min(i_bits, 31 - j_bits);
+    const int64_t tiles_seg = key_i >= 0 ? detail::ceil_div(std::max<int64_t>(s.num_out, 1), int64_t{1} << key_i) : 0;
+    const bool segmented = key_i >= 0 && K * tiles_seg <= std::max<int64_t>(T_, int64_t{1} << 16) && !fast_grouping_packed();
+    const int64_t tiles = segmented ? tiles_seg : 1;
+    const Grouped gr =
+        segmented ? group_segmented(ctx, ws, t, T_, K * tiles, VvorPlace{s.num_out, s.num_in, K, tiles, key_i, j_bits})
+                  : group_packed(ctx, ws, T_, bits, i_bits + j_bits, K, [&](uint64_t* keys) {
+                      detail::launch(ctx, vvor_keys_kernel, dim3(detail::grid_blocks(T_, NT)), dim3(NT), 0, t, T_,
+                                     s.num_out, s.num_in, K, i_bits, j_bits, keys);
+                    });
     T* gw = static_cast<T*>(gw_alloc());
     using P = VvorPolicy;
     const int64_t count = K * Co * Ci, per = Co * Ci;
@@ -971,21 +1106,26 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
       if (slices == 1) cut = 0;
     }
     float* part = cut > 0 ? ws.alloc<float>((slices + K) * per) : nullptr;
-    const auto go = [&](auto bo_c) {
+    const int key_i_bits = segmented ? key_i : i_bits;
+    const auto go = [&](auto bo_c, auto* keys) {
       constexpr int BO = decltype(bo_c)::value;
+      using Key = std::remove_const_t<std::remove_pointer_t<decltype(keys)>>;
       const size_t smem = sizeof(T) * P::kStages * P::KT * 2 * (BO + P::kPad);
-      auto kernel = vvor_mma_kernel<T, BO>;
+      auto kernel = vvor_mma_kernel<T, Key, BO>;
       PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      const int64_t tiles = detail::ceil_div(Co, BO) * detail::ceil_div(Ci, BO);
-      detail::launch(ctx, kernel, dim3(static_cast<unsigned>(K), static_cast<unsigned>(tiles), static_cast<unsigned>(slices)),
-                     dim3(P::kThreads), smem, static_cast<const uint64_t*>(sorted), static_cast<const int64_t*>(k_off),
-                     i_bits, j_bits, g, Co, f, Ci, K, cut, gw, part);
+      const int64_t ctiles = detail::ceil_div(Co, BO) * detail::ceil_div(Ci, BO);
+      detail::launch(ctx, kernel, dim3(static_cast<unsigned>(K), static_cast<unsigned>(ctiles), static_cast<unsigned>(slices)),
+                     dim3(P::kThreads), smem, keys, gr.offsets, tiles, key_i_bits, j_bits, g, Co, f, Ci, K, cut, gw,
+                     part);
     };
-    if (std::max(Co, Ci) <= 64) go(std::integral_constant<int, 64>{});
-    else go(std::integral_constant<int, 128>{});
+    const bool narrow = std::max(Co, Ci) <= 64;
+    if (gr.k32 != nullptr && narrow) go(std::integral_constant<int, 64>{}, gr.k32);
+    else if (gr.k32 != nullptr) go(std::integral_constant<int, 128>{}, gr.k32);
+    else if (narrow) go(std::integral_constant<int, 64>{}, gr.k64);
+    else go(std::integral_constant<int, 128>{}, gr.k64);
     if (cut > 0)
       detail::launch(ctx, vvor_sum_cuts_kernel<T>, dim3(detail::grid_blocks(count, NT)), dim3(NT), 0,
-                     static_cast<const float*>(part), static_cast<const int64_t*>(k_off), cut, per, count, gw);
+                     static_cast<const float*>(part), gr.offsets, tiles, cut, per, count, gw);
   }
   if (gf_alloc && s.num_in * Ci == 0) {
     gf_alloc();

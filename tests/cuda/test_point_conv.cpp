@@ -5,7 +5,8 @@
 // against a float64 reference of its 16-bit inputs, run to run equal, with long runs of one
 // destination row, partial tiles, a weight gradient in slices and invalid triplets (skipped), under
 // every compiled shape of the MVMR kernel (or only the one PCOPS_CUDA_POINT_CONV_CONFIG names, so
-// that a sanitizer run can take one shape at a time).
+// that a sanitizer run can take one shape at a time); both groupings of the triplets (segmented
+// and packed) give the same bits.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -18,6 +19,8 @@
 #include <cstring>
 #include <iterator>
 #include <random>
+#include <stdexcept>
+#include <tuple>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -443,6 +446,43 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
       expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights");
     }
   }
+}
+
+// The segmented grouping (32-bit keys placed into their segments, each segment then sorted) puts
+// every triplet where the packed one (one radix sort of 64-bit keys) does, so both give the same
+// bits. Shapes: one whose weight gradient splits the output rows into blocks (2^20 source rows: j
+// takes 20 bits of the key, leaving 11 for i, so 5,000 output rows fall in three blocks, crossed
+// by the weight gradient's slices of 4,096 triplets), many kernel cells, one cell in slices;
+// invalid triplets in every one.
+TEST(CudaPointConvMma, SegmentedGroupingGivesThePackedBits) {
+  constexpr const char* kVar = "PCOPS_CUDA_POINT_CONV_FAST_GROUPING";
+  std::mt19937 rng(47);
+  using Shape = std::array<int64_t, 6>;  // n_in, n_out, C_in, C_out, K, T
+  for (const Shape& sh : {Shape{300, 200, 40, 24, 27, 5000}, Shape{int64_t{1} << 20, 5000, 8, 16, 27, 30000},
+                          Shape{700, 600, 24, 40, 200, 20000}, Shape{2000, 1500, 24, 40, 1, 20000}}) {
+    SCOPED_TRACE(testing::Message() << "rows " << sh[0] << " / " << sh[1] << ", K " << sh[4]);
+    Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
+    const int64_t junk[][3] = {{c.s.num_out, 0, 0}, {0, -1, 0}, {0, 0, c.s.kernels}, {-1, c.s.num_in, -1}};
+    for (const auto& b : junk) c.t.insert(c.t.begin() + 3 * 7, b, b + 3);
+    c.s.triplets += 4;
+    ASSERT_TRUE(pcops::cuda::point_conv_mma_supported(c.s));
+    const auto f = to_bf16(c.f), w = to_bf16(c.w), g = to_bf16(c.g);
+    const auto run = [&](const char* grouping) {
+      const pcops_cuda_test::ScopedEnv use(kVar, grouping);
+      return run_mma(c, f, w, g);
+    };
+    const Mma seg = run("segmented"), packed = run("packed"), dflt = run("");
+    for (const auto& [a, b, what] : {std::tuple{&seg.out, &packed.out, "forward"}, std::tuple{&seg.gf, &packed.gf, "grad_features"},
+                                     std::tuple{&seg.gw, &packed.gw, "grad_weights"}}) {
+      ASSERT_EQ(a->size(), b->size()) << what;
+      EXPECT_EQ(std::memcmp(a->data(), b->data(), a->size() * sizeof(Bf16)), 0) << what;
+    }
+    EXPECT_EQ(std::memcmp(dflt.out.data(), seg.out.data(), seg.out.size() * sizeof(Bf16)), 0);
+    EXPECT_EQ(std::memcmp(dflt.gw.data(), seg.gw.data(), seg.gw.size() * sizeof(Bf16)), 0);
+  }
+  const Case c = random_case(rng, 50, 40, 8, 8, 27, 300);
+  const pcops_cuda_test::ScopedEnv use(kVar, "radix");
+  EXPECT_THROW(run_mma(c, to_bf16(c.f), to_bf16(c.w), to_bf16(c.g)), std::invalid_argument);
 }
 
 // No source channels for the forward (C_in = 0) or for grad_features (C_out = 0): every sum is

@@ -262,21 +262,27 @@ def _forward_extra_bytes(run):
 
 
 @pytest.mark.parametrize("c", [8, 256])
-def test_fast_mode_extra_memory_is_the_sort(gen, c):
-    """The fast forward's peak is its sort's two key buffers (8 bytes a triplet each) and small
-    scratch, or, once the second buffer and the scratch are released, the sorted keys and the
-    output, which is allocated only then: max(16 T, 8 T + output), beside an offset per (tile of
-    128 output rows, kernel cell). No neighbourhood buffer, no third copy of the keys, and the
-    output never beside the second buffer (C = 256: the output outweighs a key buffer)."""
+def test_fast_mode_extra_memory_is_the_sort(gen, c, monkeypatch):
+    """The fast forward's peak is its grouping's two key buffers (4 bytes a triplet each: 32-bit
+    keys placed into their segments and sorted there) and small scratch, or, once the second
+    buffer and the scratch are released, the sorted keys and the output, which is allocated only
+    then: max(8 T, 4 T + output), beside a count and an offset per (tile of 128 output rows,
+    kernel cell). No neighbourhood buffer, no third copy of the keys, and the output never beside
+    the second buffer (C = 256: the output outweighs a key buffer). The packed grouping (64-bit
+    keys, PCOPS_CUDA_POINT_CONV_FAST_GROUPING=packed) takes twice that: max(16 T, 8 T + output)."""
     n, K, T = 120000, 27, 2_000_000
     f = (torch.rand(n, c, generator=gen) * 2 - 1).cuda().bfloat16()
     w = (torch.rand(K, c, c, generator=gen) * 2 - 1).cuda().bfloat16()
     t = _random_triplets(gen, n, K, T)
     out_bytes = n * c * 2
+    segments = -(-n // 128) * K + 1
     peak = _forward_extra_bytes(lambda: pcops.point_conv(f, w, t, n, mode="fast")) + out_bytes
-    offsets = 8 * (-(-n // 128) * K + 1)
+    expect = max(8 * T, 4 * T + out_bytes)
+    assert expect <= peak <= expect + 12 * (segments + 1) + (4 << 20), (peak, expect)
+    monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_FAST_GROUPING", "packed")
+    peak = _forward_extra_bytes(lambda: pcops.point_conv(f, w, t, n, mode="fast")) + out_bytes
     expect = max(16 * T, 8 * T + out_bytes)
-    assert expect <= peak <= expect + offsets + (4 << 20), (peak, expect)
+    assert expect <= peak <= expect + 8 * segments + (4 << 20), (peak, expect)
 
 
 def test_exact_forward_extra_memory_is_the_grouping(gen):
