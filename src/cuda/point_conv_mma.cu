@@ -873,10 +873,10 @@ size_t mvmr_smem() {
 // segments' offsets (segments + 1 of them; invalid triplets, in a segment of their own, after the
 // last). Either way the order is (segment, key), so both give the same positions and the same bits.
 // - "segmented" (the default where a key fits 31 bits): each triplet is placed into its segment
-//   with a 32-bit key by counting (an atomic count a triplet, an exclusive scan of the counts, an
-//   atomic cursor a triplet), then each segment's keys are sorted (cub::DeviceSegmentedSort; equal
-//   keys are equal triplets, so the arbitrary placement order inside a segment leaves no trace).
-//   8 bytes a triplet during the sort, 4 after it.
+//   with a 32-bit key by counting (a count a triplet, an exclusive scan of the counts, a cursor a
+//   triplet), then each segment's keys are sorted (segment_sort_kernel; equal keys are equal
+//   triplets, so the arbitrary placement order inside a segment leaves no trace). 8 bytes a
+//   triplet during the sort, 4 after it.
 // - "packed": one radix sort of 64-bit keys (segment above key), 16 bytes a triplet during the
 //   sort, 8 after it.
 // PCOPS_CUDA_POINT_CONV_FAST_GROUPING=packed takes the second where the first would fit too (the
@@ -918,25 +918,194 @@ struct VvorPlace {
   }
 };
 
-template <class Place>
-__global__ void place_count_kernel(const int64_t* __restrict__ t, int64_t T, Place place, unsigned* __restrict__ counts) {
-  PCOPS_CUDA_GRID_STRIDE(p, T) {
+// Placement: each block takes one contiguous chunk of the triplets. With few segments
+// (kShared: at most kPlaceShared) the block counts its chunk's triplets per segment in shared
+// memory and touches each segment's global counter once, which keeps many blocks off the same few
+// counters (a handful of kernel cells); otherwise one global atomic a triplet.
+constexpr int kPlaceThreads = 256;
+constexpr int64_t kPlaceShared = 8192;
+
+__device__ __forceinline__ void place_chunk(int64_t T, int64_t& c0, int64_t& c1) {
+  const int64_t per = (T + gridDim.x - 1) / gridDim.x;
+  c0 = min(T, int64_t{blockIdx.x} * per), c1 = min(T, c0 + per);
+}
+
+template <class Place, bool kShared>
+__global__ void __launch_bounds__(kPlaceThreads)
+    place_count_kernel(const int64_t* __restrict__ t, int64_t T, Place place, int64_t S, unsigned* __restrict__ counts) {
+  extern __shared__ unsigned h[];  // [S] where kShared
+  int64_t c0, c1;
+  place_chunk(T, c0, c1);
+  if constexpr (kShared) {
+    for (int64_t e = threadIdx.x; e < S; e += kPlaceThreads) h[e] = 0;
+    __syncthreads();
+  }
+  for (int64_t p = c0 + threadIdx.x; p < c1; p += kPlaceThreads) {
     int64_t seg;
     uint32_t key;
     place(t, p, seg, key);
-    atomicAdd(&counts[seg], 1u);
+    if constexpr (kShared) atomicAdd(&h[seg], 1u);
+    else atomicAdd(&counts[seg], 1u);
+  }
+  if constexpr (kShared) {
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < S; e += kPlaceThreads)
+      if (h[e] != 0) atomicAdd(&counts[e], h[e]);
   }
 }
 
-template <class Place>
-__global__ void place_fill_kernel(const int64_t* __restrict__ t, int64_t T, Place place,
-                                  const int64_t* __restrict__ offsets, unsigned* __restrict__ cursor,
-                                  uint32_t* __restrict__ keys) {
-  PCOPS_CUDA_GRID_STRIDE(p, T) {
+// keys[offsets[seg] + a place of seg not taken yet] = key, for every triplet; cursor (zeros) counts
+// the places taken. kShared: the block's chunk is counted first and each of its segments takes a
+// range of places at once.
+template <class Place, bool kShared>
+__global__ void __launch_bounds__(kPlaceThreads)
+    place_fill_kernel(const int64_t* __restrict__ t, int64_t T, Place place, int64_t S,
+                      const int64_t* __restrict__ offsets, unsigned* __restrict__ cursor, uint32_t* __restrict__ keys) {
+  extern __shared__ unsigned h[];  // [S] where kShared: counts, then each segment's next place
+  int64_t c0, c1;
+  place_chunk(T, c0, c1);
+  if constexpr (kShared) {
+    for (int64_t e = threadIdx.x; e < S; e += kPlaceThreads) h[e] = 0;
+    __syncthreads();
+    for (int64_t p = c0 + threadIdx.x; p < c1; p += kPlaceThreads) {
+      int64_t seg;
+      uint32_t key;
+      place(t, p, seg, key);
+      atomicAdd(&h[seg], 1u);
+    }
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < S; e += kPlaceThreads)
+      if (h[e] != 0) h[e] = static_cast<unsigned>(offsets[e]) + atomicAdd(&cursor[e], h[e]);
+    __syncthreads();
+  }
+  for (int64_t p = c0 + threadIdx.x; p < c1; p += kPlaceThreads) {
     int64_t seg;
     uint32_t key;
     place(t, p, seg, key);
-    keys[offsets[seg] + atomicAdd(&cursor[seg], 1u)] = key;
+    if constexpr (kShared) keys[atomicAdd(&h[seg], 1u)] = key;
+    else keys[offsets[seg] + atomicAdd(&cursor[seg], 1u)] = key;
+  }
+}
+
+// Sorts the keys of every segment ascending, in place (alt: scratch as long as keys). One block a
+// group of kSortGroup consecutive segments: a group of at most kSortCap keys in one block radix
+// sort of (segment in the group, key); a larger group segment by segment, each of at most
+// kSortCap keys in one block radix sort, a longer one by four stable passes of 8 bits through alt
+// (back in keys after the fourth). Keys are below 2^31.
+constexpr int kSortThreads = 256, kSortItems = 16, kSortCap = kSortThreads * kSortItems, kSortGroup = 32;
+
+__global__ void __launch_bounds__(kSortThreads)
+    segment_sort_kernel(uint32_t* __restrict__ keys, uint32_t* __restrict__ alt, const int64_t* __restrict__ off,
+                        int64_t S) {
+  using Sort64 = cub::BlockRadixSort<uint64_t, kSortThreads, kSortItems>;
+  using Sort32 = cub::BlockRadixSort<uint32_t, kSortThreads, kSortItems>;
+  using Scan = cub::BlockScan<int, kSortThreads>;
+  __shared__ union {
+    typename Sort64::TempStorage s64;
+    typename Sort32::TempStorage s32;
+    typename Scan::TempStorage scan;
+  } tmp;
+  __shared__ int64_t group_off[kSortGroup + 1];
+  __shared__ int hist[256], start[256];
+  __shared__ int64_t run[256];
+  const int tid = threadIdx.x;
+  const int64_t s0 = int64_t{blockIdx.x} * kSortGroup, s1 = min(s0 + kSortGroup, S);
+  const int ng = static_cast<int>(s1 - s0);
+  for (int e = tid; e <= ng; e += kSortThreads) group_off[e] = off[s0 + e];
+  __syncthreads();
+  const int64_t a = group_off[0], b = group_off[ng];
+  if (b - a <= kSortCap) {
+    if (b - a <= 1) return;  // block-uniform
+    uint64_t it[kSortItems];
+#pragma unroll
+    for (int i = 0; i < kSortItems; ++i) {
+      const int64_t p = a + tid * kSortItems + i;
+      it[i] = ~uint64_t{0};
+      if (p < b) {
+        int lo = 0, hi = ng - 1;  // the last segment of the group starting at or before p
+        while (lo < hi) {
+          const int mid = (lo + hi + 1) / 2;
+          if (group_off[mid] <= p) lo = mid;
+          else hi = mid - 1;
+        }
+        it[i] = (static_cast<uint64_t>(lo) << 31) | keys[p];
+      }
+    }
+    Sort64(tmp.s64).Sort(it, 0, 36);
+#pragma unroll
+    for (int i = 0; i < kSortItems; ++i) {
+      const int64_t p = a + tid * kSortItems + i;
+      if (p < b) keys[p] = static_cast<uint32_t>(it[i] & 0x7fffffffu);
+    }
+    return;
+  }
+  for (int g = 0; g < ng; ++g) {
+    const int64_t sa = group_off[g], n = group_off[g + 1] - sa;
+    if (n <= 1) continue;  // block-uniform
+    if (n <= kSortCap) {
+      uint32_t it[kSortItems];
+#pragma unroll
+      for (int i = 0; i < kSortItems; ++i) {
+        const int64_t p = tid * kSortItems + i;
+        it[i] = p < n ? keys[sa + p] : ~0u;
+      }
+      __syncthreads();  // tmp reused
+      Sort32(tmp.s32).Sort(it, 0, 31);
+#pragma unroll
+      for (int i = 0; i < kSortItems; ++i) {
+        const int64_t p = tid * kSortItems + i;
+        if (p < n) keys[sa + p] = it[i];
+      }
+      continue;
+    }
+    uint32_t* src = keys + sa;
+    uint32_t* dst = alt + sa;
+    for (int bit = 0; bit < 31; bit += 8) {
+      const int nb = min(8, 31 - bit);
+      const uint32_t dmask = (1u << nb) - 1;
+      hist[tid] = 0;
+      __syncthreads();
+      for (int64_t p = tid; p < n; p += kSortThreads) atomicAdd(&hist[(src[p] >> bit) & dmask], 1);
+      __syncthreads();
+      int x = hist[tid], ex = 0;
+      Scan(tmp.scan).ExclusiveSum(x, ex);
+      run[tid] = ex;
+      __syncthreads();
+      for (int64_t base = 0; base < n; base += kSortCap) {
+        const int64_t m = min(static_cast<int64_t>(kSortCap), n - base);
+        uint32_t it[kSortItems];
+#pragma unroll
+        for (int i = 0; i < kSortItems; ++i) {
+          const int64_t p = tid * kSortItems + i;
+          it[i] = p < m ? src[base + p] : ~0u;  // past the tile: the largest digit, after the tile's own
+        }
+        hist[tid] = 0;
+        __syncthreads();
+        Sort32(tmp.s32).Sort(it, bit, bit + nb);  // stable: equal digits keep their order
+#pragma unroll
+        for (int i = 0; i < kSortItems; ++i)
+          if (tid * kSortItems + i < m) atomicAdd(&hist[(it[i] >> bit) & dmask], 1);
+        __syncthreads();
+        x = hist[tid];
+        Scan(tmp.scan).ExclusiveSum(x, ex);
+        start[tid] = ex;
+        __syncthreads();
+#pragma unroll
+        for (int i = 0; i < kSortItems; ++i) {
+          const int r = tid * kSortItems + i;
+          if (r < m) {
+            const int d = (it[i] >> bit) & dmask;
+            dst[run[d] + (r - start[d])] = it[i];
+          }
+        }
+        __syncthreads();
+        run[tid] += hist[tid];
+        __syncthreads();
+      }
+      uint32_t* sw = src;
+      src = dst, dst = sw;
+      __syncthreads();
+    }
   }
 }
 
@@ -952,29 +1121,41 @@ Grouped group_segmented(const CudaContext& ctx, detail::Workspace& ws, const int
   int64_t* offsets = ws.alloc<int64_t>(S + 1);
   auto* counts = ws.alloc<unsigned>(S + 1);
   PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(unsigned) * (S + 1), stream));
-  constexpr int NT = 256;
-  const dim3 grid(detail::grid_blocks(T_, NT));
-  if (T_ > 0) detail::launch(ctx, place_count_kernel<Place>, grid, dim3(NT), 0, t, T_, place, counts);
-  cub::DoubleBuffer<uint32_t> db(keys, alt);
-  size_t scan_bytes = 0, sort_bytes = 0;
+  const bool shared = S <= kPlaceShared;
+  const dim3 grid(detail::grid_blocks(T_, kPlaceThreads * 16, shared ? 2048 : int64_t{1} << 20));
+  const size_t smem = shared ? sizeof(unsigned) * S : 0;
+  if (T_ > 0) {
+    if (shared) {
+      auto kernel = place_count_kernel<Place, true>;
+      PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      detail::launch(ctx, kernel, grid, dim3(kPlaceThreads), smem, t, T_, place, S, counts);
+    } else {
+      detail::launch(ctx, place_count_kernel<Place, false>, grid, dim3(kPlaceThreads), 0, t, T_, place, S, counts);
+    }
+  }
+  size_t scan_bytes = 0;
   PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, counts, offsets, S + 1, stream));
-  if (T_ > 0)
-    PCOPS_CUDA_CHECK(cub::DeviceSegmentedSort::SortKeys(nullptr, sort_bytes, db, T_, S, offsets, offsets + 1, stream));
-  void* temp = ws.bytes(std::max(scan_bytes, sort_bytes));
+  void* temp = ws.bytes(scan_bytes);
   PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, counts, offsets, S + 1, stream));
-  const uint32_t* sorted = keys;
+  ws.release(temp);
   if (T_ > 0) {
     PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(unsigned) * S, stream));
-    detail::launch(ctx, place_fill_kernel<Place>, grid, dim3(NT), 0, t, T_, place,
-                   static_cast<const int64_t*>(offsets), counts, keys);
-    PCOPS_CUDA_CHECK(cub::DeviceSegmentedSort::SortKeys(temp, sort_bytes, db, T_, S, offsets, offsets + 1, stream));
-    sorted = db.Current();
+    if (shared) {
+      auto kernel = place_fill_kernel<Place, true>;
+      PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      detail::launch(ctx, kernel, grid, dim3(kPlaceThreads), smem, t, T_, place, S,
+                     static_cast<const int64_t*>(offsets), counts, keys);
+    } else {
+      detail::launch(ctx, place_fill_kernel<Place, false>, grid, dim3(kPlaceThreads), 0, t, T_, place, S,
+                     static_cast<const int64_t*>(offsets), counts, keys);
+    }
+    detail::launch(ctx, segment_sort_kernel, dim3(static_cast<unsigned>(detail::ceil_div(S, kSortGroup))),
+                   dim3(kSortThreads), 0, keys, alt, static_cast<const int64_t*>(offsets), S);
   }
-  ws.release(temp);
   ws.release(counts);
-  ws.release(sorted == keys ? alt : keys);
+  ws.release(alt);
   Grouped g;
-  g.k32 = sorted, g.offsets = offsets;
+  g.k32 = keys, g.offsets = offsets;
   return g;
 }
 
@@ -1080,9 +1261,10 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
     detail::Workspace ws(ctx);
     const auto [i_bits, j_bits, bits] = vvor_key(s);
     const int64_t T_ = s.triplets;
-    // Segmented: kernel cell x blocks of 2^key_i rows i, the low key_i bits of i beside j in 31 bits
-    // (at most as many segments as triplets, or 2^16); packed: one segment a kernel cell, (k, i, j).
-    const int key_i = std::min(i_bits, 31 - j_bits);
+    // Segmented: kernel cell x blocks of 2^key_i rows i (at most 1,024), the low key_i bits of i
+    // beside j in 31 bits (at most as many segments as triplets, or 2^16); packed: one segment a
+    // kernel cell, (k, i, j).
+    const int key_i = std::min({i_bits, 31 - j_bits, 10});
     const int64_t tiles_seg = key_i >= 0 ? detail::ceil_div(std::max<int64_t>(s.num_out, 1), int64_t{1} << key_i) : 0;
     const bool segmented = key_i >= 0 && K * tiles_seg <= std::max<int64_t>(T_, int64_t{1} << 16) && !fast_grouping_packed();
     const int64_t tiles = segmented ? tiles_seg : 1;

@@ -451,15 +451,18 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
 // The segmented grouping (32-bit keys placed into their segments, each segment then sorted) puts
 // every triplet where the packed one (one radix sort of 64-bit keys) does, so both give the same
 // bits. Shapes: one whose weight gradient splits the output rows into blocks (2^20 source rows: j
-// takes 20 bits of the key, leaving 11 for i, so 5,000 output rows fall in three blocks, crossed
-// by the weight gradient's slices of 4,096 triplets), many kernel cells, one cell in slices;
-// invalid triplets in every one.
+// takes 20 bits of the key, leaving 11 for i, and the blocks take at most 1,024 rows, so 5,000
+// output rows fall in five blocks, crossed by the weight gradient's slices of 4,096 triplets),
+// many kernel cells, one cell (segments of the weight gradient longer than one block sort:
+// 4,096 keys), one tile of output rows in one cell (30,000 triplets: a segment of the MVMR that
+// long); invalid triplets in every one.
 TEST(CudaPointConvMma, SegmentedGroupingGivesThePackedBits) {
   constexpr const char* kVar = "PCOPS_CUDA_POINT_CONV_FAST_GROUPING";
   std::mt19937 rng(47);
   using Shape = std::array<int64_t, 6>;  // n_in, n_out, C_in, C_out, K, T
   for (const Shape& sh : {Shape{300, 200, 40, 24, 27, 5000}, Shape{int64_t{1} << 20, 5000, 8, 16, 27, 30000},
-                          Shape{700, 600, 24, 40, 200, 20000}, Shape{2000, 1500, 24, 40, 1, 20000}}) {
+                          Shape{700, 600, 24, 40, 200, 20000}, Shape{2000, 1500, 24, 40, 1, 20000},
+                          Shape{500, 100, 8, 16, 1, 30000}}) {
     SCOPED_TRACE(testing::Message() << "rows " << sh[0] << " / " << sh[1] << ", K " << sh[4]);
     Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
     const int64_t junk[][3] = {{c.s.num_out, 0, 0}, {0, -1, 0}, {0, 0, c.s.kernels}, {-1, c.s.num_in, -1}};
