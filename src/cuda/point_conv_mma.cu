@@ -987,16 +987,28 @@ __global__ void __launch_bounds__(kPlaceThreads)
   }
 }
 
-// Sorts the keys of every segment ascending, in place (alt: scratch as long as keys). One block a
-// group of kSortGroup consecutive segments: a group of at most kSortCap keys in one block radix
-// sort of (segment in the group, key); a larger group segment by segment, each of at most
-// kSortCap keys in one block radix sort, a longer one by four stable passes of 8 bits through alt
-// (back in keys after the fourth). Keys are below 2^31.
-constexpr int kSortThreads = 256, kSortItems = 16, kSortCap = kSortThreads * kSortItems, kSortGroup = 32;
+// Sorts the keys of every segment ascending, in place (alt: scratch as long as keys). Block b
+// takes the segments that start in positions [b W, (b + 1) W) (W = kSortWindow): if they hold at
+// most kSortCap keys (a segment past the window's end at most kSortCap - W long), one block radix
+// sort of (the segment's ordinal in the block, key) sorts them all; otherwise segment by segment,
+// each of at most kSortCap keys in one block radix sort, a longer one by four stable passes of 8
+// bits through alt (back in keys after the fourth). Keys are below 2^31.
+constexpr int kSortThreads = 256, kSortItems = 16, kSortCap = kSortThreads * kSortItems, kSortWindow = 2048;
+
+// The first of off[0..n) at or above v (n if none).
+__device__ __forceinline__ int64_t lower_bound_offsets(const int64_t* off, int64_t n, int64_t v) {
+  int64_t lo = 0, hi = n;
+  while (lo < hi) {
+    const int64_t mid = (lo + hi) / 2;
+    if (off[mid] < v) lo = mid + 1;
+    else hi = mid;
+  }
+  return lo;
+}
 
 __global__ void __launch_bounds__(kSortThreads)
     segment_sort_kernel(uint32_t* __restrict__ keys, uint32_t* __restrict__ alt, const int64_t* __restrict__ off,
-                        int64_t S) {
+                        int64_t S, int64_t T) {
   using Sort64 = cub::BlockRadixSort<uint64_t, kSortThreads, kSortItems>;
   using Sort32 = cub::BlockRadixSort<uint32_t, kSortThreads, kSortItems>;
   using Scan = cub::BlockScan<int, kSortThreads>;
@@ -1005,42 +1017,54 @@ __global__ void __launch_bounds__(kSortThreads)
     typename Sort32::TempStorage s32;
     typename Scan::TempStorage scan;
   } tmp;
-  __shared__ int64_t group_off[kSortGroup + 1];
+  __shared__ int64_t range[2];
+  __shared__ uint8_t starts[kSortCap];
   __shared__ int hist[256], start[256];
   __shared__ int64_t run[256];
   const int tid = threadIdx.x;
-  const int64_t s0 = int64_t{blockIdx.x} * kSortGroup, s1 = min(s0 + kSortGroup, S);
-  const int ng = static_cast<int>(s1 - s0);
-  for (int e = tid; e <= ng; e += kSortThreads) group_off[e] = off[s0 + e];
+  const int64_t w0 = int64_t{blockIdx.x} * kSortWindow, w1 = min(w0 + kSortWindow, T);
+  if (tid < 2) range[tid] = lower_bound_offsets(off, S, tid == 0 ? w0 : w1);
   __syncthreads();
-  const int64_t a = group_off[0], b = group_off[ng];
+  const int64_t sf = range[0], se = range[1];  // segments [sf, se) start in the window
+  if (sf >= se) return;                       // block-uniform
+  const int64_t a = off[sf], b = off[se];
   if (b - a <= kSortCap) {
     if (b - a <= 1) return;  // block-uniform
+    const int n = static_cast<int>(b - a);
+    for (int e = tid; e < kSortCap; e += kSortThreads) starts[e] = 0;
+    __syncthreads();
+    for (int64_t q = sf + 1 + tid; q < se; q += kSortThreads) starts[off[q] - a] = 1;  // an empty one: the next's start
+    __syncthreads();
+    // Each key's segment ordinal: the segment starts at or before it (a scan over blocked items).
+    int flags = 0;
+#pragma unroll
+    for (int i = 0; i < kSortItems; ++i) {
+      const int r = tid * kSortItems + i;
+      flags += r < n ? starts[r] : 0;
+    }
+    int before = 0;
+    Scan(tmp.scan).ExclusiveSum(flags, before);
+    __syncthreads();  // tmp reused
     uint64_t it[kSortItems];
 #pragma unroll
     for (int i = 0; i < kSortItems; ++i) {
-      const int64_t p = a + tid * kSortItems + i;
+      const int r = tid * kSortItems + i;
       it[i] = ~uint64_t{0};
-      if (p < b) {
-        int lo = 0, hi = ng - 1;  // the last segment of the group starting at or before p
-        while (lo < hi) {
-          const int mid = (lo + hi + 1) / 2;
-          if (group_off[mid] <= p) lo = mid;
-          else hi = mid - 1;
-        }
-        it[i] = (static_cast<uint64_t>(lo) << 31) | keys[p];
+      if (r < n) {
+        before += starts[r];
+        it[i] = (static_cast<uint64_t>(before) << 31) | keys[a + r];
       }
     }
-    Sort64(tmp.s64).Sort(it, 0, 36);
+    Sort64(tmp.s64).Sort(it, 0, 31 + 13);
 #pragma unroll
     for (int i = 0; i < kSortItems; ++i) {
-      const int64_t p = a + tid * kSortItems + i;
-      if (p < b) keys[p] = static_cast<uint32_t>(it[i] & 0x7fffffffu);
+      const int r = tid * kSortItems + i;
+      if (r < n) keys[a + r] = static_cast<uint32_t>(it[i] & 0x7fffffffu);
     }
     return;
   }
-  for (int g = 0; g < ng; ++g) {
-    const int64_t sa = group_off[g], n = group_off[g + 1] - sa;
+  for (int64_t sg = sf; sg < se; ++sg) {
+    const int64_t sa = off[sg], n = off[sg + 1] - sa;
     if (n <= 1) continue;  // block-uniform
     if (n <= kSortCap) {
       uint32_t it[kSortItems];
@@ -1149,8 +1173,8 @@ Grouped group_segmented(const CudaContext& ctx, detail::Workspace& ws, const int
       detail::launch(ctx, place_fill_kernel<Place, false>, grid, dim3(kPlaceThreads), 0, t, T_, place, S,
                      static_cast<const int64_t*>(offsets), counts, keys);
     }
-    detail::launch(ctx, segment_sort_kernel, dim3(static_cast<unsigned>(detail::ceil_div(S, kSortGroup))),
-                   dim3(kSortThreads), 0, keys, alt, static_cast<const int64_t*>(offsets), S);
+    detail::launch(ctx, segment_sort_kernel, dim3(static_cast<unsigned>(detail::ceil_div(T_, kSortWindow))),
+                   dim3(kSortThreads), 0, keys, alt, static_cast<const int64_t*>(offsets), S, T_);
   }
   ws.release(counts);
   ws.release(alt);
@@ -1261,10 +1285,10 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
     detail::Workspace ws(ctx);
     const auto [i_bits, j_bits, bits] = vvor_key(s);
     const int64_t T_ = s.triplets;
-    // Segmented: kernel cell x blocks of 2^key_i rows i (at most 1,024), the low key_i bits of i
+    // Segmented: kernel cell x blocks of 2^key_i rows i (at most 128), the low key_i bits of i
     // beside j in 31 bits (at most as many segments as triplets, or 2^16); packed: one segment a
     // kernel cell, (k, i, j).
-    const int key_i = std::min({i_bits, 31 - j_bits, 10});
+    const int key_i = std::min({i_bits, 31 - j_bits, 7});
     const int64_t tiles_seg = key_i >= 0 ? detail::ceil_div(std::max<int64_t>(s.num_out, 1), int64_t{1} << key_i) : 0;
     const bool segmented = key_i >= 0 && K * tiles_seg <= std::max<int64_t>(T_, int64_t{1} << 16) && !fast_grouping_packed();
     const int64_t tiles = segmented ? tiles_seg : 1;

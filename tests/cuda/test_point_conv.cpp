@@ -451,11 +451,11 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
 // The segmented grouping (32-bit keys placed into their segments, each segment then sorted) puts
 // every triplet where the packed one (one radix sort of 64-bit keys) does, so both give the same
 // bits. Shapes: one whose weight gradient splits the output rows into blocks (2^20 source rows: j
-// takes 20 bits of the key, leaving 11 for i, and the blocks take at most 1,024 rows, so 5,000
-// output rows fall in five blocks, crossed by the weight gradient's slices of 4,096 triplets),
-// many kernel cells, one cell (segments of the weight gradient longer than one block sort:
-// 4,096 keys), one tile of output rows in one cell (30,000 triplets: a segment of the MVMR that
-// long); invalid triplets in every one.
+// takes 20 bits of the key, leaving 11 for i, but the blocks take at most 128 rows: 5,000 output
+// rows in 40 blocks, crossed by the weight gradient's slices of 4,096 triplets), many kernel
+// cells, one cell, one cell and one tile of output rows (30,000 triplets in one segment of the
+// MVMR and of the weight gradient: longer than one block sort, 4,096 keys); invalid triplets in
+// every one.
 TEST(CudaPointConvMma, SegmentedGroupingGivesThePackedBits) {
   constexpr const char* kVar = "PCOPS_CUDA_POINT_CONV_FAST_GROUPING";
   std::mt19937 rng(47);
