@@ -930,6 +930,13 @@ __device__ __forceinline__ void place_chunk(int64_t T, int64_t& c0, int64_t& c1)
   c0 = min(T, int64_t{blockIdx.x} * per), c1 = min(T, c0 + per);
 }
 
+// The warp's lanes with the same segment as this lane (invalid lanes, past the chunk, match none
+// of the others): mask; the lowest of them is the one that touches the global counter.
+__device__ __forceinline__ unsigned same_segment(bool ok, int64_t seg) {
+  const unsigned lane = threadIdx.x & 31;
+  return __match_any_sync(0xffffffffu, ok ? static_cast<unsigned long long>(seg) : ~0ull - lane);
+}
+
 template <class Place, bool kShared>
 __global__ void __launch_bounds__(kPlaceThreads)
     place_count_kernel(const int64_t* __restrict__ t, int64_t T, Place place, int64_t S, unsigned* __restrict__ counts) {
@@ -940,12 +947,18 @@ __global__ void __launch_bounds__(kPlaceThreads)
     for (int64_t e = threadIdx.x; e < S; e += kPlaceThreads) h[e] = 0;
     __syncthreads();
   }
-  for (int64_t p = c0 + threadIdx.x; p < c1; p += kPlaceThreads) {
-    int64_t seg;
+  const int lane = threadIdx.x & 31;
+  for (int64_t q = c0 + (threadIdx.x & ~31); q < c1; q += kPlaceThreads) {  // warp-uniform
+    const int64_t p = q + lane;
+    const bool ok = p < c1;
+    int64_t seg = 0;
     uint32_t key;
-    place(t, p, seg, key);
-    if constexpr (kShared) atomicAdd(&h[seg], 1u);
-    else atomicAdd(&counts[seg], 1u);
+    if (ok) place(t, p, seg, key);
+    const unsigned same = same_segment(ok, seg);
+    if (ok && lane == __ffs(same) - 1) {
+      if constexpr (kShared) atomicAdd(&h[seg], static_cast<unsigned>(__popc(same)));
+      else atomicAdd(&counts[seg], static_cast<unsigned>(__popc(same)));
+    }
   }
   if constexpr (kShared) {
     __syncthreads();
@@ -955,8 +968,8 @@ __global__ void __launch_bounds__(kPlaceThreads)
 }
 
 // keys[offsets[seg] + a place of seg not taken yet] = key, for every triplet; cursor (zeros) counts
-// the places taken. kShared: the block's chunk is counted first and each of its segments takes a
-// range of places at once.
+// the places taken. Each warp takes the places of its lanes of one segment at once; kShared: the
+// block's chunk is counted first and each of its segments takes a range of places at once.
 template <class Place, bool kShared>
 __global__ void __launch_bounds__(kPlaceThreads)
     place_fill_kernel(const int64_t* __restrict__ t, int64_t T, Place place, int64_t S,
@@ -964,6 +977,7 @@ __global__ void __launch_bounds__(kPlaceThreads)
   extern __shared__ unsigned h[];  // [S] where kShared: counts, then each segment's next place
   int64_t c0, c1;
   place_chunk(T, c0, c1);
+  const int lane = threadIdx.x & 31;
   if constexpr (kShared) {
     for (int64_t e = threadIdx.x; e < S; e += kPlaceThreads) h[e] = 0;
     __syncthreads();
@@ -978,21 +992,32 @@ __global__ void __launch_bounds__(kPlaceThreads)
       if (h[e] != 0) h[e] = static_cast<unsigned>(offsets[e]) + atomicAdd(&cursor[e], h[e]);
     __syncthreads();
   }
-  for (int64_t p = c0 + threadIdx.x; p < c1; p += kPlaceThreads) {
-    int64_t seg;
-    uint32_t key;
-    place(t, p, seg, key);
-    if constexpr (kShared) keys[atomicAdd(&h[seg], 1u)] = key;
-    else keys[offsets[seg] + atomicAdd(&cursor[seg], 1u)] = key;
+  for (int64_t q = c0 + (threadIdx.x & ~31); q < c1; q += kPlaceThreads) {  // warp-uniform
+    const int64_t p = q + lane;
+    const bool ok = p < c1;
+    int64_t seg = 0;
+    uint32_t key = 0;
+    if (ok) place(t, p, seg, key);
+    const unsigned same = same_segment(ok, seg);
+    const int first = __ffs(same) - 1;
+    unsigned base = 0;
+    if (ok && lane == first) {
+      if constexpr (kShared) base = atomicAdd(&h[seg], static_cast<unsigned>(__popc(same)));
+      else base = static_cast<unsigned>(offsets[seg]) + atomicAdd(&cursor[seg], static_cast<unsigned>(__popc(same)));
+    }
+    base = __shfl_sync(0xffffffffu, base, first);
+    if (ok) keys[base + __popc(same & ((1u << lane) - 1))] = key;
   }
 }
 
-// Sorts the keys of every segment ascending, in place (alt: scratch as long as keys). Block b
-// takes the segments that start in positions [b W, (b + 1) W) (W = kSortWindow): if they hold at
-// most kSortCap keys (a segment past the window's end at most kSortCap - W long), one block radix
-// sort of (the segment's ordinal in the block, key) sorts them all; otherwise segment by segment,
-// each of at most kSortCap keys in one block radix sort, a longer one by four stable passes of 8
-// bits through alt (back in keys after the fourth). Keys are below 2^31.
+// Sorts the keys of every segment ascending, in place (alt: scratch as long as keys). Window b
+// holds the segments that start in positions [b W, (b + 1) W) (W = kSortWindow). If they hold at
+// most kSortCap keys (a segment past the window's end at most kSortCap - W long),
+// segment_sort_window_kernel sorts them all in one block radix sort of (the segment's ordinal in
+// the window, key); otherwise segment_sort_long_kernel takes them one by one, a segment of at most
+// kSortCap keys in one block radix sort, a longer one by four stable passes of 8 bits through alt
+// (back in keys after the fourth). Both run over every window (each leaves the other's at once).
+// Keys are below 2^key_bits (key_bits <= 31).
 constexpr int kSortThreads = 256, kSortItems = 16, kSortCap = kSortThreads * kSortItems, kSortWindow = 2048;
 
 // The first of off[0..n) at or above v (n if none).
@@ -1006,63 +1031,80 @@ __device__ __forceinline__ int64_t lower_bound_offsets(const int64_t* off, int64
   return lo;
 }
 
+// This block's window: segments [sf, se) starting in it, and their keys [a, b).
+__device__ __forceinline__ void sort_window(const int64_t* off, int64_t S, int64_t T, int64_t& sf, int64_t& se,
+                                            int64_t& a, int64_t& b) {
+  __shared__ int64_t range[2];
+  const int64_t w0 = int64_t{blockIdx.x} * kSortWindow, w1 = min(w0 + kSortWindow, T);
+  if (threadIdx.x < 2) range[threadIdx.x] = lower_bound_offsets(off, S, threadIdx.x == 0 ? w0 : w1);
+  __syncthreads();
+  sf = range[0], se = range[1];
+  a = sf < se ? off[sf] : 0, b = sf < se ? off[se] : 0;
+}
+
 __global__ void __launch_bounds__(kSortThreads)
-    segment_sort_kernel(uint32_t* __restrict__ keys, uint32_t* __restrict__ alt, const int64_t* __restrict__ off,
-                        int64_t S, int64_t T) {
-  using Sort64 = cub::BlockRadixSort<uint64_t, kSortThreads, kSortItems>;
+    segment_sort_window_kernel(uint32_t* __restrict__ keys, const int64_t* __restrict__ off, int64_t S, int64_t T,
+                               int key_bits) {
+  using Sort64 = cub::BlockRadixSort<uint64_t, kSortThreads, kSortItems, cub::NullType, 6>;
+  using Scan = cub::BlockScan<int, kSortThreads>;
+  __shared__ union {
+    typename Sort64::TempStorage sort;
+    typename Scan::TempStorage scan;
+  } tmp;
+  __shared__ uint8_t starts[kSortCap];
+  int64_t sf, se, a, b;
+  sort_window(off, S, T, sf, se, a, b);
+  if (b - a <= 1 || b - a > kSortCap) return;  // block-uniform
+  const int tid = threadIdx.x, n = static_cast<int>(b - a);
+  for (int e = tid; e < kSortCap; e += kSortThreads) starts[e] = 0;
+  __syncthreads();
+  for (int64_t q = sf + 1 + tid; q < se; q += kSortThreads) starts[off[q] - a] = 1;  // an empty one: the next's start
+  __syncthreads();
+  // Each key's segment ordinal (below 2^13): the segment starts at or before it, a scan over the
+  // blocked items.
+  int flags = 0;
+#pragma unroll
+  for (int i = 0; i < kSortItems; ++i) {
+    const int r = tid * kSortItems + i;
+    flags += r < n ? starts[r] : 0;
+  }
+  int before = 0;
+  Scan(tmp.scan).ExclusiveSum(flags, before);
+  __syncthreads();  // tmp reused
+  uint64_t it[kSortItems];
+#pragma unroll
+  for (int i = 0; i < kSortItems; ++i) {
+    const int r = tid * kSortItems + i;
+    it[i] = ~uint64_t{0};
+    if (r < n) {
+      before += starts[r];
+      it[i] = (static_cast<uint64_t>(before) << key_bits) | keys[a + r];
+    }
+  }
+  Sort64(tmp.sort).Sort(it, 0, key_bits + 13);
+  const uint64_t mask = (uint64_t{1} << key_bits) - 1;
+#pragma unroll
+  for (int i = 0; i < kSortItems; ++i) {
+    const int r = tid * kSortItems + i;
+    if (r < n) keys[a + r] = static_cast<uint32_t>(it[i] & mask);
+  }
+}
+
+__global__ void __launch_bounds__(kSortThreads)
+    segment_sort_long_kernel(uint32_t* __restrict__ keys, uint32_t* __restrict__ alt, const int64_t* __restrict__ off,
+                             int64_t S, int64_t T, int key_bits) {
   using Sort32 = cub::BlockRadixSort<uint32_t, kSortThreads, kSortItems>;
   using Scan = cub::BlockScan<int, kSortThreads>;
   __shared__ union {
-    typename Sort64::TempStorage s64;
-    typename Sort32::TempStorage s32;
+    typename Sort32::TempStorage sort;
     typename Scan::TempStorage scan;
   } tmp;
-  __shared__ int64_t range[2];
-  __shared__ uint8_t starts[kSortCap];
   __shared__ int hist[256], start[256];
   __shared__ int64_t run[256];
+  int64_t sf, se, a, b;
+  sort_window(off, S, T, sf, se, a, b);
+  if (b - a <= kSortCap) return;  // block-uniform: the window kernel's
   const int tid = threadIdx.x;
-  const int64_t w0 = int64_t{blockIdx.x} * kSortWindow, w1 = min(w0 + kSortWindow, T);
-  if (tid < 2) range[tid] = lower_bound_offsets(off, S, tid == 0 ? w0 : w1);
-  __syncthreads();
-  const int64_t sf = range[0], se = range[1];  // segments [sf, se) start in the window
-  if (sf >= se) return;                       // block-uniform
-  const int64_t a = off[sf], b = off[se];
-  if (b - a <= kSortCap) {
-    if (b - a <= 1) return;  // block-uniform
-    const int n = static_cast<int>(b - a);
-    for (int e = tid; e < kSortCap; e += kSortThreads) starts[e] = 0;
-    __syncthreads();
-    for (int64_t q = sf + 1 + tid; q < se; q += kSortThreads) starts[off[q] - a] = 1;  // an empty one: the next's start
-    __syncthreads();
-    // Each key's segment ordinal: the segment starts at or before it (a scan over blocked items).
-    int flags = 0;
-#pragma unroll
-    for (int i = 0; i < kSortItems; ++i) {
-      const int r = tid * kSortItems + i;
-      flags += r < n ? starts[r] : 0;
-    }
-    int before = 0;
-    Scan(tmp.scan).ExclusiveSum(flags, before);
-    __syncthreads();  // tmp reused
-    uint64_t it[kSortItems];
-#pragma unroll
-    for (int i = 0; i < kSortItems; ++i) {
-      const int r = tid * kSortItems + i;
-      it[i] = ~uint64_t{0};
-      if (r < n) {
-        before += starts[r];
-        it[i] = (static_cast<uint64_t>(before) << 31) | keys[a + r];
-      }
-    }
-    Sort64(tmp.s64).Sort(it, 0, 31 + 13);
-#pragma unroll
-    for (int i = 0; i < kSortItems; ++i) {
-      const int r = tid * kSortItems + i;
-      if (r < n) keys[a + r] = static_cast<uint32_t>(it[i] & 0x7fffffffu);
-    }
-    return;
-  }
   for (int64_t sg = sf; sg < se; ++sg) {
     const int64_t sa = off[sg], n = off[sg + 1] - sa;
     if (n <= 1) continue;  // block-uniform
@@ -1074,7 +1116,7 @@ __global__ void __launch_bounds__(kSortThreads)
         it[i] = p < n ? keys[sa + p] : ~0u;
       }
       __syncthreads();  // tmp reused
-      Sort32(tmp.s32).Sort(it, 0, 31);
+      Sort32(tmp.sort).Sort(it, 0, key_bits);
 #pragma unroll
       for (int i = 0; i < kSortItems; ++i) {
         const int64_t p = tid * kSortItems + i;
@@ -1105,7 +1147,7 @@ __global__ void __launch_bounds__(kSortThreads)
         }
         hist[tid] = 0;
         __syncthreads();
-        Sort32(tmp.s32).Sort(it, bit, bit + nb);  // stable: equal digits keep their order
+        Sort32(tmp.sort).Sort(it, bit, bit + nb);  // stable: equal digits keep their order
 #pragma unroll
         for (int i = 0; i < kSortItems; ++i)
           if (tid * kSortItems + i < m) atomicAdd(&hist[(it[i] >> bit) & dmask], 1);
@@ -1137,7 +1179,7 @@ __global__ void __launch_bounds__(kSortThreads)
 // buffer, the counts and the scratch go back to the allocator once the sort is enqueued.
 template <class Place>
 Grouped group_segmented(const CudaContext& ctx, detail::Workspace& ws, const int64_t* t, int64_t T_, int64_t segments,
-                        const Place& place) {
+                        int key_bits, const Place& place) {
   const cudaStream_t stream = detail::stream_of(ctx);
   const int64_t S = segments + 1;
   auto* keys = ws.alloc<uint32_t>(std::max<int64_t>(T_, 1));
@@ -1173,8 +1215,11 @@ Grouped group_segmented(const CudaContext& ctx, detail::Workspace& ws, const int
       detail::launch(ctx, place_fill_kernel<Place, false>, grid, dim3(kPlaceThreads), 0, t, T_, place, S,
                      static_cast<const int64_t*>(offsets), counts, keys);
     }
-    detail::launch(ctx, segment_sort_kernel, dim3(static_cast<unsigned>(detail::ceil_div(T_, kSortWindow))),
-                   dim3(kSortThreads), 0, keys, alt, static_cast<const int64_t*>(offsets), S, T_);
+    const dim3 windows(static_cast<unsigned>(detail::ceil_div(T_, kSortWindow)));
+    detail::launch(ctx, segment_sort_window_kernel, windows, dim3(kSortThreads), 0, keys,
+                   static_cast<const int64_t*>(offsets), S, T_, key_bits);
+    detail::launch(ctx, segment_sort_long_kernel, windows, dim3(kSortThreads), 0, keys, alt,
+                   static_cast<const int64_t*>(offsets), S, T_, key_bits);
   }
   ws.release(counts);
   ws.release(alt);
@@ -1220,7 +1265,8 @@ Grouped group_packed(const CudaContext& ctx, detail::Workspace& ws, int64_t T_, 
 Grouped group_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* triplets, int64_t T_, int dst_col,
                    int src_col, int64_t n_dst, int64_t n_src, int64_t K, const MvmrKey& m) {
   if (m.local_bits + m.src_bits <= 31 && m.segments < (int64_t{1} << 31) && !fast_grouping_packed())
-    return group_segmented(ctx, ws, triplets, T_, m.segments, MvmrPlace{dst_col, src_col, n_dst, n_src, K, m});
+    return group_segmented(ctx, ws, triplets, T_, m.segments, m.local_bits + m.src_bits,
+                           MvmrPlace{dst_col, src_col, n_dst, n_src, K, m});
   return group_packed(ctx, ws, T_, m.seg_bits + m.local_bits + m.src_bits, m.local_bits + m.src_bits, m.segments,
                       [&](uint64_t* keys) {
                         constexpr int NT = 256;
@@ -1293,7 +1339,8 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
     const bool segmented = key_i >= 0 && K * tiles_seg <= std::max<int64_t>(T_, int64_t{1} << 16) && !fast_grouping_packed();
     const int64_t tiles = segmented ? tiles_seg : 1;
     const Grouped gr =
-        segmented ? group_segmented(ctx, ws, t, T_, K * tiles, VvorPlace{s.num_out, s.num_in, K, tiles, key_i, j_bits})
+        segmented ? group_segmented(ctx, ws, t, T_, K * tiles, key_i + j_bits,
+                                    VvorPlace{s.num_out, s.num_in, K, tiles, key_i, j_bits})
                   : group_packed(ctx, ws, T_, bits, i_bits + j_bits, K, [&](uint64_t* keys) {
                       detail::launch(ctx, vvor_keys_kernel, dim3(detail::grid_blocks(T_, NT)), dim3(NT), 0, t, T_,
                                      s.num_out, s.num_in, K, i_bits, j_bits, keys);
