@@ -869,23 +869,39 @@ size_t mvmr_smem() {
 }
 
 // The fast path's groupings: the triplets in segments (MVMR: tile of destination rows x kernel
-// cell; VVOR: kernel cell x block of 2^i_bits output rows), each segment's keys ascending, and the
-// segments' offsets (segments + 1 of them; invalid triplets, in a segment of their own, after the
-// last). Either way the order is (segment, key), so both give the same positions and the same bits.
-// - "segmented" (the default where a key fits 31 bits): each triplet is placed into its segment
-//   with a 32-bit key by counting (a count a triplet, an exclusive scan of the counts, a cursor a
-//   triplet), then each segment's keys are sorted (segment_sort_kernel; equal keys are equal
-//   triplets, so the arbitrary placement order inside a segment leaves no trace). 8 bytes a
-//   triplet during the sort, 4 after it.
+// cell; VVOR: kernel cell x block of output rows, one block for the packed keys), each segment's
+// keys ascending, and the segments' offsets (segments + 1 of them; invalid triplets, in a segment
+// of their own, after the last). Either way the order is (segment, key), so both give the same
+// positions and the same bits.
+// - "segmented": each triplet is placed into its segment with a 32-bit key by counting (a count a
+//   triplet, an exclusive scan of the counts, a cursor a triplet; a warp's lanes of one segment
+//   take their places at once), then each segment's keys are sorted (segment_sort_window_kernel,
+//   segment_sort_long_kernel; equal keys are equal triplets, so the arbitrary placement order
+//   inside a segment leaves no trace). 8 bytes a triplet during the sort, 4 after it.
 // - "packed": one radix sort of 64-bit keys (segment above key), 16 bytes a triplet during the
 //   sort, 8 after it.
-// PCOPS_CUDA_POINT_CONV_FAST_GROUPING=packed takes the second where the first would fit too (the
+// Both take about the same time at 2.64M triplets (0.21 ms for the MVMR's, 0.2-0.25 ms for the
+// weight gradient's on an H200), but the weight-gradient kernel finds the row blocks of the
+// segmented keys on its own (a search at each block's start, a step at each block boundary),
+// which costs up to a tenth of its time at 512 channels. So the default takes "segmented" where
+// its memory matters, where the sort's second buffer (8 bytes a triplet) would be at least as
+// large as the step's 16-bit output (the MVMR's destination; for the weight gradient the features,
+// the size of the gradient that follows it), and where a key fits 31 bits; "packed" otherwise.
+// PCOPS_CUDA_POINT_CONV_FAST_GROUPING=segmented / packed takes one of them wherever it can (the
 // tests compare both).
-bool fast_grouping_packed() {
+enum class FastGrouping { kAuto, kSegmented, kPacked };
+FastGrouping fast_grouping() {
   const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_FAST_GROUPING");
-  if (e == nullptr || *e == 0 || std::strcmp(e, "segmented") == 0) return false;
-  if (std::strcmp(e, "packed") == 0) return true;
+  if (e == nullptr || *e == 0) return FastGrouping::kAuto;
+  if (std::strcmp(e, "segmented") == 0) return FastGrouping::kSegmented;
+  if (std::strcmp(e, "packed") == 0) return FastGrouping::kPacked;
   throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_FAST_GROUPING must be segmented or packed");
+}
+// Whether a step whose 16-bit output has `out_elems` elements groups its T triplets "segmented"
+// (where the keys fit 31 bits).
+bool take_segmented(int64_t T_, int64_t out_elems) {
+  const FastGrouping g = fast_grouping();
+  return g == FastGrouping::kSegmented || (g == FastGrouping::kAuto && 8 * T_ >= 2 * out_elems);
 }
 
 struct Grouped {
@@ -1261,10 +1277,11 @@ Grouped group_packed(const CudaContext& ctx, detail::Workspace& ws, int64_t T_, 
   return g;
 }
 
-// The MVMR's grouping: segments (tile of bm destination rows, k), keys (local row, source row).
+// The MVMR's grouping: segments (tile of bm destination rows, k), keys (local row, source row);
+// n_out_c: the destination's channels.
 Grouped group_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* triplets, int64_t T_, int dst_col,
-                   int src_col, int64_t n_dst, int64_t n_src, int64_t K, const MvmrKey& m) {
-  if (m.local_bits + m.src_bits <= 31 && m.segments < (int64_t{1} << 31) && !fast_grouping_packed())
+                   int src_col, int64_t n_dst, int64_t n_src, int64_t K, const MvmrKey& m, int64_t n_out_c) {
+  if (m.local_bits + m.src_bits <= 31 && m.segments < (int64_t{1} << 31) && take_segmented(T_, n_dst * n_out_c))
     return group_segmented(ctx, ws, triplets, T_, m.segments, m.local_bits + m.src_bits,
                            MvmrPlace{dst_col, src_col, n_dst, n_src, K, m});
   return group_packed(ctx, ws, T_, m.seg_bits + m.local_bits + m.src_bits, m.local_bits + m.src_bits, m.segments,
@@ -1287,7 +1304,7 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* trip
   }
   const MvmrConfig cfg = mvmr_config(n_out_c, n_in_c);
   const MvmrKey m = mvmr_key(n_dst, n_src, K, cfg.bm);
-  const Grouped gr = group_mvmr(ctx, ws, triplets, T_, dst_col, src_col, n_dst, n_src, K, m);
+  const Grouped gr = group_mvmr(ctx, ws, triplets, T_, dst_col, src_col, n_dst, n_src, K, m, n_out_c);
   T* dst = static_cast<T*>(dst_alloc());
   bool launched = false;
   const auto go = [&](auto cfg_c, auto* keys) {
@@ -1336,7 +1353,8 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
     // kernel cell, (k, i, j).
     const int key_i = std::min({i_bits, 31 - j_bits, 7});
     const int64_t tiles_seg = key_i >= 0 ? detail::ceil_div(std::max<int64_t>(s.num_out, 1), int64_t{1} << key_i) : 0;
-    const bool segmented = key_i >= 0 && K * tiles_seg <= std::max<int64_t>(T_, int64_t{1} << 16) && !fast_grouping_packed();
+    const bool segmented = key_i >= 0 && K * tiles_seg <= std::max<int64_t>(T_, int64_t{1} << 16) &&
+                           take_segmented(T_, s.num_in * Ci);
     const int64_t tiles = segmented ? tiles_seg : 1;
     const Grouped gr =
         segmented ? group_segmented(ctx, ws, t, T_, K * tiles, key_i + j_bits,
