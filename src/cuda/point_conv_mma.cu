@@ -955,7 +955,8 @@ __device__ __forceinline__ unsigned same_segment(bool ok, int64_t seg) {
 
 template <class Place, bool kShared>
 __global__ void __launch_bounds__(kPlaceThreads)
-    place_count_kernel(const int64_t* __restrict__ t, int64_t T, Place place, int64_t S, unsigned* __restrict__ counts) {
+    place_count_kernel(const int64_t* __restrict__ t, int64_t T, Place place, int64_t S,
+                       unsigned* __restrict__ counts) {
   extern __shared__ unsigned h[];  // [S] where kShared
   int64_t c0, c1;
   place_chunk(T, c0, c1);
@@ -1209,7 +1210,8 @@ Grouped group_segmented(const CudaContext& ctx, detail::Workspace& ws, const int
   if (T_ > 0) {
     if (shared) {
       auto kernel = place_count_kernel<Place, true>;
-      PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      PCOPS_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
       detail::launch(ctx, kernel, grid, dim3(kPlaceThreads), smem, t, T_, place, S, counts);
     } else {
       detail::launch(ctx, place_count_kernel<Place, false>, grid, dim3(kPlaceThreads), 0, t, T_, place, S, counts);
@@ -1224,7 +1226,8 @@ Grouped group_segmented(const CudaContext& ctx, detail::Workspace& ws, const int
     PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(unsigned) * S, stream));
     if (shared) {
       auto kernel = place_fill_kernel<Place, true>;
-      PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      PCOPS_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
       detail::launch(ctx, kernel, grid, dim3(kPlaceThreads), smem, t, T_, place, S,
                      static_cast<const int64_t*>(offsets), counts, keys);
     } else {
@@ -1385,9 +1388,9 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
       auto kernel = vvor_mma_kernel<T, Key, BO>;
       PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
       const int64_t ctiles = detail::ceil_div(Co, BO) * detail::ceil_div(Ci, BO);
-      detail::launch(ctx, kernel, dim3(static_cast<unsigned>(K), static_cast<unsigned>(ctiles), static_cast<unsigned>(slices)),
-                     dim3(P::kThreads), smem, keys, gr.offsets, tiles, key_i_bits, j_bits, g, Co, f, Ci, K, cut, gw,
-                     part);
+      const dim3 grid(static_cast<unsigned>(K), static_cast<unsigned>(ctiles), static_cast<unsigned>(slices));
+      detail::launch(ctx, kernel, grid, dim3(P::kThreads), smem, keys, gr.offsets, tiles, key_i_bits, j_bits, g, Co, f,
+                     Ci, K, cut, gw, part);
     };
     const bool narrow = std::max(Co, Ci) <= 64;
     if (gr.k32 != nullptr && narrow) go(std::integral_constant<int, 64>{}, gr.k32);

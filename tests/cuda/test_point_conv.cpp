@@ -475,8 +475,9 @@ TEST(CudaPointConvMma, SegmentedGroupingGivesThePackedBits) {
       return run_mma(c, f, w, g);
     };
     const Mma seg = run("segmented"), packed = run("packed"), dflt = run("");
-    for (const auto& [a, b, what] : {std::tuple{&seg.out, &packed.out, "forward"}, std::tuple{&seg.gf, &packed.gf, "grad_features"},
-                                     std::tuple{&seg.gw, &packed.gw, "grad_weights"}}) {
+    for (const auto& [a, b, what] :
+         {std::tuple{&seg.out, &packed.out, "forward"}, std::tuple{&seg.gf, &packed.gf, "grad_features"},
+          std::tuple{&seg.gw, &packed.gw, "grad_weights"}}) {
       ASSERT_EQ(a->size(), b->size()) << what;
       EXPECT_EQ(std::memcmp(a->data(), b->data(), a->size() * sizeof(Bf16)), 0) << what;
     }
