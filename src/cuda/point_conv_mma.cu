@@ -6,9 +6,11 @@
 //
 // MVMR (forward; grad_features is the same kernel with W transposed and the roles of i and j
 // exchanged), output-stationary with no atomics and no extra global memory beyond the sort:
-// - The triplets are sorted once by a composite key (tile of BM destination rows, k, destination
-//   row, source row): one CUB radix sort of 64-bit keys, no values (the key holds everything the
-//   kernel needs). A binary search per (tile, k) gives the segment offsets.
+// - The triplets are grouped once by (tile of BM destination rows, k, destination row, source
+//   row): segments (tile, k) with their offsets, each holding its keys (local destination row,
+//   source row) ascending, no values (the key holds everything the kernel needs); either one CUB
+//   radix sort of packed 64-bit keys or 32-bit keys placed into their segments and sorted there
+//   (the groupings below).
 // - One block per (tile of BM destination rows, block of BN destination channels) keeps the
 //   tile's float32 sums in shared memory. For each k it takes the segment's triplets in chunks of
 //   MC rows: the chunk's source rows are gathered (cp.async, BK channels a stage, S stages in
