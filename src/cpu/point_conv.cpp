@@ -27,42 +27,110 @@ constexpr int64_t kRowTile = 64;
 
 // The triplets as the kernels walk them: group g's positions are [offsets[g], offsets[g + 1]),
 // ordered by (group, a, b). tiled (the MVMR; a = destination row, b = source row): group =
-// (a / kRowTile) * K + k. Otherwise (the VVOR; a = i, b = j): group = k. Either the sorted packed
-// keys (a's low bits above b's) or, for keys wider than 64 bits, the pairs themselves; PairRef
-// reads both the same way.
+// (a / kRowTile) * K + k. Otherwise (the VVOR; a = i, b = j): kernel cell k's triplets are groups
+// k * tiles .. (k + 1) * tiles - 1, group k * tiles + h holding the rows a with a / kRowTile == h
+// (tiles == 1 for the packed keys and the tuples, whose keys hold all of a). The keys: 32-bit
+// (a's row in its block of kRowTile above b: "segmented"), 64-bit packed (a's low bits above b's),
+// or, for keys wider than 64 bits, the pairs themselves; PairRef reads them all the same way.
 struct Pairs {
   std::vector<int64_t> offsets;
+  std::vector<uint32_t> keys32;
   std::vector<uint64_t> keys;
   std::vector<int64_t> ab;
   int lb = 0;
   uint64_t amask = 0, bmask = 0;
+  int64_t tiles = 1;
 };
 
 struct PairRef {
+  const uint32_t* keys32;
   const uint64_t* keys;
   const int64_t* ab;
   int lb;
   uint64_t amask, bmask;
-  // a at position p (base: the tile's first row for the MVMR's keys, which hold the row in the
-  // tile; 0 for the VVOR's) and b.
+  // a at position p (base: the first row of the block that p's group covers, for the MVMR's keys
+  // and the segmented ones; 0 for the VVOR's packed keys and the tuples) and b.
   int64_t a(int64_t p, int64_t base) const {
+    if (keys32 != nullptr) return base + static_cast<int64_t>((keys32[p] >> lb) & amask);
     return keys != nullptr ? base + static_cast<int64_t>((keys[p] >> lb) & amask) : ab[2 * p];
   }
-  int64_t b(int64_t p) const { return keys != nullptr ? static_cast<int64_t>(keys[p] & bmask) : ab[2 * p + 1]; }
+  int64_t b(int64_t p) const {
+    if (keys32 != nullptr) return static_cast<int64_t>(keys32[p] & bmask);
+    return keys != nullptr ? static_cast<int64_t>(keys[p] & bmask) : ab[2 * p + 1];
+  }
 };
 
 PairRef ref(const Pairs& g) {
-  return PairRef{g.keys.empty() ? nullptr : g.keys.data(), g.ab.empty() ? nullptr : g.ab.data(), g.lb, g.amask,
-                 g.bmask};
+  return PairRef{g.keys32.empty() ? nullptr : g.keys32.data(), g.keys.empty() ? nullptr : g.keys.data(),
+                 g.ab.empty() ? nullptr : g.ab.data(), g.lb, g.amask, g.bmask};
 }
 
-// PCOPS_CPU_POINT_CONV_GROUPING=tuples takes the comparison sort of the wide keys where the
-// packed keys would fit 64 bits too (the tests compare both; "packed", the default, otherwise).
-bool tuples_forced() {
+// PCOPS_CPU_POINT_CONV_GROUPING: "segmented" (the default) where the keys fit 32 bits, else
+// "packed" where they fit 64, else "tuples"; "packed" or "tuples" takes that one where it can (the
+// tests compare all three).
+enum class Grouping { kSegmented, kPacked, kTuples };
+Grouping grouping_asked() {
   const char* e = std::getenv("PCOPS_CPU_POINT_CONV_GROUPING");
-  if (e == nullptr || *e == 0 || std::strcmp(e, "packed") == 0) return false;
-  if (std::strcmp(e, "tuples") == 0) return true;
-  throw std::invalid_argument("pcops point_conv: PCOPS_CPU_POINT_CONV_GROUPING must be packed or tuples");
+  if (e == nullptr || *e == 0 || std::strcmp(e, "segmented") == 0) return Grouping::kSegmented;
+  if (std::strcmp(e, "packed") == 0) return Grouping::kPacked;
+  if (std::strcmp(e, "tuples") == 0) return Grouping::kTuples;
+  throw std::invalid_argument("pcops point_conv: PCOPS_CPU_POINT_CONV_GROUPING must be segmented, packed or tuples");
+}
+
+// "segmented": every triplet's 32-bit key placed into its group by counting (contiguous chunks of
+// the triplets, each counted on its own, so a chunk's triplets of one group land in order after
+// the previous chunk's: the same places for any thread count), then each group's keys sorted
+// (equal keys are equal triplets). 4 bytes a triplet and a count per (group, chunk), against the
+// packed keys' 16 bytes a triplet during their radix sort, and about half its time.
+template <class GroupOf, class KeyOf>
+void place_and_sort(const CpuContext& ctx, int64_t T, int64_t groups, GroupOf group_of, KeyOf key_of, Pairs& g) {
+  // Up to 16 chunks of at least kChunk triplets, and at most one count per triplet (the counts
+  // are walked once, group by group): a shape's own, whatever runs them.
+  const int64_t chunks = std::clamp<int64_t>(
+      std::min<int64_t>(T / RadixSortPolicy::kChunk, T / std::max<int64_t>(groups, 1)), 1, 16);
+  const auto lo = [T, chunks](int64_t c) { return T * c / chunks; };
+  std::vector<uint32_t> at(static_cast<size_t>(chunks * groups), 0);  // [chunk][group]
+  parallel_for(ctx, 0, chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      uint32_t* h = at.data() + c * groups;
+      for (int64_t p = lo(c); p < lo(c + 1); ++p) ++h[group_of(p)];
+    }
+  });
+  int64_t sum = 0;
+  for (int64_t v = 0; v < groups; ++v) {
+    g.offsets[static_cast<size_t>(v)] = sum;
+    for (int64_t c = 0; c < chunks; ++c) {
+      uint32_t& h = at[static_cast<size_t>(c * groups + v)];
+      const uint32_t n = h;
+      h = static_cast<uint32_t>(sum);
+      sum += n;
+    }
+  }
+  g.offsets[static_cast<size_t>(groups)] = sum;
+  g.keys32.resize(static_cast<size_t>(T));
+  parallel_for(ctx, 0, chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      uint32_t* h = at.data() + c * groups;
+      for (int64_t p = lo(c); p < lo(c + 1); ++p) g.keys32[h[group_of(p)]++] = key_of(p);
+    }
+  });
+  const int64_t grain = std::max<int64_t>(1, RadixSortPolicy::kChunk / std::max<int64_t>(T / std::max<int64_t>(groups, 1), 1));
+  parallel_for(ctx, 0, groups, grain, [&](int64_t v0, int64_t v1) {
+    for (int64_t v = v0; v < v1; ++v) {
+      uint32_t* x = g.keys32.data() + g.offsets[static_cast<size_t>(v)];
+      const int64_t m = g.offsets[static_cast<size_t>(v) + 1] - g.offsets[static_cast<size_t>(v)];
+      if (m > 24) {
+        std::sort(x, x + m);
+        continue;
+      }
+      for (int64_t i = 1; i < m; ++i) {  // insertion sort: most groups hold a few dozen keys
+        const uint32_t key = x[i];
+        int64_t j = i;
+        for (; j > 0 && x[j - 1] > key; --j) x[j] = x[j - 1];
+        x[j] = key;
+      }
+    }
+  });
 }
 
 Pairs group_pairs(const CpuContext& ctx, const int64_t* t, int64_t T, int a_col, int b_col, int64_t na, int64_t nb,
@@ -70,17 +138,40 @@ Pairs group_pairs(const CpuContext& ctx, const int64_t* t, int64_t T, int a_col,
   using pcops::common::bits_for;
   static_assert(kRowTile == 64, "six bits of row in the tile");
   Pairs g;
-  const int64_t groups = tiled ? (na + kRowTile - 1) / kRowTile * K : K;
+  const Grouping asked = grouping_asked();
+  const int lb = bits_for(static_cast<uint64_t>(std::max<int64_t>(nb - 1, 0)));
+  const int64_t a_tiles = (na + kRowTile - 1) / kRowTile;
+  if (asked == Grouping::kSegmented && 6 + lb <= 32 && T < (int64_t{1} << 32)) {
+    g.tiles = tiled ? 1 : std::max<int64_t>(a_tiles, 1);
+    const int64_t groups = tiled ? a_tiles * K : K * g.tiles;
+    g.offsets.assign(static_cast<size_t>(groups) + 1, 0);
+    g.lb = lb;
+    g.amask = kRowTile - 1;
+    g.bmask = (uint64_t{1} << lb) - 1;
+    if (T == 0) return g;
+    const int64_t tiles = g.tiles;
+    place_and_sort(
+        ctx, T, groups,
+        [&](int64_t p) {
+          const int64_t a = t[p * 3 + a_col], k = t[p * 3 + 2];
+          return tiled ? (a / kRowTile) * K + k : k * tiles + a / kRowTile;
+        },
+        [&](int64_t p) {
+          return (static_cast<uint32_t>(t[p * 3 + a_col] % kRowTile) << lb) | static_cast<uint32_t>(t[p * 3 + b_col]);
+        },
+        g);
+    return g;
+  }
+  const int64_t groups = tiled ? a_tiles * K : K;
   const auto group_of = [&](int64_t p) {
     const int64_t a = t[p * 3 + a_col], k = t[p * 3 + 2];
     return tiled ? (a / kRowTile) * K + k : k;
   };
-  const int lb = bits_for(static_cast<uint64_t>(std::max<int64_t>(nb - 1, 0)));
   const int la = tiled ? 6 : bits_for(static_cast<uint64_t>(std::max<int64_t>(na - 1, 0)));
   const int lg = bits_for(static_cast<uint64_t>(std::max<int64_t>(groups - 1, 0)));
   g.offsets.assign(static_cast<size_t>(groups) + 1, 0);
   if (T == 0) return g;
-  if (lg + la + lb <= 64 && !tuples_forced()) {
+  if (lg + la + lb <= 64 && asked != Grouping::kTuples) {
     // One radix sort of packed (group, a or a's row in the tile, b) keys; the group offsets from
     // the sorted keys (each offset written once, by the boundary that passes it).
     g.keys.resize(static_cast<size_t>(T));
@@ -121,6 +212,7 @@ Pairs group_pairs(const CpuContext& ctx, const int64_t* t, int64_t T, int a_col,
   }
   return g;
 }
+
 
 int64_t grain_for(int64_t work_per_row) {
   return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(work_per_row, 1));
@@ -329,17 +421,21 @@ __attribute__((always_inline)) inline void vvor_columns(int64_t n, const float* 
 // about 256 accumulators (4, 8, 16 and 16 rows), the last columns one at a time. Every element
 // folds the piece's triplets in grouping order. Cloned per ISA like mvmr_tiles.
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void vvor_piece(int64_t a, int64_t b, PairRef ij, const float* grad_out, const float* features, int64_t co,
-                int64_t ci, int64_t o0, int64_t o1, float* m, float* scratch) {
+void vvor_piece(int64_t a, int64_t b, PairRef ij, const int64_t* sub, int64_t tiles, const float* grad_out,
+                const float* features, int64_t co, int64_t ci, int64_t o0, int64_t o1, float* m, float* scratch) {
   const int64_t rows = o1 - o0;
   float* d = m + o0 * ci;
   for (int64_t q = 0; q < rows * ci; ++q) d[q] = 0.0f;
   float* gc = scratch;
   float* fc = scratch + kVvorChunk * kVvorRows;
+  // The block of rows i of position q: group h of the cell (sub: the cell's group offsets), moved
+  // on as q passes the group's end.
+  int64_t h = std::upper_bound(sub, sub + tiles, a) - sub - 1, end = sub[h + 1];
   for (int64_t q0 = a; q0 < b; q0 += kVvorChunk) {
     const int64_t n = std::min(kVvorChunk, b - q0);
     for (int64_t r = 0; r < n; ++r) {
-      std::memcpy(gc + r * kVvorRows, grad_out + ij.a(q0 + r, 0) * co + o0, sizeof(float) * rows);
+      while (q0 + r >= end) end = sub[++h + 1];
+      std::memcpy(gc + r * kVvorRows, grad_out + ij.a(q0 + r, h * kRowTile) * co + o0, sizeof(float) * rows);
       std::memcpy(fc + r * ci, features + ij.b(q0 + r) * ci, sizeof(float) * ci);
     }
     int64_t c = 0;
@@ -366,7 +462,7 @@ void vvor(const CpuContext& ctx, const Pairs& g, int64_t K, int64_t T, int64_t L
   int64_t partials = 0;
   for (int64_t k = 0; k < K; ++k) {
     first_partial[k] = partials;
-    const int64_t p0 = g.offsets[k], p1 = g.offsets[k + 1];
+    const int64_t p0 = g.offsets[k * g.tiles], p1 = g.offsets[(k + 1) * g.tiles];
     pieces.push_back({k, p0, std::min(p1, p0 + L), -1});
     for (int64_t a = p0 + L; a < p1; a += L) pieces.push_back({k, a, std::min(p1, a + L), partials++});
   }
@@ -381,7 +477,8 @@ void vvor(const CpuContext& ctx, const Pairs& g, int64_t K, int64_t T, int64_t L
                    const Piece& pc = pieces[static_cast<size_t>(q / blocks)];
                    const int64_t o0 = (q % blocks) * kVvorRows, o1 = std::min(co, o0 + kVvorRows);
                    float* m = pc.slot < 0 ? grad_weights + pc.k * M : part.data() + pc.slot * M;
-                   vvor_piece(pc.a, pc.b, ij, grad_out, features, co, ci, o0, o1, m, scratch.data());
+                   vvor_piece(pc.a, pc.b, ij, g.offsets.data() + pc.k * g.tiles, g.tiles, grad_out, features, co,
+                              ci, o0, o1, m, scratch.data());
                  }
                });
   if (partials == 0) return;

@@ -257,6 +257,29 @@ TEST(PointConv, WideKeyGroupingGivesTheContract) {
   EXPECT_THROW(run(c, 1), std::invalid_argument);
 }
 
+// The three groupings (segmented 32-bit keys placed by counting, packed 64-bit keys in one radix
+// sort, tuples) walk the triplets in the same order, so the same bits, for any thread count:
+// many rows (the weight gradient's keys then hold i in blocks of 64 rows), groups longer than the
+// insertion sort takes (one kernel cell), many cells.
+TEST(PointConv, GroupingsGiveTheSameBits) {
+  std::mt19937 rng(67);
+  using Shape = std::array<int64_t, 6>;  // n_in, n_out, C_in, C_out, K, T
+  for (const Shape& sh : {Shape{900, 700, 5, 7, 27, 20000}, Shape{300, 150, 4, 3, 1, 30000},
+                          Shape{200, 2000, 3, 5, 125, 9000}}) {
+    SCOPED_TRACE(testing::Message() << "rows " << sh[0] << " / " << sh[1] << ", K " << sh[4]);
+    const Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
+    const Result base = run(c, 1);
+    for (const char* grouping : {"segmented", "packed", "tuples"})
+      for (int threads : {1, 3}) {
+        const GroupingEnv use(grouping);
+        const Result r = run(c, threads);
+        expect_bitwise(r.out, base.out, grouping);
+        expect_bitwise(r.gf, base.gf, grouping);
+        expect_bitwise(r.gw, base.gw, grouping);
+      }
+  }
+}
+
 TEST(PointConv, WeightGradientPieceLength) {
   const auto L = [](int64_t T, int64_t co, int64_t ci) {
     return pcops::core::vvor_piece_length(pcops::PointConvShape{10, 10, ci, co, 27, T});
