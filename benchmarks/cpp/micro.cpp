@@ -2,6 +2,7 @@
 // Peer comparisons live in the Python harness (`pcops bench`); these track the C++ API alone.
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
 #include <cmath>
 #include <random>
 #include <vector>
@@ -70,9 +71,55 @@ void BM_BallQuery(benchmark::State& state) {
   }
 }
 
+// point_conv (exact) forward and backward on kNN neighbourhoods (k = 16) of the shell with a 3 x 3
+// x 3 grid of kernel cells: state.range(0) points, state.range(1) channels in and out. The
+// triplets' grouping is part of every call (PCOPS_CPU_POINT_CONV_GROUPING picks it).
+std::vector<int64_t> conv_triplets(const std::vector<float>& pts, int64_t n, int64_t k) {
+  std::vector<float> dist(n * k);
+  std::vector<int64_t> idx(n * k), t;
+  pcops::CpuContext ctx;
+  const auto view = pcops::PointsView::contiguous(pts.data(), 1, n, 3);
+  pcops::cpu::knn(ctx, view, view, {}, {}, pcops::KnnParams{k}, dist.data(), idx.data());
+  std::vector<float> last(n);
+  for (int64_t i = 0; i < n; ++i) last[i] = std::sqrt(dist[i * k + k - 1]);
+  std::nth_element(last.begin(), last.begin() + n * 9 / 10, last.end());
+  const pcops::TripletShape shape{n, n, k, last[n * 9 / 10], 3};
+  pcops::cpu::point_conv_triplets(ctx, shape, pts.data(), pts.data(), idx.data(), [&t](int64_t T) {
+    t.resize(3 * T);
+    return t.data();
+  });
+  return t;
+}
+
+void point_conv_case(benchmark::State& state, bool backward) {
+  const int64_t n = state.range(0), c = state.range(1), K = 27;
+  const auto pts = sphere_shell(n, 4);
+  const std::vector<int64_t> t = conv_triplets(pts, n, 16);
+  const pcops::PointConvShape s{n, n, c, c, K, static_cast<int64_t>(t.size() / 3)};
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> f(n * c), w(K * c * c), g(n * c), out(n * c), gf(n * c), gw(K * c * c);
+  for (auto* v : {&f, &w, &g})
+    for (float& x : *v) x = u(rng);
+  pcops::CpuContext ctx;
+  for (auto _ : state) {
+    if (backward) pcops::cpu::point_conv_backward(ctx, s, g.data(), f.data(), w.data(), t.data(), gf.data(), gw.data());
+    else pcops::cpu::point_conv(ctx, s, f.data(), w.data(), t.data(), out.data());
+    benchmark::DoNotOptimize(backward ? gw.data() : out.data());
+  }
+  state.counters["triplets"] = static_cast<double>(s.triplets);
+}
+
+void BM_PointConv(benchmark::State& state) { point_conv_case(state, false); }
+void BM_PointConvBackward(benchmark::State& state) { point_conv_case(state, true); }
+
 }  // namespace
 
 BENCHMARK(BM_FurthestPointSample)->Arg(20000)->Arg(100000)->Arg(1000000)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_Knn)->Arg(20000)->Arg(100000)->Arg(1000000)->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK(BM_BallQuery)->Arg(20000)->Arg(100000)->Arg(1000000)->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_PointConv)->Args({20000, 1})->Args({20000, 32})->Args({165000, 1})->Args({165000, 32})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_PointConvBackward)->Args({20000, 1})->Args({20000, 32})->Args({165000, 1})
+    ->Unit(benchmark::kMillisecond)->UseRealTime();
 BENCHMARK_MAIN();

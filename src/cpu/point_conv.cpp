@@ -114,21 +114,37 @@ void place_and_sort(const CpuContext& ctx, int64_t T, int64_t groups, GroupOf gr
       for (int64_t p = lo(c); p < lo(c + 1); ++p) g.keys32[h[group_of(p)]++] = key_of(p);
     }
   });
+  // Each group's keys ascending: a few by insertion; more by a counting pass on the row's place in
+  // its block (the key's top bits, above lb) into scratch, then insertion inside each row (its
+  // keys differ in b only, usually one to three of them), and back.
   const int64_t grain = std::max<int64_t>(1, RadixSortPolicy::kChunk / std::max<int64_t>(T / std::max<int64_t>(groups, 1), 1));
+  const int lb = g.lb;
   parallel_for(ctx, 0, groups, grain, [&](int64_t v0, int64_t v1) {
-    for (int64_t v = v0; v < v1; ++v) {
-      uint32_t* x = g.keys32.data() + g.offsets[static_cast<size_t>(v)];
-      const int64_t m = g.offsets[static_cast<size_t>(v) + 1] - g.offsets[static_cast<size_t>(v)];
-      if (m > 24) {
-        std::sort(x, x + m);
-        continue;
-      }
-      for (int64_t i = 1; i < m; ++i) {  // insertion sort: most groups hold a few dozen keys
+    std::vector<uint32_t> scratch;
+    const auto insertion = [](uint32_t* x, int64_t m) {
+      for (int64_t i = 1; i < m; ++i) {
         const uint32_t key = x[i];
         int64_t j = i;
         for (; j > 0 && x[j - 1] > key; --j) x[j] = x[j - 1];
         x[j] = key;
       }
+    };
+    for (int64_t v = v0; v < v1; ++v) {
+      uint32_t* x = g.keys32.data() + g.offsets[static_cast<size_t>(v)];
+      const int64_t m = g.offsets[static_cast<size_t>(v) + 1] - g.offsets[static_cast<size_t>(v)];
+      if (m <= 24) {
+        insertion(x, m);
+        continue;
+      }
+      uint32_t start[kRowTile + 1] = {};
+      for (int64_t i = 0; i < m; ++i) ++start[(x[i] >> lb) + 1];
+      for (int r = 0; r < kRowTile; ++r) start[r + 1] += start[r];
+      scratch.resize(static_cast<size_t>(m));
+      uint32_t at[kRowTile];
+      std::copy(start, start + kRowTile, at);
+      for (int64_t i = 0; i < m; ++i) scratch[at[x[i] >> lb]++] = x[i];
+      for (int r = 0; r < kRowTile; ++r) insertion(scratch.data() + start[r], start[r + 1] - start[r]);
+      std::copy(scratch.begin(), scratch.end(), x);
     }
   });
 }
