@@ -114,9 +114,10 @@ void place_and_sort(const CpuContext& ctx, int64_t T, int64_t groups, GroupOf gr
       for (int64_t p = lo(c); p < lo(c + 1); ++p) g.keys32[h[group_of(p)]++] = key_of(p);
     }
   });
-  // Each group's keys ascending: a few by insertion; more by a counting pass on the row's place in
-  // its block (the key's top bits, above lb) into scratch, then insertion inside each row (its
-  // keys differ in b only, usually one to three of them), and back.
+  // Each group's keys ascending: a few, or keys already in row order, by insertion; more by a
+  // counting pass on the row's place in its block (the key's top bits, above lb) into scratch,
+  // then insertion inside each row (its keys differ in b only, usually one to three of them), and
+  // back.
   const int64_t grain = std::max<int64_t>(1, RadixSortPolicy::kChunk / std::max<int64_t>(T / std::max<int64_t>(groups, 1), 1));
   const int lb = g.lb;
   parallel_for(ctx, 0, groups, grain, [&](int64_t v0, int64_t v1) {
@@ -132,7 +133,9 @@ void place_and_sort(const CpuContext& ctx, int64_t T, int64_t groups, GroupOf gr
     for (int64_t v = v0; v < v1; ++v) {
       uint32_t* x = g.keys32.data() + g.offsets[static_cast<size_t>(v)];
       const int64_t m = g.offsets[static_cast<size_t>(v) + 1] - g.offsets[static_cast<size_t>(v)];
-      if (m <= 24) {
+      bool rows_in_order = true;  // triplets listed row by row (the forward's usual input)
+      for (int64_t i = 1; i < m && rows_in_order; ++i) rows_in_order = (x[i] >> lb) >= (x[i - 1] >> lb);
+      if (m <= 24 || rows_in_order) {
         insertion(x, m);
         continue;
       }
