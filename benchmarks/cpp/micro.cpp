@@ -103,8 +103,10 @@ void point_conv_case(benchmark::State& state, bool backward) {
     for (float& x : *v) x = u(rng);
   pcops::CpuContext ctx;
   for (auto _ : state) {
-    if (backward) pcops::cpu::point_conv_backward(ctx, s, g.data(), f.data(), w.data(), t.data(), gf.data(), gw.data());
-    else pcops::cpu::point_conv(ctx, s, f.data(), w.data(), t.data(), out.data());
+    if (backward)
+      pcops::cpu::point_conv_backward(ctx, s, g.data(), f.data(), w.data(), t.data(), gf.data(), gw.data());
+    else
+      pcops::cpu::point_conv(ctx, s, f.data(), w.data(), t.data(), out.data());
     benchmark::DoNotOptimize(backward ? gw.data() : out.data());
   }
   state.counters["triplets"] = static_cast<double>(s.triplets);

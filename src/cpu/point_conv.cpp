@@ -74,7 +74,8 @@ Grouping grouping_asked() {
   if (e == nullptr || *e == 0 || std::strcmp(e, "segmented") == 0) return Grouping::kSegmented;
   if (std::strcmp(e, "packed") == 0) return Grouping::kPacked;
   if (std::strcmp(e, "tuples") == 0) return Grouping::kTuples;
-  throw std::invalid_argument("pcops point_conv: PCOPS_CPU_POINT_CONV_GROUPING must be segmented, packed or tuples");
+  throw std::invalid_argument(
+      "pcops point_conv: PCOPS_CPU_POINT_CONV_GROUPING must be segmented, packed or tuples");
 }
 
 // "segmented": every triplet's 32-bit key placed into its group by counting (contiguous chunks of
@@ -83,7 +84,8 @@ Grouping grouping_asked() {
 // (equal keys are equal triplets). 4 bytes a triplet and a count per (group, chunk), against the
 // packed keys' 16 bytes a triplet during their radix sort, and about half its time.
 template <class GroupOf, class KeyOf>
-void place_and_sort(const CpuContext& ctx, int64_t T, int64_t groups, GroupOf group_of, KeyOf key_of, Pairs& g) {
+void place_and_sort(const CpuContext& ctx, int64_t T, int64_t groups, GroupOf group_of, KeyOf key_of,
+                    Pairs& g) {
   // Up to 16 chunks of at least kChunk triplets, and at most one count per triplet (the counts
   // are walked once, group by group): a shape's own, whatever runs them.
   const int64_t chunks = std::clamp<int64_t>(
@@ -118,7 +120,8 @@ void place_and_sort(const CpuContext& ctx, int64_t T, int64_t groups, GroupOf gr
   // counting pass on the row's place in its block (the key's top bits, above lb) into scratch,
   // then insertion inside each row (its keys differ in b only, usually one to three of them), and
   // back.
-  const int64_t grain = std::max<int64_t>(1, RadixSortPolicy::kChunk / std::max<int64_t>(T / std::max<int64_t>(groups, 1), 1));
+  const int64_t per_group = std::max<int64_t>(T / std::max<int64_t>(groups, 1), 1);
+  const int64_t grain = std::max<int64_t>(1, RadixSortPolicy::kChunk / per_group);
   const int lb = g.lb;
   parallel_for(ctx, 0, groups, grain, [&](int64_t v0, int64_t v1) {
     std::vector<uint32_t> scratch;
@@ -176,7 +179,8 @@ Pairs group_pairs(const CpuContext& ctx, const int64_t* t, int64_t T, int a_col,
           return tiled ? (a / kRowTile) * K + k : k * tiles + a / kRowTile;
         },
         [&](int64_t p) {
-          return (static_cast<uint32_t>(t[p * 3 + a_col] % kRowTile) << lb) | static_cast<uint32_t>(t[p * 3 + b_col]);
+          const auto row = static_cast<uint32_t>(t[p * 3 + a_col] % kRowTile);
+          return (row << lb) | static_cast<uint32_t>(t[p * 3 + b_col]);
         },
         g);
     return g;
@@ -441,7 +445,8 @@ __attribute__((always_inline)) inline void vvor_columns(int64_t n, const float* 
 // folds the piece's triplets in grouping order. Cloned per ISA like mvmr_tiles.
 __attribute__((target_clones("avx512f", "avx2", "default")))
 void vvor_piece(int64_t a, int64_t b, PairRef ij, const int64_t* sub, int64_t tiles, const float* grad_out,
-                const float* features, int64_t co, int64_t ci, int64_t o0, int64_t o1, float* m, float* scratch) {
+                const float* features, int64_t co, int64_t ci, int64_t o0, int64_t o1, float* m,
+                float* scratch) {
   const int64_t rows = o1 - o0;
   float* d = m + o0 * ci;
   for (int64_t q = 0; q < rows * ci; ++q) d[q] = 0.0f;
@@ -496,8 +501,8 @@ void vvor(const CpuContext& ctx, const Pairs& g, int64_t K, int64_t T, int64_t L
                    const Piece& pc = pieces[static_cast<size_t>(q / blocks)];
                    const int64_t o0 = (q % blocks) * kVvorRows, o1 = std::min(co, o0 + kVvorRows);
                    float* m = pc.slot < 0 ? grad_weights + pc.k * M : part.data() + pc.slot * M;
-                   vvor_piece(pc.a, pc.b, ij, g.offsets.data() + pc.k * g.tiles, g.tiles, grad_out, features, co,
-                              ci, o0, o1, m, scratch.data());
+                   const int64_t* sub = g.offsets.data() + pc.k * g.tiles;
+                   vvor_piece(pc.a, pc.b, ij, sub, g.tiles, grad_out, features, co, ci, o0, o1, m, scratch.data());
                  }
                });
   if (partials == 0) return;
