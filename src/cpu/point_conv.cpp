@@ -146,9 +146,9 @@ void place_and_sort(const CpuContext& ctx, int64_t T, int64_t groups, GroupOf gr
       for (int64_t i = 0; i < m; ++i) ++start[(x[i] >> lb) + 1];
       for (int r = 0; r < kRowTile; ++r) start[r + 1] += start[r];
       scratch.resize(static_cast<size_t>(m));
-      uint32_t at[kRowTile];
-      std::copy(start, start + kRowTile, at);
-      for (int64_t i = 0; i < m; ++i) scratch[at[x[i] >> lb]++] = x[i];
+      uint32_t next[kRowTile];
+      std::copy(start, start + kRowTile, next);
+      for (int64_t i = 0; i < m; ++i) scratch[next[x[i] >> lb]++] = x[i];
       for (int r = 0; r < kRowTile; ++r) insertion(scratch.data() + start[r], start[r + 1] - start[r]);
       std::copy(scratch.begin(), scratch.end(), x);
     }
@@ -235,7 +235,6 @@ Pairs group_pairs(const CpuContext& ctx, const int64_t* t, int64_t T, int a_col,
   }
   return g;
 }
-
 
 int64_t grain_for(int64_t work_per_row) {
   return std::max<int64_t>(1, (int64_t{1} << 15) / std::max<int64_t>(work_per_row, 1));
