@@ -42,6 +42,7 @@
 #include "common/bits.hpp"
 #include "cuda/common.cuh"
 #include "cuda/primitives/async_copy.cuh"
+#include "cuda/primitives/ragged.cuh"
 #include "cuda/primitives/sorted_offsets.cuh"
 #include "pcops/point_conv.hpp"
 
@@ -292,19 +293,6 @@ __device__ __forceinline__ void wgmma_wait() {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
   asm volatile("wgmma.wait_group.sync.aligned %0;" ::"n"(N) : "memory");
 #endif
-}
-
-// keys[p] for triplet p: (segment << (local_bits + src_bits)) | (local destination row << src_bits) | source
-// row, or the segment `segments` (never visited) for a triplet out of range.
-__global__ void mvmr_keys_kernel(const int64_t* __restrict__ t, int64_t T, int dst_col, int src_col,
-                                 int64_t n_dst, int64_t n_src, int64_t K, MvmrKey m, uint64_t* __restrict__ keys) {
-  PCOPS_CUDA_GRID_STRIDE(p, T) {
-    const int64_t d = t[p * 3 + dst_col], s = t[p * 3 + src_col], k = t[p * 3 + 2];
-    const bool ok = d >= 0 && d < n_dst && s >= 0 && s < n_src && k >= 0 && k < K;
-    const uint64_t seg = ok ? static_cast<uint64_t>((d / m.bm) * K + k) : static_cast<uint64_t>(m.segments);
-    const uint64_t local = ok ? static_cast<uint64_t>(d % m.bm) : 0;
-    keys[p] = (seg << (m.local_bits + m.src_bits)) | (local << m.src_bits) | (ok ? static_cast<uint64_t>(s) : 0);
-  }
 }
 
 // The offset (in elements) of 16-byte chunk `chunk` of row `row` in a stage buffer of rows of BK
@@ -670,18 +658,6 @@ __global__ void transpose16_kernel(const T* __restrict__ w, int64_t K, int64_t c
   }
 }
 
-// keys[p] = (k, i, j) packed (k_bits above i_bits above j_bits), or all ones past the valid keys.
-__global__ void vvor_keys_kernel(const int64_t* __restrict__ t, int64_t T, int64_t n_out, int64_t n_in, int64_t K,
-                                 int i_bits, int j_bits, uint64_t* __restrict__ keys) {
-  PCOPS_CUDA_GRID_STRIDE(p, T) {
-    const int64_t i = t[p * 3], j = t[p * 3 + 1], k = t[p * 3 + 2];
-    const bool ok = i >= 0 && i < n_out && j >= 0 && j < n_in && k >= 0 && k < K;
-    keys[p] = ok ? (static_cast<uint64_t>(k) << (i_bits + j_bits)) | (static_cast<uint64_t>(i) << j_bits) |
-                       static_cast<uint64_t>(j)
-                 : (static_cast<uint64_t>(K) << (i_bits + j_bits));
-  }
-}
-
 // grad_w[k, o, c] = sum over kernel k's triplets (i, j order) of G[i, o] F[j, c], over slice z.
 // Grid (K, ceil(co / BO) * ceil(ci / BO), Z). The sorted keys hold (low i bits, j): kernel k's
 // triplets are segments k * tiles .. (k + 1) * tiles - 1 of seg_off, segment k * tiles + h holding
@@ -722,12 +698,7 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   uint32_t jm = (1u << j_bits) - 1, im = static_cast<uint32_t>((uint64_t{1} << i_bits) - 1);
   // The segment of the block's first position (the last of k's whose offset is <= pos0): each
   // stage row's segment moves on from it as its position grows.
-  int64_t first = seg0;
-  for (int64_t lo = seg0, hi = seg0 + tiles - 1; lo <= hi;) {
-    const int64_t mid = (lo + hi) / 2;
-    if (seg_off[mid] <= p0) first = mid, lo = mid + 1;
-    else hi = mid - 1;
-  }
+  const int64_t first = seg0 + primitives::cloud_of(seg_off + seg0, tiles, p0);
 
   // Each thread loads the same stage rows r_u (G and F alike: BC == BO) in every stage; the keys
   // of a stage's rows are read one stage ahead (next_key), so no load waits on them.
@@ -912,27 +883,28 @@ struct Grouped {
   const int64_t* offsets = nullptr;
 };
 
-// Triplet p's segment (`segments` where invalid) and 32-bit key: MVMR (local destination row,
-// source row); VVOR (low i_bits bits of i, j).
+// Triplet p's segment (`segments` where invalid, key 0) and key: MVMR (local destination row,
+// source row); VVOR (low i_bits bits of i, j; i_bits covers all of i for the packed keys). The
+// segmented grouping keeps keys below 2^31, the packed one puts the segment above them.
 struct MvmrPlace {
   int dst_col, src_col;
   int64_t n_dst, n_src, K;
   MvmrKey m;
-  __device__ void operator()(const int64_t* t, int64_t p, int64_t& seg, uint32_t& key) const {
+  __device__ void operator()(const int64_t* t, int64_t p, int64_t& seg, uint64_t& key) const {
     const int64_t d = t[p * 3 + dst_col], s = t[p * 3 + src_col], k = t[p * 3 + 2];
     const bool ok = d >= 0 && d < n_dst && s >= 0 && s < n_src && k >= 0 && k < K;
     seg = ok ? (d / m.bm) * K + k : m.segments;
-    key = ok ? (static_cast<uint32_t>(d % m.bm) << m.src_bits) | static_cast<uint32_t>(s) : 0;
+    key = ok ? (static_cast<uint64_t>(d % m.bm) << m.src_bits) | static_cast<uint64_t>(s) : 0;
   }
 };
 struct VvorPlace {
   int64_t n_out, n_in, K, tiles;
   int i_bits, j_bits;
-  __device__ void operator()(const int64_t* t, int64_t p, int64_t& seg, uint32_t& key) const {
+  __device__ void operator()(const int64_t* t, int64_t p, int64_t& seg, uint64_t& key) const {
     const int64_t i = t[p * 3], j = t[p * 3 + 1], k = t[p * 3 + 2];
     const bool ok = i >= 0 && i < n_out && j >= 0 && j < n_in && k >= 0 && k < K;
     seg = ok ? k * tiles + (i >> i_bits) : K * tiles;
-    key = ok ? (static_cast<uint32_t>(i & ((int64_t{1} << i_bits) - 1)) << j_bits) | static_cast<uint32_t>(j) : 0;
+    key = ok ? (static_cast<uint64_t>(i & ((int64_t{1} << i_bits) - 1)) << j_bits) | static_cast<uint64_t>(j) : 0;
   }
 };
 
@@ -971,7 +943,7 @@ __global__ void __launch_bounds__(kPlaceThreads)
     const int64_t p = q + lane;
     const bool ok = p < c1;
     int64_t seg = 0;
-    uint32_t key;
+    uint64_t key;
     if (ok) place(t, p, seg, key);
     const unsigned same = same_segment(ok, seg);
     if (ok && lane == __ffs(same) - 1) {
@@ -1002,7 +974,7 @@ __global__ void __launch_bounds__(kPlaceThreads)
     __syncthreads();
     for (int64_t p = c0 + threadIdx.x; p < c1; p += kPlaceThreads) {
       int64_t seg;
-      uint32_t key;
+      uint64_t key;
       place(t, p, seg, key);
       atomicAdd(&h[seg], 1u);
     }
@@ -1015,7 +987,7 @@ __global__ void __launch_bounds__(kPlaceThreads)
     const int64_t p = q + lane;
     const bool ok = p < c1;
     int64_t seg = 0;
-    uint32_t key = 0;
+    uint64_t key = 0;
     if (ok) place(t, p, seg, key);
     const unsigned same = same_segment(ok, seg);
     const int first = __ffs(same) - 1;
@@ -1025,7 +997,19 @@ __global__ void __launch_bounds__(kPlaceThreads)
       else base = static_cast<unsigned>(offsets[seg]) + atomicAdd(&cursor[seg], static_cast<unsigned>(__popc(same)));
     }
     base = __shfl_sync(0xffffffffu, base, first);
-    if (ok) keys[base + __popc(same & ((1u << lane) - 1))] = key;
+    if (ok) keys[base + __popc(same & ((1u << lane) - 1))] = static_cast<uint32_t>(key);
+  }
+}
+
+// keys[p] = (segment << key_bits) | key of triplet p (the packed grouping's keys).
+template <class Place>
+__global__ void packed_keys_kernel(const int64_t* __restrict__ t, int64_t T, Place place, int key_bits,
+                                   uint64_t* __restrict__ keys) {
+  PCOPS_CUDA_GRID_STRIDE(p, T) {
+    int64_t seg;
+    uint64_t key;
+    place(t, p, seg, key);
+    keys[p] = (static_cast<uint64_t>(seg) << key_bits) | key;
   }
 }
 
@@ -1206,19 +1190,13 @@ Grouped group_segmented(const CudaContext& ctx, detail::Workspace& ws, const int
   int64_t* offsets = ws.alloc<int64_t>(S + 1);
   auto* counts = ws.alloc<unsigned>(S + 1);
   PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(unsigned) * (S + 1), stream));
+  // With few segments the placement counts in shared memory (at most 32 KB: no opt-in needed).
   const bool shared = S <= kPlaceShared;
   const dim3 grid(detail::grid_blocks(T_, kPlaceThreads * 16, shared ? 2048 : int64_t{1} << 20));
   const size_t smem = shared ? sizeof(unsigned) * S : 0;
-  if (T_ > 0) {
-    if (shared) {
-      auto kernel = place_count_kernel<Place, true>;
-      PCOPS_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      detail::launch(ctx, kernel, grid, dim3(kPlaceThreads), smem, t, T_, place, S, counts);
-    } else {
-      detail::launch(ctx, place_count_kernel<Place, false>, grid, dim3(kPlaceThreads), 0, t, T_, place, S, counts);
-    }
-  }
+  if (T_ > 0)
+    detail::launch(ctx, shared ? place_count_kernel<Place, true> : place_count_kernel<Place, false>, grid,
+                   dim3(kPlaceThreads), smem, t, T_, place, S, counts);
   size_t scan_bytes = 0;
   PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, counts, offsets, S + 1, stream));
   void* temp = ws.bytes(scan_bytes);
@@ -1226,16 +1204,8 @@ Grouped group_segmented(const CudaContext& ctx, detail::Workspace& ws, const int
   ws.release(temp);
   if (T_ > 0) {
     PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(unsigned) * S, stream));
-    if (shared) {
-      auto kernel = place_fill_kernel<Place, true>;
-      PCOPS_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      detail::launch(ctx, kernel, grid, dim3(kPlaceThreads), smem, t, T_, place, S,
-                     static_cast<const int64_t*>(offsets), counts, keys);
-    } else {
-      detail::launch(ctx, place_fill_kernel<Place, false>, grid, dim3(kPlaceThreads), 0, t, T_, place, S,
-                     static_cast<const int64_t*>(offsets), counts, keys);
-    }
+    detail::launch(ctx, shared ? place_fill_kernel<Place, true> : place_fill_kernel<Place, false>, grid,
+                   dim3(kPlaceThreads), smem, t, T_, place, S, static_cast<const int64_t*>(offsets), counts, keys);
     const dim3 windows(static_cast<unsigned>(detail::ceil_div(T_, kSortWindow)));
     detail::launch(ctx, segment_sort_window_kernel, windows, dim3(kSortThreads), 0, keys,
                    static_cast<const int64_t*>(offsets), S, T_, key_bits);
@@ -1249,22 +1219,25 @@ Grouped group_segmented(const CudaContext& ctx, detail::Workspace& ws, const int
   return g;
 }
 
-// "packed": sorts T keys (written by write_keys(keys) into a buffer from ws) on their low `bits`
-// bits and finds the segments of their high parts (key >> shift): offsets[q] for q = 0..segments.
-// The radix sort runs on two buffers, the keys and a second one (CUB's double-buffer form needs no
+// "packed": T keys (segment << key_bits) | key, segments + 1 segments, sorted by one radix sort on
+// their low bits_for(segments) + key_bits bits; the segments' offsets from the sorted keys. The
+// radix sort runs on two buffers, the keys and a second one (CUB's double-buffer form needs no
 // third copy in its temporary storage); the buffer that does not hold the result and the
 // temporary storage go back to the allocator once the sort is enqueued, before the caller
 // allocates its output.
-template <class WriteKeys>
-Grouped group_packed(const CudaContext& ctx, detail::Workspace& ws, int64_t T_, int bits, int shift, int64_t segments,
-                     WriteKeys&& write_keys) {
+template <class Place>
+Grouped group_packed(const CudaContext& ctx, detail::Workspace& ws, const int64_t* t, int64_t T_, int64_t segments,
+                     int key_bits, const Place& place) {
   const cudaStream_t stream = detail::stream_of(ctx);
   auto* keys = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
   auto* alt = ws.alloc<uint64_t>(std::max<int64_t>(T_, 1));
   int64_t* offsets = ws.alloc<int64_t>(segments + 1);
   const uint64_t* sorted = keys;
+  const int bits = bits_for(segments) + key_bits;
+  constexpr int NT = 256;
   if (T_ > 0) {
-    write_keys(keys);
+    detail::launch(ctx, packed_keys_kernel<Place>, dim3(detail::grid_blocks(T_, NT)), dim3(NT), 0, t, T_, place,
+                   key_bits, keys);
     cub::DoubleBuffer<uint64_t> db(keys, alt);
     size_t temp_bytes = 0;
     PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortKeys(nullptr, temp_bytes, db, T_, 0, bits, stream));
@@ -1274,9 +1247,8 @@ Grouped group_packed(const CudaContext& ctx, detail::Workspace& ws, int64_t T_, 
     ws.release(temp);
   }
   ws.release(sorted == keys ? alt : keys);
-  constexpr int NT = 256;
   detail::launch(ctx, primitives::sorted_offsets_kernel<uint64_t>, dim3(detail::grid_blocks(segments + 1, NT)),
-                 dim3(NT), 0, sorted, T_, shift, segments, offsets);
+                 dim3(NT), 0, sorted, T_, key_bits, segments, offsets);
   Grouped g;
   g.k64 = sorted, g.offsets = offsets;
   return g;
@@ -1286,15 +1258,11 @@ Grouped group_packed(const CudaContext& ctx, detail::Workspace& ws, int64_t T_, 
 // n_out_c: the destination's channels.
 Grouped group_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* triplets, int64_t T_, int dst_col,
                    int src_col, int64_t n_dst, int64_t n_src, int64_t K, const MvmrKey& m, int64_t n_out_c) {
-  if (m.local_bits + m.src_bits <= 31 && m.segments < (int64_t{1} << 31) && take_segmented(T_, n_dst * n_out_c))
-    return group_segmented(ctx, ws, triplets, T_, m.segments, m.local_bits + m.src_bits,
-                           MvmrPlace{dst_col, src_col, n_dst, n_src, K, m});
-  return group_packed(ctx, ws, T_, m.seg_bits + m.local_bits + m.src_bits, m.local_bits + m.src_bits, m.segments,
-                      [&](uint64_t* keys) {
-                        constexpr int NT = 256;
-                        detail::launch(ctx, mvmr_keys_kernel, dim3(detail::grid_blocks(T_, NT)), dim3(NT), 0,
-                                       triplets, T_, dst_col, src_col, n_dst, n_src, K, m, keys);
-                      });
+  const MvmrPlace place{dst_col, src_col, n_dst, n_src, K, m};
+  const int key_bits = m.local_bits + m.src_bits;
+  if (key_bits <= 31 && m.segments < (int64_t{1} << 31) && take_segmented(T_, n_dst * n_out_c))
+    return group_segmented(ctx, ws, triplets, T_, m.segments, key_bits, place);
+  return group_packed(ctx, ws, triplets, T_, m.segments, key_bits, place);
 }
 
 // One MVMR: dst rows n_dst (triplet column dst_col), source rows n_src (column src_col); dst
@@ -1351,7 +1319,8 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
     gw_alloc();
   } else if (gw_alloc) {
     detail::Workspace ws(ctx);
-    const auto [i_bits, j_bits, bits] = vvor_key(s);
+    const VvorKey vk = vvor_key(s);
+    const int i_bits = vk.i_bits, j_bits = vk.j_bits;
     const int64_t T_ = s.triplets;
     // Segmented: kernel cell x blocks of 2^key_i rows i (at most 128), the low key_i bits of i
     // beside j in 31 bits (at most as many segments as triplets, or 2^16); packed: one segment a
@@ -1361,13 +1330,10 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
     const bool segmented = key_i >= 0 && K * tiles_seg <= std::max<int64_t>(T_, int64_t{1} << 16) &&
                            take_segmented(T_, s.num_in * Ci);
     const int64_t tiles = segmented ? tiles_seg : 1;
-    const Grouped gr =
-        segmented ? group_segmented(ctx, ws, t, T_, K * tiles, key_i + j_bits,
-                                    VvorPlace{s.num_out, s.num_in, K, tiles, key_i, j_bits})
-                  : group_packed(ctx, ws, T_, bits, i_bits + j_bits, K, [&](uint64_t* keys) {
-                      detail::launch(ctx, vvor_keys_kernel, dim3(detail::grid_blocks(T_, NT)), dim3(NT), 0, t, T_,
-                                     s.num_out, s.num_in, K, i_bits, j_bits, keys);
-                    });
+    const int key_i_bits = segmented ? key_i : i_bits;
+    const VvorPlace place{s.num_out, s.num_in, K, tiles, key_i_bits, j_bits};
+    const Grouped gr = segmented ? group_segmented(ctx, ws, t, T_, K * tiles, key_i + j_bits, place)
+                                 : group_packed(ctx, ws, t, T_, K, i_bits + j_bits, place);
     T* gw = static_cast<T*>(gw_alloc());
     using P = VvorPolicy;
     const int64_t count = K * Co * Ci, per = Co * Ci;
@@ -1382,7 +1348,6 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
       if (slices == 1) cut = 0;
     }
     float* part = cut > 0 ? ws.alloc<float>((slices + K) * per) : nullptr;
-    const int key_i_bits = segmented ? key_i : i_bits;
     const auto go = [&](auto bo_c, auto* keys) {
       constexpr int BO = decltype(bo_c)::value;
       using Key = std::remove_const_t<std::remove_pointer_t<decltype(keys)>>;
