@@ -1,5 +1,7 @@
 #include "pcops/point_conv.hpp"
 
+#include <functional>
+
 #include "common.hpp"
 
 namespace pcops::torch_binding {
@@ -13,6 +15,10 @@ struct Inputs {
   at::Tensor features, weights, triplets;
   PointConvShape shape;
 };
+
+// Memory for one output, requested by the operator when it is about to write it (the type of
+// cuda::OutputAllocator); empty: the output is not requested.
+using Allocator = std::function<void*()>;
 
 Inputs point_conv_inputs(const at::Tensor& features_in, const at::Tensor& weights_in,
                          const at::Tensor& triplets_in, int64_t num_out) {
@@ -110,28 +116,27 @@ at::Tensor point_conv_impl(const at::Tensor& features_in, const at::Tensor& weig
 #else
   (void)fast;
 #endif
+  // The output is allocated when the operator asks for it (on CUDA after its grouping's sort).
   const at::Tensor f = as_float(in.features), w = as_float(in.weights);
-  at::Tensor out = at::empty({num_out, in.shape.channels_out}, f.options());
+  at::Tensor out;
+  const Allocator alloc([&] {
+    out = at::empty({num_out, in.shape.channels_out}, f.options());
+    return out.data_ptr();
+  });
   translate_errors([&] {
-    run(f, in.shape, f.data_ptr<float>(), w.data_ptr<float>(), in.triplets.data_ptr<int64_t>(),
-        out.data_ptr<float>());
+    run(f, in.shape, f.data_ptr<float>(), w.data_ptr<float>(), in.triplets.data_ptr<int64_t>(), alloc);
   });
   return out.to(features_in.scalar_type());
 }
 
-// The two gradients, the weights' first: each is allocated just before its own computation, so
-// grad_features (as large as the features) does not exist yet while the weight gradient's
-// workspace does, and the backward's peak is the larger of the two steps, not their sum. A
-// gradient that is not requested is returned as zeros (not computed). run(gf, gw) computes the
-// gradients whose pointers are not null.
-template <class Run>
-std::tuple<at::Tensor, at::Tensor> gradients_in_turn(const at::Tensor& f, const at::Tensor& w, bool need_features,
-                                                     bool need_weights, Run run) {
-  at::Tensor gw = need_weights ? at::empty(w.sizes(), w.options()) : at::zeros(w.sizes(), w.options());
-  if (need_weights) translate_errors([&] { run(nullptr, gw.data_ptr()); });
-  at::Tensor gf = need_features ? at::empty(f.sizes(), f.options()) : at::zeros(f.sizes(), f.options());
-  if (need_features) translate_errors([&] { run(gf.data_ptr(), nullptr); });
-  return {gf, gw};
+// An allocator for one gradient (empty where it is not requested): dst becomes a tensor like
+// `like` when the operator asks for it.
+Allocator on_request(bool need, at::Tensor& dst, const at::Tensor& like) {
+  if (!need) return Allocator();
+  return Allocator([&dst, &like] {
+    dst = at::empty(like.sizes(), like.options());
+    return dst.data_ptr();
+  });
 }
 
 template <class Run>
@@ -154,13 +159,6 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_impl(const at::Tensor& gr
     // Each gradient is allocated when the operator asks for it (the weights' first, each after its
     // sort's second key buffer is gone); an unrequested one is zeros.
     at::Tensor gf, gw;
-    const auto on_request = [](bool need, at::Tensor& dst, const at::Tensor& like) {
-      return need ? cuda::OutputAllocator([&dst, &like] {
-        dst = at::empty(like.sizes(), like.options());
-        return dst.data_ptr();
-      })
-                  : cuda::OutputAllocator();
-    };
     translate_errors([&] {
       cuda::point_conv_mma_backward(cuda_context(f), in.shape, half16_of(f), g.data_ptr(), f.data_ptr(),
                                     w.data_ptr(), in.triplets.data_ptr<int64_t>(), on_request(need_features, gf, f),
@@ -173,29 +171,41 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_impl(const at::Tensor& gr
 #else
   (void)fast;
 #endif
+  // The weight gradient first, each gradient allocated when the operator asks for it (on CUDA
+  // after its own grouping's sort), so grad_features (as large as the features) does not exist
+  // while the weight gradient's workspace does: the backward's peak is the larger of the two
+  // steps, not their sum. A gradient that is not requested is returned as zeros (not computed).
   const at::Tensor f = as_float(in.features), w = as_float(in.weights), g = as_float(grad_out_in);
-  auto [gf, gw] = gradients_in_turn(f, w, need_features, need_weights, [&](void* gf_p, void* gw_p) {
+  at::Tensor gf, gw;
+  translate_errors([&] {
     run(f, in.shape, g.data_ptr<float>(), f.data_ptr<float>(), w.data_ptr<float>(), in.triplets.data_ptr<int64_t>(),
-        static_cast<float*>(gf_p), static_cast<float*>(gw_p));
+        on_request(need_features, gf, f), on_request(need_weights, gw, w));
   });
+  if (!need_features) gf = at::zeros(f.sizes(), f.options());
+  if (!need_weights) gw = at::zeros(w.sizes(), w.options());
   return {gf.to(features_in.scalar_type()), gw.to(weights_in.scalar_type())};
 }
 
 at::Tensor point_conv_cpu(const at::Tensor& features, const at::Tensor& weights, const at::Tensor& triplets,
                           int64_t num_out, c10::string_view mode) {
-  return point_conv_impl(features, weights, triplets, num_out, mode, [](const at::Tensor&, auto&&... a) {
-    cpu::point_conv(cpu_context(), a...);
-  });
+  return point_conv_impl(features, weights, triplets, num_out, mode,
+                         [](const at::Tensor&, const PointConvShape& s, const float* f, const float* w,
+                            const int64_t* t, const Allocator& out) {
+                           cpu::point_conv(cpu_context(), s, f, w, t, static_cast<float*>(out()));
+                         });
 }
 
 std::tuple<at::Tensor, at::Tensor> point_conv_backward_cpu(const at::Tensor& grad_out, const at::Tensor& features,
                                                            const at::Tensor& weights, const at::Tensor& triplets,
                                                            int64_t num_out, bool need_features, bool need_weights,
                                                            c10::string_view mode) {
-  return point_conv_backward_impl(grad_out, features, weights, triplets, num_out, need_features, need_weights, mode,
-                                  [](const at::Tensor&, auto&&... a) {
-                                    cpu::point_conv_backward(cpu_context(), a...);
-                                  });
+  return point_conv_backward_impl(
+      grad_out, features, weights, triplets, num_out, need_features, need_weights, mode,
+      [](const at::Tensor&, const PointConvShape& s, const float* g, const float* f, const float* w, const int64_t* t,
+         const Allocator& gf, const Allocator& gw) {
+        if (gw) cpu::point_conv_backward(cpu_context(), s, g, f, w, t, nullptr, static_cast<float*>(gw()));
+        if (gf) cpu::point_conv_backward(cpu_context(), s, g, f, w, t, static_cast<float*>(gf()), nullptr);
+      });
 }
 
 #if PCOPS_TORCH_CUDA

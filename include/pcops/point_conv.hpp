@@ -116,6 +116,22 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& shape, co
                          const float* features, const float* weights, const int64_t* triplets,
                          float* grad_features, float* grad_weights);
 
+// Device memory for one output (of the size the operator documents), requested by the operator
+// when it is about to write it; called exactly once for each requested output, also an empty one.
+using OutputAllocator = std::function<void*()>;
+
+// The same with the outputs allocated on request, each once its grouping is sorted (an empty
+// allocator: that gradient is not computed; the weight gradient is computed first). Extra memory
+// (docs/ops/point_conv.md): 8 bytes a triplet during a grouping's sort and 4 after it (plus, for
+// the "cells" MVMR from 64 destination channels, 8 bytes a triplet of run lists; for the weight
+// gradient 4 bytes a triplet of rows and its piece partials), so with outputs allocated on request
+// the second key buffer never exists beside the output.
+void point_conv(const CudaContext& ctx, const PointConvShape& shape, const float* features,
+                const float* weights, const int64_t* triplets, const OutputAllocator& out);
+void point_conv_backward(const CudaContext& ctx, const PointConvShape& shape, const float* grad_out,
+                         const float* features, const float* weights, const int64_t* triplets,
+                         const OutputAllocator& grad_features, const OutputAllocator& grad_weights);
+
 // Tensor-core path (the "fast" mode): features, weights, grad_out and every output in one 16-bit
 // type. Products are exact in float32 and every sum is float32 in a fixed order (MMA chains over
 // the channels, then the triplets of a destination row in ascending (k, source row) order), so
@@ -129,10 +145,6 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& shape, co
 // outputs allocated on request (OutputAllocator) they never exist beside the output: the peak
 // beyond the output is max(16 bytes a triplet + scratch - output, 8 bytes a triplet).
 bool point_conv_mma_supported(const PointConvShape& shape);
-
-// Device memory for one output (of the size the operator documents), requested by the operator
-// when it is about to write it; called exactly once for each requested output, also an empty one.
-using OutputAllocator = std::function<void*()>;
 
 void point_conv_mma(const CudaContext& ctx, const PointConvShape& shape, Half16 type, const void* features,
                     const void* weights, const int64_t* triplets, void* out);

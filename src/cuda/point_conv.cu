@@ -36,6 +36,7 @@
 #include "common/bits.hpp"
 #include "cuda/common.cuh"
 #include "cuda/primitives/async_copy.cuh"
+#include "cuda/primitives/segmented_keys.cuh"
 #include "cuda/primitives/sorted_offsets.cuh"
 #include "pcops/point_conv.hpp"
 
@@ -92,14 +93,14 @@ __global__ void packed_keys_kernel(const int64_t* t, int64_t T, int key, int sec
 
 struct Grouping {
   const int64_t* offsets = nullptr;  // [rows + 1]
-  int64_t* order = nullptr;          // [T] (the MVMR may rewrite it: pack_order_kernel)
+  int64_t* order = nullptr;          // [T]
   // [T] each: the sort's two key buffers, free for the caller once the grouping is done (stream
   // order); null without triplets.
   uint64_t* spare[2] = {nullptr, nullptr};
 };
 
 Grouping group_triplets(const CudaContext& ctx, detail::Workspace& ws, const PointConvShape& s, const int64_t* t,
-                        int key, int second, int third) {
+                        int key, int second, int third, bool columns) {
   const int64_t T = s.triplets;
   const int64_t counts[3] = {s.num_out, s.num_in, s.kernels};
   const int64_t rows = counts[key];
@@ -116,12 +117,6 @@ Grouping group_triplets(const CudaContext& ctx, detail::Workspace& ws, const Poi
   int64_t* order = ws.alloc<int64_t>(T);
   int64_t* order_alt = ws.alloc<int64_t>(T);
   const int b2 = bits_for(counts[second]), b3 = bits_for(counts[third]), bits = bits_for(rows) + b2 + b3;
-  // PCOPS_CUDA_POINT_CONV_GROUPING=columns takes the three passes where the columns would fit too
-  // (the tests compare both).
-  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_GROUPING");
-  const bool columns = e != nullptr && std::strcmp(e, "columns") == 0;
-  if (e != nullptr && *e != 0 && !columns && std::strcmp(e, "packed") != 0)
-    throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_GROUPING must be packed or columns");
   // Stable key-value sorts on the low `sort_bits` bits of keys (values: order); afterwards keys and
   // order name the buffers that hold the result.
   size_t temp_bytes = 0;
@@ -164,6 +159,195 @@ Grouping group_triplets(const CudaContext& ctx, detail::Workspace& ws, const Poi
   return g;
 }
 
+// The exact path's groupings (docs/ops/point_conv.md): by default ("segmented") a 32-bit key per
+// triplet placed into its segment by counting and sorted there (primitives::group_segmented): for
+// the MVMR the segments are the destination rows and the keys (k << src_bits) | source row, for
+// the weight gradient the segments are (k, block of 2^i_bits output rows) and the keys
+// (i mod 2^i_bits) << j_bits | j. Either way the triplets come in the CPU backend's order (row,
+// then k, then source row; or k, then i, then j), and 4 bytes a triplet stay after the sort (8
+// during it). PCOPS_CUDA_POINT_CONV_GROUPING=packed or columns takes CUB radix sorts of 64-bit
+// keys with the triplet indices as values instead (one sort, or one a column) and packs the same
+// 32-bit keys from them; "wide" (taken where a key needs more than 31 bits) keeps the indices and
+// folds with the rows kernel, which reads the triplets through them. The tests compare them all.
+enum class ExactGrouping { kSegmented, kPacked, kColumns, kWide };
+ExactGrouping exact_grouping() {
+  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_GROUPING");
+  if (e == nullptr || *e == 0 || std::strcmp(e, "segmented") == 0) return ExactGrouping::kSegmented;
+  if (std::strcmp(e, "packed") == 0) return ExactGrouping::kPacked;
+  if (std::strcmp(e, "columns") == 0) return ExactGrouping::kColumns;
+  if (std::strcmp(e, "wide") == 0) return ExactGrouping::kWide;
+  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_GROUPING must be segmented, packed, columns or wide");
+}
+
+// The MVMR's 32-bit keys: (k << src_bits) | m at each grouping position (k the triplet's kernel
+// cell, m its source row).
+struct PackedKeys {
+  const uint32_t* __restrict__ p;
+  int src_bits;
+  __device__ __forceinline__ uint32_t at(int64_t q) const { return p[q]; }
+  __device__ __forceinline__ int64_t cell_of(uint32_t v) const { return static_cast<int64_t>(v >> src_bits); }
+  __device__ __forceinline__ int64_t src_of(uint32_t v) const {
+    return static_cast<int64_t>(v & ((1u << src_bits) - 1u));
+  }
+  __device__ __forceinline__ void get(int64_t q, int64_t& k, int64_t& m) const {
+    const uint32_t v = at(q);
+    k = cell_of(v), m = src_of(v);
+  }
+};
+
+// The wide grouping's view for the rows kernel: the triplet at each position, read from t.
+struct TripletOrder {
+  const int64_t* order;
+  const int64_t* t;
+  int src_col;
+  __device__ __forceinline__ void get(int64_t q, int64_t& k, int64_t& m) const {
+    const int64_t r = order[q];
+    k = t[r * 3 + 2], m = t[r * 3 + src_col];
+  }
+};
+
+// Triplet p's segment (the destination row; `n_dst` where invalid, key 0) and key.
+struct RowPlace {
+  int dst_col, src_col;
+  int64_t n_dst, n_src, K;
+  int src_bits;
+  __device__ void operator()(const int64_t* t, int64_t p, int64_t& seg, uint64_t& key) const {
+    const int64_t d = t[p * 3 + dst_col], m = t[p * 3 + src_col], k = t[p * 3 + 2];
+    const bool ok = d >= 0 && d < n_dst && m >= 0 && m < n_src && k >= 0 && k < K;
+    seg = ok ? d : n_dst;
+    key = ok ? (static_cast<uint64_t>(k) << src_bits) | static_cast<uint64_t>(m) : 0;
+  }
+};
+
+// Triplet p's segment (k, block i >> i_bits; K tiles where invalid, key 0) and key (i's low bits
+// above j).
+struct CellBlockPlace {
+  int64_t n_out, n_in, K, tiles;
+  int i_bits, j_bits;
+  __device__ void operator()(const int64_t* t, int64_t p, int64_t& seg, uint64_t& key) const {
+    const int64_t i = t[p * 3], j = t[p * 3 + 1], k = t[p * 3 + 2];
+    const bool ok = i >= 0 && i < n_out && j >= 0 && j < n_in && k >= 0 && k < K;
+    seg = ok ? k * tiles + (i >> i_bits) : K * tiles;
+    key = ok ? (static_cast<uint64_t>(i & ((int64_t{1} << i_bits) - 1)) << j_bits) | static_cast<uint64_t>(j) : 0;
+  }
+};
+
+// keys[p] = (k << src_bits) | m of the triplet at grouping position p (CUB's order).
+__global__ void pack_keys32_kernel(const int64_t* __restrict__ order, const int64_t* __restrict__ t, int64_t T,
+                                   int src_col, int src_bits, uint32_t* __restrict__ keys) {
+  PCOPS_CUDA_GRID_STRIDE(p, T) {
+    const int64_t r = order[p];
+    keys[p] = static_cast<uint32_t>((static_cast<uint64_t>(t[r * 3 + 2]) << src_bits) |
+                                    static_cast<uint64_t>(t[r * 3 + src_col]));
+  }
+}
+
+// An MVMR's grouping: offsets [rows + 1] (at least) and either the 32-bit keys or (keys.p null, the
+// wide grouping) the triplet at each position.
+struct RowGrouping {
+  const int64_t* offsets;
+  PackedKeys keys;
+  TripletOrder order;
+};
+
+// The triplets by destination row (column dst_col), then k, then source row (src_col).
+RowGrouping group_rows(const CudaContext& ctx, detail::Workspace& ws, const PointConvShape& s, const int64_t* t,
+                       int dst_col, int src_col) {
+  const int64_t counts[3] = {s.num_out, s.num_in, s.kernels};
+  const int64_t n_dst = counts[dst_col], n_src = counts[src_col], K = s.kernels, T = s.triplets;
+  const int src_bits = bits_for(static_cast<uint64_t>(std::max<int64_t>(n_src - 1, 0)));
+  const int key_bits = src_bits + bits_for(static_cast<uint64_t>(std::max<int64_t>(K - 1, 0)));
+  ExactGrouping mode = exact_grouping();
+  if (key_bits > 31) mode = ExactGrouping::kWide;
+  if (mode == ExactGrouping::kSegmented) {
+    const RowPlace place{dst_col, src_col, n_dst, n_src, K, src_bits};
+    const primitives::SegmentedKeys sk = primitives::group_segmented(ctx, ws, t, T, n_dst, key_bits, place);
+    return {sk.offsets, {sk.keys, src_bits}, {nullptr, t, src_col}};
+  }
+  const Grouping g = group_triplets(ctx, ws, s, t, dst_col, 2, src_col, mode == ExactGrouping::kColumns);
+  if (mode == ExactGrouping::kWide) return {g.offsets, {nullptr, 0}, {g.order, t, src_col}};
+  uint32_t* keys = ws.alloc<uint32_t>(std::max<int64_t>(T, 1));
+  if (T > 0)
+    detail::launch(ctx, pack_keys32_kernel, dim3(blocks_for(T)), dim3(PointConvPolicy::kThreads), 0,
+                   static_cast<const int64_t*>(g.order), t, T, src_col, src_bits, keys);
+  return {g.offsets, {keys, src_bits}, {nullptr, t, src_col}};
+}
+
+// jj[p] = j and ii[p] = i of the triplet at position p of the (k, block) grouping (keys: i's low
+// i_bits above j; jj may be the keys themselves); positions from seg_off[segs] on (invalid
+// triplets) are left alone.
+__global__ void expand_ij_kernel(const uint32_t* keys, const int64_t* __restrict__ seg_off, int64_t segs,
+                                 int64_t tiles, int i_bits, int j_bits, int* ii, int* jj) {
+  const int64_t n = seg_off[segs];
+  PCOPS_CUDA_GRID_STRIDE(p, n) {
+    int64_t lo = 0, hi = segs;  // the last segment starting at or before p
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (seg_off[mid] <= p) lo = mid;
+      else hi = mid - 1;
+    }
+    const uint32_t v = keys[p];
+    ii[p] = static_cast<int>(((lo % tiles) << i_bits) | static_cast<int64_t>(v >> j_bits));
+    jj[p] = static_cast<int>(v & ((1u << j_bits) - 1u));
+  }
+}
+
+// cell_off[k] = seg_off[k tiles] for k = 0..K.
+__global__ void cell_offsets_kernel(const int64_t* __restrict__ seg_off, int64_t K, int64_t tiles,
+                                    int64_t* __restrict__ cell_off) {
+  PCOPS_CUDA_GRID_STRIDE(k, K + 1) cell_off[k] = seg_off[k * tiles];
+}
+
+// ii[p], jj[p] = i and j of the triplet at grouping position p (CUB's order; positions past the
+// valid triplets are never read).
+__global__ void gather_ij_kernel(const int64_t* order, const int64_t* t, int64_t T, int* ii, int* jj) {
+  PCOPS_CUDA_GRID_STRIDE(p, T) {
+    const int64_t r = order[p];
+    ii[p] = static_cast<int>(t[r * 3]);
+    jj[p] = static_cast<int>(t[r * 3 + 1]);
+  }
+}
+
+// The weight gradient's grouping: each kernel cell's triplets [cell_off[k], cell_off[k + 1]) in
+// (i, j) order, ii and jj their rows.
+struct CellGrouping {
+  const int64_t* cell_off;
+  const int* ii;
+  const int* jj;
+};
+
+CellGrouping group_cells(const CudaContext& ctx, detail::Workspace& ws, const PointConvShape& s, const int64_t* t) {
+  const int64_t K = s.kernels, T = s.triplets;
+  constexpr int NT = PointConvPolicy::kThreads;
+  const int j_bits = bits_for(static_cast<uint64_t>(std::max<int64_t>(s.num_in - 1, 0)));
+  const int i_bits = std::min(7, 31 - j_bits);
+  const int64_t tiles = i_bits >= 0 ? detail::ceil_div(std::max<int64_t>(s.num_out, 1), int64_t{1} << i_bits) : 0;
+  ExactGrouping mode = exact_grouping();
+  // Segmented where a key fits 31 bits and the segments are not far more than the triplets.
+  if (i_bits < 0 || K * tiles > std::max<int64_t>(T, int64_t{1} << 16)) mode = ExactGrouping::kPacked;
+  if (mode == ExactGrouping::kSegmented) {
+    const CellBlockPlace place{s.num_out, s.num_in, K, tiles, i_bits, j_bits};
+    const primitives::SegmentedKeys sk = primitives::group_segmented(ctx, ws, t, T, K * tiles, i_bits + j_bits, place);
+    int* ii = ws.alloc<int>(std::max<int64_t>(T, 1));
+    int64_t* cell_off = ws.alloc<int64_t>(K + 1);
+    detail::launch(ctx, cell_offsets_kernel, dim3(blocks_for(K + 1)), dim3(NT), 0,
+                   static_cast<const int64_t*>(sk.offsets), K, tiles, cell_off);
+    if (T > 0)
+      detail::launch(ctx, expand_ij_kernel, dim3(blocks_for(T)), dim3(NT), 0, static_cast<const uint32_t*>(sk.keys),
+                     static_cast<const int64_t*>(sk.offsets), K * tiles, tiles, i_bits, j_bits, ii,
+                     reinterpret_cast<int*>(sk.keys));
+    return {cell_off, ii, reinterpret_cast<const int*>(sk.keys)};
+  }
+  const Grouping g = group_triplets(ctx, ws, s, t, /*key=*/2, /*second=*/0, /*third=*/1,
+                                    mode == ExactGrouping::kColumns);
+  // The grouping's spare key buffers (null without triplets, when the kernels read neither).
+  int* ii = reinterpret_cast<int*>(g.spare[0]);
+  int* jj = reinterpret_cast<int*>(g.spare[1]);
+  if (T > 0)
+    detail::launch(ctx, gather_ij_kernel, dim3(blocks_for(T)), dim3(NT), 0, g.order, t, T, ii, jj);
+  return {g.offsets, ii, jj};
+}
+
 // V consecutive floats (V = 4: one 16-byte load; the caller guarantees the alignment).
 template <int V>
 struct Vec {
@@ -188,12 +372,12 @@ bool rows_aligned16(const void* p, int64_t c) {
 }
 
 // dst[r, d] for r < rows, d < c_dst: fold the triplets of row r (grouping order), then s ascending:
-// acc = fl(acc + fl(mat[k, s, d] * src[m, s])), m = the triplet's src_col entry. mat [K, C_src, C_dst].
-// Thread q: row q / (c_dst / V), channels d .. d + V (V = 4 needs c_dst % 4 == 0 and an aligned mat).
-template <int V>
-__global__ void mvmr_kernel(const int64_t* offsets, const int64_t* order, const int64_t* t, int src_col,
-                            const float* __restrict__ src, int64_t c_src, const float* __restrict__ mat,
-                            int64_t c_dst, int64_t rows, float* __restrict__ dst) {
+// acc = fl(acc + fl(mat[k, s, d] * src[m, s])), (k, m) = the triplet's kernel cell and source row
+// (Order: PackedKeys or TripletOrder). mat [K, C_src, C_dst]. Thread q: row q / (c_dst / V),
+// channels d .. d + V (V = 4 needs c_dst % 4 == 0 and an aligned mat).
+template <int V, class Order>
+__global__ void mvmr_kernel(const int64_t* offsets, Order order, const float* __restrict__ src, int64_t c_src,
+                            const float* __restrict__ mat, int64_t c_dst, int64_t rows, float* __restrict__ dst) {
   const int64_t groups = c_dst / V;
   PCOPS_CUDA_GRID_STRIDE(q, rows * groups) {
     const int64_t r = q / groups, d = (q - r * groups) * V;
@@ -201,9 +385,10 @@ __global__ void mvmr_kernel(const int64_t* offsets, const int64_t* order, const 
 #pragma unroll
     for (int u = 0; u < V; ++u) acc[u] = 0.0f;
     for (int64_t p = offsets[r]; p < offsets[r + 1]; ++p) {
-      const int64_t row = order[p];
-      const float* m = mat + t[row * 3 + 2] * c_src * c_dst + d;
-      const float* sv = src + t[row * 3 + src_col] * c_src;
+      int64_t k, ms;
+      order.get(p, k, ms);
+      const float* m = mat + k * c_src * c_dst + d;
+      const float* sv = src + ms * c_src;
       for (int64_t cs = 0; cs < c_src; ++cs) {
         const float x = __ldg(sv + cs);
         const Vec<V> w = load_vec<V>(m + cs * c_dst);
@@ -220,22 +405,10 @@ struct MvmrTilePolicy {
   static constexpr int kThreads = 256;
   static constexpr int kRows = 64;   // destination rows per block; their sums stay in shared memory
   static constexpr int kGroup = 4;   // rows a warp folds side by side
-  static constexpr int kPackBits = 48;
   // The cells kernel's slice of mat[k] (c_src x 32 VC floats) in shared memory, at most this.
   static constexpr int64_t kStageFloats = 16384;
 };
 
-// order[p] = (k << kPackBits) | m in place: the kernel cell and the `src_col` entry of the triplet
-// at grouping position p, what the tile and cells MVMRs read of it (the caller checks K <= 2^15
-// and that the entries fit kPackBits; positions past the valid triplets are never read).
-__global__ void pack_order_kernel(int64_t* order, const int64_t* t, int64_t T, int src_col) {
-  constexpr int PB = MvmrTilePolicy::kPackBits;
-  PCOPS_CUDA_GRID_STRIDE(p, T) {
-    const int64_t r = order[p];
-    const uint64_t k = static_cast<uint64_t>(t[r * 3 + 2]), m = static_cast<uint64_t>(t[r * 3 + src_col]);
-    order[p] = static_cast<int64_t>((k << PB) | (m & ((uint64_t{1} << PB) - 1)));
-  }
-}
 
 
 // VC consecutive floats: plain loads (kShared: shared memory, or global data the kernel itself or
@@ -347,17 +520,27 @@ struct RunGroup {
   I rr[NG], pp[NG];
   int ll[NG];
   int cnt;
-  // The n (1..NG) sorted runs at order[first ..] (the cells MVMR's run lists): each run's first
-  // grouping position, its row and its length; then longest first.
-  __device__ __forceinline__ void take(const int* __restrict__ order, const int* __restrict__ run_row,
-                                       const int* __restrict__ run_len, int64_t first, int n) {
+  // The n (1..NG) runs at run_pos[first ..], run_row[first ..] (the cells MVMR's run lists, cell
+  // k's): each run's first grouping position and its row; its length counted from the keys (the
+  // positions of the row that follow with cell k); then longest first.
+  __device__ __forceinline__ void take(const int* __restrict__ run_pos, const int* __restrict__ run_row,
+                                       int64_t first, int n, const PackedKeys& keys,
+                                       const int64_t* __restrict__ offsets, int64_t k) {
     cnt = n;
 #pragma unroll
     for (int x = 0; x < NG; ++x) {
-      const int q = x < cnt ? order[first + x] : 0;
-      rr[x] = x < cnt ? run_row[q] : 0;
-      pp[x] = q;
-      ll[x] = x < cnt ? run_len[q] : 0;
+      pp[x] = x < cnt ? run_pos[first + x] : 0;
+      rr[x] = x < cnt ? run_row[first + x] : 0;
+    }
+#pragma unroll
+    for (int x = 0; x < NG; ++x) {
+      int l = 0;
+      if (x < cnt) {
+        const int64_t e = offsets[rr[x] + 1];
+        do ++l;
+        while (pp[x] + l < e && keys.cell_of(keys.at(pp[x] + l)) == k);
+      }
+      ll[x] = l;
     }
     sort();
   }
@@ -382,17 +565,15 @@ struct RunGroup {
   // The runs' triplets into the rows' sums a[x] (sorted first): step u folds the u-th triplet of
   // every run that long (source rows from the packed order), one load of the matrix for them all.
   template <int VC, bool kVec, bool kShared>
-  __device__ __forceinline__ void fold(float (&a)[NG][VC], const int64_t* __restrict__ packed,
-                                       const float* __restrict__ src, int64_t c_src, const float* __restrict__ w,
-                                       int64_t ld, int64_t valid) const {
-    constexpr uint64_t kMask = (uint64_t{1} << MvmrTilePolicy::kPackBits) - 1;
+  __device__ __forceinline__ void fold(float (&a)[NG][VC], const PackedKeys& keys, const float* __restrict__ src,
+                                       int64_t c_src, const float* __restrict__ w, int64_t ld, int64_t valid) const {
     for (int u = 0; u < ll[0]; ++u) {
       int na = 0;
       int64_t m[NG];
 #pragma unroll
       for (int x = 0; x < NG; ++x) {
         na += ll[x] > u;
-        m[x] = ll[x] > u ? static_cast<int64_t>(static_cast<uint64_t>(packed[pp[x] + u]) & kMask) : 0;
+        m[x] = ll[x] > u ? keys.src_of(keys.at(pp[x] + u)) : 0;
       }
       dispatch_fold<NG, VC, kVec, kShared>(na, a, m, src, c_src, w, ld, valid);
     }
@@ -406,11 +587,10 @@ struct RunGroup {
 // the grouping, sorted by j): a warp folds the runs of up to kGroup rows side by side, their u-th
 // triplets together, so each value of mat[k] it loads serves up to kGroup rows (mvmr_kernel loads
 // it once per row and triplet). The warps of the block work on one cell at a time (a barrier per
-// cell), so mat[k]'s block is read from L1 by all of them. packed: the grouping's order as
-// pack_order_kernel leaves it.
+// cell), so mat[k]'s block is read from L1 by all of them.
 template <bool kVec>
 __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, 2)
-    mvmr_tile_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ packed,
+    mvmr_tile_kernel(const int64_t* __restrict__ offsets, PackedKeys keys,
                      const float* __restrict__ src, int64_t c_src, const float* __restrict__ mat, int64_t c_dst,
                      int64_t rows, int64_t K, float* __restrict__ dst) {
   using P = MvmrTilePolicy;
@@ -429,7 +609,7 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, 2)
   // Threads 0..63 keep the cursor of row r0 + tid: its next position p (of end e) and that
   // triplet's cell nk (K: none left).
   int64_t p = 0, e = 0, nk = K;
-  const auto cell = [&](int64_t q) { return static_cast<int64_t>(static_cast<uint64_t>(packed[q]) >> P::kPackBits); };
+  const auto cell = [&](int64_t q) { return keys.cell_of(keys.at(q)); };
   const auto publish_next = [&] {  // half_next[warp] = min nk over the warp's rows (warps 0, 1)
     int64_t mk = nk;
 #pragma unroll
@@ -489,7 +669,7 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, 2)
 #pragma unroll
         for (int u = 0; u < VC; ++u) a[x][u] = v.v[u];
       }
-      grp.fold<VC, kVec, false>(a, packed, src, c_src, w, c_dst, valid);
+      grp.fold<VC, kVec, false>(a, keys, src, c_src, w, c_dst, valid);
 #pragma unroll
       for (int x = 0; x < NG; ++x) {
         if (x >= cnt) continue;
@@ -510,11 +690,14 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, 2)
 // per kernel cell k, in order, folds every row's run of k-triplets into them, so that no block
 // waits for another's rows (the tiles wait at a barrier per cell for their slowest warp). The
 // runs of all rows (maximal stretches of one row and one cell in the grouping's order) are listed
-// once and sorted by (cell, length descending); in cell k's launch, each block copies mat[k]'s
-// slice of 32 VC destination channels into shared memory and its warps take groups of NG (2 or 4)
-// consecutive runs (about equally long), row sums from dst and back.
+// once and placed by (cell, length descending: one bucket a length below kBuckets - 1, the rest
+// in one); in cell k's launch, each block copies mat[k]'s slice of 32 VC destination channels into
+// shared memory and its warps take groups of NG (2 or 4) consecutive runs (about equally long),
+// row sums from dst and back. Each run is the only one of its row and cell, so the order of the
+// runs inside a cell does not change a bit.
 struct MvmrCellsPolicy {
-  static constexpr int kLenBits = 17;  // run lengths in the sort key (clamped: longer ones tie)
+  static constexpr int kBuckets = 32;  // run lengths a cell
+  static constexpr int kThreads = 256;  // of the listing kernels
 };
 
 // The cells kernel's shape for VC channels a lane: NG runs a warp group, at least MB blocks of
@@ -543,44 +726,73 @@ struct CellsShape<1> {
   static constexpr int kGroup = 2, kBlocksPerSm = 4;
 };
 
-// The runs of the grouping, each at its first position p: its sort key keys[p] (kKeys), or
-// run_row[p] and run_len[p] (otherwise: the second pass, once the sorted keys are no longer needed,
-// into their buffers). The key: the cell k above kLenBits of the complement of the clamped length
-// (longer first). The other positions keep what they had (the caller fills the keys with the
-// largest key). packed: pack_order_kernel's order.
-template <bool kKeys>
-__global__ void write_runs_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ packed,
-                                  int64_t rows, uint32_t* __restrict__ keys, int* __restrict__ run_row,
-                                  int* __restrict__ run_len) {
-  constexpr int len_bits = MvmrCellsPolicy::kLenBits;
-  constexpr uint32_t len_max = (uint32_t{1} << len_bits) - 1;
-  PCOPS_CUDA_GRID_STRIDE(r, rows) {
-    const int64_t e = offsets[r + 1];
-    for (int64_t p = offsets[r]; p < e;) {
-      const uint64_t k = static_cast<uint64_t>(packed[p]) >> MvmrTilePolicy::kPackBits;
-      const int64_t p0 = p;
-      do ++p;
-      while (p < e && static_cast<uint64_t>(packed[p]) >> MvmrTilePolicy::kPackBits == k);
-      const uint32_t len = static_cast<uint32_t>(p - p0);
-      if constexpr (kKeys)
-        keys[p0] = static_cast<uint32_t>(k << len_bits) | (len_max - (len < len_max ? len : len_max));
-      else
-        run_row[p0] = static_cast<int>(r), run_len[p0] = static_cast<int>(len);
+// The runs of the grouping (maximal stretches of one row and one kernel cell), each in segment
+// k kBuckets + (kBuckets - 1 - min(length, kBuckets - 1)) of S = K kBuckets: kFill false counts
+// them (counts[seg]), kFill true writes each run's first position and row at a place of its
+// segment not taken yet (seg_off[seg] + cursor[seg], then cursor[seg] moves on). Each block takes
+// a contiguous chunk of the rows; kShared (S <= primitives::kPlaceShared): it counts its chunk in
+// shared memory first and touches each segment's global counter once.
+template <bool kShared, bool kFill>
+__global__ void __launch_bounds__(MvmrCellsPolicy::kThreads)
+    list_runs_kernel(const int64_t* __restrict__ offsets, PackedKeys keys, int64_t rows, int64_t S,
+                     unsigned* __restrict__ counts, const int64_t* __restrict__ seg_off, int* __restrict__ run_pos,
+                     int* __restrict__ run_row) {
+  constexpr int NT = MvmrCellsPolicy::kThreads, B = MvmrCellsPolicy::kBuckets;
+  extern __shared__ unsigned h[];  // [S] where kShared
+  const int64_t per = (rows + gridDim.x - 1) / gridDim.x;
+  const int64_t r0 = min(rows, int64_t{blockIdx.x} * per), r1 = min(rows, r0 + per);
+  // f(seg, p, r) for every run of the chunk's rows.
+  const auto each_run = [&](auto f) {
+    for (int64_t r = r0 + threadIdx.x; r < r1; r += NT) {
+      const int64_t e = offsets[r + 1];
+      for (int64_t p = offsets[r]; p < e;) {
+        const int64_t k = keys.cell_of(keys.at(p)), p0 = p;
+        do ++p;
+        while (p < e && keys.cell_of(keys.at(p)) == k);
+        const int64_t len = p - p0;
+        f(k * B + (B - 1 - (len < B - 1 ? len : B - 1)), p0, r);
+      }
     }
+  };
+  if constexpr (kShared) {
+    for (int64_t e = threadIdx.x; e < S; e += NT) h[e] = 0;
+    __syncthreads();
+    each_run([&](int64_t seg, int64_t, int64_t) { atomicAdd(&h[seg], 1u); });
+    __syncthreads();
+    for (int64_t e = threadIdx.x; e < S; e += NT) {
+      if (h[e] == 0) continue;
+      if constexpr (kFill) h[e] = static_cast<unsigned>(seg_off[e]) + atomicAdd(&counts[e], h[e]);
+      else atomicAdd(&counts[e], h[e]);
+    }
+    if constexpr (kFill) {
+      __syncthreads();
+      each_run([&](int64_t seg, int64_t p0, int64_t r) {
+        const unsigned q = atomicAdd(&h[seg], 1u);
+        run_pos[q] = static_cast<int>(p0), run_row[q] = static_cast<int>(r);
+      });
+    }
+  } else {
+    each_run([&](int64_t seg, int64_t p0, int64_t r) {
+      const unsigned q = atomicAdd(&counts[seg], 1u);
+      if constexpr (kFill) {
+        const int64_t at = seg_off[seg] + q;
+        run_pos[at] = static_cast<int>(p0), run_row[at] = static_cast<int>(r);
+      }
+    });
   }
 }
 
-// Cell k's runs (sorted positions cell_off[k] .. cell_off[k + 1] - 1 of order, each run's first
-// grouping position) into dst. Blocks: (part, column block) with the column blocks innermost.
+// Cell k's runs (entries seg_off[k B] .. seg_off[(k + 1) B] - 1 of the run lists, B = kBuckets)
+// into dst. Blocks: (part, column block) with the column blocks innermost.
 template <int VC, int NG>
 __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, CellsShape<VC>::kBlocksPerSm)
-    mvmr_cells_kernel(int64_t k, const int64_t* __restrict__ cell_off, const int* __restrict__ order,
-                      const int* __restrict__ run_row, const int* __restrict__ run_len,
-                      const int64_t* __restrict__ packed, const float* __restrict__ src, int64_t c_src,
-                      const float* __restrict__ mat, int64_t c_dst, float* __restrict__ dst) {
-  constexpr int NT = MvmrTilePolicy::kThreads, NC = 32 * VC, NW = NT / 32;
+    mvmr_cells_kernel(int64_t k, const int64_t* __restrict__ seg_off, const int* __restrict__ run_pos,
+                      const int* __restrict__ run_row, const int64_t* __restrict__ offsets, PackedKeys keys,
+                      const float* __restrict__ src, int64_t c_src, const float* __restrict__ mat, int64_t c_dst,
+                      float* __restrict__ dst) {
+  constexpr int NT = MvmrTilePolicy::kThreads, NC = 32 * VC, NW = NT / 32, B = MvmrCellsPolicy::kBuckets;
   extern __shared__ __align__(16) float stage[];  // [c_src][NC]
-  const int64_t begin = cell_off[k], end = cell_off[k + 1];
+  const int64_t begin = seg_off[k * B], end = seg_off[(k + 1) * B];
   if (begin == end) return;  // block-uniform
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int64_t col_blocks = (c_dst + NC - 1) / NC, parts = gridDim.x / col_blocks;
@@ -592,7 +804,8 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, CellsShape<VC>::kBlo
   const int64_t groups = (end - begin + NG - 1) / NG;
   for (int64_t g = part * NW + warp; g < groups; g += parts * NW) {  // warp-uniform
     RunGroup<NG, int> grp;
-    grp.take(order, run_row, run_len, begin + g * NG, static_cast<int>(min(int64_t{NG}, end - begin - g * NG)));
+    grp.take(run_pos, run_row, begin + g * NG, static_cast<int>(min(int64_t{NG}, end - begin - g * NG)), keys, offsets,
+             k);
     float a[NG][VC];
 #pragma unroll
     for (int x = 0; x < NG; ++x) {
@@ -600,7 +813,7 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, CellsShape<VC>::kBlo
 #pragma unroll
       for (int u = 0; u < VC; ++u) a[x][u] = v.v[u];
     }
-    grp.fold<VC, true, true>(a, packed, src, c_src, stage + lane * VC, NC, valid);
+    grp.fold<VC, true, true>(a, keys, src, c_src, stage + lane * VC, NC, valid);
     if (valid <= 0) continue;
 #pragma unroll
     for (int x = 0; x < NG; ++x) {
@@ -623,7 +836,7 @@ __global__ void __launch_bounds__(MvmrTilePolicy::kThreads, CellsShape<VC>::kBlo
 // shuffles ran at the same speed, point-conv-kernels-cuda-20261201-130000-db1d40d-*.json). The
 // slices lie kSliceStride floats apart: below 32 channels a block, a warp's 16-byte loads serve
 // 32 / NC rows a phase, whose cells differ, and the padding of NC floats puts neighbouring cells'
-// slices on other banks. packed: pack_order_kernel's order.
+// slices on other banks.
 struct MvmrSlicesPolicy {
   static constexpr int kThreads = 256;
   static constexpr int kBlocksPerSm = 2;
@@ -642,12 +855,10 @@ struct MvmrSlicesWidePolicy : MvmrSlicesPolicy {
 
 template <int NC, class Policy>
 __global__ void __launch_bounds__(Policy::kThreads, Policy::kBlocksPerSm)
-    mvmr_slices_kernel(const int64_t* __restrict__ offsets, const int64_t* __restrict__ packed,
+    mvmr_slices_kernel(const int64_t* __restrict__ offsets, PackedKeys keys,
                        const float* __restrict__ src, int64_t c_src, const float* __restrict__ mat, int64_t c_dst,
                        int64_t rows, int64_t K, float* __restrict__ dst) {
   constexpr int NT = Policy::kThreads, TPR = NC / 4, RPB = NT / TPR;
-  constexpr int PB = MvmrTilePolicy::kPackBits;
-  constexpr uint64_t kMask = (uint64_t{1} << PB) - 1;
   extern __shared__ __align__(16) float stage[];  // [K][c_src][NC], slices `stride` floats apart
   const int tid = threadIdx.x;
   const int64_t stride = MvmrSlicesPolicy::slice_stride(c_src, NC);
@@ -668,17 +879,17 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBlocksPerSm)
   for (int64_t r = part * RPB + tid / TPR; r < rows; r += parts * RPB) {
     float acc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     const int64_t b = offsets[r], e = offsets[r + 1];
-    uint64_t pk_next = b < e ? static_cast<uint64_t>(packed[b]) : 0;
-    float4 f_next = b < e ? __ldg(reinterpret_cast<const float4*>(src + (pk_next & kMask) * c_src))
+    uint32_t pk_next = b < e ? keys.at(b) : 0;
+    float4 f_next = b < e ? __ldg(reinterpret_cast<const float4*>(src + keys.src_of(pk_next) * c_src))
                           : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
     for (int64_t p = b; p < e; ++p) {
-      const uint64_t pk = pk_next;
-      const float* sv = src + (pk & kMask) * c_src;
-      const float* w = wl + static_cast<int64_t>(pk >> PB) * stride;
+      const uint32_t pk = pk_next;
+      const float* sv = src + keys.src_of(pk) * c_src;
+      const float* w = wl + keys.cell_of(pk) * stride;
       float4 f = f_next;
       if (p + 1 < e) {
-        pk_next = static_cast<uint64_t>(packed[p + 1]);
-        f_next = __ldg(reinterpret_cast<const float4*>(src + (pk_next & kMask) * c_src));
+        pk_next = keys.at(p + 1);
+        f_next = __ldg(reinterpret_cast<const float4*>(src + keys.src_of(pk_next) * c_src));
       }
 #pragma unroll 2
       for (int64_t cs = 0; cs < c_src; cs += 4) {
@@ -691,18 +902,6 @@ __global__ void __launch_bounds__(Policy::kThreads, Policy::kBlocksPerSm)
       }
     }
     if (d < c_dst) *reinterpret_cast<float4*>(dst + r * c_dst + d) = make_float4(acc[0], acc[1], acc[2], acc[3]);
-  }
-}
-
-// ii[p], jj[p] = the offsets i co and j ci of the rows of G and F that the triplet at grouping
-// position p multiplies (the VVOR's operands without the order -> triplet indirection; positions
-// past the valid triplets are never read).
-__global__ void gather_ij_kernel(const int64_t* order, const int64_t* t, int64_t T, int64_t co, int64_t ci,
-                                 int64_t* ii, int64_t* jj) {
-  PCOPS_CUDA_GRID_STRIDE(p, T) {
-    const int64_t r = order[p];
-    ii[p] = t[r * 3] * co;
-    jj[p] = t[r * 3 + 1] * ci;
   }
 }
 
@@ -869,20 +1068,23 @@ struct FeedUnits {
   static_assert(V == 4 || V == 1, "16- or 4-byte units");
   static_assert((W & (W - 1)) == 0 && U <= 32, "stage rows a power of two units wide");
   const float* mc;  // the matrix from column col0
+  int64_t ld;
   uint32_t out;
-  __device__ __forceinline__ void init(const float* __restrict__ m, int64_t ld, int64_t col0, int tid) {
+  __device__ __forceinline__ void init(const float* __restrict__ m, int64_t ld_, int64_t col0, int tid) {
     mc = m + col0;
+    ld = ld_;
     out = 0;
 #pragma unroll
     for (int u = 0; u < U; ++u) out |= static_cast<uint32_t>(col0 + (tid + NT * u) % W * V >= ld) << u;
   }
-  // off[u] = the element offset of unit u's matrix row (src[p0 + stage row]: row x ld), -1 past end.
-  __device__ __forceinline__ void rows(int64_t (&off)[U], const int64_t* __restrict__ src, int64_t p0, int64_t end,
+  // off[u] = the element offset of unit u's matrix row (row src[p0 + stage row], times ld), -1 past
+  // the end.
+  __device__ __forceinline__ void rows(int64_t (&off)[U], const int* __restrict__ src, int64_t p0, int64_t end,
                                        int tid) const {
 #pragma unroll
     for (int u = 0; u < U; ++u) {
       const int r = (tid + NT * u) / W;
-      off[u] = p0 + r < end ? src[p0 + r] : -1;
+      off[u] = p0 + r < end ? static_cast<int64_t>(src[p0 + r]) * ld : -1;
     }
   }
   // The units into a stage buffer by cp.async (16 or 4 bytes each).
@@ -904,20 +1106,20 @@ struct FeedUnits {
 // FV units a stage row, GU / FU units a thread). It keeps the next stage to copy (its first
 // position and its units' row offsets, read one stage ahead); copy() issues that stage into a pair
 // of buffers by cp.async and reads the offsets of the one after, one commit group a call (an empty
-// group past the cell's end). gi, fj: the triplets' row offsets in G and F (gather_ij_kernel).
+// group past the cell's end). gi, fj: the triplets' rows of G and F (the grouping's ii, jj).
 template <int V, int KO, int KC, int NT>
 struct VvorFeed {
   static constexpr int S = VvorPolicy::kS, GV = KO / V, FV = KC / V, GU = S * GV / NT, FU = S * FV / NT;
   static_assert(KO % V == 0 && KC % V == 0, "whole units inside the tile");
   static_assert(GU >= 1 && FU >= 1 && S * GV % NT == 0 && S * FV % NT == 0, "whole units per thread");
-  const int64_t* __restrict__ gi;
-  const int64_t* __restrict__ fj;
+  const int* __restrict__ gi;
+  const int* __restrict__ fj;
   int64_t next, end;
   int tid;
   FeedUnits<V, GU, GV, NT> g_units;
   FeedUnits<V, FU, FV, NT> f_units;
   int64_t g_off[GU], f_off[FU];
-  __device__ __forceinline__ VvorFeed(const int64_t* gi_, const int64_t* fj_, int64_t begin, int64_t end_,
+  __device__ __forceinline__ VvorFeed(const int* gi_, const int* fj_, int64_t begin, int64_t end_,
                                       const float* __restrict__ grad_out, int64_t co, int64_t o0,
                                       const float* __restrict__ features, int64_t ci, int64_t c0, int tid_)
       : gi(gi_), fj(fj_), next(begin), end(end_), tid(tid_) {
@@ -959,7 +1161,7 @@ constexpr int kVvorRingFloats = NB * VvorPolicy::kS * (16 * RO + 8 * RC);
 // 16-byte aligned): the piece's fold into grad_weights or its partial slot.
 template <int V, int RO, int RC, int NB>
 __device__ __forceinline__ void vvor_ring_block(float* smem, const VvorPiece& pc, int64_t t,
-                                                const int64_t* __restrict__ ii, const int64_t* __restrict__ jj,
+                                                const int* __restrict__ ii, const int* __restrict__ jj,
                                                 const float* __restrict__ grad_out,
                                                 const float* __restrict__ features, int64_t co, int64_t ci,
                                                 int64_t o_tiles, int64_t c_tiles, float* __restrict__ grad_weights,
@@ -999,8 +1201,8 @@ __device__ __forceinline__ void vvor_ring_block(float* smem, const VvorPiece& pc
 // One block per (piece of `pieces`, tile): blocks q * tiles .. q * tiles + tiles - 1 take piece q.
 template <int V, int RO, int RC, int NB>
 __global__ void __launch_bounds__(VvorPolicy::kThreads)
-    vvor_ring_kernel(const VvorPiece* __restrict__ pieces, const int64_t* __restrict__ ii,
-                     const int64_t* __restrict__ jj, const float* __restrict__ grad_out,
+    vvor_ring_kernel(const VvorPiece* __restrict__ pieces, const int* __restrict__ ii,
+                     const int* __restrict__ jj, const float* __restrict__ grad_out,
                      const float* __restrict__ features, int64_t co, int64_t ci, int64_t o_tiles, int64_t c_tiles,
                      float* __restrict__ grad_weights, float* __restrict__ partials) {
   __shared__ __align__(16) float smem[kVvorRingFloats<RO, RC, NB>];
@@ -1018,7 +1220,7 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
 template <int V, int RO1, int RC1, int NB1, int RO2, int RC2, int NB2>
 __global__ void __launch_bounds__(VvorPolicy::kThreads)
     vvor_mixed_kernel(const VvorPiece* __restrict__ a, int64_t a_pieces, const VvorPiece* __restrict__ b,
-                      const int64_t* __restrict__ ii, const int64_t* __restrict__ jj,
+                      const int* __restrict__ ii, const int* __restrict__ jj,
                       const float* __restrict__ grad_out, const float* __restrict__ features, int64_t co,
                       int64_t ci, int64_t o_tiles1, int64_t c_tiles1, int64_t o_tiles2, int64_t c_tiles2,
                       float* __restrict__ grad_weights, float* __restrict__ partials) {
@@ -1105,114 +1307,95 @@ int64_t row_parts(int64_t col_blocks, int blocks_per_sm) {
 }
 
 template <int NC, class Policy>
-void launch_mvmr_slices(const CudaContext& ctx, const Grouping& g, const int64_t* t, int src_col, const float* src,
-                        int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, int64_t K, int64_t T,
-                        float* dst) {
+void launch_mvmr_slices(const CudaContext& ctx, const RowGrouping& g, const float* src, int64_t c_src,
+                        const float* mat, int64_t c_dst, int64_t rows, int64_t K, float* dst) {
   constexpr int NT = Policy::kThreads;
-  if (T > 0)
-    detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(PointConvPolicy::kThreads), 0, g.order, t, T,
-                   src_col);
   const int64_t col_blocks = detail::ceil_div(c_dst, int64_t{NC});
   const int64_t parts = row_parts(col_blocks, Policy::kBlocksPerSm);
   const auto kernel = mvmr_slices_kernel<NC, Policy>;
   const size_t smem = static_cast<size_t>(K * MvmrSlicesPolicy::slice_stride(c_src, NC)) * sizeof(float);
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-  detail::launch(ctx, kernel, dim3(static_cast<unsigned>(parts * col_blocks)), dim3(NT), smem, g.offsets,
-                 static_cast<const int64_t*>(g.order), src, c_src, mat, c_dst, rows, K, dst);
+  detail::launch(ctx, kernel, dim3(static_cast<unsigned>(parts * col_blocks)), dim3(NT), smem, g.offsets, g.keys, src,
+                 c_src, mat, c_dst, rows, K, dst);
 }
 
-// The runs of a grouping in key order (write_runs_kernel: by cell, then longer first), after
-// packing the grouping's order (pack_order_kernel, for the MVMR's reads of the source rows):
-// order[x] is the x-th run's first grouping position q, run_row[q] and run_len[q] its row and
-// length, offsets[k] the first run of cell k = 0..K (T > 0). The 32-bit keys and positions and
-// their sort buffers lie in the grouping's spare key buffers (8 bytes a triplet each: keys and
-// positions in one, their sort buffers in the other), so the lists take no memory of their own
-// beyond the offsets and the sort's scratch; once the keys are spent (stream order) their buffers
-// take each run's row and length. Positions that start no run keep the largest key, whose cell
-// part is past every real one.
+// The runs of a grouping for the cells MVMR (list_runs_kernel): entries seg_off[k kBuckets] ..
+// seg_off[(k + 1) kBuckets] - 1 of pos and row are cell k's runs, longer ones first (T > 0). Two
+// ints a triplet at most (there are at most T runs), beside the grouping's keys.
 struct RunLists {
-  const int* order;
-  const int* run_row;
-  const int* run_len;
-  const int64_t* offsets;
+  const int* pos;
+  const int* row;
+  const int64_t* seg_off;
 };
 
-RunLists list_runs(const CudaContext& ctx, detail::Workspace& ws, const Grouping& g, const int64_t* t, int src_col,
-                   int64_t rows, int64_t T, int64_t K) {
-  constexpr int NT = PointConvPolicy::kThreads;
-  cudaStream_t stream = detail::stream_of(ctx);
-  detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(NT), 0, g.order, t, T, src_col);
-  uint32_t* keys = reinterpret_cast<uint32_t*>(g.spare[0]);
-  uint32_t* keys_alt = reinterpret_cast<uint32_t*>(g.spare[1]);
-  int* ids = reinterpret_cast<int*>(keys + T);
-  int* ids_alt = reinterpret_cast<int*>(keys_alt + T);
-  int64_t* offsets = ws.alloc<int64_t>(K + 1);
-  cub::DoubleBuffer<uint32_t> dk(keys, keys_alt);
-  cub::DoubleBuffer<int> dv(ids, ids_alt);
-  size_t sort_bytes = 0;
-  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(nullptr, sort_bytes, dk, dv, T, 0, 32, stream));
-  void* temp = ws.bytes(sort_bytes);
-  PCOPS_CUDA_CHECK(cudaMemsetAsync(keys, 0xff, static_cast<size_t>(T) * sizeof(uint32_t), stream));
-  detail::launch(ctx, iota_kernel<int>, dim3(blocks_for(T)), dim3(NT), 0, ids, T);
-  detail::launch(ctx, write_runs_kernel<true>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets,
-                 static_cast<const int64_t*>(g.order), rows, keys, nullptr, nullptr);
-  PCOPS_CUDA_CHECK(cub::DeviceRadixSort::SortPairs(temp, sort_bytes, dk, dv, T, 0, 32, stream));
-  detail::launch(ctx, primitives::sorted_offsets_kernel<uint32_t>, dim3(blocks_for(K + 1)), dim3(NT), 0,
-                 static_cast<const uint32_t*>(dk.Current()), T, MvmrCellsPolicy::kLenBits, K, offsets);
-  int* run_row = reinterpret_cast<int*>(keys);
-  int* run_len = reinterpret_cast<int*>(keys_alt);
-  detail::launch(ctx, write_runs_kernel<false>, dim3(blocks_for(rows)), dim3(NT), 0, g.offsets,
-                 static_cast<const int64_t*>(g.order), rows, nullptr, run_row, run_len);
-  return {dv.Current(), run_row, run_len, offsets};
+RunLists list_runs(const CudaContext& ctx, detail::Workspace& ws, const RowGrouping& g, int64_t rows, int64_t T,
+                   int64_t K) {
+  constexpr int NT = MvmrCellsPolicy::kThreads;
+  const cudaStream_t stream = detail::stream_of(ctx);
+  const int64_t S = K * MvmrCellsPolicy::kBuckets;
+  int* pos = ws.alloc<int>(T);
+  int* row = ws.alloc<int>(T);
+  int64_t* seg_off = ws.alloc<int64_t>(S + 1);
+  auto* counts = ws.alloc<unsigned>(S + 1);
+  PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(unsigned) * (S + 1), stream));
+  const bool shared = S <= primitives::kPlaceShared;
+  const dim3 grid(detail::grid_blocks(rows, NT * 8, shared ? 2048 : int64_t{1} << 20));
+  const size_t smem = shared ? sizeof(unsigned) * S : 0;
+  detail::launch(ctx, shared ? list_runs_kernel<true, false> : list_runs_kernel<false, false>, grid, dim3(NT), smem,
+                 g.offsets, g.keys, rows, S, counts, static_cast<const int64_t*>(nullptr), static_cast<int*>(nullptr),
+                 static_cast<int*>(nullptr));
+  size_t scan_bytes = 0;
+  PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, counts, seg_off, S + 1, stream));
+  void* temp = ws.bytes(scan_bytes);
+  PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, counts, seg_off, S + 1, stream));
+  ws.release(temp);
+  PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(unsigned) * S, stream));
+  detail::launch(ctx, shared ? list_runs_kernel<true, true> : list_runs_kernel<false, true>, grid, dim3(NT), smem,
+                 g.offsets, g.keys, rows, S, counts, static_cast<const int64_t*>(seg_off), pos, row);
+  ws.release(counts);
+  return {pos, row, seg_off};
 }
 
-// Whether the run lists take these sizes: 32-bit run fields (T and rows below 2^31), the cell
-// beside the length in a 32-bit key (K < 2^15), source rows within the packed order's bits.
-bool runs_fit(int64_t rows, int64_t K, int64_t T, int64_t src_rows) {
-  return T < (int64_t{1} << 31) && rows < (int64_t{1} << 31) && K < (int64_t{1} << 15) &&
-         src_rows <= (int64_t{1} << MvmrTilePolicy::kPackBits);
-}
+// Whether the run lists take these sizes: 32-bit positions and rows (T and rows below 2^31).
+bool runs_fit(int64_t rows, int64_t T) { return T < (int64_t{1} << 31) && rows < (int64_t{1} << 31); }
 
 // The "cells" MVMR (runs_fit holds; VC channels a lane, aligned rows, the slice within the stage
-// budget): list and sort the runs, then a launch per kernel cell (empty cells' blocks return at
-// once), CellsShape<VC>'s groups and blocks. Earlier, with slices of 128 channels (forward, 165k
-// points), groups of four / eight runs: 6.28 / 7.06 ms at C = 128, 22.8 / 21.3 ms at 256, 131 /
-// 113 ms at 512.
+// budget): list the runs, then a launch per kernel cell (empty cells' blocks return at once),
+// CellsShape<VC>'s groups and blocks. Earlier, with slices of 128 channels (forward, 165k points),
+// groups of four / eight runs: 6.28 / 7.06 ms at C = 128, 22.8 / 21.3 ms at 256, 131 / 113 ms at
+// 512.
 template <int VC>
-void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const Grouping& g, const int64_t* t,
-                       int src_col, const float* src, int64_t c_src, const float* mat, int64_t c_dst, int64_t rows,
-                       int64_t K, int64_t T, float* dst) {
+void launch_mvmr_cells(const CudaContext& ctx, detail::Workspace& ws, const RowGrouping& g, const float* src,
+                       int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, int64_t K, int64_t T,
+                       float* dst) {
   using Shape = CellsShape<VC>;
-  constexpr int NT = PointConvPolicy::kThreads;
   PCOPS_CUDA_CHECK(cudaMemsetAsync(dst, 0, static_cast<size_t>(rows * c_dst) * sizeof(float), detail::stream_of(ctx)));
   if (T == 0) return;
-  const RunLists runs = list_runs(ctx, ws, g, t, src_col, rows, T, K);
+  const RunLists runs = list_runs(ctx, ws, g, rows, T, K);
   const int64_t NC = 32 * VC, col_blocks = detail::ceil_div(c_dst, NC);
   const int64_t parts = row_parts(col_blocks, Shape::kBlocksPerSm);
   const auto kernel = mvmr_cells_kernel<VC, Shape::kGroup>;
   const size_t smem = static_cast<size_t>(c_src * NC) * sizeof(float);
   PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   for (int64_t k = 0; k < K; ++k)
-    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(parts * col_blocks)), dim3(NT), smem, k, runs.offsets,
-                   runs.order, runs.run_row, runs.run_len, static_cast<const int64_t*>(g.order), src, c_src, mat,
-                   c_dst, dst);
+    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(parts * col_blocks)), dim3(MvmrTilePolicy::kThreads), smem,
+                   k, runs.seg_off, runs.pos, runs.row, g.offsets, g.keys, src, c_src, mat, c_dst, dst);
 }
 
-void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& g, const int64_t* t, int src_col, const float* src,
-                 int64_t c_src, int64_t src_rows, const float* mat, int64_t c_dst, int64_t rows, int64_t K,
-                 int64_t T, float* dst) {
+void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const RowGrouping& g, const float* src, int64_t c_src,
+                 const float* mat, int64_t c_dst, int64_t rows, int64_t K, int64_t T, float* dst) {
   constexpr int NT = PointConvPolicy::kThreads;
   using TP = MvmrTilePolicy;
   const Mvmr choice = mvmr_choice(c_src, c_dst, K);
   const bool vec = rows_aligned16(src, c_src) && rows_aligned16(mat, c_dst);
   const bool aligned = vec && rows_aligned16(dst, c_dst);  // 16-byte rows of src, mat and dst
-  if ((choice == Mvmr::kSlices || choice == Mvmr::kSlicesWide) && c_src > 0 && aligned &&
-      K < (int64_t{1} << 15) && src_rows <= (int64_t{1} << TP::kPackBits)) {
+  const bool keyed = g.keys.p != nullptr;  // not the wide grouping
+  if ((choice == Mvmr::kSlices || choice == Mvmr::kSlicesWide) && c_src > 0 && aligned && keyed) {
     const bool wide = choice == Mvmr::kSlicesWide;
     const auto go = [&](auto nc_c) {
       constexpr int NC = decltype(nc_c)::value;
       (wide ? launch_mvmr_slices<NC, MvmrSlicesWidePolicy> : launch_mvmr_slices<NC, MvmrSlicesPolicy>)(
-          ctx, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, dst);
+          ctx, g, src, c_src, mat, c_dst, rows, K, dst);
     };
     const int64_t stage_bytes = wide ? wide_stage_bytes() : MvmrSlicesPolicy::kStageBytes;
     switch (slices_width(c_src, c_dst, K, stage_bytes)) {
@@ -1223,70 +1406,72 @@ void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const Grouping& 
       default: break;  // the slices do not fit: the next kernel
     }
   }
-  if (choice == Mvmr::kCells && aligned && runs_fit(rows, K, T, src_rows) && c_src * 32 <= TP::kStageFloats) {
+  if (choice == Mvmr::kCells && aligned && keyed && runs_fit(rows, T) && c_src * 32 <= TP::kStageFloats) {
     // Lanes' channels: the widest slice (32 VC channels) that fits and that the destination fills.
     int VC = 4;
     while (VC > 1 && (c_src * 32 * VC > TP::kStageFloats || 32 * VC / 2 >= c_dst)) VC /= 2;
     (VC == 4   ? launch_mvmr_cells<4>
      : VC == 2 ? launch_mvmr_cells<2>
-               : launch_mvmr_cells<1>)(ctx, ws, g, t, src_col, src, c_src, mat, c_dst, rows, K, T, dst);
+               : launch_mvmr_cells<1>)(ctx, ws, g, src, c_src, mat, c_dst, rows, K, T, dst);
     return;
   }
   const int64_t tile_blocks = detail::ceil_div(rows, int64_t{TP::kRows}) * detail::ceil_div(c_dst, int64_t{128});
-  if ((choice == Mvmr::kCells || choice == Mvmr::kTiles) && K <= (int64_t{1} << 15) &&
-      src_rows <= (int64_t{1} << TP::kPackBits) && tile_blocks < (int64_t{1} << 31)) {
-    if (T > 0) detail::launch(ctx, pack_order_kernel, dim3(blocks_for(T)), dim3(NT), 0, g.order, t, T, src_col);
+  if ((choice == Mvmr::kCells || choice == Mvmr::kTiles) && keyed && tile_blocks < (int64_t{1} << 31)) {
     detail::launch(ctx, vec ? mvmr_tile_kernel<true> : mvmr_tile_kernel<false>, dim3(static_cast<unsigned>(tile_blocks)),
-                   dim3(TP::kThreads), 0, g.offsets, static_cast<const int64_t*>(g.order), src, c_src, mat, c_dst, rows,
-                   K, dst);
+                   dim3(TP::kThreads), 0, g.offsets, g.keys, src, c_src, mat, c_dst, rows, K, dst);
     return;
   }
-  if (rows_aligned16(mat, c_dst) && rows_aligned16(dst, c_dst)) {
-    detail::launch(ctx, mvmr_kernel<4>, dim3(blocks_for(rows * c_dst / 4)), dim3(NT), 0, g.offsets,
-                   static_cast<const int64_t*>(g.order), t, src_col, src, c_src, mat, c_dst, rows, dst);
-  } else {
-    detail::launch(ctx, mvmr_kernel<1>, dim3(blocks_for(rows * c_dst)), dim3(NT), 0, g.offsets,
-                   static_cast<const int64_t*>(g.order), t, src_col, src, c_src, mat, c_dst, rows, dst);
-  }
+  const bool v4 = rows_aligned16(mat, c_dst) && rows_aligned16(dst, c_dst);
+  const int64_t items = rows * (v4 ? c_dst / 4 : c_dst);
+  if (keyed)
+    detail::launch(ctx, v4 ? mvmr_kernel<4, PackedKeys> : mvmr_kernel<1, PackedKeys>, dim3(blocks_for(items)),
+                   dim3(NT), 0, g.offsets, g.keys, src, c_src, mat, c_dst, rows, dst);
+  else
+    detail::launch(ctx, v4 ? mvmr_kernel<4, TripletOrder> : mvmr_kernel<1, TripletOrder>, dim3(blocks_for(items)),
+                   dim3(NT), 0, g.offsets, g.order, src, c_src, mat, c_dst, rows, dst);
 }
 
 }  // namespace
 
 void point_conv(const CudaContext& ctx, const PointConvShape& s, const float* features, const float* weights,
-                const int64_t* triplets, float* out) {
+                const int64_t* triplets, const OutputAllocator& out_alloc) {
   core::validate_point_conv(s);
   const int64_t Ci = s.channels_in, Co = s.channels_out, K = s.kernels;
-  if (s.num_out * Co == 0) return;
+  if (s.num_out * Co == 0) {
+    out_alloc();
+    return;
+  }
   detail::Workspace ws(ctx);
   constexpr int NT = PointConvPolicy::kThreads;
   float* wt = ws.alloc<float>(K * Ci * Co);
   detail::launch(ctx, transpose_kernel, dim3(blocks_for(K * Ci * Co)), dim3(NT), 0, weights, K, Co, Ci, wt);
-  const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/0, /*second=*/2, /*third=*/1);
-  launch_mvmr(ctx, ws, g, triplets, 1, features, Ci, s.num_in, wt, Co, s.num_out, K, s.triplets, out);
+  const RowGrouping g = group_rows(ctx, ws, s, triplets, /*dst_col=*/0, /*src_col=*/1);
+  float* out = static_cast<float*>(out_alloc());
+  launch_mvmr(ctx, ws, g, features, Ci, wt, Co, s.num_out, K, s.triplets, out);
+}
+
+void point_conv(const CudaContext& ctx, const PointConvShape& s, const float* features, const float* weights,
+                const int64_t* triplets, float* out) {
+  point_conv(ctx, s, features, weights, triplets, OutputAllocator([out] { return static_cast<void*>(out); }));
 }
 
 void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const float* grad_out,
                          const float* features, const float* weights, const int64_t* triplets,
-                         float* grad_features, float* grad_weights) {
+                         const OutputAllocator& gf_alloc, const OutputAllocator& gw_alloc) {
   core::validate_point_conv(s);
   const int64_t Ci = s.channels_in, Co = s.channels_out, K = s.kernels;
+  if (s.num_out >= (int64_t{1} << 31) || s.num_in >= (int64_t{1} << 31))
+    throw std::invalid_argument("pcops point_conv: the CUDA backward takes fewer than 2^31 rows");
   constexpr int NT = PointConvPolicy::kThreads;
-  // Each gradient's workspace is released before the other's is taken (stream-ordered), so the
-  // backward's peak is the larger of the two, not their sum.
-  if (grad_features != nullptr && s.num_in * Ci > 0) {
+  // The weight gradient first, then grad_features, each allocated once its own grouping is sorted;
+  // each step's workspace is released before the next one's is taken (stream-ordered), so the
+  // backward's peak is the larger of the two steps, not their sum.
+  if (gw_alloc && K * Co * Ci == 0) gw_alloc();
+  if (gw_alloc && K * Co * Ci > 0) {
     detail::Workspace ws(ctx);
-    const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/1, /*second=*/2, /*third=*/0);
-    launch_mvmr(ctx, ws, g, triplets, 0, grad_out, Co, s.num_out, weights, Ci, s.num_in, K, s.triplets, grad_features);
-  }
-  if (grad_weights != nullptr && K * Co * Ci > 0) {
-    detail::Workspace ws(ctx);
-    const Grouping g = group_triplets(ctx, ws, s, triplets, /*key=*/2, /*second=*/0, /*third=*/1);
-    // The grouping's spare key buffers (null without triplets, when the kernels read neither).
-    int64_t* ii = reinterpret_cast<int64_t*>(g.spare[0]);
-    int64_t* jj = reinterpret_cast<int64_t*>(g.spare[1]);
-    if (s.triplets > 0)
-      detail::launch(ctx, gather_ij_kernel, dim3(blocks_for(s.triplets)), dim3(NT), 0, g.order, triplets, s.triplets,
-                     Co, Ci, ii, jj);
+    const CellGrouping cg = group_cells(ctx, ws, s, triplets);
+    float* grad_weights = static_cast<float*>(gw_alloc());
+    [&] {  // (returns once the chosen kernels are enqueued)
     // Chains per thread (output x input channels): by default 2 x 4 up to 64 x 64 channels, 4 x 4
     // beyond (uniform tiles; the pieces of the contract already spread the heaviest cell over many
     // blocks), the pieces of the cells with the most triplets first. Measured on one H200 (bunny00
@@ -1305,7 +1490,7 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     int* cells = nullptr;
     if (K <= P::kMaxRankedCells) {
       cells = ws.alloc<int>(K);
-      detail::launch(ctx, rank_cells_kernel, dim3(1), dim3(1024), 0, g.offsets, K, cells);
+      detail::launch(ctx, rank_cells_kernel, dim3(1), dim3(1024), 0, cg.cell_off, K, cells);
     }
     // The folds in pieces of L triplets (core::vvor_piece_length): a block per (piece, tile); the
     // pieces after a cell's first write partial matrices (at most floor(T / L), 64 MiB at most),
@@ -1317,7 +1502,7 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     const auto make_pieces = [&](int64_t split, int64_t a_cap, int64_t b_cap) {
       VvorPiece* a = ws.alloc<VvorPiece>(std::max<int64_t>(a_cap, 1));
       VvorPiece* b = ws.alloc<VvorPiece>(std::max<int64_t>(b_cap, 1));
-      detail::launch(ctx, vvor_pieces_kernel, dim3(1), dim3(32), 0, g.offsets, static_cast<const int*>(cells), K, L,
+      detail::launch(ctx, vvor_pieces_kernel, dim3(1), dim3(32), 0, cg.cell_off, static_cast<const int*>(cells), K, L,
                      split, a, a_cap, b, b_cap, fold_base, fold_count);
       return std::pair{a, b};
     };
@@ -1349,14 +1534,14 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
                                 : (one ? vvor_mixed_kernel<1, 1, 1, B11, 2, 4, B24> : vvor_mixed_kernel<1, 1, 2, B12, 2, 4, B24>);
         detail::launch(ctx, kernel, check_blocks(a_cap * o1 * c1 + b_cap * o2 * c2), dim3(P::kThreads), 0,
                        static_cast<const VvorPiece*>(a), a_cap, static_cast<const VvorPiece*>(b),
-                       static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj), grad_out, features, Co, Ci, o1,
+                       cg.ii, cg.jj, grad_out, features, Co, Ci, o1,
                        c1, o2, c2, grad_weights, partials);
         fold_pieces();
         return;
       }
       chains = one ? "1" : "2";
     }
-    using Kernel = void (*)(const VvorPiece*, const int64_t*, const int64_t*, const float*, const float*, int64_t,
+    using Kernel = void (*)(const VvorPiece*, const int*, const int*, const float*, const float*, int64_t,
                             int64_t, int64_t, int64_t, float*, float*);
     Kernel kernel = nullptr;
     int RO = 1, RC = 1;
@@ -1378,10 +1563,27 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     const int64_t cap = extra + K;
     const VvorPiece* pieces = make_pieces(0, 0, cap).second;  // every cell in table b
     detail::launch(ctx, kernel, check_blocks(cap * o_tiles * c_tiles), dim3(P::kThreads), 0,
-                   pieces, static_cast<const int64_t*>(ii), static_cast<const int64_t*>(jj),
+                   pieces, cg.ii, cg.jj,
                    grad_out, features, Co, Ci, o_tiles, c_tiles, grad_weights, partials);
     fold_pieces();
+    }();
   }
+  if (gf_alloc && s.num_in * Ci == 0) gf_alloc();
+  if (gf_alloc && s.num_in * Ci > 0) {
+    detail::Workspace ws(ctx);
+    const RowGrouping g = group_rows(ctx, ws, s, triplets, /*dst_col=*/1, /*src_col=*/0);
+    float* grad_features = static_cast<float*>(gf_alloc());
+    launch_mvmr(ctx, ws, g, grad_out, Co, weights, Ci, s.num_in, K, s.triplets, grad_features);
+  }
+}
+
+void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const float* grad_out,
+                         const float* features, const float* weights, const int64_t* triplets,
+                         float* grad_features, float* grad_weights) {
+  const auto given = [](float* p) {
+    return p == nullptr ? OutputAllocator() : OutputAllocator([p] { return static_cast<void*>(p); });
+  };
+  point_conv_backward(ctx, s, grad_out, features, weights, triplets, given(grad_features), given(grad_weights));
 }
 
 }  // namespace pcops::cuda

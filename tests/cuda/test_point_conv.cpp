@@ -122,8 +122,10 @@ struct MvmrKernel : pcops_cuda_test::ScopedEnv {
   explicit MvmrKernel(const char* name) : ScopedEnv("PCOPS_CUDA_POINT_CONV_MVMR", name) {}
 };
 constexpr const char* kMvmrKernels[] = {"slices", "slices-wide", "cells", "tiles", "rows"};
-// PCOPS_CUDA_POINT_CONV_GROUPING ("packed": one sort of the packed columns, the default where they
-// fit 64 bits; "columns": a stable pass per column) for one scope.
+// PCOPS_CUDA_POINT_CONV_GROUPING ("segmented", the default: 32-bit keys placed by counting and
+// sorted in their segments; "packed": one CUB sort of the packed columns; "columns": a stable pass
+// per column; "wide": the triplet indices kept and read by the rows kernel, the path of keys past
+// 31 bits) for one scope.
 struct GroupingSort : pcops_cuda_test::ScopedEnv {
   explicit GroupingSort(const char* name) : ScopedEnv("PCOPS_CUDA_POINT_CONV_GROUPING", name) {}
 };
@@ -164,12 +166,12 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
         expect_bitwise(st.out, cpu.out, std::string("forward ") + mvmr);
         expect_bitwise(st.gf, cpu.gf, std::string("grad_features ") + mvmr);
       }
-      {  // the column-by-column grouping (taken where the packed columns pass 64 bits): the same order
-        const GroupingSort forced("columns");
+      for (const char* grouping : {"packed", "columns", "wide"}) {  // the other groupings: the same order
+        const GroupingSort forced(grouping);
         const Out cg = run_cuda(c, shift);
-        expect_bitwise(cg.out, cpu.out, "forward, grouped column by column");
-        expect_bitwise(cg.gf, cpu.gf, "grad_features, grouped column by column");
-        expect_bitwise(cg.gw, cpu.gw, "grad_weights, grouped column by column");
+        expect_bitwise(cg.out, cpu.out, std::string("forward, grouping ") + grouping);
+        expect_bitwise(cg.gf, cpu.gf, std::string("grad_features, grouping ") + grouping);
+        expect_bitwise(cg.gw, cpu.gw, std::string("grad_weights, grouping ") + grouping);
       }
       // Shuffled triplet rows: the same bits.
       std::vector<int64_t> perm(c.s.triplets);
@@ -341,6 +343,45 @@ TEST(CudaPointConv, OutOfRangeTripletsAreSkipped) {
   expect_bitwise(gpu.out, cpu.out, "forward");
   expect_bitwise(gpu.gf, cpu.gf, "grad_features");
   expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
+}
+
+// The exact path's outputs allocated on request: each requested output is asked for exactly once
+// (an empty one too), an unrequested gradient never, and the results are the CPU backend's bits,
+// under every grouping.
+TEST(CudaPointConv, OutputsOnRequest) {
+  std::mt19937 rng(47);
+  using Shape = std::array<int64_t, 6>;  // n_in, n_out, C_in, C_out, K, T
+  for (const char* grouping : {"segmented", "packed", "wide"}) {
+    const GroupingSort forced(grouping);
+    for (const Shape& sh : {Shape{300, 200, 40, 24, 27, 5000}, Shape{300, 200, 16, 0, 27, 500},
+                            Shape{120, 0, 8, 16, 27, 0}, Shape{50, 40, 0, 8, 27, 300}}) {
+      SCOPED_TRACE(testing::Message() << grouping << " shape " << sh[2] << "x" << sh[3] << " rows " << sh[0]
+                                      << " / " << sh[1]);
+      const Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
+      const Out cpu = run_cpu(c);
+      StreamContext sc;
+      DeviceBuffer<float> f(c.f), w(c.w), g(c.g);
+      DeviceBuffer<int64_t> t(c.t);
+      DeviceBuffer<float> out(c.s.num_out * c.s.channels_out), gf(c.f.size()), gw(c.w.size()), gw_alone(c.w.size());
+      for (DeviceBuffer<float>* b : {&out, &gf, &gw, &gw_alone}) b->fill(std::nanf(""));
+      int calls[4] = {0, 0, 0, 0};
+      const auto into = [&calls](int n, DeviceBuffer<float>& b) {
+        return pcops::cuda::OutputAllocator([&calls, n, &b] {
+          ++calls[n];
+          return static_cast<void*>(b.data());
+        });
+      };
+      pcops::cuda::point_conv(sc.ctx, c.s, f.data(), w.data(), t.data(), into(0, out));
+      pcops::cuda::point_conv_backward(sc.ctx, c.s, g.data(), f.data(), w.data(), t.data(), into(1, gf), into(2, gw));
+      pcops::cuda::point_conv_backward(sc.ctx, c.s, g.data(), f.data(), w.data(), t.data(),
+                                       pcops::cuda::OutputAllocator(), into(3, gw_alone));
+      for (int n = 0; n < 4; ++n) EXPECT_EQ(calls[n], 1) << "output " << n;
+      expect_bitwise(out.download(), cpu.out, "forward");
+      expect_bitwise(gf.download(), cpu.gf, "grad_features");
+      expect_bitwise(gw.download(), cpu.gw, "grad_weights");
+      expect_bitwise(gw_alone.download(), cpu.gw, "grad_weights alone");
+    }
+  }
 }
 
 using Bf16 = __nv_bfloat16;
