@@ -1,13 +1,14 @@
 // CUDA point_conv (MVMR) and its backward, bitwise equal to the CPU backend (docs/ops/point_conv.md).
 //
-// Grouping: one stable CUB radix sort of the packed columns (key, second, third) with the triplet
-// indices as values (three stable passes, least significant column first, where the three columns
-// take more than 64 bits) orders the triplets exactly as the CPU's counting sorts; a binary search
-// per row gives the CSR offsets. Triplets with any column out of range get sentinel keys past
-// every row, so they are never visited (the binding range-checks first; this only keeps bad input
-// memory-safe).
+// Grouping (group_rows, group_cells): by default 32-bit keys placed into their segments by
+// counting and sorted in each (primitives::group_segmented): per destination row (k, source row)
+// for the MVMR, per (k, block of 128 output rows) (i's low bits, j) for the VVOR, so the triplets
+// come in the CPU's counting sorts' order; CUB radix sorts of packed 64-bit keys with the triplet
+// indices as values on request (PCOPS_CUDA_POINT_CONV_GROUPING) and where a key would not fit.
+// Triplets with any column out of range go to a segment past every row, so they are never
+// visited (the binding range-checks first; this only keeps bad input memory-safe).
 // MVMR (forward, grad_features), by default mvmr_cells_kernel from 64 destination channels: the
-// runs of every row (its triplets of one kernel cell) are listed and sorted by (cell, length), then
+// runs of every row (its triplets of one kernel cell) are placed by (cell, length), then
 // one launch per cell folds all rows' runs of that cell into the destination rows, a block per
 // slice of the cell's matrix held in shared memory, warps folding two or four runs side by side; for
 // narrow destinations mvmr_slices_kernel, every cell's slice staged once a block and the rows
@@ -21,7 +22,8 @@
 // pieces of the cells with the most triplets first; a piece's triplets pass through shared memory
 // 64 at a time (a cp.async ring of stages in flight), every chain folds them in order, and a
 // cell's later pieces go to partial matrices added in order by one more kernel.
-// Deterministic: no atomics anywhere.
+// Deterministic: atomics only count and place keys (the sort then fixes their order inside a
+// segment) and runs (whose order inside a cell changes no bit); none in any sum.
 #include <cub/cub.cuh>
 
 #include <algorithm>
