@@ -260,6 +260,8 @@ RowGrouping group_rows(const CudaContext& ctx, detail::Workspace& ws, const Poin
   const int src_bits = bits_for(static_cast<uint64_t>(std::max<int64_t>(n_src - 1, 0)));
   const int key_bits = src_bits + bits_for(static_cast<uint64_t>(std::max<int64_t>(K - 1, 0)));
   ExactGrouping mode = exact_grouping();
+  // The placement's positions are 32-bit: from 2^31 triplets on, CUB's sort and its 64-bit order.
+  if (mode == ExactGrouping::kSegmented && T >= (int64_t{1} << 31)) mode = ExactGrouping::kPacked;
   if (key_bits > 31) mode = ExactGrouping::kWide;
   if (mode == ExactGrouping::kSegmented) {
     const RowPlace place{dst_col, src_col, n_dst, n_src, K, src_bits};
@@ -326,7 +328,8 @@ CellGrouping group_cells(const CudaContext& ctx, detail::Workspace& ws, const Po
   const int64_t tiles = i_bits >= 0 ? detail::ceil_div(std::max<int64_t>(s.num_out, 1), int64_t{1} << i_bits) : 0;
   ExactGrouping mode = exact_grouping();
   // Segmented where a key fits 31 bits and the segments are not far more than the triplets.
-  if (i_bits < 0 || K * tiles > std::max<int64_t>(T, int64_t{1} << 16)) mode = ExactGrouping::kPacked;
+  if (i_bits < 0 || K * tiles > std::max<int64_t>(T, int64_t{1} << 16) || T >= (int64_t{1} << 31))
+    mode = ExactGrouping::kPacked;
   if (mode == ExactGrouping::kSegmented) {
     const CellBlockPlace place{s.num_out, s.num_in, K, tiles, i_bits, j_bits};
     const primitives::SegmentedKeys sk = primitives::group_segmented(ctx, ws, t, T, K * tiles, i_bits + j_bits, place);
