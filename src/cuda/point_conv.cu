@@ -278,21 +278,19 @@ RowGrouping group_rows(const CudaContext& ctx, detail::Workspace& ws, const Poin
 }
 
 // jj[p] = j and ii[p] = i of the triplet at position p of the (k, block) grouping (keys: i's low
-// i_bits above j; jj may be the keys themselves); positions from seg_off[segs] on (invalid
-// triplets) are left alone.
+// i_bits above j; jj may be the keys themselves): a warp a segment, its lanes over the segment's
+// positions; positions from seg_off[segs] on (invalid triplets) are left alone.
 __global__ void expand_ij_kernel(const uint32_t* keys, const int64_t* __restrict__ seg_off, int64_t segs,
                                  int64_t tiles, int i_bits, int j_bits, int* ii, int* jj) {
-  const int64_t n = seg_off[segs];
-  PCOPS_CUDA_GRID_STRIDE(p, n) {
-    int64_t lo = 0, hi = segs;  // the last segment starting at or before p
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      if (seg_off[mid] <= p) lo = mid;
-      else hi = mid - 1;
+  const int lane = threadIdx.x & 31;
+  const int64_t W = blockDim.x / 32;
+  for (int64_t sg = int64_t{blockIdx.x} * W + threadIdx.x / 32; sg < segs; sg += int64_t{gridDim.x} * W) {
+    const int64_t e = seg_off[sg + 1], base = (sg % tiles) << i_bits;
+    for (int64_t p = seg_off[sg] + lane; p < e; p += 32) {
+      const uint32_t v = keys[p];
+      ii[p] = static_cast<int>(base | static_cast<int64_t>(v >> j_bits));
+      jj[p] = static_cast<int>(v & ((1u << j_bits) - 1u));
     }
-    const uint32_t v = keys[p];
-    ii[p] = static_cast<int>(((lo % tiles) << i_bits) | static_cast<int64_t>(v >> j_bits));
-    jj[p] = static_cast<int>(v & ((1u << j_bits) - 1u));
   }
 }
 
@@ -338,7 +336,8 @@ CellGrouping group_cells(const CudaContext& ctx, detail::Workspace& ws, const Po
     detail::launch(ctx, cell_offsets_kernel, dim3(blocks_for(K + 1)), dim3(NT), 0,
                    static_cast<const int64_t*>(sk.offsets), K, tiles, cell_off);
     if (T > 0)
-      detail::launch(ctx, expand_ij_kernel, dim3(blocks_for(T)), dim3(NT), 0, static_cast<const uint32_t*>(sk.keys),
+      detail::launch(ctx, expand_ij_kernel, dim3(detail::grid_blocks(K * tiles, NT / 32)), dim3(NT), 0,
+                     static_cast<const uint32_t*>(sk.keys),
                      static_cast<const int64_t*>(sk.offsets), K * tiles, tiles, i_bits, j_bits, ii,
                      reinterpret_cast<int*>(sk.keys));
     return {cell_off, ii, reinterpret_cast<const int*>(sk.keys)};

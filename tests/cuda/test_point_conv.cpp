@@ -135,7 +135,9 @@ struct GroupingSort : pcops_cuda_test::ScopedEnv {
 // kernel cell, and long runs of one kernel cell (K = 2: 20000 triplets each, many shared-memory
 // stages); source widths that give the cells MVMR slices of 32, 64 and 128 channels (300, 200,
 // 64 source channels) and one too wide for it (520); more kernel cells than the weight gradient
-// ranks by size (1100). Aligned rows take the four-channel loads, shift 1 the scalar ones.
+// ranks by size (1100); rows of up to 32, up to 128 and of more triplets (the segmented
+// grouping's warp sorts and its block sorts). Aligned rows take the four-channel loads, shift 1 the
+// scalar ones.
 TEST(CudaPointConv, BitwiseEqualToCpu) {
   std::mt19937 rng(17);
   const std::vector<std::vector<int64_t>> shapes{
@@ -143,7 +145,7 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
       {20, 25, 33, 9, 27, 300},         {300, 260, 64, 257, 27, 5000}, {2000, 1500, 32, 32, 27, 30000},
       {500, 400, 36, 20, 3, 3000},      {1000, 1000, 8, 48, 2, 40000}, {200, 150, 64, 64, 27, 4000},
       {300, 260, 300, 36, 27, 4000},    {200, 180, 200, 64, 5, 3000},  {60, 50, 520, 8, 3, 400},
-      {60, 50, 4, 8, 1100, 3000}};
+      {60, 50, 4, 8, 1100, 3000},       {100, 20, 8, 8, 3, 6000}};
   for (const auto& sh : shapes) {
     for (int shift : {0, 1}) {
       SCOPED_TRACE(testing::Message() << "shape " << sh[2] << "x" << sh[3] << " K " << sh[4] << " T " << sh[5]

@@ -115,8 +115,69 @@ __global__ void __launch_bounds__(kPlaceThreads)
 // the window, key); otherwise segment_sort_long_kernel takes them one by one, a segment of at most
 // kSortCap keys in one block radix sort, a longer one by four stable passes of 8 bits through alt
 // (back in keys after the fourth). Both run over every window (each leaves the other's at once).
-// Keys are below 2^key_bits (key_bits <= 31).
+// Before them segment_sort_small_kernel sorts every segment of at most kSmallSort keys in one warp
+// (a bitonic network in registers), and the other two leave a window whose segments are all that
+// short. Keys are below 2^key_bits (key_bits <= 31).
 inline constexpr int kSortThreads = 256, kSortItems = 16, kSortCap = kSortThreads * kSortItems, kSortWindow = 2048;
+inline constexpr int kSmallSort = 128;
+
+// v: N keys striped over the warp (key r * 32 + lane in v[r]), sorted ascending by a bitonic
+// network (compare-exchanges across lanes by shuffles, across registers in place).
+template <int R>
+__device__ __forceinline__ void warp_bitonic_sort(uint32_t (&v)[R], int lane) {
+  constexpr int N = 32 * R;
+#pragma unroll
+  for (int k = 2; k <= N; k <<= 1) {
+#pragma unroll
+    for (int j = k >> 1; j > 0; j >>= 1) {
+      if (j >= 32) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const int p = r ^ (j >> 5);
+          if (r < p) {
+            const bool up = ((r * 32 + lane) & k) == 0;
+            const uint32_t lo = min(v[r], v[p]), hi = max(v[r], v[p]);
+            v[r] = up ? lo : hi;
+            v[p] = up ? hi : lo;
+          }
+        }
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const uint32_t o = __shfl_xor_sync(0xffffffffu, v[r], j);
+          const bool up = ((r * 32 + lane) & k) == 0, lower = (lane & j) == 0;
+          v[r] = lower == up ? min(v[r], o) : max(v[r], o);
+        }
+      }
+    }
+  }
+}
+
+// Segments of 2 .. kSmallSort keys, a warp each: 32 or kSmallSort keys (padded with the largest
+// key, above every real one) sorted in registers.
+template <int NT = kSortThreads>
+__global__ void __launch_bounds__(NT)
+    segment_sort_small_kernel(uint32_t* __restrict__ keys, const int64_t* __restrict__ off, int64_t S) {
+  constexpr int W = NT / 32, R = kSmallSort / 32;
+  const int lane = threadIdx.x & 31;
+  for (int64_t sg = int64_t{blockIdx.x} * W + threadIdx.x / 32; sg < S; sg += int64_t{gridDim.x} * W) {
+    const int64_t a = off[sg], n = off[sg + 1] - a;  // warp-uniform
+    if (n <= 1 || n > kSmallSort) continue;
+    if (n <= 32) {
+      uint32_t v[1] = {lane < n ? keys[a + lane] : ~0u};
+      warp_bitonic_sort<1>(v, lane);
+      if (lane < n) keys[a + lane] = v[0];
+    } else {
+      uint32_t v[R];
+#pragma unroll
+      for (int r = 0; r < R; ++r) v[r] = r * 32 + lane < n ? keys[a + r * 32 + lane] : ~0u;
+      warp_bitonic_sort<R>(v, lane);
+#pragma unroll
+      for (int r = 0; r < R; ++r)
+        if (r * 32 + lane < n) keys[a + r * 32 + lane] = v[r];
+    }
+  }
+}
 
 // The first of off[0..n) at or above v (n if none).
 __device__ __forceinline__ int64_t lower_bound_offsets(const int64_t* off, int64_t n, int64_t v) {
@@ -156,6 +217,9 @@ __global__ void __launch_bounds__(NT)
   sort_window(off, S, T, sf, se, a, b);
   if (b - a <= 1 || b - a > kSortCap) return;  // block-uniform
   const int tid = threadIdx.x, n = static_cast<int>(b - a);
+  bool big = false;
+  for (int64_t q = sf + tid; q < se; q += kSortThreads) big |= off[q + 1] - off[q] > kSmallSort;
+  if (!__syncthreads_or(big)) return;  // every segment of the window: the small kernel's
   for (int e = tid; e < kSortCap; e += kSortThreads) starts[e] = 0;
   __syncthreads();
   for (int64_t q = sf + 1 + tid; q < se; q += kSortThreads) starts[off[q] - a] = 1;  // an empty one: the next's start
@@ -209,7 +273,7 @@ __global__ void __launch_bounds__(NT)
   const int tid = threadIdx.x;
   for (int64_t sg = sf; sg < se; ++sg) {
     const int64_t sa = off[sg], n = off[sg + 1] - sa;
-    if (n <= 1) continue;  // block-uniform
+    if (n <= kSmallSort) continue;  // block-uniform; the small kernel's
     if (n <= kSortCap) {
       uint32_t it[kSortItems];
 #pragma unroll
@@ -310,6 +374,8 @@ SegmentedKeys group_segmented(const CudaContext& ctx, detail::Workspace& ws, con
     PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(unsigned) * S, stream));
     detail::launch(ctx, shared ? place_fill_kernel<Place, true> : place_fill_kernel<Place, false>, grid,
                    dim3(kPlaceThreads), smem, t, T_, place, S, static_cast<const int64_t*>(offsets), counts, keys);
+    detail::launch(ctx, segment_sort_small_kernel<>, dim3(detail::grid_blocks(S, kSortThreads / 32)),
+                   dim3(kSortThreads), 0, keys, static_cast<const int64_t*>(offsets), S);
     const dim3 windows(static_cast<unsigned>(detail::ceil_div(T_, kSortWindow)));
     detail::launch(ctx, segment_sort_window_kernel<>, windows, dim3(kSortThreads), 0, keys,
                    static_cast<const int64_t*>(offsets), S, T_, key_bits);
