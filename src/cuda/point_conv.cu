@@ -37,6 +37,7 @@
 
 #include "common/bits.hpp"
 #include "cuda/common.cuh"
+#include "cuda/point_conv_places.cuh"
 #include "cuda/primitives/async_copy.cuh"
 #include "cuda/primitives/segmented_keys.cuh"
 #include "cuda/primitives/sorted_offsets.cuh"
@@ -221,18 +222,7 @@ struct RowPlace {
   }
 };
 
-// Triplet p's segment (k, block i >> i_bits; K tiles where invalid, key 0) and key (i's low bits
-// above j).
-struct CellBlockPlace {
-  int64_t n_out, n_in, K, tiles;
-  int i_bits, j_bits;
-  __device__ void operator()(const int64_t* t, int64_t p, int64_t& seg, uint64_t& key) const {
-    const int64_t i = t[p * 3], j = t[p * 3 + 1], k = t[p * 3 + 2];
-    const bool ok = i >= 0 && i < n_out && j >= 0 && j < n_in && k >= 0 && k < K;
-    seg = ok ? k * tiles + (i >> i_bits) : K * tiles;
-    key = ok ? (static_cast<uint64_t>(i & ((int64_t{1} << i_bits) - 1)) << j_bits) | static_cast<uint64_t>(j) : 0;
-  }
-};
+using CellBlockPlace = point_conv_places::CellBlock;  // (k, block of rows), keys (i's low bits, j)
 
 // keys[p] = (k << src_bits) | m of the triplet at grouping position p (CUB's order).
 __global__ void pack_keys32_kernel(const int64_t* __restrict__ order, const int64_t* __restrict__ t, int64_t T,

@@ -41,6 +41,7 @@
 
 #include "common/bits.hpp"
 #include "cuda/common.cuh"
+#include "cuda/point_conv_places.cuh"
 #include "cuda/primitives/async_copy.cuh"
 #include "cuda/primitives/ragged.cuh"
 #include "cuda/primitives/segmented_keys.cuh"
@@ -898,16 +899,7 @@ struct MvmrPlace {
     key = ok ? (static_cast<uint64_t>(d % m.bm) << m.src_bits) | static_cast<uint64_t>(s) : 0;
   }
 };
-struct VvorPlace {
-  int64_t n_out, n_in, K, tiles;
-  int i_bits, j_bits;
-  __device__ void operator()(const int64_t* t, int64_t p, int64_t& seg, uint64_t& key) const {
-    const int64_t i = t[p * 3], j = t[p * 3 + 1], k = t[p * 3 + 2];
-    const bool ok = i >= 0 && i < n_out && j >= 0 && j < n_in && k >= 0 && k < K;
-    seg = ok ? k * tiles + (i >> i_bits) : K * tiles;
-    key = ok ? (static_cast<uint64_t>(i & ((int64_t{1} << i_bits) - 1)) << j_bits) | static_cast<uint64_t>(j) : 0;
-  }
-};
+using VvorPlace = point_conv_places::CellBlock;
 
 // keys[p] = (segment << key_bits) | key of triplet p (the packed grouping's keys).
 template <class Place>
