@@ -135,8 +135,8 @@ struct GroupingSort : pcops_cuda_test::ScopedEnv {
 // kernel cell, and long runs of one kernel cell (K = 2: 20000 triplets each, many shared-memory
 // stages); source widths that give the cells MVMR slices of 32, 64 and 128 channels (300, 200,
 // 64 source channels) and one too wide for it (520); more kernel cells than the weight gradient
-// ranks by size (1100); rows of up to 32, up to 128 and of more triplets (the segmented
-// grouping's warp sorts and its block sorts). Aligned rows take the four-channel loads, shift 1 the
+// ranks by size (1100); rows of up to 32, 128, 512 and 1024 triplets (the segmented grouping's
+// warp sorts) and longer segments of the weight gradient (its block sorts). Aligned rows take the four-channel loads, shift 1 the
 // scalar ones.
 TEST(CudaPointConv, BitwiseEqualToCpu) {
   std::mt19937 rng(17);
@@ -145,7 +145,7 @@ TEST(CudaPointConv, BitwiseEqualToCpu) {
       {20, 25, 33, 9, 27, 300},         {300, 260, 64, 257, 27, 5000}, {2000, 1500, 32, 32, 27, 30000},
       {500, 400, 36, 20, 3, 3000},      {1000, 1000, 8, 48, 2, 40000}, {200, 150, 64, 64, 27, 4000},
       {300, 260, 300, 36, 27, 4000},    {200, 180, 200, 64, 5, 3000},  {60, 50, 520, 8, 3, 400},
-      {60, 50, 4, 8, 1100, 3000},       {100, 20, 8, 8, 3, 6000}};
+      {60, 50, 4, 8, 1100, 3000},       {100, 20, 8, 8, 3, 6000},     {100, 10, 8, 8, 3, 7000}};
   for (const auto& sh : shapes) {
     for (int shift : {0, 1}) {
       SCOPED_TRACE(testing::Message() << "shape " << sh[2] << "x" << sh[3] << " K " << sh[4] << " T " << sh[5]
@@ -497,15 +497,17 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
 // takes 20 bits of the key, leaving 11 for i, but the blocks take at most 128 rows: 5,000 output
 // rows in 40 blocks, crossed by the weight gradient's slices of 4,096 triplets), many kernel
 // cells, one cell, one cell and one tile of output rows (30,000 triplets in one segment of the
-// MVMR and of the weight gradient: longer than one block sort, 4,096 keys); invalid triplets in
-// every one.
+// MVMR and of the weight gradient: longer than one block sort, 4,096 keys), segments of 129-512
+// and 513-1,024 keys (9 and 3 cells over 8 tiles: the warp sorts of 16 and 32 keys a lane);
+// invalid triplets in every one.
 TEST(CudaPointConvMma, SegmentedGroupingGivesThePackedBits) {
   constexpr const char* kVar = "PCOPS_CUDA_POINT_CONV_FAST_GROUPING";
   std::mt19937 rng(47);
   using Shape = std::array<int64_t, 6>;  // n_in, n_out, C_in, C_out, K, T
   for (const Shape& sh : {Shape{300, 200, 40, 24, 27, 5000}, Shape{int64_t{1} << 20, 5000, 8, 16, 27, 30000},
                           Shape{700, 600, 24, 40, 200, 20000}, Shape{2000, 1500, 24, 40, 1, 20000},
-                          Shape{500, 100, 8, 16, 1, 30000}}) {
+                          Shape{500, 100, 8, 16, 1, 30000}, Shape{1200, 1000, 8, 16, 9, 20000},
+                          Shape{1200, 1000, 8, 16, 3, 20000}}) {
     SCOPED_TRACE(testing::Message() << "rows " << sh[0] << " / " << sh[1] << ", K " << sh[4]);
     Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
     const int64_t junk[][3] = {{c.s.num_out, 0, 0}, {0, -1, 0}, {0, 0, c.s.kernels}, {-1, c.s.num_in, -1}};

@@ -119,7 +119,7 @@ __global__ void __launch_bounds__(kPlaceThreads)
 // (a bitonic network in registers), and the other two leave a window whose segments are all that
 // short. Keys are below 2^key_bits (key_bits <= 31).
 inline constexpr int kSortThreads = 256, kSortItems = 16, kSortCap = kSortThreads * kSortItems, kSortWindow = 2048;
-inline constexpr int kSmallSort = 128;
+inline constexpr int kSmallSort = 1024;
 
 // v: N keys striped over the warp (key r * 32 + lane in v[r]), sorted ascending by a bitonic
 // network (compare-exchanges across lanes by shuffles, across registers in place).
@@ -153,29 +153,33 @@ __device__ __forceinline__ void warp_bitonic_sort(uint32_t (&v)[R], int lane) {
   }
 }
 
-// Segments of 2 .. kSmallSort keys, a warp each: 32 or kSmallSort keys (padded with the largest
-// key, above every real one) sorted in registers.
+// The n (2 .. 32 R) keys at keys[a ..] sorted by one warp: 32 R keys (padded with the largest key,
+// above every real one) in registers.
+template <int R>
+__device__ __forceinline__ void warp_sort_segment(uint32_t* __restrict__ keys, int64_t a, int64_t n, int lane) {
+  uint32_t v[R];
+#pragma unroll
+  for (int r = 0; r < R; ++r) v[r] = r * 32 + lane < n ? keys[a + r * 32 + lane] : ~0u;
+  warp_bitonic_sort<R>(v, lane);
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+    if (r * 32 + lane < n) keys[a + r * 32 + lane] = v[r];
+}
+
+// Segments of 2 .. kSmallSort keys, a warp each, padded to 32, 128, 512 or 1024 keys.
 template <int NT = kSortThreads>
 __global__ void __launch_bounds__(NT)
     segment_sort_small_kernel(uint32_t* __restrict__ keys, const int64_t* __restrict__ off, int64_t S) {
-  constexpr int W = NT / 32, R = kSmallSort / 32;
+  static_assert(kSmallSort == 1024, "the paddings below");
+  constexpr int W = NT / 32;
   const int lane = threadIdx.x & 31;
   for (int64_t sg = int64_t{blockIdx.x} * W + threadIdx.x / 32; sg < S; sg += int64_t{gridDim.x} * W) {
     const int64_t a = off[sg], n = off[sg + 1] - a;  // warp-uniform
     if (n <= 1 || n > kSmallSort) continue;
-    if (n <= 32) {
-      uint32_t v[1] = {lane < n ? keys[a + lane] : ~0u};
-      warp_bitonic_sort<1>(v, lane);
-      if (lane < n) keys[a + lane] = v[0];
-    } else {
-      uint32_t v[R];
-#pragma unroll
-      for (int r = 0; r < R; ++r) v[r] = r * 32 + lane < n ? keys[a + r * 32 + lane] : ~0u;
-      warp_bitonic_sort<R>(v, lane);
-#pragma unroll
-      for (int r = 0; r < R; ++r)
-        if (r * 32 + lane < n) keys[a + r * 32 + lane] = v[r];
-    }
+    if (n <= 32) warp_sort_segment<1>(keys, a, n, lane);
+    else if (n <= 128) warp_sort_segment<4>(keys, a, n, lane);
+    else if (n <= 512) warp_sort_segment<16>(keys, a, n, lane);
+    else warp_sort_segment<32>(keys, a, n, lane);
   }
 }
 
