@@ -403,8 +403,6 @@ struct MvmrTilePolicy {
   static constexpr int64_t kStageFloats = 16384;
 };
 
-
-
 // VC consecutive floats: plain loads (kShared: shared memory, or global data the kernel itself or
 // an earlier launch wrote) or by __ldg (VC = 4: 16 bytes; the caller guarantees the alignment).
 template <int VC, bool kShared>
@@ -557,7 +555,7 @@ struct RunGroup {
     }
   }
   // The runs' triplets into the rows' sums a[x] (sorted first): step u folds the u-th triplet of
-  // every run that long (source rows from the packed order), one load of the matrix for them all.
+  // every run that long (source rows from the keys), one load of the matrix for them all.
   template <int VC, bool kVec, bool kShared>
   __device__ __forceinline__ void fold(float (&a)[NG][VC], const PackedKeys& keys, const float* __restrict__ src,
                                        int64_t c_src, const float* __restrict__ w, int64_t ld, int64_t valid) const {
@@ -1243,13 +1241,12 @@ __global__ void transpose_kernel(const float* w, int64_t K, int64_t co, int64_t 
 // mvmr_slices_kernel (two blocks a multiprocessor, or one wide one) where the rows are aligned and
 // every cell's slice fits (slices_width), else mvmr_kernel; mvmr_cells_kernel where the rows are
 // aligned, a slice of 32 channels of mat[k] fits kStageFloats and the sizes fit its 32-bit run
-// fields; mvmr_tile_kernel (they rewrite the grouping's order in place) where the cells and the
-// source rows fit its packed positions; else mvmr_kernel, four destination channels per thread
-// where the shapes allow. Cells or tiles that cannot run take the next one in that order. Measured
-// on one H200 (165k points, kNN 16, 27 cells, float32 forward, C = 32 / 64 / 128 / 256,
-// point-conv-cells-cuda-20261201-085600-97fbcc9.json): cells 1.72 / 2.70 / 6.04 / 21.0 ms, rows
-// 1.15 / 3.03 / 12.1 / 53.5 ms (the cells kernel's run lists take the grouping's spent key
-// buffers); earlier C = 512: cells 113 ms, tiles 165; at C = 32 / 64 / 128
+// fields; mvmr_tile_kernel where the grid fits; else mvmr_kernel, four destination channels per
+// thread where the shapes allow (the only one on the wide grouping). Cells or tiles that cannot
+// run take the next one in that order. Measured on one H200 (165k points, kNN 16, 27 cells,
+// float32 forward, C = 32 / 64 / 128 / 256, point-conv-cells-cuda-20261201-085600-97fbcc9.json,
+// the CUB grouping then): cells 1.72 / 2.70 / 6.04 / 21.0 ms, rows 1.15 / 3.03 / 12.1 / 53.5 ms;
+// earlier C = 512: cells 113 ms, tiles 165; at C = 32 / 64 / 128
 // (point-conv-kernels-cuda-20261201-123300-972aa61.json) slices 0.94 / 2.92 / 14.3 ms, wide
 // slices 0.97 / 2.31 / 10.4, cells 1.66 / 2.63 / 5.91 (grad_features 1.06 / 3.21 / 14.9, 1.06 /
 // 2.67 / 11.4, 1.70 / 2.68 / 5.93).
