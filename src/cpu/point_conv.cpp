@@ -354,34 +354,37 @@ void mvmr_tiles(int64_t t0, int64_t t1, int64_t K, const int64_t* offsets, PairR
       const float* mk = mat + k * c_src * c_dst;
       const int64_t p1 = offsets[tile * K + k + 1];
       int64_t p = offsets[tile * K + k];
-      while (p < p1) {
-        // Up to kRows runs of one row each: run r = [start[r], start[r] + len[r]).
-        int64_t start[kRows], len[kRows], longest = 0;
-        int runs = 0;
-        for (; runs < kRows && p < p1; ++runs) {
-          const int64_t row = rm.a(p, row0);
-          int64_t q = p + 1;
-          while (q < p1 && rm.a(q, row0) == row) ++q;
-          start[runs] = p, len[runs] = q - p, longest = std::max(longest, q - p);
-          p = q;
+      // Up to kRows runs of one row each go side by side, in slots: run r = positions [pos[r],
+      // end[r]); a slot whose run ends takes the segment's next run, so that kRows rows stay
+      // busy until the segment's runs run out (each row has one run in the segment, so no two
+      // slots hold the same row, and every row's triplets keep their order).
+      int64_t pos[kRows], end[kRows];
+      int active = 0;
+      const auto take_run = [&](int r) {
+        if (p >= p1) return false;
+        const int64_t row = rm.a(p, row0);
+        int64_t q = p + 1;
+        while (q < p1 && rm.a(q, row0) == row) ++q;
+        pos[r] = p, end[r] = q, p = q;
+        return true;
+      };
+      while (active < kRows && take_run(active)) ++active;
+      while (active > 0) {
+        const float* s[kRows];
+        float* o[kRows];
+        for (int r = 0; r < active; ++r) s[r] = src + rm.b(pos[r]) * c_src, o[r] = dst + rm.a(pos[r], row0) * c_dst;
+        int g = 0;
+        if (active == 4) {
+          mvmr_group<4>(mk, {s[0], s[1], s[2], s[3]}, c_src, c_dst, {o[0], o[1], o[2], o[3]}), g = 4;
+        } else {
+          for (; g + 2 <= active; g += 2) mvmr_group<2>(mk, {s[g], s[g + 1]}, c_src, c_dst, {o[g], o[g + 1]});
         }
-        for (int64_t u = 0; u < longest; ++u) {
-          const float* s[kRows];
-          float* o[kRows];
-          int n = 0;
-          for (int r = 0; r < runs; ++r)
-            if (u < len[r]) {
-              const int64_t t = start[r] + u;
-              s[n] = src + rm.b(t) * c_src, o[n] = dst + rm.a(t, row0) * c_dst, ++n;
-            }
-          int g = 0;
-          if (n == 4) {
-            mvmr_group<4>(mk, {s[0], s[1], s[2], s[3]}, c_src, c_dst, {o[0], o[1], o[2], o[3]}), g = 4;
-          } else {
-            for (; g + 2 <= n; g += 2) mvmr_group<2>(mk, {s[g], s[g + 1]}, c_src, c_dst, {o[g], o[g + 1]});
+        for (; g < active; ++g) mvmr_rest(0, mk, s[g], c_src, c_dst, o[g]);
+        for (int r = active - 1; r >= 0; --r)  // slots past the runs close; the last slot fills the gap
+          if (++pos[r] == end[r] && !take_run(r)) {
+            --active;
+            pos[r] = pos[active], end[r] = end[active];
           }
-          for (; g < n; ++g) mvmr_rest(0, mk, s[g], c_src, c_dst, o[g]);
-        }
       }
     }
   }
