@@ -1,6 +1,7 @@
 #include "pcops/point_conv.hpp"
 
 #include <functional>
+#include <tuple>
 
 #include "common.hpp"
 
@@ -129,14 +130,24 @@ at::Tensor point_conv_impl(const at::Tensor& features_in, const at::Tensor& weig
   return out.to(features_in.scalar_type());
 }
 
-// An allocator for one gradient (empty where it is not requested): dst becomes a tensor like
-// `like` when the operator asks for it.
-Allocator on_request(bool need, at::Tensor& dst, const at::Tensor& like) {
-  if (!need) return Allocator();
-  return Allocator([&dst, &like] {
-    dst = at::empty(like.sizes(), like.options());
-    return dst.data_ptr();
-  });
+// The gradients of f and w: compute(gf, gw) gets an allocator for each requested one (empty for
+// the other), which makes the gradient a tensor like f or w when the operator asks for it; an
+// unrequested gradient is returned as zeros (not computed).
+template <class Compute>
+std::tuple<at::Tensor, at::Tensor> gradients_on_request(const at::Tensor& f, const at::Tensor& w, bool need_features,
+                                                        bool need_weights, Compute compute) {
+  at::Tensor gf, gw;
+  const auto on_request = [](bool need, at::Tensor& dst, const at::Tensor& like) {
+    if (!need) return Allocator();
+    return Allocator([&dst, &like] {
+      dst = at::empty(like.sizes(), like.options());
+      return dst.data_ptr();
+    });
+  };
+  translate_errors([&] { compute(on_request(need_features, gf, f), on_request(need_weights, gw, w)); });
+  if (!need_features) gf = at::zeros(f.sizes(), f.options());
+  if (!need_weights) gw = at::zeros(w.sizes(), w.options());
+  return {gf, gw};
 }
 
 template <class Run>
@@ -158,15 +169,10 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_impl(const at::Tensor& gr
     const at::Tensor g = dense16(grad_out_in.to(f.scalar_type()));
     // Each gradient is allocated when the operator asks for it (the weights' first, each after its
     // sort's second key buffer is gone); an unrequested one is zeros.
-    at::Tensor gf, gw;
-    translate_errors([&] {
+    return gradients_on_request(f, w, need_features, need_weights, [&](const Allocator& gf, const Allocator& gw) {
       cuda::point_conv_mma_backward(cuda_context(f), in.shape, half16_of(f), g.data_ptr(), f.data_ptr(),
-                                    w.data_ptr(), in.triplets.data_ptr<int64_t>(), on_request(need_features, gf, f),
-                                    on_request(need_weights, gw, w));
+                                    w.data_ptr(), in.triplets.data_ptr<int64_t>(), gf, gw);
     });
-    if (!need_features) gf = at::zeros(f.sizes(), f.options());
-    if (!need_weights) gw = at::zeros(w.sizes(), w.options());
-    return {gf, gw};
   }
 #else
   (void)fast;
@@ -176,13 +182,11 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_impl(const at::Tensor& gr
   // while the weight gradient's workspace does: the backward's peak is the larger of the two
   // steps, not their sum. A gradient that is not requested is returned as zeros (not computed).
   const at::Tensor f = as_float(in.features), w = as_float(in.weights), g = as_float(grad_out_in);
-  at::Tensor gf, gw;
-  translate_errors([&] {
-    run(f, in.shape, g.data_ptr<float>(), f.data_ptr<float>(), w.data_ptr<float>(), in.triplets.data_ptr<int64_t>(),
-        on_request(need_features, gf, f), on_request(need_weights, gw, w));
-  });
-  if (!need_features) gf = at::zeros(f.sizes(), f.options());
-  if (!need_weights) gw = at::zeros(w.sizes(), w.options());
+  auto [gf, gw] =
+      gradients_on_request(f, w, need_features, need_weights, [&](const Allocator& gf_a, const Allocator& gw_a) {
+        run(f, in.shape, g.data_ptr<float>(), f.data_ptr<float>(), w.data_ptr<float>(),
+            in.triplets.data_ptr<int64_t>(), gf_a, gw_a);
+      });
   return {gf.to(features_in.scalar_type()), gw.to(weights_in.scalar_type())};
 }
 

@@ -139,11 +139,13 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& shape, co
 // they are not bitwise equal to the exact path (other summation order, one rounding of the
 // result to 16 bits). Needs point_conv_mma_supported(shape) (C_in and C_out multiples of 8, fewer
 // than 2^31 rows and triplets) and 16-byte aligned buffers; std::invalid_argument otherwise.
-// Extra memory: two 64-bit sort keys per triplet plus the sort's temporary storage, one offset
-// per (tile of 128 destination rows, k), and for grad_features a transposed copy of the weights.
-// The second key buffer and the temporary storage are released once the keys are sorted, so with
-// outputs allocated on request (OutputAllocator) they never exist beside the output: the peak
-// beyond the output is max(16 bytes a triplet + scratch - output, 8 bytes a triplet).
+// Extra memory: the grouping's sort keys, two buffers of 32-bit keys per triplet where the step's
+// output is small beside them ("segmented") or else two of 64-bit keys ("packed", and the sort's
+// temporary storage), one offset per (tile of 128 destination rows, k), and for grad_features a
+// transposed copy of the weights. The second key buffer and the temporary storage are released
+// once the keys are sorted, so with outputs allocated on request (OutputAllocator) they never
+// exist beside the output: the peak beyond the output is max(8 bytes a triplet - output, 4 bytes a
+// triplet) segmented, max(16 bytes a triplet + scratch - output, 8 bytes a triplet) packed.
 bool point_conv_mma_supported(const PointConvShape& shape);
 
 void point_conv_mma(const CudaContext& ctx, const PointConvShape& shape, Half16 type, const void* features,

@@ -46,6 +46,9 @@
 namespace pcops::cuda {
 namespace {
 
+using point_conv_places::triplet_at;
+using point_conv_places::TripletAt;
+
 struct PointConvPolicy {
   static constexpr int kThreads = 256;
   static constexpr int64_t kMaxBlocks = int64_t{1} << 20;  // grid-stride beyond
@@ -58,11 +61,6 @@ unsigned blocks_for(int64_t items) {
 
 using common::bits_for;
 
-__device__ __forceinline__ bool triplet_valid(const int64_t* t, int64_t r, int64_t n_out, int64_t n_in,
-                                              int64_t K) {
-  const int64_t i = t[r * 3], j = t[r * 3 + 1], k = t[r * 3 + 2];
-  return i >= 0 && i < n_out && j >= 0 && j < n_in && k >= 0 && k < K;
-}
 
 template <typename I>
 __global__ void iota_kernel(I* v, int64_t n) {
@@ -75,8 +73,8 @@ __global__ void column_keys_kernel(const int64_t* t, const int64_t* order, int64
                                    int64_t n_out, int64_t n_in, int64_t K, uint64_t* keys) {
   for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < T; p += int64_t{gridDim.x} * blockDim.x) {
     const int64_t r = order[p];
-    keys[p] = triplet_valid(t, r, n_out, n_in, K) ? static_cast<uint64_t>(t[r * 3 + col])
-                                                  : static_cast<uint64_t>(count);
+    const bool ok = triplet_at(t, r, 0, n_out, 1, n_in, K).ok;
+    keys[p] = ok ? static_cast<uint64_t>(t[r * 3 + col]) : static_cast<uint64_t>(count);
   }
 }
 
@@ -85,7 +83,7 @@ __global__ void column_keys_kernel(const int64_t* t, const int64_t* order, int64
 __global__ void packed_keys_kernel(const int64_t* t, int64_t T, int key, int second, int third, int b2, int b3,
                                    int64_t n_out, int64_t n_in, int64_t K, uint64_t* keys, int64_t* order) {
   for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < T; p += int64_t{gridDim.x} * blockDim.x) {
-    const bool ok = triplet_valid(t, p, n_out, n_in, K);
+    const bool ok = triplet_at(t, p, 0, n_out, 1, n_in, K).ok;
     const auto col = [&](int c) {
       return static_cast<uint64_t>(ok ? t[p * 3 + c] : (c == 0 ? n_out : c == 1 ? n_in : K));
     };
@@ -215,10 +213,9 @@ struct RowPlace {
   int64_t n_dst, n_src, K;
   int src_bits;
   __device__ void operator()(const int64_t* t, int64_t p, int64_t& seg, uint64_t& key) const {
-    const int64_t d = t[p * 3 + dst_col], m = t[p * 3 + src_col], k = t[p * 3 + 2];
-    const bool ok = d >= 0 && d < n_dst && m >= 0 && m < n_src && k >= 0 && k < K;
-    seg = ok ? d : n_dst;
-    key = ok ? (static_cast<uint64_t>(k) << src_bits) | static_cast<uint64_t>(m) : 0;
+    const TripletAt x = triplet_at(t, p, dst_col, n_dst, src_col, n_src, K);
+    seg = x.ok ? x.a : n_dst;
+    key = x.ok ? (static_cast<uint64_t>(x.k) << src_bits) | static_cast<uint64_t>(x.b) : 0;
   }
 };
 
@@ -1322,28 +1319,24 @@ struct RunLists {
 RunLists list_runs(const CudaContext& ctx, detail::Workspace& ws, const RowGrouping& g, int64_t rows, int64_t T,
                    int64_t K) {
   constexpr int NT = MvmrCellsPolicy::kThreads;
-  const cudaStream_t stream = detail::stream_of(ctx);
   const int64_t S = K * MvmrCellsPolicy::kBuckets;
   int* pos = ws.alloc<int>(T);
   int* row = ws.alloc<int>(T);
   int64_t* seg_off = ws.alloc<int64_t>(S + 1);
-  auto* counts = ws.alloc<unsigned>(S + 1);
-  PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(unsigned) * (S + 1), stream));
   const bool shared = S <= primitives::kPlaceShared;
   const dim3 grid(detail::grid_blocks(rows, NT * 8, shared ? 2048 : int64_t{1} << 20));
   const size_t smem = shared ? sizeof(unsigned) * S : 0;
-  detail::launch(ctx, shared ? list_runs_kernel<true, false> : list_runs_kernel<false, false>, grid, dim3(NT), smem,
-                 g.offsets, g.keys, rows, S, counts, static_cast<const int64_t*>(nullptr), static_cast<int*>(nullptr),
-                 static_cast<int*>(nullptr));
-  size_t scan_bytes = 0;
-  PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, counts, seg_off, S + 1, stream));
-  void* temp = ws.bytes(scan_bytes);
-  PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, counts, seg_off, S + 1, stream));
-  ws.release(temp);
-  PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(unsigned) * S, stream));
-  detail::launch(ctx, shared ? list_runs_kernel<true, true> : list_runs_kernel<false, true>, grid, dim3(NT), smem,
-                 g.offsets, g.keys, rows, S, counts, static_cast<const int64_t*>(seg_off), pos, row);
-  ws.release(counts);
+  primitives::count_and_place(
+      ctx, ws, S, seg_off,
+      [&](unsigned* counts) {
+        detail::launch(ctx, shared ? list_runs_kernel<true, false> : list_runs_kernel<false, false>, grid, dim3(NT),
+                       smem, g.offsets, g.keys, rows, S, counts, static_cast<const int64_t*>(nullptr),
+                       static_cast<int*>(nullptr), static_cast<int*>(nullptr));
+      },
+      [&](const int64_t* off, unsigned* cursor) {
+        detail::launch(ctx, shared ? list_runs_kernel<true, true> : list_runs_kernel<false, true>, grid, dim3(NT),
+                       smem, g.offsets, g.keys, rows, S, cursor, off, pos, row);
+      });
   return {pos, row, seg_off};
 }
 

@@ -51,6 +51,9 @@
 namespace pcops::cuda {
 namespace {
 
+using point_conv_places::triplet_at;
+using point_conv_places::TripletAt;
+
 // The MVMR kernel's warps: 2 (chunk rows: 32 of every 64 each) x 4 (destination channels, BN / 4
 // each); wgmma: two warpgroups.
 struct MvmrPolicy {
@@ -893,10 +896,9 @@ struct MvmrPlace {
   int64_t n_dst, n_src, K;
   MvmrKey m;
   __device__ void operator()(const int64_t* t, int64_t p, int64_t& seg, uint64_t& key) const {
-    const int64_t d = t[p * 3 + dst_col], s = t[p * 3 + src_col], k = t[p * 3 + 2];
-    const bool ok = d >= 0 && d < n_dst && s >= 0 && s < n_src && k >= 0 && k < K;
-    seg = ok ? (d / m.bm) * K + k : m.segments;
-    key = ok ? (static_cast<uint64_t>(d % m.bm) << m.src_bits) | static_cast<uint64_t>(s) : 0;
+    const TripletAt x = triplet_at(t, p, dst_col, n_dst, src_col, n_src, K);
+    seg = x.ok ? (x.a / m.bm) * K + x.k : m.segments;
+    key = x.ok ? (static_cast<uint64_t>(x.a % m.bm) << m.src_bits) | static_cast<uint64_t>(x.b) : 0;
   }
 };
 using VvorPlace = point_conv_places::CellBlock;

@@ -352,41 +352,59 @@ struct SegmentedKeys {
 
 // "segmented": T keys placed into segments + 1 segments and sorted within each. The second key
 // buffer, the counts and the scratch go back to the allocator once the sort is enqueued.
-template <class Place>
-SegmentedKeys group_segmented(const CudaContext& ctx, detail::Workspace& ws, const int64_t* t, int64_t T_, int64_t segments,
-                        int key_bits, const Place& place) {
+// Placement by counting into S segments: count(counts) adds each item's segment to counts (zeros,
+// S + 1 of them), offsets [S + 1] become their exclusive scan, then place(offsets, cursor) puts
+// each item at offsets[seg] + a place of seg not taken yet (cursor: zeros, counting the places
+// taken). The counts and the scan's scratch go back to the workspace once enqueued.
+template <class Count, class Place>
+void count_and_place(const CudaContext& ctx, detail::Workspace& ws, int64_t S, int64_t* offsets, Count count,
+                     Place place) {
   const cudaStream_t stream = detail::stream_of(ctx);
-  const int64_t S = segments + 1;
-  auto* keys = ws.alloc<uint32_t>(std::max<int64_t>(T_, 1));
-  auto* alt = ws.alloc<uint32_t>(std::max<int64_t>(T_, 1));
-  int64_t* offsets = ws.alloc<int64_t>(S + 1);
   auto* counts = ws.alloc<unsigned>(S + 1);
   PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(unsigned) * (S + 1), stream));
-  // With few segments the placement counts in shared memory (at most 32 KB: no opt-in needed).
-  const bool shared = S <= kPlaceShared;
-  const dim3 grid(detail::grid_blocks(T_, kPlaceThreads * 16, shared ? 2048 : int64_t{1} << 20));
-  const size_t smem = shared ? sizeof(unsigned) * S : 0;
-  if (T_ > 0)
-    detail::launch(ctx, shared ? place_count_kernel<Place, true> : place_count_kernel<Place, false>, grid,
-                   dim3(kPlaceThreads), smem, t, T_, place, S, counts);
+  count(counts);
   size_t scan_bytes = 0;
   PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(nullptr, scan_bytes, counts, offsets, S + 1, stream));
   void* temp = ws.bytes(scan_bytes);
   PCOPS_CUDA_CHECK(cub::DeviceScan::ExclusiveSum(temp, scan_bytes, counts, offsets, S + 1, stream));
   ws.release(temp);
-  if (T_ > 0) {
-    PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(unsigned) * S, stream));
-    detail::launch(ctx, shared ? place_fill_kernel<Place, true> : place_fill_kernel<Place, false>, grid,
-                   dim3(kPlaceThreads), smem, t, T_, place, S, static_cast<const int64_t*>(offsets), counts, keys);
-    detail::launch(ctx, segment_sort_small_kernel<>, dim3(detail::grid_blocks(S, kSortThreads / 32)),
-                   dim3(kSortThreads), 0, keys, static_cast<const int64_t*>(offsets), S);
-    const dim3 windows(static_cast<unsigned>(detail::ceil_div(T_, kSortWindow)));
-    detail::launch(ctx, segment_sort_window_kernel<>, windows, dim3(kSortThreads), 0, keys,
-                   static_cast<const int64_t*>(offsets), S, T_, key_bits);
-    detail::launch(ctx, segment_sort_long_kernel<>, windows, dim3(kSortThreads), 0, keys, alt,
-                   static_cast<const int64_t*>(offsets), S, T_, key_bits);
-  }
+  PCOPS_CUDA_CHECK(cudaMemsetAsync(counts, 0, sizeof(unsigned) * S, stream));
+  place(static_cast<const int64_t*>(offsets), counts);
   ws.release(counts);
+}
+
+template <class Place>
+SegmentedKeys group_segmented(const CudaContext& ctx, detail::Workspace& ws, const int64_t* t, int64_t T_,
+                              int64_t segments, int key_bits, const Place& place) {
+  const int64_t S = segments + 1;
+  auto* keys = ws.alloc<uint32_t>(std::max<int64_t>(T_, 1));
+  auto* alt = ws.alloc<uint32_t>(std::max<int64_t>(T_, 1));
+  int64_t* offsets = ws.alloc<int64_t>(S + 1);
+  // With few segments the placement counts in shared memory (at most 32 KB: no opt-in needed).
+  const bool shared = S <= kPlaceShared;
+  const dim3 grid(detail::grid_blocks(T_, kPlaceThreads * 16, shared ? 2048 : int64_t{1} << 20));
+  const size_t smem = shared ? sizeof(unsigned) * S : 0;
+  count_and_place(
+      ctx, ws, S, offsets,
+      [&](unsigned* counts) {
+        if (T_ > 0)
+          detail::launch(ctx, shared ? place_count_kernel<Place, true> : place_count_kernel<Place, false>, grid,
+                         dim3(kPlaceThreads), smem, t, T_, place, S, counts);
+      },
+      [&](const int64_t* off, unsigned* cursor) {
+        if (T_ > 0)
+          detail::launch(ctx, shared ? place_fill_kernel<Place, true> : place_fill_kernel<Place, false>, grid,
+                         dim3(kPlaceThreads), smem, t, T_, place, S, off, cursor, keys);
+      });
+  if (T_ > 0) {
+    const int64_t* off = offsets;
+    detail::launch(ctx, segment_sort_small_kernel<>, dim3(detail::grid_blocks(S, kSortThreads / 32)),
+                   dim3(kSortThreads), 0, keys, off, S);
+    const dim3 windows(static_cast<unsigned>(detail::ceil_div(T_, kSortWindow)));
+    detail::launch(ctx, segment_sort_window_kernel<>, windows, dim3(kSortThreads), 0, keys, off, S, T_, key_bits);
+    detail::launch(ctx, segment_sort_long_kernel<>, windows, dim3(kSortThreads), 0, keys, alt, off, S, T_,
+                   key_bits);
+  }
   ws.release(alt);
   return {keys, offsets};
 }
