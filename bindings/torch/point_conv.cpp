@@ -1,7 +1,10 @@
 #include "pcops/point_conv.hpp"
 
+#include <algorithm>
 #include <functional>
+#include <mutex>
 #include <tuple>
+#include <vector>
 
 #include "common.hpp"
 
@@ -58,20 +61,73 @@ bool fast_mode(c10::string_view mode) {
   return mode == "fast";
 }
 
+// The column ranges of CUDA triplet tensors read back before: a tensor is known while it lives
+// unchanged (the same TensorImpl, held weakly so that its address is not reused meanwhile, the same
+// version counter, data, sizes and strides), so the forward, the backward and every layer of a
+// network on the same triplets check them without waiting for the stream again. A tensor written
+// past its version counter (through .data or a foreign pointer) keeps its old ranges here; its
+// out-of-range triplets are then skipped, not reported (every kernel checks each triplet it reads).
+// Inference tensors have no version counter and are read every time.
+class TripletRanges {
+ public:
+  // The per-column minima and maxima, when known.
+  bool find(const at::Tensor& t, int64_t (&lo)[3], int64_t (&hi)[3]) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    for (const Entry& e : entries_)
+      if (same(e, t)) {
+        std::copy(e.lo, e.lo + 3, lo), std::copy(e.hi, e.hi + 3, hi);
+        return true;
+      }
+    return false;
+  }
+  void add(const at::Tensor& t, const int64_t (&lo)[3], const int64_t (&hi)[3]) {
+    if (t.is_inference()) return;
+    const std::lock_guard<std::mutex> lock(mutex_);
+    std::erase_if(entries_, [](const Entry& e) { return e.impl.expired(); });
+    if (entries_.size() >= kEntries) entries_.erase(entries_.begin());  // the oldest
+    Entry e{WeakImpl(t.getIntrusivePtr()), t._version(), t.data_ptr(),
+            t.size(0), t.stride(0), {}, {}};
+    std::copy(lo, lo + 3, e.lo), std::copy(hi, hi + 3, e.hi);
+    entries_.push_back(std::move(e));
+  }
+
+ private:
+  using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
+  static constexpr size_t kEntries = 16;
+  struct Entry {
+    WeakImpl impl;
+    uint32_t version;
+    const void* data;
+    int64_t rows, row_stride;
+    int64_t lo[3], hi[3];
+  };
+  static bool same(const Entry& e, const at::Tensor& t) {
+    return !t.is_inference() && e.impl._unsafe_get_target() == t.unsafeGetTensorImpl() && !e.impl.expired() &&
+           e.version == t._version() && e.data == t.data_ptr() && e.rows == t.size(0) && e.row_stride == t.stride(0);
+  }
+  std::mutex mutex_;
+  std::vector<Entry> entries_;
+};
+
 // CUDA triplets are range-checked here, on the host, before any kernel runs (the CPU core
-// checks its own).
+// checks its own): the first time a tensor is seen its column ranges are read back (a stream
+// sync), later calls on the unchanged tensor check the bounds against the ranges kept.
 void check_triplet_ranges(const Inputs& in) {
   if (in.triplets.is_cpu() || in.shape.triplets == 0) return;
-  // SYNC: the bounds are checked on the host before any kernel reads through the triplets.
-  const auto [lo_t, hi_t] = at::aminmax(in.triplets, 0);  // one pass over the triplets
-  const at::Tensor mm = at::stack({lo_t, hi_t}).cpu();
+  static TripletRanges& known = *new TripletRanges;  // never destroyed (nor its weak references)
+  int64_t lo[3], hi[3];
+  if (!known.find(in.triplets, lo, hi)) {
+    // SYNC: the bounds are read on the host before any kernel reads through the triplets.
+    const auto [lo_t, hi_t] = at::aminmax(in.triplets, 0);  // one pass over the triplets
+    const at::Tensor mm = at::stack({lo_t, hi_t}).cpu();
+    for (int c = 0; c < 3; ++c) lo[c] = mm[0][c].item<int64_t>(), hi[c] = mm[1][c].item<int64_t>();
+    known.add(in.triplets, lo, hi);
+  }
   const int64_t bound[3] = {in.shape.num_out, in.shape.num_in, in.shape.kernels};
   const char* what[3] = {"output index i", "input index j", "kernel index k"};
-  for (int c = 0; c < 3; ++c) {
-    const int64_t lo = mm[0][c].item<int64_t>(), hi = mm[1][c].item<int64_t>();
-    TORCH_CHECK_INDEX(lo >= 0 && hi < bound[c], "triplets: expected the ", what[c], " (column ", c, ") in [0, ",
-                      bound[c], "), got values in [", lo, ", ", hi, "]");
-  }
+  for (int c = 0; c < 3; ++c)
+    TORCH_CHECK_INDEX(lo[c] >= 0 && hi[c] < bound[c], "triplets: expected the ", what[c], " (column ", c,
+                      ") in [0, ", bound[c], "), got values in [", lo[c], ", ", hi[c], "]");
 }
 
 #if PCOPS_TORCH_CUDA

@@ -1,5 +1,6 @@
 """CUDA pcops.point_conv (forward, both gradients, triplet construction, the nn module) against the
-CPU backend bit for bit; out-of-range triplets raise IndexError before any kernel runs."""
+CPU backend bit for bit; out-of-range triplets raise IndexError before any kernel runs (their
+ranges read back once per unchanged triplet tensor)."""
 
 from __future__ import annotations
 
@@ -98,6 +99,65 @@ def test_out_of_range_raises_index_error(gen):
     t[5, 2] = 27
     with pytest.raises(IndexError, match="triplets"):
         pcops.point_conv(f.cuda(), w.cuda(), t.cuda(), 30)
+
+
+@pytest.mark.parametrize("mode, dtype", [("exact", torch.float32), ("fast", torch.bfloat16)])
+def test_known_triplets_are_not_read_back_again(mode, dtype, gen):
+    """A triplet tensor's column ranges are read back (a stream sync) the first time only: later
+    forwards and backwards on the unchanged tensor check the bounds without synchronizing."""
+    f, w, t = (x.cuda() for x in _inputs(gen, 300, 200, 16, 24, 27, 5000))
+    f, w = f.to(dtype).requires_grad_(), w.to(dtype).requires_grad_()
+    first = pcops.point_conv(f, w, t, 200, mode=mode)
+    first.sum().backward()
+    ref = [first.detach().clone(), f.grad.clone(), w.grad.clone()]
+    f.grad = w.grad = None
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        again = pcops.point_conv(f, w, t, 200, mode=mode)
+        again.sum().backward()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for a, b in zip(ref, [again.detach(), f.grad, w.grad]):
+        assert same_bits(a, b)
+    # The bounds are checked against the ranges kept: fewer outputs than the largest i raise.
+    with pytest.raises(IndexError, match="output index i"):
+        pcops.point_conv(f, w, t, int(t[:, 0].max()), mode=mode)
+    with pytest.raises(IndexError, match="kernel index k"):
+        pcops.point_conv(f, w[:20], t, 200, mode=mode)
+
+
+def test_triplets_changed_or_new_are_read_again(gen):
+    f, w, t = (x.cuda() for x in _inputs(gen, 40, 30, 6, 5, 27, 400))
+    pcops.point_conv(f, w, t, 30)
+    t[7, 1] = 40  # an in-place write moves the version counter: read again
+    with pytest.raises(IndexError, match="input index j"):
+        pcops.point_conv(f, w, t, 30)
+    t[7, 1] = 39
+    pcops.point_conv(f, w, t, 30)
+    t.view(-1)[3 * 9] = -1  # through a view: the same version counter
+    with pytest.raises(IndexError, match="output index i"):
+        pcops.point_conv(f, w, t, 30)
+    t[9, 0] = 0
+    # A tensor freed and another allocated in its place (the caching allocator hands the same
+    # memory back) is a new tensor.
+    good = t.clone()
+    pcops.point_conv(f, w, good, 30)
+    address = good.data_ptr()
+    del good
+    bad = torch.empty(400, 3, dtype=torch.int64, device="cuda")
+    bad.copy_(t)
+    bad[0, 2] = 99
+    assert bad.data_ptr() == address
+    with pytest.raises(IndexError, match="kernel index k"):
+        pcops.point_conv(f, w, bad, 30)
+    # Inference tensors (no version counter) are read every time.
+    with torch.inference_mode():
+        ti = t.clone()
+        pcops.point_conv(f, w, ti, 30)
+        ti[0, 2] = 27
+        with pytest.raises(IndexError, match="kernel index k"):
+            pcops.point_conv(f, w, ti, 30)
 
 
 # ---- mode="fast": the tensor-core path for float16 / bfloat16 ----
