@@ -36,6 +36,7 @@ std::tuple<at::Tensor, at::Tensor> ball_query_impl(const at::Tensor& query_in, c
     run(query, view_of(query), view_of(ref), lengths_of(ql), lengths_of(rl), BallQueryParams{r, K},
         dist2.data_ptr<float>(), idx.data_ptr<int64_t>());
   });
+  remember_bounds(idx, -1, ref.size(1) - 1);  // reference points or -1
   return {dist2, idx};
 }
 

@@ -16,6 +16,7 @@
 #include <c10/cuda/CUDAStream.h>
 #endif
 
+#include "index_ranges.hpp"
 #include "pcops/context.hpp"
 #include "pcops/error.hpp"
 #include "pcops/view.hpp"
@@ -65,11 +66,12 @@ inline at::Tensor as_indices(const at::Tensor& t, const char* name, int64_t coun
       hi = p[i] > hi ? p[i] : hi;
     }
   } else if (c.numel() > 0) {
-    // SYNC: the bounds are checked on the host before any kernel reads through the indices.
-    const auto [lo_t, hi_t] = at::aminmax(c);  // one pass over the indices
-    const at::Tensor mm = at::stack({lo_t, hi_t}).cpu();
-    lo = std::min<int64_t>(lo, mm[0].item<int64_t>());
-    hi = std::max<int64_t>(hi, mm[1].item<int64_t>());
+    // Bounds known on the host settle it without a sync (index_ranges.hpp); else the exact range.
+    const std::optional<IndexRanges> known = known_ranges(c, 1);
+    if (known && known->lo[0] >= -1 && known->hi[0] < count) return c;
+    const IndexRanges r = read_ranges(c, 1);
+    lo = std::min<int64_t>(lo, r.lo[0]);
+    hi = std::max<int64_t>(hi, r.hi[0]);
   }
   TORCH_CHECK_INDEX(lo >= -1 && hi < count, name, ": expected indices in [-1, ", count, "), got values in [", lo,
                     ", ", hi, "]");

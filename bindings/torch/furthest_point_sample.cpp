@@ -18,6 +18,7 @@ at::Tensor furthest_point_sample_impl(const at::Tensor& points_in, int64_t num_s
     run(points, view_of(points), lengths_of(lengths), FpsParams{num_samples, start_index, skip_near_origin},
         out.data_ptr<int64_t>());
   });
+  remember_bounds(out, -1, points.size(1) - 1);  // points or -1
   return out;
 }
 

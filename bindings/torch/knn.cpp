@@ -22,6 +22,7 @@ std::tuple<at::Tensor, at::Tensor> knn_impl(const at::Tensor& query_in, const at
     run(query, view_of(query), view_of(ref), lengths_of(ql), lengths_of(rl), KnnParams{k},
         dist.data_ptr<float>(), idx.data_ptr<int64_t>());
   });
+  remember_bounds(idx, -1, ref.size(1) - 1);  // reference points or -1
   return {dist, idx};
 }
 

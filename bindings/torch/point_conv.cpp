@@ -1,12 +1,11 @@
 #include "pcops/point_conv.hpp"
 
-#include <algorithm>
 #include <functional>
-#include <mutex>
+#include <optional>
 #include <tuple>
-#include <vector>
 
 #include "common.hpp"
+#include "index_ranges.hpp"
 
 namespace pcops::torch_binding {
 namespace {
@@ -61,73 +60,23 @@ bool fast_mode(c10::string_view mode) {
   return mode == "fast";
 }
 
-// The column ranges of CUDA triplet tensors read back before: a tensor is known while it lives
-// unchanged (the same TensorImpl, held weakly so that its address is not reused meanwhile, the same
-// version counter, data, sizes and strides), so the forward, the backward and every layer of a
-// network on the same triplets check them without waiting for the stream again. A tensor written
-// past its version counter (through .data or a foreign pointer) keeps its old ranges here; its
-// out-of-range triplets are then skipped, not reported (every kernel checks each triplet it reads).
-// Inference tensors have no version counter and are read every time.
-class TripletRanges {
- public:
-  // The per-column minima and maxima, when known.
-  bool find(const at::Tensor& t, int64_t (&lo)[3], int64_t (&hi)[3]) {
-    const std::lock_guard<std::mutex> lock(mutex_);
-    for (const Entry& e : entries_)
-      if (same(e, t)) {
-        std::copy(e.lo, e.lo + 3, lo), std::copy(e.hi, e.hi + 3, hi);
-        return true;
-      }
-    return false;
-  }
-  void add(const at::Tensor& t, const int64_t (&lo)[3], const int64_t (&hi)[3]) {
-    if (t.is_inference()) return;
-    const std::lock_guard<std::mutex> lock(mutex_);
-    std::erase_if(entries_, [](const Entry& e) { return e.impl.expired(); });
-    if (entries_.size() >= kEntries) entries_.erase(entries_.begin());  // the oldest
-    Entry e{WeakImpl(t.getIntrusivePtr()), t._version(), t.data_ptr(),
-            t.size(0), t.stride(0), {}, {}};
-    std::copy(lo, lo + 3, e.lo), std::copy(hi, hi + 3, e.hi);
-    entries_.push_back(std::move(e));
-  }
-
- private:
-  using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
-  static constexpr size_t kEntries = 16;
-  struct Entry {
-    WeakImpl impl;
-    uint32_t version;
-    const void* data;
-    int64_t rows, row_stride;
-    int64_t lo[3], hi[3];
-  };
-  static bool same(const Entry& e, const at::Tensor& t) {
-    return !t.is_inference() && e.impl._unsafe_get_target() == t.unsafeGetTensorImpl() && !e.impl.expired() &&
-           e.version == t._version() && e.data == t.data_ptr() && e.rows == t.size(0) && e.row_stride == t.stride(0);
-  }
-  std::mutex mutex_;
-  std::vector<Entry> entries_;
-};
-
 // CUDA triplets are range-checked here, on the host, before any kernel runs (the CPU core
-// checks its own): the first time a tensor is seen its column ranges are read back (a stream
-// sync), later calls on the unchanged tensor check the bounds against the ranges kept.
+// checks its own), against the column ranges known on the host (index_ranges.hpp): read back once
+// per unchanged tensor, or recorded by point_conv_triplets, so the forward, the backward and every
+// layer on the same triplets run without waiting for the stream.
 void check_triplet_ranges(const Inputs& in) {
   if (in.triplets.is_cpu() || in.shape.triplets == 0) return;
-  static TripletRanges& known = *new TripletRanges;  // never destroyed (nor its weak references)
-  int64_t lo[3], hi[3];
-  if (!known.find(in.triplets, lo, hi)) {
-    // SYNC: the bounds are read on the host before any kernel reads through the triplets.
-    const auto [lo_t, hi_t] = at::aminmax(in.triplets, 0);  // one pass over the triplets
-    const at::Tensor mm = at::stack({lo_t, hi_t}).cpu();
-    for (int c = 0; c < 3; ++c) lo[c] = mm[0][c].item<int64_t>(), hi[c] = mm[1][c].item<int64_t>();
-    known.add(in.triplets, lo, hi);
-  }
   const int64_t bound[3] = {in.shape.num_out, in.shape.num_in, in.shape.kernels};
+  const auto inside = [&](const IndexRanges& r) {
+    return r.lo[0] >= 0 && r.hi[0] < bound[0] && r.lo[1] >= 0 && r.hi[1] < bound[1] && r.lo[2] >= 0 &&
+           r.hi[2] < bound[2];
+  };
+  if (const std::optional<IndexRanges> known = known_ranges(in.triplets, 3); known && inside(*known)) return;
+  const IndexRanges r = read_ranges(in.triplets, 3);
   const char* what[3] = {"output index i", "input index j", "kernel index k"};
   for (int c = 0; c < 3; ++c)
-    TORCH_CHECK_INDEX(lo[c] >= 0 && hi[c] < bound[c], "triplets: expected the ", what[c], " (column ", c,
-                      ") in [0, ", bound[c], "), got values in [", lo[c], ", ", hi[c], "]");
+    TORCH_CHECK_INDEX(r.lo[c] >= 0 && r.hi[c] < bound[c], "triplets: expected the ", what[c], " (column ", c,
+                      ") in [0, ", bound[c], "), got values in [", r.lo[c], ", ", r.hi[c], "]");
 }
 
 #if PCOPS_TORCH_CUDA
@@ -328,6 +277,13 @@ at::Tensor point_conv_triplets_impl(const at::Tensor& centres_in, const at::Tens
           return out.data_ptr<int64_t>();
         });
   });
+  // The rows (i, j, k) hold centres, points and cells by construction.
+  if (out.is_cuda() && out.numel() > 0) {
+    IndexRanges r;
+    r.cols = 3;
+    r.hi[0] = shape.centres - 1, r.hi[1] = shape.points - 1, r.hi[2] = t * t * t - 1;
+    remember_ranges(out, r);
+  }
   return out;
 }
 

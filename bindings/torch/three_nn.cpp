@@ -20,6 +20,7 @@ std::tuple<at::Tensor, at::Tensor> three_nn_impl(const at::Tensor& unknown_in, c
     run(unknown, view_of(unknown), view_of(known), lengths_of(ul), lengths_of(kl), dist.data_ptr<float>(),
         idx.data_ptr<int64_t>());
   });
+  remember_bounds(idx, -1, known.size(1) - 1);  // known points or -1
   return {dist, idx};
 }
 
