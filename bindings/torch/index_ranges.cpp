@@ -1,7 +1,12 @@
 #include "index_ranges.hpp"
 
+#include <torch/library.h>
+
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <mutex>
+#include <optional>
 #include <vector>
 
 namespace pcops::torch_binding {
@@ -76,5 +81,40 @@ IndexRanges read_ranges(const at::Tensor& t, int cols) {
   registry().add(t, r);
   return r;
 }
+
+}  // namespace pcops::torch_binding
+
+namespace pcops::torch_binding {
+namespace {
+
+// idx converted to int32 or int64 (always a new tensor), carrying over the range known for
+// bounds_from (default idx itself) where it fits the new dtype: for the stand-ins, whose upstream
+// APIs take and return int32 indices, so that a layer on the library's own indices stays
+// sync-free through the casts. The caller vouches that idx's values lie inside bounds_from's
+// range (a stale range only loses an IndexError: every kernel checks each index it reads).
+at::Tensor index_cast(const at::Tensor& idx, at::ScalarType dtype, const std::optional<at::Tensor>& bounds_from) {
+  TORCH_CHECK_TYPE(idx.scalar_type() == at::kInt || idx.scalar_type() == at::kLong,
+                   "idx: expected an int32 or int64 tensor, got ", idx.scalar_type());
+  TORCH_CHECK_TYPE(dtype == at::kInt || dtype == at::kLong, "dtype: expected int32 or int64, got ", dtype);
+  at::Tensor out = idx.to(dtype, /*non_blocking=*/false, /*copy=*/true);
+  const at::Tensor& src = bounds_from.has_value() ? *bounds_from : idx;
+  if (out.is_cuda() && out.numel() > 0)
+    if (const std::optional<IndexRanges> r = known_ranges(src, 1)) {
+      const int64_t lo = dtype == at::kInt ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min();
+      const int64_t hi = dtype == at::kInt ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max();
+      if (r->lo[0] >= lo && r->hi[0] <= hi) remember_ranges(out, *r);
+    }
+  return out;
+}
+
+}  // namespace
+
+TORCH_LIBRARY_FRAGMENT(pcops, m) {
+  m.def("_index_cast(Tensor idx, ScalarType dtype, Tensor? bounds_from=None) -> Tensor");
+}
+TORCH_LIBRARY_IMPL(pcops, CPU, m) { m.impl("_index_cast", &index_cast); }
+#if PCOPS_TORCH_CUDA
+TORCH_LIBRARY_IMPL(pcops, CUDA, m) { m.impl("_index_cast", &index_cast); }
+#endif
 
 }  // namespace pcops::torch_binding

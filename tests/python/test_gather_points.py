@@ -149,3 +149,22 @@ def test_expanded_and_strided_upstream_gradients(gen):
     upstream = torch.randn(2, 6, 4, generator=gen).transpose(1, 2)
     direct = torch.ops.pcops._gather_points_backward(upstream, idx, 10)
     assert torch.equal(direct, oracle.gather_points_backward(upstream, idx, 10))
+
+
+def test_index_cast(gen):
+    """The stand-ins' index cast: a new tensor of the other integer width with the same values
+    (the range bookkeeping it adds on CUDA is tested there), with its own errors."""
+    from pcops.ops.gather_points import index_cast
+
+    idx = torch.randint(-1, 1000, (3, 50), generator=gen)
+    for src, dtype in ((idx, torch.int32), (idx.int(), torch.int64), (idx, torch.int64), (idx.t(), torch.int32)):
+        out = index_cast(src, dtype)
+        assert out.dtype == dtype and out.shape == src.shape and torch.equal(out.long(), src.long())
+        assert out.data_ptr() != src.data_ptr()  # always a new tensor (the op's schema: no alias)
+    assert torch.equal(index_cast(idx.int(), torch.int64, idx), idx)
+    with pytest.raises(TypeError, match="idx: expected an int32 or int64"):
+        index_cast(idx.float(), torch.int64)
+    with pytest.raises(TypeError, match="dtype: expected int32 or int64"):
+        index_cast(idx, torch.int16)
+    torch.library.opcheck(torch.ops.pcops._index_cast.default, (idx, torch.int32, None))
+    torch.library.opcheck(torch.ops.pcops._index_cast.default, (idx.int(), torch.int64, idx))

@@ -110,7 +110,8 @@ def _index(idx: Tensor, name: str) -> Tensor:
         raise TypeError(f"{name}: expected a tensor, got {type(idx).__name__}")
     if idx.dtype not in (torch.int32, torch.int64):
         raise TypeError(f"{name}: expected an int32 (or int64) tensor, got {idx.dtype}")
-    return idx.long()
+    # The cast keeps the range known for the indices (no stream sync at the check on CUDA).
+    return idx if idx.dtype == torch.int64 else _index_cast(idx, torch.int64)
 
 
 def _tensor(t: Tensor, name: str, dim: int) -> Tensor:
@@ -210,13 +211,21 @@ def _squared(unknown: Tensor, known: Tensor, idx: Tensor) -> Tensor:
     return s + d[..., 2] * d[..., 2]
 
 
-def _ball_query_impl(radius: float, nsample: int, xyz: Tensor, new_xyz: Tensor) -> Tensor:
-    """int64 [B, npoint, nsample] with upstream's padding (first hit repeated, all 0 without)."""
+def _ball_query_impl(radius: float, nsample: int, xyz: Tensor, new_xyz: Tensor) -> Tuple[Tensor, Tensor]:
+    """int64 [B, npoint, nsample] with upstream's padding (first hit repeated, all 0 without), and
+    pcops' own indices, whose range it lies in."""
     _, idx = _pcops().ball_query(new_xyz, xyz, radius, nsample)
     if nsample == 0:
-        return idx
+        return idx, idx
     first = idx[:, :, :1].clamp(min=0)  # the first hit, or 0 for a query without any
-    return torch.where(idx >= 0, idx, first)
+    return torch.where(idx >= 0, idx, first), idx
+
+
+def _index_cast(idx: Tensor, dtype: torch.dtype, bounds_from: Optional[Tensor] = None) -> Tensor:
+    """pcops.ops.gather_points.index_cast: the cast keeps the index range known on the host."""
+    from pcops.ops.gather_points import index_cast as cast
+
+    return cast(idx, dtype, bounds_from)
 
 
 # --------------------------------------------------------------------------------------------
@@ -244,7 +253,7 @@ class FurthestPointSampling(Function):
         """
         _tensor(xyz, "xyz", 3)
         idx = _pcops().furthest_point_sample(xyz, npoint, 0, None, skip_near_origin=True)
-        out = idx.to(torch.int32)
+        out = _index_cast(idx, torch.int32)
         ctx.mark_non_differentiable(out)
         return out
 
@@ -310,7 +319,7 @@ class ThreeNN(Function):
             (B, n, 3) index of 3 nearest neighbors
         """
         dist, idx = _three_nn_impl(unknown, known)
-        dist, idx = dist.float(), idx.to(torch.int32)
+        dist, idx = dist.float(), _index_cast(idx, torch.int32)
         ctx.mark_non_differentiable(dist, idx)
         return dist, idx
 
@@ -419,7 +428,8 @@ class BallQuery(Function):
         torch.Tensor
             (B, npoint, nsample) tensor with the indicies of the features that form the query balls
         """
-        out = _ball_query_impl(radius, nsample, xyz, new_xyz).to(torch.int32)
+        padded, raw = _ball_query_impl(radius, nsample, xyz, new_xyz)
+        out = _index_cast(padded, torch.int32, raw)
         ctx.mark_non_differentiable(out)
         return out
 
@@ -534,7 +544,7 @@ class GroupAll(nn.Module):
 def _ext_furthest_point_sampling(points: Tensor, nsamples: int) -> Tensor:
     _tensor(points, "points", 3)
     idx = _pcops().furthest_point_sample(points, nsamples, 0, None, skip_near_origin=True)
-    return idx.to(torch.int32)
+    return _index_cast(idx, torch.int32)
 
 
 def _ext_gather_points(points: Tensor, idx: Tensor) -> Tensor:
@@ -550,7 +560,8 @@ def _ext_gather_points_grad(grad_out: Tensor, idx: Tensor, n: int) -> Tensor:
 
 
 def _ext_ball_query(new_xyz: Tensor, xyz: Tensor, radius: float, nsample: int) -> Tensor:
-    return _ball_query_impl(radius, nsample, xyz, new_xyz).to(torch.int32)
+    padded, raw = _ball_query_impl(radius, nsample, xyz, new_xyz)
+    return _index_cast(padded, torch.int32, raw)
 
 
 def _ext_group_points(points: Tensor, idx: Tensor) -> Tensor:
@@ -575,7 +586,7 @@ def _ext_three_nn(unknowns: Tensor, knows: Tensor) -> List[Tensor]:
     if knows.shape[1] < 3:
         missing = torch.arange(3, device=idx.device) >= knows.shape[1]
         dist2 = torch.where(missing, torch.full_like(dist2, float("inf")), dist2)
-    return [dist2, idx.to(torch.int32)]
+    return [dist2, _index_cast(idx, torch.int32)]
 
 
 def _ext_three_interpolate(points: Tensor, idx: Tensor, weight: Tensor) -> Tensor:

@@ -358,6 +358,37 @@ def test_pointnet2_ops_stand_in_cuda(pu, gen):
     assert_same(*both(pu.three_nn, unknown[:, :10], known[:, :2]))
 
 
+def test_pointnet2_ops_stand_in_layer_on_its_own_indices_does_not_sync(pu, gen):
+    """The stand-in's int32 indices keep the range the library knows for the int64 ones they were
+    cast from (and back), so gathering, grouping and interpolating through them, backwards
+    included, run without a stream sync; the results equal those through unknown copies."""
+    xyz = torch.rand(2, 2048, 3, generator=gen).cuda()
+    feats = torch.randn(2, 16, 2048, generator=gen).cuda()
+    fps = pu.furthest_point_sample(xyz, 256)
+    new_xyz = torch.gather(xyz, 1, fps.long()[..., None].expand(-1, -1, 3))
+    nb = pu.ball_query(0.2, 16, xyz, new_xyz)
+    _, i3 = pu.three_nn(xyz, new_xyz)
+    w = torch.full(i3.shape, 1.0 / 3.0, device="cuda")
+    assert fps.dtype == nb.dtype == i3.dtype == torch.int32
+
+    def layer(fps, nb, i3):
+        f = feats.clone().requires_grad_()
+        centres = pu.gather_operation(f, fps)
+        grouped = pu.grouping_operation(f, nb)
+        up = pu.three_interpolate(centres, i3, w)
+        (grouped.sum() + (up * up).sum()).backward()
+        return centres.detach(), grouped.detach(), up.detach(), f.grad
+
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        got = layer(fps, nb, i3)
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+    for a, b in zip(got, layer(fps.clone(), nb.clone(), i3.clone())):
+        assert same_bits(a, b)
+
+
 def test_pointops_stand_in_cuda(po, gen):
     xyz = torch.rand(3000, 3, generator=gen)
     offset = torch.tensor([1000, 1800, 3000], dtype=torch.int32)
