@@ -11,7 +11,9 @@ triplets by kernel cell is made once, outside its timed calls (pcops groups insi
 and timed alone as peer_grouping_s. Beside the peer the max abs difference from pcops' output is
 recorded.
 On CUDA the peak allocated memory of each variant is recorded too (torch.cuda.max_memory_allocated
-above the inputs). --dtype sets the features' and weights' dtype for both sides (the peer's GEMMs
+above the inputs; for forward + backward once with the copies of features and weights that take
+the gradients made inside the measured call, as the timed calls make them, and once with them
+made before, "peak_above_leaves": each side's own memory above its inputs). --dtype sets the features' and weights' dtype for both sides (the peer's GEMMs
 then run on the tensor cores too), --mode pcops' mode ("fast": the tensor-core path for 16-bit
 inputs); --no-backward times the forward only. --order morton renumbers the points along a Morton
 (Z-order) curve first, as voxelised and serialised clouds come (neighbours then have near indices);
@@ -198,6 +200,13 @@ def main():
                 row["pcops_forward_backward_rounds_s"], row["peer_forward_backward_rounds_s"] = ours_br, peer_br
             row["pcops_forward_backward_peak_bytes"] = peak_bytes(ours_fb, device)
             row["peer_forward_backward_peak_bytes"] = peak_bytes(peer_fb, device)
+            # The same with the leaves (the copies of features and weights that take the
+            # gradients) made before the measurement: the operations' own memory above their inputs.
+            for side, fn in (("pcops", ours), ("peer", peer)):
+                fr, wr = f.clone().requires_grad_(), w.clone().requires_grad_()
+                row[f"{side}_forward_backward_peak_above_leaves_bytes"] = peak_bytes(
+                    lambda: torch.autograd.grad(fn(fr, wr), [fr, wr], g), device)
+                del fr, wr
             # The backward's parts: forward + one gradient each (the other input not requiring it).
             for part, kw in (("grad_features", {"weights": False}), ("grad_weights", {"features": False})):
                 row[f"pcops_forward_{part}_s"] = median_time(fwd_bwd(ours, **kw), args.repeat, device)

@@ -62,7 +62,12 @@ Registry& registry() {
 
 std::optional<IndexRanges> known_ranges(const at::Tensor& t, int cols) {
   if (!t.is_cuda()) return std::nullopt;
-  return registry().find(t, cols);
+  if (std::optional<IndexRanges> r = registry().find(t, cols)) return r;
+  // A view's values are some of its base's, and a write through either moves the version
+  // counter they share: the base's range bounds the view's (for the whole tensor; a view's
+  // columns need not be the base's).
+  if (cols == 1 && t.is_view() && t._base().defined() && t._base().is_cuda()) return registry().find(t._base(), 1);
+  return std::nullopt;
 }
 
 void remember_ranges(const at::Tensor& t, const IndexRanges& r) {

@@ -26,7 +26,8 @@ struct IndexRanges {
   int64_t lo[3] = {0, 0, 0}, hi[3] = {0, 0, 0};
 };
 
-// The bounds recorded for t (with the same column count), if t is unchanged since.
+// The bounds recorded for t (with the same column count), if t is unchanged since; for a view
+// without a range of its own (cols == 1), its base's.
 std::optional<IndexRanges> known_ranges(const at::Tensor& t, int cols);
 // Records bounds that hold for every value of t (a CUDA tensor written by this library).
 void remember_ranges(const at::Tensor& t, const IndexRanges& r);

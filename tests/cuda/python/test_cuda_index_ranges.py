@@ -68,6 +68,20 @@ def test_layer_on_indices_written_by_the_library_does_not_sync(gen):
     assert same_bits(again, got[1])
 
 
+def test_views_of_known_indices_are_known(gen):
+    xyz, feats = _cloud(gen)
+    _, nb = pcops.ball_query(xyz[:, :100].contiguous(), xyz, 0.3, 8)
+    with no_sync():
+        part = pcops.group_points(feats[:1], nb[:1])  # a view: its base's range
+    assert same_bits(part, pcops.group_points(feats[:1], nb[:1].clone()))
+    view = nb[1:]
+    view[0, 0, 0] = xyz.shape[1]  # a write through the view moves the shared version counter
+    with pytest.raises(IndexError, match="idx"):
+        pcops.group_points(feats[1:], view)
+    with pytest.raises(IndexError, match="idx"):
+        pcops.group_points(feats, nb)
+
+
 def test_bounds_that_do_not_settle_are_read_and_errors_still_raise(gen):
     xyz, feats = _cloud(gen)
     idx = pcops.furthest_point_sample(xyz, 64)
