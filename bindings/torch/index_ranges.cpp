@@ -38,7 +38,7 @@ class Registry {
   static constexpr size_t kEntries = 64;
   struct Entry {
     WeakImpl impl;
-    uint32_t version;
+    int64_t version;
     const void* data;
     std::vector<int64_t> sizes, strides;
     IndexRanges ranges;
@@ -66,7 +66,10 @@ std::optional<IndexRanges> known_ranges(const at::Tensor& t, int cols) {
   // A view's values are some of its base's, and a write through either moves the version
   // counter they share: the base's range bounds the view's (for the whole tensor; a view's
   // columns need not be the base's).
-  if (cols == 1 && t.is_view() && t._base().defined() && t._base().is_cuda()) return registry().find(t._base(), 1);
+  if (cols == 1 && t.is_view()) {
+    const at::Tensor base(t._base());
+    if (base.defined() && base.is_cuda()) return registry().find(base, 1);
+  }
   return std::nullopt;
 }
 
