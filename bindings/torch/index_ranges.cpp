@@ -65,7 +65,8 @@ std::optional<IndexRanges> known_ranges(const at::Tensor& t, int cols) {
   if (std::optional<IndexRanges> r = registry().find(t, cols)) return r;
   // A view's values are some of its base's, and a write through either moves the version
   // counter they share: the base's range bounds the view's (for the whole tensor; a view's
-  // columns need not be the base's).
+  // columns need not be the base's). An as_strided view reaching storage past its base's elements
+  // is outside this; its indices are still checked by every kernel that reads them.
   if (cols == 1 && t.is_view()) {
     const at::Tensor base(t._base());
     if (base.defined() && base.is_cuda()) return registry().find(base, 1);
