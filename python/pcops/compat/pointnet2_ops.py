@@ -221,8 +221,20 @@ def _ball_query_impl(radius: float, nsample: int, xyz: Tensor, new_xyz: Tensor) 
     return torch.where(idx >= 0, idx, first), idx
 
 
+@functools.lru_cache(maxsize=None)
+def _has_cuda_index_cast() -> bool:
+    _pcops()  # the operator library
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key("pcops::_index_cast", "CUDA")
+    except RuntimeError:
+        return False
+
+
 def _index_cast(idx: Tensor, dtype: torch.dtype, bounds_from: Optional[Tensor] = None) -> Tensor:
-    """pcops.ops.gather_points.index_cast: the cast keeps the index range known on the host."""
+    """``idx.to(dtype)``; on CUDA through pcops.ops.gather_points.index_cast, which keeps the
+    index range known on the host (no stream sync at the next index check)."""
+    if idx.device.type != "cuda" or not _has_cuda_index_cast():
+        return idx.to(dtype)
     from pcops.ops.gather_points import index_cast as cast
 
     return cast(idx, dtype, bounds_from)
