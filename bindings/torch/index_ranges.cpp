@@ -101,7 +101,8 @@ namespace {
 // APIs take and return int32 indices, so that a layer on the library's own indices stays
 // sync-free through the casts. The caller vouches that idx's values lie inside bounds_from's
 // range (a stale range only loses an IndexError: every kernel checks each index it reads).
-at::Tensor index_cast(const at::Tensor& idx, at::ScalarType dtype, const std::optional<at::Tensor>& bounds_from) {
+at::Tensor index_cast(const at::Tensor& idx, at::ScalarType dtype,
+                      const std::optional<at::Tensor>& bounds_from) {
   TORCH_CHECK_TYPE(idx.scalar_type() == at::kInt || idx.scalar_type() == at::kLong,
                    "idx: expected an int32 or int64 tensor, got ", idx.scalar_type());
   TORCH_CHECK_TYPE(dtype == at::kInt || dtype == at::kLong, "dtype: expected int32 or int64, got ", dtype);
@@ -109,8 +110,9 @@ at::Tensor index_cast(const at::Tensor& idx, at::ScalarType dtype, const std::op
   const at::Tensor& src = bounds_from.has_value() ? *bounds_from : idx;
   if (out.is_cuda() && out.numel() > 0)
     if (const std::optional<IndexRanges> r = known_ranges(src, 1)) {
-      const int64_t lo = dtype == at::kInt ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min();
-      const int64_t hi = dtype == at::kInt ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max();
+      const bool narrow = dtype == at::kInt;
+      const int64_t lo = narrow ? std::numeric_limits<int32_t>::min() : std::numeric_limits<int64_t>::min();
+      const int64_t hi = narrow ? std::numeric_limits<int32_t>::max() : std::numeric_limits<int64_t>::max();
       if (r->lo[0] >= lo && r->hi[0] <= hi) remember_ranges(out, *r);
     }
   return out;

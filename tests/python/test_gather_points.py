@@ -157,7 +157,8 @@ def test_index_cast(gen):
     from pcops.ops.gather_points import index_cast
 
     idx = torch.randint(-1, 1000, (3, 50), generator=gen)
-    for src, dtype in ((idx, torch.int32), (idx.int(), torch.int64), (idx, torch.int64), (idx.t(), torch.int32)):
+    cases = ((idx, torch.int32), (idx.int(), torch.int64), (idx, torch.int64), (idx.t(), torch.int32))
+    for src, dtype in cases:
         out = index_cast(src, dtype)
         assert out.dtype == dtype and out.shape == src.shape and torch.equal(out.long(), src.long())
         assert out.data_ptr() != src.data_ptr()  # always a new tensor (the op's schema: no alias)

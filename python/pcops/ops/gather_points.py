@@ -56,7 +56,8 @@ def _fake_backward(grad_out, idx, count):
 _gather_autograd.register("gather_points", gather_points)
 
 
-def index_cast(idx: torch.Tensor, dtype: torch.dtype, bounds_from: torch.Tensor | None = None) -> torch.Tensor:
+def index_cast(idx: torch.Tensor, dtype: torch.dtype,
+               bounds_from: torch.Tensor | None = None) -> torch.Tensor:
     """``idx`` as a new int32 / int64 tensor that keeps the index range the library knows for
     ``bounds_from`` (default ``idx``), so that the CUDA index checks of later calls need no stream
     sync (docs/cuda.md). The stand-ins' casts of their upstream int32 indices go through it; the
@@ -68,5 +69,6 @@ def index_cast(idx: torch.Tensor, dtype: torch.dtype, bounds_from: torch.Tensor 
 def _fake_index_cast(idx, dtype, bounds_from=None):
     torch._check_type(idx.dtype in (torch.int32, torch.int64),
                       lambda: f"idx: expected an int32 or int64 tensor, got {idx.dtype}")
-    torch._check_type(dtype in (torch.int32, torch.int64), lambda: f"dtype: expected int32 or int64, got {dtype}")
+    torch._check_type(dtype in (torch.int32, torch.int64),
+                      lambda: f"dtype: expected int32 or int64, got {dtype}")
     return torch.empty_like(idx, dtype=dtype)
