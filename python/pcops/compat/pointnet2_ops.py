@@ -89,6 +89,15 @@ def _pcops() -> Any:
     return pcops
 
 
+def _has_kernel(op: str, key: str) -> bool:
+    """Whether the operator ``pcops::<op>`` has a kernel for dispatch key ``key``."""
+    _pcops()  # the operator library
+    try:
+        return torch._C._dispatch_has_kernel_for_dispatch_key(f"pcops::{op}", key)
+    except RuntimeError:
+        return False
+
+
 def _native(name: str, device: torch.device) -> Any:
     """``pcops.<name>`` when it exists and has a kernel for ``device``, else None."""
     fn = getattr(_pcops(), name, None)
@@ -97,11 +106,7 @@ def _native(name: str, device: torch.device) -> Any:
     key = _DISPATCH_KEYS.get(device.type)
     if key is None:
         return fn  # meta and other devices: let the dispatcher decide (and fail clearly)
-    try:
-        has = torch._C._dispatch_has_kernel_for_dispatch_key(f"pcops::{name}", key)
-    except RuntimeError:
-        return None
-    return fn if has else None
+    return fn if _has_kernel(name, key) else None
 
 
 def _index(idx: Tensor, name: str) -> Tensor:
@@ -221,19 +226,10 @@ def _ball_query_impl(radius: float, nsample: int, xyz: Tensor, new_xyz: Tensor) 
     return torch.where(idx >= 0, idx, first), idx
 
 
-@functools.lru_cache(maxsize=None)
-def _has_cuda_index_cast() -> bool:
-    _pcops()  # the operator library
-    try:
-        return torch._C._dispatch_has_kernel_for_dispatch_key("pcops::_index_cast", "CUDA")
-    except RuntimeError:
-        return False
-
-
 def _index_cast(idx: Tensor, dtype: torch.dtype, bounds_from: Optional[Tensor] = None) -> Tensor:
     """``idx.to(dtype)``; on CUDA through pcops.ops.gather_points.index_cast, which keeps the
     index range known on the host (no stream sync at the next index check)."""
-    if idx.device.type != "cuda" or not _has_cuda_index_cast():
+    if idx.device.type != "cuda" or not _has_kernel("_index_cast", "CUDA"):
         return idx.to(dtype)
     from pcops.ops.gather_points import index_cast as cast
 

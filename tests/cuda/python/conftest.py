@@ -6,6 +6,7 @@ whole session fails at collection: this suite is never silently skipped.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 from pathlib import Path
 
@@ -49,3 +50,15 @@ def same_bits(a: torch.Tensor, b: torch.Tensor) -> bool:
         a, b = a.masked_fill(nan, 0), b.masked_fill(nan, 0)
         return torch.equal(a.contiguous().view(view), b.contiguous().view(view))
     return torch.equal(a, b)
+
+
+@contextlib.contextmanager
+def no_sync():
+    """Any torch operation that synchronizes with the device raises inside (the pending work is
+    finished before entering)."""
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode("default")

@@ -6,24 +6,11 @@ not settle a check, changed tensors and new ones are read again (bindings/torch/
 
 from __future__ import annotations
 
-import contextlib
-
 import pytest
 import torch
-from conftest import same_bits
+from conftest import no_sync, same_bits
 
 import pcops
-
-
-@contextlib.contextmanager
-def no_sync():
-    """Any torch operation that synchronizes with the device raises inside."""
-    torch.cuda.synchronize()
-    torch.cuda.set_sync_debug_mode("error")
-    try:
-        yield
-    finally:
-        torch.cuda.set_sync_debug_mode("default")
 
 
 def _cloud(gen, B=2, N=3000, C=16):
