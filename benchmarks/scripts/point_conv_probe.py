@@ -7,8 +7,11 @@ Triplets: a real mesh of the data set sampled on its faces (--points), k nearest
 (--k) and a 3 x 3 x 3 grid of kernel cells (27 matrices). Every time is the median of --repeat
 runs after one warm-up (with --rounds R, pcops and the peer alternate in R such rounds and the
 median of the rounds is recorded, each round's time beside it). The peer's grouping of the
-triplets by kernel cell is made once, outside its timed calls (pcops groups inside every call),
-and timed alone as peer_grouping_s. Beside the peer the max abs difference from pcops' output is
+triplets by kernel cell is made once, outside its timed calls, and timed alone as
+peer_grouping_s. pcops' fast path on CUDA keeps its groupings with the triplets (made in the
+warm-up call, pcops_kept_grouping_bytes of them after forward + backward, which the summaries add
+to its peaks); its times and peaks with the sorts in every call (PCOPS_CUDA_POINT_CONV_KEEP=0)
+are recorded beside as *_sorting_*. Beside the peer the max abs difference from pcops' output is
 recorded.
 On CUDA the peak allocated memory of each variant is recorded too (torch.cuda.max_memory_allocated
 above the inputs; for forward + backward once with the copies of features and weights that take
@@ -32,7 +35,9 @@ ScanNet-like sizes on an H200: --device cuda --points 165000 --k 16 --channels 3
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import platform
 import statistics
 import time
@@ -84,6 +89,23 @@ def peak_bytes(fn, device):
     fn()
     torch.cuda.synchronize()
     return torch.cuda.max_memory_allocated() - base
+
+
+@contextlib.contextmanager
+def sorting_in_every_call():
+    """pcops' fast path without kept groupings (PCOPS_CUDA_POINT_CONV_KEEP=0), none held."""
+    from pcops.ops.point_conv import kept_grouping_bytes
+
+    before = os.environ.get("PCOPS_CUDA_POINT_CONV_KEEP")
+    os.environ["PCOPS_CUDA_POINT_CONV_KEEP"] = "0"
+    kept_grouping_bytes(release=True)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["PCOPS_CUDA_POINT_CONV_KEEP"]
+        else:
+            os.environ["PCOPS_CUDA_POINT_CONV_KEEP"] = before
 
 
 def write_results(stem: str, device, args, rows):
@@ -145,7 +167,10 @@ def main():
     n = pts.shape[0]
     rows = []
     gen = torch.Generator().manual_seed(0)
+    from pcops.ops.point_conv import kept_grouping_bytes
+
     for c in [int(x) for x in args.channels.split(",")]:
+        kept_grouping_bytes(release=True)  # this width's own
         f = (torch.rand(n, c, generator=gen) * 2 - 1).to(device, dtype)
         w = ((torch.rand(K, c, c, generator=gen) * 2 - 1) / (c * args.k) ** 0.5).to(device, dtype)
         g = torch.rand(n, c, generator=gen).to(device, dtype)
@@ -207,6 +232,11 @@ def main():
                 row[f"{side}_forward_backward_peak_above_leaves_bytes"] = peak_bytes(
                     lambda: torch.autograd.grad(fn(fr, wr), [fr, wr], g), device)
                 del fr, wr
+            row["pcops_kept_grouping_bytes"] = kept_grouping_bytes()
+            with sorting_in_every_call():
+                row["pcops_forward_sorting_s"] = median_time(ours_fwd, args.repeat, device)
+                row["pcops_forward_backward_sorting_s"] = median_time(ours_fb, args.repeat, device)
+                row["pcops_forward_backward_sorting_peak_bytes"] = peak_bytes(ours_fb, device)
             # The backward's parts: forward + one gradient each (the other input not requiring it).
             for part, kw in (("grad_features", {"weights": False}), ("grad_weights", {"features": False})):
                 row[f"pcops_forward_{part}_s"] = median_time(fwd_bwd(ours, **kw), args.repeat, device)

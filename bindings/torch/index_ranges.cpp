@@ -12,42 +12,31 @@
 namespace pcops::torch_binding {
 namespace {
 
-using WeakImpl = c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl>;
-
 class Registry {
  public:
   std::optional<IndexRanges> find(const at::Tensor& t, int cols) {
     if (t.is_inference()) return std::nullopt;
     const std::lock_guard<std::mutex> lock(mutex_);
     for (const Entry& e : entries_)
-      if (e.ranges.cols == cols && same(e, t)) return e.ranges;
+      if (e.ranges.cols == cols && e.stamp.same(t)) return e.ranges;
     return std::nullopt;
   }
   void add(const at::Tensor& t, const IndexRanges& r) {
     if (t.is_inference()) return;
     const std::lock_guard<std::mutex> lock(mutex_);
     std::erase_if(entries_, [&](const Entry& e) {
-      return e.impl.expired() || (e.ranges.cols == r.cols && same(e, t));
+      return e.stamp.expired() || (e.ranges.cols == r.cols && e.stamp.same(t));
     });
     if (entries_.size() >= kEntries) entries_.erase(entries_.begin());  // the oldest
-    entries_.push_back(Entry{WeakImpl(t.getIntrusivePtr()), t._version(), t.data_ptr(),
-                             t.sizes().vec(), t.strides().vec(), r});
+    entries_.push_back(Entry{TensorStamp(t), r});
   }
 
  private:
   static constexpr size_t kEntries = 64;
   struct Entry {
-    WeakImpl impl;
-    int64_t version;
-    const void* data;
-    std::vector<int64_t> sizes, strides;
+    TensorStamp stamp;
     IndexRanges ranges;
   };
-  static bool same(const Entry& e, const at::Tensor& t) {
-    return e.impl._unsafe_get_target() == t.unsafeGetTensorImpl() && !e.impl.expired() &&
-           e.version == t._version() && e.data == t.data_ptr() && t.sizes().equals(e.sizes) &&
-           t.strides().equals(e.strides);
-  }
   std::mutex mutex_;
   std::vector<Entry> entries_;
 };
@@ -59,6 +48,18 @@ Registry& registry() {
 }
 
 }  // namespace
+
+TensorStamp::TensorStamp(const at::Tensor& t)
+    : impl_(t.getIntrusivePtr()),
+      version_(t._version()),
+      data_(t.data_ptr()),
+      sizes_(t.sizes().vec()),
+      strides_(t.strides().vec()) {}
+
+bool TensorStamp::same(const at::Tensor& t) const {
+  return impl_._unsafe_get_target() == t.unsafeGetTensorImpl() && !impl_.expired() && version_ == t._version() &&
+         data_ == t.data_ptr() && t.sizes().equals(sizes_) && t.strides().equals(strides_);
+}
 
 std::optional<IndexRanges> known_ranges(const at::Tensor& t, int cols) {
   if (!t.is_cuda()) return std::nullopt;

@@ -16,8 +16,25 @@
 
 #include <cstdint>
 #include <optional>
+#include <vector>
 
 namespace pcops::torch_binding {
+
+// A tensor's values as they are now, recognised later while it lives unchanged: the same
+// TensorImpl (held by a weak reference, so its address is not reused meanwhile), version counter,
+// data pointer, sizes and strides. Not for inference tensors (no version counter).
+class TensorStamp {
+ public:
+  explicit TensorStamp(const at::Tensor& t);
+  bool same(const at::Tensor& t) const;
+  bool expired() const { return impl_.expired(); }
+
+ private:
+  c10::weak_intrusive_ptr<c10::TensorImpl, c10::UndefinedTensorImpl> impl_;
+  int64_t version_;
+  const void* data_;
+  std::vector<int64_t> sizes_, strides_;
+};
 
 // Bounds of an index tensor: column c (of the last dimension, cols of them) lies in [lo[c],
 // hi[c]]; cols == 1: the whole tensor.

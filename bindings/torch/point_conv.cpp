@@ -1,8 +1,12 @@
 #include "pcops/point_conv.hpp"
 
+#include <cstdlib>
+#include <cstring>
 #include <functional>
+#include <mutex>
 #include <optional>
 #include <tuple>
+#include <vector>
 
 #include "common.hpp"
 #include "index_ranges.hpp"
@@ -96,6 +100,67 @@ at::Tensor dense16(const at::Tensor& t) {
 }
 
 Half16 half16_of(const at::Tensor& t) { return t.scalar_type() == at::kHalf ? Half16::kFloat16 : Half16::kBFloat16; }
+
+// The tensor-core path's groupings kept with their triplets (cuda::point_conv_mma_group), so that
+// the layers and the backward on one triplet tensor sort it once per step and shape instead of
+// every call. An entry lives while its triplets do, unchanged (TensorStamp), on the stream that
+// made it (so no other stream reads it); dead or changed ones are dropped at the next call, and
+// beyond kEntries the oldest. PCOPS_CUDA_POINT_CONV_KEEP=0 keeps none (every call sorts).
+// Inference tensors (no version counter) are never kept.
+class KeptGroupings {
+ public:
+  const void* get(const at::Tensor& triplets, const PointConvShape& s, cuda::PointConvStep step) {
+    if (!enabled() || triplets.is_inference()) return nullptr;
+    const cuda::PointConvGrouping info = cuda::point_conv_mma_grouping(s, step);
+    if (info.bytes == 0) return nullptr;
+    const int64_t stream = c10::cuda::getCurrentCUDAStream(triplets.get_device()).id();
+    const std::lock_guard<std::mutex> lock(mutex_);
+    std::erase_if(entries_, [&](const Entry& e) {
+      return e.stamp.expired() || (!e.stamp.same(triplets) && e.stamp_of(triplets));
+    });
+    for (const Entry& e : entries_)
+      if (e.stream == stream && e.info.id == info.id && e.info.bytes == info.bytes && e.stamp.same(triplets))
+        return e.grouping.data_ptr();
+    at::Tensor g = at::empty({static_cast<int64_t>(info.bytes)}, triplets.options().dtype(at::kByte));
+    cuda::point_conv_mma_group(cuda_context(triplets), s, step, triplets.data_ptr<int64_t>(), g.data_ptr());
+    if (entries_.size() >= kEntries) entries_.erase(entries_.begin());
+    entries_.push_back(Entry{TensorStamp(triplets), triplets.unsafeGetTensorImpl(), stream, info, g});
+    return g.data_ptr();
+  }
+  // Bytes held (after dropping the dead and changed entries); clear: drops every entry.
+  int64_t held(bool clear) {
+    const std::lock_guard<std::mutex> lock(mutex_);
+    if (clear) entries_.clear();
+    std::erase_if(entries_, [](const Entry& e) { return e.stamp.expired(); });
+    int64_t bytes = 0;
+    for (const Entry& e : entries_) bytes += static_cast<int64_t>(e.info.bytes);
+    return bytes;
+  }
+
+ private:
+  static constexpr size_t kEntries = 48;
+  struct Entry {
+    TensorStamp stamp;
+    const c10::TensorImpl* impl;  // the triplets' (compared only while the stamp is alive)
+    int64_t stream;
+    cuda::PointConvGrouping info;
+    at::Tensor grouping;
+    // Whether t is this entry's triplets tensor (whatever its values now).
+    bool stamp_of(const at::Tensor& t) const { return impl == t.unsafeGetTensorImpl(); }
+  };
+  static bool enabled() {
+    const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_KEEP");
+    return e == nullptr || std::strcmp(e, "0") != 0;
+  }
+  std::mutex mutex_;
+  std::vector<Entry> entries_;
+};
+
+// Never destroyed: the kept tensors outlive no CUDA context teardown order.
+KeptGroupings& kept_groupings() {
+  static KeptGroupings& k = *new KeptGroupings;
+  return k;
+}
 #endif
 
 template <class Run>
@@ -111,11 +176,14 @@ at::Tensor point_conv_impl(const at::Tensor& features_in, const at::Tensor& weig
     const at::Tensor f = dense16(in.features), w = dense16(in.weights);
     at::Tensor out;
     translate_errors([&] {
+      cuda::PointConvKept kept;
+      kept.forward = kept_groupings().get(in.triplets, in.shape, cuda::PointConvStep::kForward);
       cuda::point_conv_mma(cuda_context(f), in.shape, half16_of(f), f.data_ptr(), w.data_ptr(),
                            in.triplets.data_ptr<int64_t>(), cuda::OutputAllocator([&] {
                              out = at::empty({num_out, in.shape.channels_out}, f.options());
                              return out.data_ptr();
-                           }));
+                           }),
+                           kept);
     });
     return out;
   }
@@ -175,8 +243,11 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_impl(const at::Tensor& gr
     // Each gradient is allocated when the operator asks for it (the weights' first, each after its
     // sort's second key buffer is gone); an unrequested one is zeros.
     return gradients_on_request(f, w, need_features, need_weights, [&](const Allocator& gf, const Allocator& gw) {
+      cuda::PointConvKept kept;
+      if (gw) kept.grad_weights = kept_groupings().get(in.triplets, in.shape, cuda::PointConvStep::kGradWeights);
+      if (gf) kept.grad_features = kept_groupings().get(in.triplets, in.shape, cuda::PointConvStep::kGradFeatures);
       cuda::point_conv_mma_backward(cuda_context(f), in.shape, half16_of(f), g.data_ptr(), f.data_ptr(),
-                                    w.data_ptr(), in.triplets.data_ptr<int64_t>(), gf, gw);
+                                    w.data_ptr(), in.triplets.data_ptr<int64_t>(), gf, gw, kept);
     });
   }
 #else
@@ -304,9 +375,20 @@ at::Tensor point_conv_triplets_cuda(const at::Tensor& centres, const at::Tensor&
 }
 #endif
 
+// Bytes of the kept groupings (KeptGroupings); clear: release them first.
+int64_t point_conv_kept_bytes(bool clear) {
+#if PCOPS_TORCH_CUDA
+  return kept_groupings().held(clear);
+#else
+  (void)clear;
+  return 0;
+#endif
+}
+
 }  // namespace
 
 TORCH_LIBRARY_FRAGMENT(pcops, m) {
+  m.def("_point_conv_kept_bytes(bool clear=False) -> int", &point_conv_kept_bytes);
   m.def("point_conv(Tensor features, Tensor weights, Tensor triplets, int num_out, str mode=\"exact\") -> Tensor");
   m.def("_point_conv_triplets(Tensor centres, Tensor points, Tensor neighbours, float extent, int t) -> Tensor");
   m.def(

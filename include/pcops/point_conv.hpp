@@ -21,6 +21,8 @@
 // - Deterministic: bitwise equal run to run, across thread counts and (by the same arithmetic)
 //   between the CPU and CUDA backends. Thread-safe. Extra memory: O(T + N_in + N_out + K) for
 //   the triplet grouping, plus one transposed copy of the weights (K * C_in * C_out) forward.
+#include <array>
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 
@@ -148,11 +150,40 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& shape, co
 // triplet) segmented, max(16 bytes a triplet + scratch - output, 8 bytes a triplet) packed.
 bool point_conv_mma_supported(const PointConvShape& shape);
 
+// Groupings kept across calls. Each of the tensor-core path's three steps (the forward, the
+// features gradient, the weight gradient) sorts the triplets its own way, a function of the shape
+// alone; a network calls several layers on the same triplets, and a training step calls each
+// layer's forward and backward on them, so the sorts can be made once and kept:
+// point_conv_mma_grouping says how many bytes a step's grouping takes (0: the step sorts
+// nothing) and what it is (two steps, of any shapes on the same triplets, with equal ids share
+// one grouping), point_conv_mma_group writes it, and PointConvKept hands it to the calls. A
+// kept grouping must come from the same triplets, unchanged since; the results are bitwise the
+// same as with the sorts made in the call (a sort gives the same keys every time). The sorts' second buffers
+// and temporary storage then never exist in the call.
+enum class PointConvStep { kForward, kGradFeatures, kGradWeights };
+struct PointConvGrouping {
+  size_t bytes = 0;
+  std::array<int64_t, 8> id{};
+};
+// The grouping of `step` for `shape` (std::invalid_argument where !point_conv_mma_supported).
+PointConvGrouping point_conv_mma_grouping(const PointConvShape& shape, PointConvStep step);
+// Writes that grouping of the device triplets into `grouping` (device memory of its bytes,
+// 16-byte aligned), stream-ordered; its workspace is released before it returns.
+void point_conv_mma_group(const CudaContext& ctx, const PointConvShape& shape, PointConvStep step,
+                          const int64_t* triplets, void* grouping);
+// Groupings made ahead for the calls (nullptr: the step sorts in the call).
+struct PointConvKept {
+  const void* forward = nullptr;
+  const void* grad_features = nullptr;
+  const void* grad_weights = nullptr;
+};
+
 void point_conv_mma(const CudaContext& ctx, const PointConvShape& shape, Half16 type, const void* features,
                     const void* weights, const int64_t* triplets, void* out);
 // The same with out [N_out, C_out] allocated on request (after the sort).
 void point_conv_mma(const CudaContext& ctx, const PointConvShape& shape, Half16 type, const void* features,
-                    const void* weights, const int64_t* triplets, const OutputAllocator& out);
+                    const void* weights, const int64_t* triplets, const OutputAllocator& out,
+                    const PointConvKept& kept = {});
 
 // grad_features [N_in, C_in] and grad_weights [K, C_out, C_in] (either may be nullptr). The weight
 // gradient is computed first, and its workspace released before grad_features' is taken.
@@ -165,7 +196,7 @@ void point_conv_mma_backward(const CudaContext& ctx, const PointConvShape& shape
 void point_conv_mma_backward(const CudaContext& ctx, const PointConvShape& shape, Half16 type,
                              const void* grad_out, const void* features, const void* weights,
                              const int64_t* triplets, const OutputAllocator& grad_features,
-                             const OutputAllocator& grad_weights);
+                             const OutputAllocator& grad_weights, const PointConvKept& kept = {});
 }  // namespace cuda
 
 }  // namespace pcops

@@ -961,30 +961,107 @@ Grouped group_packed(const CudaContext& ctx, detail::Workspace& ws, const int64_
   return g;
 }
 
+// One step's grouping of the triplets: what it sorts and how (the key layout of its placement
+// and the form, segmented 32-bit or packed 64-bit keys). A function of the shape alone (and of
+// PCOPS_CUDA_POINT_CONV_FAST_GROUPING), so a grouping made ahead (point_conv_mma_group) is the one
+// the step would make.
+struct GroupSpec {
+  bool none = true;  // the step groups nothing (an empty product)
+  bool vvor = false;
+  bool packed = false;
+  int64_t T = 0, segments = 0;  // segments: the valid ones (one more holds the invalid triplets)
+  int key_bits = 0;
+  MvmrPlace mp{};
+  VvorPlace vp{};
+  MvmrConfig cfg{};  // MVMR
+  int64_t tiles = 1;  // VVOR: row blocks a kernel cell (1: packed)
+  int key_i_bits = 0;
+  // The kept form (one buffer): offsets [segments + 2] int64, then the keys at a 256-byte boundary.
+  size_t keys_at() const { return (sizeof(int64_t) * static_cast<size_t>(segments + 2) + 255) / 256 * 256; }
+  size_t bytes() const {
+    return none ? 0 : keys_at() + (packed ? 8 : 4) * static_cast<size_t>(std::max<int64_t>(T, 1));
+  }
+};
+
 // The MVMR's grouping: segments (tile of bm destination rows, k), keys (local row, source row);
-// n_out_c: the destination's channels.
-Grouped group_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* triplets, int64_t T_, int dst_col,
-                   int src_col, int64_t n_dst, int64_t n_src, int64_t K, const MvmrKey& m, int64_t n_out_c) {
-  const MvmrPlace place{dst_col, src_col, n_dst, n_src, K, m};
-  const int key_bits = m.local_bits + m.src_bits;
-  if (key_bits <= 31 && m.segments < (int64_t{1} << 31) && take_segmented(T_, n_dst * n_out_c))
-    return segmented(ctx, ws, triplets, T_, m.segments, key_bits, place);
-  return group_packed(ctx, ws, triplets, T_, m.segments, key_bits, place);
+// n_out_c: the destination's channels, n_in_c the source's.
+GroupSpec mvmr_spec(int64_t T_, int dst_col, int src_col, int64_t n_dst, int64_t n_src, int64_t K, int64_t n_out_c,
+                    int64_t n_in_c) {
+  GroupSpec g;
+  g.none = n_dst * n_out_c == 0 || n_in_c == 0;
+  g.cfg = mvmr_config(n_out_c, n_in_c);
+  const MvmrKey m = mvmr_key(n_dst, n_src, K, g.cfg.bm);
+  g.mp = MvmrPlace{dst_col, src_col, n_dst, n_src, K, m};
+  g.T = T_, g.segments = m.segments, g.key_bits = m.local_bits + m.src_bits;
+  g.packed = !(g.key_bits <= 31 && m.segments < (int64_t{1} << 31) && take_segmented(T_, n_dst * n_out_c));
+  return g;
 }
 
-// One MVMR: dst rows n_dst (triplet column dst_col), source rows n_src (column src_col); dst
-// [n_dst, n_out_c] comes from dst_alloc once the keys are sorted (their second buffer released).
+// The weight gradient's grouping. Segmented: kernel cell x blocks of 2^key_i rows i (at most
+// 128), the low key_i bits of i beside j in 31 bits (at most as many segments as triplets, or
+// 2^16); packed: one segment a kernel cell, (k, i, j).
+GroupSpec vvor_spec(const PointConvShape& s) {
+  GroupSpec g;
+  const int64_t K = s.kernels, T_ = s.triplets;
+  g.none = K * s.channels_out * s.channels_in == 0;
+  g.vvor = true;
+  const VvorKey vk = vvor_key(s);
+  const int key_i = std::min({vk.i_bits, 31 - vk.j_bits, 7});
+  const int64_t tiles_seg = key_i >= 0 ? detail::ceil_div(std::max<int64_t>(s.num_out, 1), int64_t{1} << key_i) : 0;
+  const bool segmented = key_i >= 0 && K * tiles_seg <= std::max<int64_t>(T_, int64_t{1} << 16) &&
+                         take_segmented(T_, s.num_in * s.channels_in);
+  g.packed = !segmented;
+  g.tiles = segmented ? tiles_seg : 1;
+  g.key_i_bits = segmented ? key_i : vk.i_bits;
+  g.vp = VvorPlace{s.num_out, s.num_in, K, g.tiles, g.key_i_bits, vk.j_bits};
+  g.T = T_, g.segments = K * g.tiles, g.key_bits = g.key_i_bits + vk.j_bits;
+  return g;
+}
+
+GroupSpec step_spec(const PointConvShape& s, PointConvStep step) {
+  switch (step) {
+    case PointConvStep::kForward:
+      return mvmr_spec(s.triplets, 0, 1, s.num_out, s.num_in, s.kernels, s.channels_out, s.channels_in);
+    case PointConvStep::kGradFeatures:
+      return mvmr_spec(s.triplets, 1, 0, s.num_in, s.num_out, s.kernels, s.channels_in, s.channels_out);
+    case PointConvStep::kGradWeights:
+      return vvor_spec(s);
+  }
+  throw std::invalid_argument("pcops point_conv: unknown step");
+}
+
+// The grouping of spec: read from `kept` (made ahead) or sorted now in ws.
+Grouped group_step(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g, const int64_t* t,
+                   const void* kept) {
+  if (kept != nullptr) {
+    const auto* base = static_cast<const unsigned char*>(kept);
+    Grouped gr;
+    gr.offsets = reinterpret_cast<const int64_t*>(base);
+    if (g.packed) gr.k64 = reinterpret_cast<const uint64_t*>(base + g.keys_at());
+    else gr.k32 = reinterpret_cast<const uint32_t*>(base + g.keys_at());
+    return gr;
+  }
+  const auto go = [&](const auto& place) {
+    return g.packed ? group_packed(ctx, ws, t, g.T, g.segments, g.key_bits, place)
+                    : segmented(ctx, ws, t, g.T, g.segments, g.key_bits, place);
+  };
+  return g.vvor ? go(g.vp) : go(g.mp);
+}
+
+// One MVMR (spec g): dst [n_dst, n_out_c] comes from dst_alloc once the keys are sorted (their
+// second buffer released).
 template <class T>
-void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* triplets, int64_t T_, int dst_col,
-              int src_col, int64_t n_dst, int64_t n_src, int64_t K, const T* src, int64_t n_in_c, const T* mat,
-              int64_t n_out_c, const OutputAllocator& dst_alloc) {
+void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g, const int64_t* triplets,
+              const void* kept, const T* src, int64_t n_in_c, const T* mat, int64_t n_out_c,
+              const OutputAllocator& dst_alloc) {
+  const int64_t n_dst = g.mp.n_dst, K = g.mp.K;
   if (n_in_c == 0) {  // every sum empty: +0 (the kernel needs at least one stage a chunk)
     PCOPS_CUDA_CHECK(cudaMemsetAsync(dst_alloc(), 0, sizeof(T) * n_dst * n_out_c, detail::stream_of(ctx)));
     return;
   }
-  const MvmrConfig cfg = mvmr_config(n_out_c, n_in_c);
-  const MvmrKey m = mvmr_key(n_dst, n_src, K, cfg.bm);
-  const Grouped gr = group_mvmr(ctx, ws, triplets, T_, dst_col, src_col, n_dst, n_src, K, m, n_out_c);
+  const MvmrConfig& cfg = g.cfg;
+  const MvmrKey& m = g.mp.m;
+  const Grouped gr = group_step(ctx, ws, g, triplets, kept);
   T* dst = static_cast<T*>(dst_alloc());
   bool launched = false;
   const auto go = [&](auto cfg_c, auto* keys) {
@@ -1009,14 +1086,15 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const int64_t* trip
 
 template <class T>
 void forward_t(const CudaContext& ctx, const PointConvShape& s, const T* f, const T* w, const int64_t* t,
-               const OutputAllocator& out) {
+               const OutputAllocator& out, const PointConvKept& kept) {
   detail::Workspace ws(ctx);
-  run_mvmr<T>(ctx, ws, t, s.triplets, 0, 1, s.num_out, s.num_in, s.kernels, f, s.channels_in, w, s.channels_out, out);
+  run_mvmr<T>(ctx, ws, step_spec(s, PointConvStep::kForward), t, kept.forward, f, s.channels_in, w, s.channels_out,
+              out);
 }
 
 template <class T>
 void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, const T* f, const T* w, const int64_t* t,
-                const OutputAllocator& gf_alloc, const OutputAllocator& gw_alloc) {
+                const OutputAllocator& gf_alloc, const OutputAllocator& gw_alloc, const PointConvKept& kept) {
   const int64_t K = s.kernels, Co = s.channels_out, Ci = s.channels_in;
   constexpr int NT = 256;
   // The weight gradient first; each gradient's workspace is released before the other's is taken
@@ -1026,21 +1104,10 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
     gw_alloc();
   } else if (gw_alloc) {
     detail::Workspace ws(ctx);
-    const VvorKey vk = vvor_key(s);
-    const int i_bits = vk.i_bits, j_bits = vk.j_bits;
-    const int64_t T_ = s.triplets;
-    // Segmented: kernel cell x blocks of 2^key_i rows i (at most 128), the low key_i bits of i
-    // beside j in 31 bits (at most as many segments as triplets, or 2^16); packed: one segment a
-    // kernel cell, (k, i, j).
-    const int key_i = std::min({i_bits, 31 - j_bits, 7});
-    const int64_t tiles_seg = key_i >= 0 ? detail::ceil_div(std::max<int64_t>(s.num_out, 1), int64_t{1} << key_i) : 0;
-    const bool segmented = key_i >= 0 && K * tiles_seg <= std::max<int64_t>(T_, int64_t{1} << 16) &&
-                           take_segmented(T_, s.num_in * Ci);
-    const int64_t tiles = segmented ? tiles_seg : 1;
-    const int key_i_bits = segmented ? key_i : i_bits;
-    const VvorPlace place{s.num_out, s.num_in, K, tiles, key_i_bits, j_bits};
-    const Grouped gr = segmented ? ::pcops::cuda::segmented(ctx, ws, t, T_, K * tiles, key_i + j_bits, place)
-                                 : group_packed(ctx, ws, t, T_, K, i_bits + j_bits, place);
+    const GroupSpec spec = vvor_spec(s);
+    const int64_t T_ = s.triplets, tiles = spec.tiles;
+    const int key_i_bits = spec.key_i_bits, j_bits = spec.vp.j_bits;
+    const Grouped gr = group_step(ctx, ws, spec, t, kept.grad_weights);
     T* gw = static_cast<T*>(gw_alloc());
     using P = VvorPolicy;
     const int64_t count = K * Co * Ci, per = Co * Ci;
@@ -1082,8 +1149,8 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
     T* wt = ws.alloc<T>(std::max<int64_t>(K * Ci * Co, 1));
     detail::launch(ctx, transpose16_kernel<T>, dim3(detail::grid_blocks(K * Ci * Co, NT)), dim3(NT), 0, w, K, Co,
                    Ci, wt);
-    run_mvmr<T>(ctx, ws, t, s.triplets, 1, 0, s.num_in, s.num_out, K, g, Co, static_cast<const T*>(wt), Ci,
-                gf_alloc);
+    run_mvmr<T>(ctx, ws, step_spec(s, PointConvStep::kGradFeatures), t, kept.grad_features, g, Co,
+                static_cast<const T*>(wt), Ci, gf_alloc);
   }
 }
 
@@ -1102,8 +1169,43 @@ bool point_conv_mma_supported(const PointConvShape& s) {
          vvor_key(s).bits <= 64;
 }
 
+PointConvGrouping point_conv_mma_grouping(const PointConvShape& s, PointConvStep step) {
+  core::validate_point_conv(s);
+  if (!point_conv_mma_supported(s)) throw std::invalid_argument("pcops point_conv: shape not supported by the tensor-core path");
+  const GroupSpec g = step_spec(s, step);
+  PointConvGrouping r;
+  r.bytes = g.bytes();
+  if (g.none) return r;
+  // What the keys are: step kind, form, the segments and the key layout's parameters.
+  r.id = {g.vvor ? 2 : g.mp.dst_col, g.packed ? 1 : 0, g.T, g.segments, g.key_bits,
+          g.vvor ? g.vp.n_out : g.mp.n_dst, g.vvor ? g.vp.n_in : g.mp.n_src, g.vvor ? g.tiles : g.mp.m.bm};
+  return r;
+}
+
+void point_conv_mma_group(const CudaContext& ctx, const PointConvShape& s, PointConvStep step,
+                          const int64_t* triplets, void* grouping) {
+  const PointConvGrouping info = point_conv_mma_grouping(s, step);
+  if (info.bytes == 0) return;
+  if (grouping == nullptr || reinterpret_cast<uintptr_t>(grouping) % 16 != 0)
+    throw std::invalid_argument("pcops point_conv: a grouping needs 16-byte aligned device memory");
+  const GroupSpec g = step_spec(s, step);
+  detail::Workspace ws(ctx);
+  const Grouped gr = group_step(ctx, ws, g, triplets, nullptr);
+  const cudaStream_t stream = detail::stream_of(ctx);
+  auto* base = static_cast<unsigned char*>(grouping);
+  // The packed form has segments + 1 offsets, the segmented one segments + 2 (the last is T).
+  const int64_t n_off = g.packed ? g.segments + 1 : g.segments + 2;
+  PCOPS_CUDA_CHECK(cudaMemcpyAsync(base, gr.offsets, sizeof(int64_t) * n_off, cudaMemcpyDeviceToDevice, stream));
+  if (g.T > 0) {
+    const void* keys = g.packed ? static_cast<const void*>(gr.k64) : static_cast<const void*>(gr.k32);
+    PCOPS_CUDA_CHECK(cudaMemcpyAsync(base + g.keys_at(), keys, (g.packed ? 8 : 4) * static_cast<size_t>(g.T),
+                                     cudaMemcpyDeviceToDevice, stream));
+  }
+}
+
 void point_conv_mma(const CudaContext& ctx, const PointConvShape& s, Half16 type, const void* features,
-                    const void* weights, const int64_t* triplets, const OutputAllocator& out) {
+                    const void* weights, const int64_t* triplets, const OutputAllocator& out,
+                    const PointConvKept& kept) {
   core::validate_point_conv(s);
   if (!point_conv_mma_supported(s)) throw std::invalid_argument("pcops point_conv: shape not supported by the tensor-core path");
   if (!out) throw std::invalid_argument("pcops point_conv: no output allocator");
@@ -1112,10 +1214,11 @@ void point_conv_mma(const CudaContext& ctx, const PointConvShape& s, Half16 type
     return;
   }
   if (type == Half16::kFloat16) {
-    forward_t(ctx, s, static_cast<const __half*>(features), static_cast<const __half*>(weights), triplets, out);
+    forward_t(ctx, s, static_cast<const __half*>(features), static_cast<const __half*>(weights), triplets, out,
+              kept);
   } else {
     forward_t(ctx, s, static_cast<const __nv_bfloat16*>(features), static_cast<const __nv_bfloat16*>(weights),
-              triplets, out);
+              triplets, out, kept);
   }
 }
 
@@ -1126,16 +1229,17 @@ void point_conv_mma(const CudaContext& ctx, const PointConvShape& s, Half16 type
 
 void point_conv_mma_backward(const CudaContext& ctx, const PointConvShape& s, Half16 type, const void* grad_out,
                              const void* features, const void* weights, const int64_t* triplets,
-                             const OutputAllocator& grad_features, const OutputAllocator& grad_weights) {
+                             const OutputAllocator& grad_features, const OutputAllocator& grad_weights,
+                             const PointConvKept& kept) {
   core::validate_point_conv(s);
   if (!point_conv_mma_supported(s)) throw std::invalid_argument("pcops point_conv: shape not supported by the tensor-core path");
   if (type == Half16::kFloat16) {
     backward_t(ctx, s, static_cast<const __half*>(grad_out), static_cast<const __half*>(features),
-               static_cast<const __half*>(weights), triplets, grad_features, grad_weights);
+               static_cast<const __half*>(weights), triplets, grad_features, grad_weights, kept);
   } else {
     using B = __nv_bfloat16;
     backward_t(ctx, s, static_cast<const B*>(grad_out), static_cast<const B*>(features), static_cast<const B*>(weights),
-               triplets, grad_features, grad_weights);
+               triplets, grad_features, grad_weights, kept);
   }
 }
 

@@ -596,4 +596,79 @@ TEST(CudaPointConvMma, OutputsOnRequest) {
   }
 }
 
+// Groupings made ahead (point_conv_mma_group) and handed to the calls give the bits of the calls
+// that sort on their own, in both forms (segmented, packed), with out-of-range triplets among the
+// rows; a step with an empty product has none (0 bytes); and the calls do read the kept
+// groupings: ones made from other triplets of the same shape give those triplets' results.
+TEST(CudaPointConvMma, KeptGroupingsGiveTheSameBits) {
+  std::mt19937 rng(53);
+  using pcops::cuda::PointConvStep;
+  constexpr const char* kVar = "PCOPS_CUDA_POINT_CONV_FAST_GROUPING";
+  const PointConvStep steps[] = {PointConvStep::kForward, PointConvStep::kGradFeatures, PointConvStep::kGradWeights};
+  using Shape = std::array<int64_t, 6>;  // n_in, n_out, C_in, C_out, K, T
+  for (const Shape& sh : {Shape{300, 200, 40, 24, 27, 5000}, Shape{1500, 1300, 72, 136, 27, 30000},
+                          Shape{700, 600, 24, 40, 200, 20000}, Shape{300, 200, 16, 0, 27, 500}}) {
+    for (const char* form : {"segmented", "packed"}) {
+      SCOPED_TRACE(testing::Message() << "shape " << sh[2] << "x" << sh[3] << ", K " << sh[4] << ", " << form);
+      const pcops_cuda_test::ScopedEnv use(kVar, form);
+      Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
+      const int64_t junk[][3] = {{c.s.num_out, 0, 0}, {0, -1, 0}, {0, 0, c.s.kernels}};
+      for (const auto& b : junk) c.t.insert(c.t.begin() + 3 * 5, b, b + 3);
+      c.s.triplets += 3;
+      Case other = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
+      other.t.insert(other.t.end(), c.t.end() - 9, c.t.end());  // same shape (T + 3 rows)
+      other.s.triplets += 3;
+      ASSERT_TRUE(pcops::cuda::point_conv_mma_supported(c.s));
+      const auto f = to_bf16(c.f), w = to_bf16(c.w), g = to_bf16(c.g);
+      const Mma ref = run_mma(c, f, w, g), ref_other = run_mma(other, f, w, g);
+      for (const auto& [from, want] : {std::pair{&c, &ref}, std::pair{&other, &ref_other}}) {
+        StreamContext sc;
+        DeviceBuffer<int64_t> t(c.t), t_from(from->t);
+        std::vector<DeviceBuffer<unsigned char>> kept;
+        const void* ptr[3] = {nullptr, nullptr, nullptr};
+        for (int n = 0; n < 3; ++n) {
+          const pcops::cuda::PointConvGrouping info = pcops::cuda::point_conv_mma_grouping(c.s, steps[n]);
+          EXPECT_EQ(info.bytes == 0, c.s.channels_out == 0) << "step " << n;  // every product empty
+          if (info.bytes == 0) continue;
+          EXPECT_THROW(pcops::cuda::point_conv_mma_group(sc.ctx, c.s, steps[n], t_from.data(), nullptr),
+                       std::invalid_argument);
+          kept.emplace_back(info.bytes);
+          pcops::cuda::point_conv_mma_group(sc.ctx, c.s, steps[n], t_from.data(), kept.back().data());
+          ptr[n] = kept.back().data();
+        }
+        const pcops::cuda::PointConvKept k{ptr[0], ptr[1], ptr[2]};
+        DeviceBuffer<Bf16> df(f), dw(w), dg(g);
+        DeviceBuffer<Bf16> out(c.s.num_out * c.s.channels_out), gf(f.size()), gw(w.size());
+        for (DeviceBuffer<Bf16>* b : {&out, &gf, &gw}) b->fill(__float2bfloat16_rn(7.0f));
+        const auto into = [](DeviceBuffer<Bf16>& b) {
+          return pcops::cuda::OutputAllocator([&b] { return static_cast<void*>(b.data()); });
+        };
+        pcops::cuda::point_conv_mma(sc.ctx, c.s, pcops::Half16::kBFloat16, df.data(), dw.data(), t.data(),
+                                    into(out), k);
+        pcops::cuda::point_conv_mma_backward(sc.ctx, c.s, pcops::Half16::kBFloat16, dg.data(), df.data(),
+                                             dw.data(), t.data(), into(gf), into(gw), k);
+        const auto same = [](const std::vector<Bf16>& a, const std::vector<Bf16>& b) {
+          return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(Bf16)) == 0;
+        };
+        const char* which = from == &c ? "own triplets" : "other triplets";
+        EXPECT_TRUE(same(out.download(), want->out)) << which;
+        EXPECT_TRUE(same(gf.download(), want->gf)) << which;
+        EXPECT_TRUE(same(gw.download(), want->gw)) << which;
+      }
+      if (c.s.channels_out > 0) {  // the other triplets do give other results
+        EXPECT_FALSE(std::memcmp(ref.out.data(), ref_other.out.data(), ref.out.size() * sizeof(Bf16)) == 0);
+        EXPECT_FALSE(std::memcmp(ref.gw.data(), ref_other.gw.data(), ref.gw.size() * sizeof(Bf16)) == 0);
+      }
+    }
+  }
+  // One grouping a step and form: the forward's and the features gradient's differ where the rows
+  // of i and j do; the same step of another channel count with the same form is the same one.
+  const pcops::PointConvShape a{300, 200, 40, 24, 27, 5000}, b{300, 200, 40, 32, 27, 5000};
+  const pcops_cuda_test::ScopedEnv use(kVar, "segmented");
+  EXPECT_NE(pcops::cuda::point_conv_mma_grouping(a, PointConvStep::kForward).id,
+            pcops::cuda::point_conv_mma_grouping(a, PointConvStep::kGradFeatures).id);
+  EXPECT_EQ(pcops::cuda::point_conv_mma_grouping(a, PointConvStep::kForward).id,
+            pcops::cuda::point_conv_mma_grouping(b, PointConvStep::kForward).id);
+}
+
 }  // namespace

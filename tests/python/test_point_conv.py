@@ -256,6 +256,10 @@ def test_fast_mode_on_cpu_is_the_exact_path(dtype, gen):
         results.append((out, *torch.autograd.grad(out, (f, w), grad)))
     for a, b in zip(*results):
         assert a.dtype == dtype and torch.equal(a, b)
+    # Only the CUDA tensor-core path keeps groupings of the triplets (none here).
+    from pcops.ops.point_conv import kept_grouping_bytes
+
+    assert kept_grouping_bytes() == 0 and kept_grouping_bytes(release=True) == 0
     layer = pcops.nn.PointConv(16, 8, kernel_size=3, mode="fast")
     assert "mode='fast'" in repr(layer)
     assert torch.equal(layer(features.float(), triplets, 30),

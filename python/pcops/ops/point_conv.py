@@ -37,7 +37,11 @@ def point_conv(
             features and weights (one dtype, ``C_in`` and ``C_out`` multiples of 8), the tensor
             cores: products exact in float32, float32 sums in another fixed order (still
             deterministic run to run and independent of the triplet rows' order, not bitwise
-            equal to ``"exact"``), the backward too. Any other case runs ``"exact"``.
+            equal to ``"exact"``), the backward too. Any other case runs ``"exact"``. The fast
+            path sorts the triplets once per step (forward, features gradient, weight gradient)
+            and shape and keeps the sort with the triplet tensor while it lives unchanged, so
+            later layers and backwards on the same triplets skip it
+            (:func:`kept_grouping_bytes`; ``PCOPS_CUDA_POINT_CONV_KEEP=0`` keeps none).
 
     Returns:
         ``[N_out, C_out]`` in the dtype of ``features``; rows without triplets are zero.
@@ -55,6 +59,17 @@ def point_conv(
     num_out = _checks.integer(num_out, "num_out")
     _check_mode(mode)
     return torch.ops.pcops.point_conv(features, weights, triplets, num_out, mode)
+
+
+def kept_grouping_bytes(release: bool = False) -> int:
+    """Device memory held by the fast path's kept groupings of triplets, in bytes.
+
+    ``mode="fast"`` on CUDA keeps each step's sort of the triplets (at most 8 bytes a triplet and
+    an offset per segment) with the triplet tensor, for the later calls on it; a grouping is let
+    go at the next call once its triplets are freed or changed in place. ``release=True`` lets
+    every grouping go now (later calls sort again). Bitwise the same results either way.
+    """
+    return int(torch.ops.pcops._point_conv_kept_bytes(bool(release)))
 
 
 def _check_mode(mode):

@@ -326,7 +326,9 @@ def test_fast_mode_extra_memory_is_the_sort(gen, c, monkeypatch):
     output), packed (one sort of 64-bit keys) max(16 T, 8 T + output). No neighbourhood buffer, no
     third copy of the keys, and the output never beside the second buffer (C = 256: the output
     outweighs a key buffer). The default takes segmented where the second buffer of the packed
-    keys, 8 T, is at least the output's size (C = 8 here), packed otherwise (C = 256)."""
+    keys, 8 T, is at least the output's size (C = 8 here), packed otherwise (C = 256). Kept
+    groupings off (test_kept_groupings_*: with them the calls sort nothing)."""
+    monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_KEEP", "0")  # the sorts in the call
     n, K, T = 120000, 27, 2_000_000
     f = (torch.rand(n, c, generator=gen) * 2 - 1).cuda().bfloat16()
     w = (torch.rand(K, c, c, generator=gen) * 2 - 1).cuda().bfloat16()
@@ -375,6 +377,7 @@ def test_backward_peak_is_the_larger_gradient_step(gen, mode, grouping, monkeypa
     count, cells and channels with 1,000 points (its workspace does not depend on the point
     count for one grouping of the fast path, pinned here, since the default chooses by the
     features' size; its unrequested grad_features, zeros, is then small)."""
+    monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_KEEP", "0")  # the sorts in the call
     monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_FAST_GROUPING", grouping)
     n, c, K, T, small = 120000, 128, 27, 2_000_000, 1000
     dtype = torch.bfloat16 if mode == "fast" else torch.float32
@@ -400,6 +403,102 @@ def test_backward_peak_is_the_larger_gradient_step(gen, mode, grouping, monkeypa
     p_both, (gf, gw) = peak(g, f, t, n, True, True)
     assert torch.equal(gf, gf_alone) and torch.equal(gw, gw_alone)
     assert p_both <= max(p_w, p_f) + (2 << 20), (p_both, p_w, p_f)
+
+
+@pytest.fixture
+def kept_bytes():
+    """pcops.ops.point_conv.kept_grouping_bytes, nothing kept before or after the test."""
+    from pcops.ops.point_conv import kept_grouping_bytes
+
+    kept_grouping_bytes(release=True)
+    yield kept_grouping_bytes
+    kept_grouping_bytes(release=True)
+
+
+def _fast_layer(f, w, t, n_out):
+    """Forward and both gradients of the fast path (gradient of the output's sum)."""
+    f, w = f.detach().requires_grad_(), w.detach().requires_grad_()
+    out = pcops.point_conv(f, w, t, n_out, mode="fast")
+    gf, gw = torch.autograd.grad(out, (f, w), torch.ones_like(out))
+    return out.detach(), gf, gw
+
+
+def _grouping_bytes(T, segments, packed):
+    """A kept grouping's size: segments + 2 int64 offsets (to a 256-byte boundary), then 4-byte
+    (segmented) or 8-byte (packed) keys."""
+    return -(-8 * (segments + 2) // 256) * 256 + (8 if packed else 4) * T
+
+
+@pytest.mark.parametrize("grouping", ["segmented", "packed"])
+@pytest.mark.parametrize("c", [16, 256])
+def test_kept_groupings_give_the_same_bits(gen, c, grouping, kept_bytes, monkeypatch):
+    """The fast path keeps each step's sort of the triplets (forward, features gradient, weight
+    gradient: three groupings of the sizes below) with the triplet tensor; the calls after the
+    first sort nothing and give the bits of calls that sort (PCOPS_CUDA_POINT_CONV_KEEP=0), and
+    making the groupings does not synchronize."""
+    monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_FAST_GROUPING", grouping)
+    n, K, T = 3000, 27, 60000
+    f, w, t = _inputs(gen, n, n, c, c, K, T)
+    f, w, t = f.cuda().bfloat16(), w.cuda().bfloat16(), t.cuda()
+    pcops.point_conv(f, w, t, n, mode="exact")  # the triplets' ranges read once, here
+    with no_sync():
+        first = _fast_layer(f, w, t, n)
+    held = kept_bytes()
+    segments = -(-n // 128) * K  # (tile of 128 rows, k); the weight gradient's (k, block of 128 rows i)
+    vvor_segments = segments if grouping == "segmented" else K
+    expect = 2 * _grouping_bytes(T, segments, grouping == "packed") + _grouping_bytes(
+        T, vvor_segments, grouping == "packed")
+    assert held == expect, (held, expect)
+    again = _fast_layer(f, w, t, n)
+    assert kept_bytes() == held  # nothing new
+    monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_KEEP", "0")
+    sorted_now = _fast_layer(f, w, t, n)
+    for a, b, d in zip(first, again, sorted_now):
+        assert same_bits(a, b) and same_bits(a, d)
+    # With the groupings kept, a forward's peak beyond its output is small: no sort.
+    monkeypatch.delenv("PCOPS_CUDA_POINT_CONV_KEEP")
+    extra = _forward_extra_bytes(lambda: pcops.point_conv(f, w, t, n, mode="fast"))
+    assert extra < min(4 * T, 1 << 20), extra
+
+
+def test_kept_groupings_follow_their_triplets(gen, kept_bytes, monkeypatch):
+    """A kept grouping serves only its triplet tensor, unchanged, on the stream that made it: an
+    in-place change sorts again (the changed triplets' results, not the kept ones'), a freed
+    tensor's groupings are let go, another stream makes its own, inference tensors and
+    PCOPS_CUDA_POINT_CONV_KEEP=0 keep none."""
+    n, K, T, c = 2000, 27, 30000, 32
+    f, w, t = _inputs(gen, n, n, c, c, K, T)
+    f, w, t = f.cuda().bfloat16(), w.cuda().bfloat16(), t.cuda()
+    layer = lambda t: pcops.point_conv(f, w, t, n, mode="fast")  # noqa: E731
+    before = layer(t)
+    one = kept_bytes()
+    assert one > 4 * T
+    t[:, 2] = (t[:, 2] + 1) % K  # in place: the version counter moves
+    changed = layer(t)
+    assert kept_bytes() == one  # the stale grouping let go, the new one kept
+    assert not same_bits(changed, before)
+    assert same_bits(changed, layer(t.clone()))
+    assert kept_bytes() == one  # the clone's grouping let go with the clone
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        other_stream = layer(t)
+    torch.cuda.current_stream().wait_stream(side)
+    assert same_bits(other_stream, changed)
+    assert kept_bytes() == 2 * one  # this stream's own
+    del t
+    assert kept_bytes() == 0
+    t2 = _inputs(gen, n, n, c, c, K, T)[2].cuda()
+    monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_KEEP", "0")
+    layer(t2)
+    assert kept_bytes() == 0
+    monkeypatch.delenv("PCOPS_CUDA_POINT_CONV_KEEP")
+    with torch.inference_mode():
+        t3 = t2.clone()
+        got = layer(t3)
+    assert kept_bytes() == 0
+    assert same_bits(got, layer(t2))
+    assert kept_bytes() == one
 
 
 def test_segmentation_example_in_bfloat16_fast_mode(tmp_path):
