@@ -101,28 +101,28 @@ at::Tensor dense16(const at::Tensor& t) {
 
 Half16 half16_of(const at::Tensor& t) { return t.scalar_type() == at::kHalf ? Half16::kFloat16 : Half16::kBFloat16; }
 
-// The tensor-core path's groupings kept with their triplets (cuda::point_conv_mma_group), so that
-// the layers and the backward on one triplet tensor sort it once per step and shape instead of
-// every call. An entry lives while its triplets do, unchanged (TensorStamp), on the stream that
-// made it (so no other stream reads it); dead or changed ones are dropped at the next call, and
-// beyond kEntries the oldest. PCOPS_CUDA_POINT_CONV_KEEP=0 keeps none (every call sorts).
-// Inference tensors (no version counter) are never kept.
+// The groupings of the triplets kept with them (cuda::point_conv_group and point_conv_mma_group),
+// so that the layers and the backward on one triplet tensor sort it once per step and key layout
+// instead of every call. An entry lives while its triplets do, unchanged (TensorStamp), on the
+// stream that made it (so no other stream reads it); dead or changed ones are dropped at the next
+// call, and beyond kEntries the oldest. PCOPS_CUDA_POINT_CONV_KEEP=0 keeps none (every call
+// sorts). Inference tensors (no version counter) are never kept.
 class KeptGroupings {
  public:
-  const void* get(const at::Tensor& triplets, const PointConvShape& s, cuda::PointConvStep step) {
-    if (!enabled() || triplets.is_inference()) return nullptr;
-    const cuda::PointConvGrouping info = cuda::point_conv_mma_grouping(s, step);
-    if (info.bytes == 0) return nullptr;
+  // The grouping `info` of triplets (made by make(buffer) if not kept yet); nullptr: none kept.
+  template <class Make>
+  const void* get(const at::Tensor& triplets, const cuda::PointConvGrouping& info, Make make) {
+    if (!enabled() || triplets.is_inference() || info.bytes == 0) return nullptr;
     const int64_t stream = c10::cuda::getCurrentCUDAStream(triplets.get_device()).id();
     const std::lock_guard<std::mutex> lock(mutex_);
     std::erase_if(entries_, [&](const Entry& e) {
-      return e.stamp.expired() || (!e.stamp.same(triplets) && e.stamp_of(triplets));
+      return e.stamp.expired() || (!e.stamp.same(triplets) && e.impl == triplets.unsafeGetTensorImpl());
     });
     for (const Entry& e : entries_)
       if (e.stream == stream && e.info.id == info.id && e.info.bytes == info.bytes && e.stamp.same(triplets))
         return e.grouping.data_ptr();
     at::Tensor g = at::empty({static_cast<int64_t>(info.bytes)}, triplets.options().dtype(at::kByte));
-    cuda::point_conv_mma_group(cuda_context(triplets), s, step, triplets.data_ptr<int64_t>(), g.data_ptr());
+    make(g.data_ptr());
     if (entries_.size() >= kEntries) entries_.erase(entries_.begin());
     entries_.push_back(Entry{TensorStamp(triplets), triplets.unsafeGetTensorImpl(), stream, info, g});
     return g.data_ptr();
@@ -145,8 +145,6 @@ class KeptGroupings {
     int64_t stream;
     cuda::PointConvGrouping info;
     at::Tensor grouping;
-    // Whether t is this entry's triplets tensor (whatever its values now).
-    bool stamp_of(const at::Tensor& t) const { return impl == t.unsafeGetTensorImpl(); }
   };
   static bool enabled() {
     const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_KEEP");
@@ -159,6 +157,26 @@ class KeptGroupings {
 // Never destroyed: the kept tensors outlive no CUDA context teardown order.
 KeptGroupings& kept_groupings() {
   static KeptGroupings& k = *new KeptGroupings;
+  return k;
+}
+
+// The kept groupings of the requested steps (fast: the tensor-core path's, else the exact path's).
+cuda::PointConvKept kept_for(const at::Tensor& triplets, const PointConvShape& s, bool fast, bool forward,
+                             bool grad_features, bool grad_weights) {
+  cuda::PointConvKept k;
+  const auto one = [&](bool need, cuda::PointConvStep step) -> const void* {
+    if (!need) return nullptr;
+    const cuda::PointConvGrouping info =
+        fast ? cuda::point_conv_mma_grouping(s, step) : cuda::point_conv_grouping(s, step);
+    return kept_groupings().get(triplets, info, [&](void* dst) {
+      const int64_t* t = triplets.data_ptr<int64_t>();
+      if (fast) cuda::point_conv_mma_group(cuda_context(triplets), s, step, t, dst);
+      else cuda::point_conv_group(cuda_context(triplets), s, step, t, dst);
+    });
+  };
+  k.forward = one(forward, cuda::PointConvStep::kForward);
+  k.grad_weights = one(grad_weights, cuda::PointConvStep::kGradWeights);
+  k.grad_features = one(grad_features, cuda::PointConvStep::kGradFeatures);
   return k;
 }
 #endif
@@ -176,8 +194,7 @@ at::Tensor point_conv_impl(const at::Tensor& features_in, const at::Tensor& weig
     const at::Tensor f = dense16(in.features), w = dense16(in.weights);
     at::Tensor out;
     translate_errors([&] {
-      cuda::PointConvKept kept;
-      kept.forward = kept_groupings().get(in.triplets, in.shape, cuda::PointConvStep::kForward);
+      const cuda::PointConvKept kept = kept_for(in.triplets, in.shape, true, true, false, false);
       cuda::point_conv_mma(cuda_context(f), in.shape, half16_of(f), f.data_ptr(), w.data_ptr(),
                            in.triplets.data_ptr<int64_t>(), cuda::OutputAllocator([&] {
                              out = at::empty({num_out, in.shape.channels_out}, f.options());
@@ -198,7 +215,7 @@ at::Tensor point_conv_impl(const at::Tensor& features_in, const at::Tensor& weig
     return out.data_ptr();
   });
   translate_errors([&] {
-    run(f, in.shape, f.data_ptr<float>(), w.data_ptr<float>(), in.triplets.data_ptr<int64_t>(), alloc);
+    run(in.triplets, in.shape, f.data_ptr<float>(), w.data_ptr<float>(), in.triplets.data_ptr<int64_t>(), alloc);
   });
   return out.to(features_in.scalar_type());
 }
@@ -243,9 +260,7 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_impl(const at::Tensor& gr
     // Each gradient is allocated when the operator asks for it (the weights' first, each after its
     // sort's second key buffer is gone); an unrequested one is zeros.
     return gradients_on_request(f, w, need_features, need_weights, [&](const Allocator& gf, const Allocator& gw) {
-      cuda::PointConvKept kept;
-      if (gw) kept.grad_weights = kept_groupings().get(in.triplets, in.shape, cuda::PointConvStep::kGradWeights);
-      if (gf) kept.grad_features = kept_groupings().get(in.triplets, in.shape, cuda::PointConvStep::kGradFeatures);
+      const cuda::PointConvKept kept = kept_for(in.triplets, in.shape, true, false, bool(gf), bool(gw));
       cuda::point_conv_mma_backward(cuda_context(f), in.shape, half16_of(f), g.data_ptr(), f.data_ptr(),
                                     w.data_ptr(), in.triplets.data_ptr<int64_t>(), gf, gw, kept);
     });
@@ -260,7 +275,7 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_impl(const at::Tensor& gr
   const at::Tensor f = as_float(in.features), w = as_float(in.weights), g = as_float(grad_out_in);
   auto [gf, gw] =
       gradients_on_request(f, w, need_features, need_weights, [&](const Allocator& gf_a, const Allocator& gw_a) {
-        run(f, in.shape, g.data_ptr<float>(), f.data_ptr<float>(), w.data_ptr<float>(),
+        run(in.triplets, in.shape, g.data_ptr<float>(), f.data_ptr<float>(), w.data_ptr<float>(),
             in.triplets.data_ptr<int64_t>(), gf_a, gw_a);
       });
   return {gf.to(features_in.scalar_type()), gw.to(weights_in.scalar_type())};
@@ -292,9 +307,13 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_cpu(const at::Tensor& gra
 at::Tensor point_conv_cuda(const at::Tensor& features, const at::Tensor& weights, const at::Tensor& triplets,
                            int64_t num_out, c10::string_view mode) {
   const c10::cuda::CUDAGuard guard(features.device());
-  return point_conv_impl(features, weights, triplets, num_out, mode, [](const at::Tensor& t, auto&&... a) {
-    cuda::point_conv(cuda_context(t), a...);
-  });
+  // The exact path (the run gets the contiguous triplets first), with its kept groupings.
+  return point_conv_impl(features, weights, triplets, num_out, mode,
+                         [](const at::Tensor& t, const PointConvShape& s, const float* f, const float* w,
+                            const int64_t* tp, const Allocator& out) {
+                           cuda::point_conv(cuda_context(t), s, f, w, tp, out,
+                                            kept_for(t, s, false, true, false, false));
+                         });
 }
 
 std::tuple<at::Tensor, at::Tensor> point_conv_backward_cuda(const at::Tensor& grad_out, const at::Tensor& features,
@@ -302,10 +321,13 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_cuda(const at::Tensor& gr
                                                             int64_t num_out, bool need_features, bool need_weights,
                                                             c10::string_view mode) {
   const c10::cuda::CUDAGuard guard(features.device());
-  return point_conv_backward_impl(grad_out, features, weights, triplets, num_out, need_features, need_weights, mode,
-                                  [](const at::Tensor& t, auto&&... a) {
-                                    cuda::point_conv_backward(cuda_context(t), a...);
-                                  });
+  return point_conv_backward_impl(
+      grad_out, features, weights, triplets, num_out, need_features, need_weights, mode,
+      [](const at::Tensor& t, const PointConvShape& s, const float* g, const float* f, const float* w,
+         const int64_t* tp, const Allocator& gf, const Allocator& gw) {
+        cuda::point_conv_backward(cuda_context(t), s, g, f, w, tp, gf, gw,
+                                  kept_for(t, s, false, false, bool(gf), bool(gw)));
+      });
 }
 #endif
 

@@ -118,6 +118,36 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& shape, co
                          const float* features, const float* weights, const int64_t* triplets,
                          float* grad_features, float* grad_weights);
 
+// Groupings kept across calls. Each step (the forward, the features gradient, the weight
+// gradient) sorts the triplets its own way, a function of the triplets and the shape alone; a
+// network calls several layers on the same triplets, and a training step calls each layer's
+// forward and backward on them, so the sorts can be made once and kept. point_conv_grouping
+// (the exact path) and point_conv_mma_grouping (the tensor-core path) say how many bytes a step's
+// grouping takes (0: the step keeps none: an empty product, or for the exact path a grouping other
+// than the default segmented one) and what it is (two steps, of any shapes on the same triplets,
+// with equal ids share one grouping; the two paths' ids differ); point_conv_group and
+// point_conv_mma_group write it, and PointConvKept hands it to the calls. A kept grouping must come
+// from the same triplets, unchanged since; the results are bitwise the same as with the sorts made
+// in the call (a sort gives the same keys every time), and the sorts' second buffers and temporary
+// storage never exist in the call.
+enum class PointConvStep { kForward, kGradFeatures, kGradWeights };
+struct PointConvGrouping {
+  size_t bytes = 0;
+  std::array<int64_t, 8> id{};
+};
+// Groupings made ahead for the calls (nullptr: the step sorts in the call).
+struct PointConvKept {
+  const void* forward = nullptr;
+  const void* grad_features = nullptr;
+  const void* grad_weights = nullptr;
+};
+// The exact path's grouping of `step` for `shape`.
+PointConvGrouping point_conv_grouping(const PointConvShape& shape, PointConvStep step);
+// Writes that grouping of the device triplets into `grouping` (device memory of its bytes,
+// 16-byte aligned), stream-ordered; its workspace is released before it returns.
+void point_conv_group(const CudaContext& ctx, const PointConvShape& shape, PointConvStep step,
+                      const int64_t* triplets, void* grouping);
+
 // Device memory for one output (of the size the operator documents), requested by the operator
 // when it is about to write it; called exactly once for each requested output, also an empty one.
 using OutputAllocator = std::function<void*()>;
@@ -129,10 +159,12 @@ using OutputAllocator = std::function<void*()>;
 // gradient 4 bytes a triplet of rows and its piece partials), so with outputs allocated on request
 // the second key buffer never exists beside the output.
 void point_conv(const CudaContext& ctx, const PointConvShape& shape, const float* features,
-                const float* weights, const int64_t* triplets, const OutputAllocator& out);
+                const float* weights, const int64_t* triplets, const OutputAllocator& out,
+                const PointConvKept& kept = {});
 void point_conv_backward(const CudaContext& ctx, const PointConvShape& shape, const float* grad_out,
                          const float* features, const float* weights, const int64_t* triplets,
-                         const OutputAllocator& grad_features, const OutputAllocator& grad_weights);
+                         const OutputAllocator& grad_features, const OutputAllocator& grad_weights,
+                         const PointConvKept& kept = {});
 
 // Tensor-core path (the "fast" mode): features, weights, grad_out and every output in one 16-bit
 // type. Products are exact in float32 and every sum is float32 in a fixed order (MMA chains over
@@ -150,33 +182,11 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& shape, co
 // triplet) segmented, max(16 bytes a triplet + scratch - output, 8 bytes a triplet) packed.
 bool point_conv_mma_supported(const PointConvShape& shape);
 
-// Groupings kept across calls. Each of the tensor-core path's three steps (the forward, the
-// features gradient, the weight gradient) sorts the triplets its own way, a function of the shape
-// alone; a network calls several layers on the same triplets, and a training step calls each
-// layer's forward and backward on them, so the sorts can be made once and kept:
-// point_conv_mma_grouping says how many bytes a step's grouping takes (0: the step sorts
-// nothing) and what it is (two steps, of any shapes on the same triplets, with equal ids share
-// one grouping), point_conv_mma_group writes it, and PointConvKept hands it to the calls. A
-// kept grouping must come from the same triplets, unchanged since; the results are bitwise the
-// same as with the sorts made in the call (a sort gives the same keys every time). The sorts' second buffers
-// and temporary storage then never exist in the call.
-enum class PointConvStep { kForward, kGradFeatures, kGradWeights };
-struct PointConvGrouping {
-  size_t bytes = 0;
-  std::array<int64_t, 8> id{};
-};
-// The grouping of `step` for `shape` (std::invalid_argument where !point_conv_mma_supported).
+// The tensor-core path's grouping of `step` for `shape` (std::invalid_argument where
+// !point_conv_mma_supported), and its writer (as point_conv_group).
 PointConvGrouping point_conv_mma_grouping(const PointConvShape& shape, PointConvStep step);
-// Writes that grouping of the device triplets into `grouping` (device memory of its bytes,
-// 16-byte aligned), stream-ordered; its workspace is released before it returns.
 void point_conv_mma_group(const CudaContext& ctx, const PointConvShape& shape, PointConvStep step,
                           const int64_t* triplets, void* grouping);
-// Groupings made ahead for the calls (nullptr: the step sorts in the call).
-struct PointConvKept {
-  const void* forward = nullptr;
-  const void* grad_features = nullptr;
-  const void* grad_weights = nullptr;
-};
 
 void point_conv_mma(const CudaContext& ctx, const PointConvShape& shape, Half16 type, const void* features,
                     const void* weights, const int64_t* triplets, void* out);

@@ -239,17 +239,31 @@ struct RowGrouping {
   TripletOrder order;
 };
 
+// An MVMR grouping's rows and keys: destination rows n_dst (column dst_col), keys (k, source row)
+// of src_bits + k's bits, and the form it takes.
+struct RowKeys {
+  int64_t n_dst, n_src;
+  int src_bits, key_bits;
+  ExactGrouping mode;
+};
+RowKeys row_keys(const PointConvShape& s, int dst_col, int src_col) {
+  const int64_t counts[3] = {s.num_out, s.num_in, s.kernels};
+  RowKeys r{counts[dst_col], counts[src_col], 0, 0, exact_grouping()};
+  r.src_bits = bits_for(static_cast<uint64_t>(std::max<int64_t>(r.n_src - 1, 0)));
+  r.key_bits = r.src_bits + bits_for(static_cast<uint64_t>(std::max<int64_t>(s.kernels - 1, 0)));
+  // The placement's positions are 32-bit: from 2^31 triplets on, CUB's sort and its 64-bit order.
+  if (r.mode == ExactGrouping::kSegmented && s.triplets >= (int64_t{1} << 31)) r.mode = ExactGrouping::kPacked;
+  if (r.key_bits > 31) r.mode = ExactGrouping::kWide;
+  return r;
+}
+
 // The triplets by destination row (column dst_col), then k, then source row (src_col).
 RowGrouping group_rows(const CudaContext& ctx, detail::Workspace& ws, const PointConvShape& s, const int64_t* t,
                        int dst_col, int src_col) {
-  const int64_t counts[3] = {s.num_out, s.num_in, s.kernels};
-  const int64_t n_dst = counts[dst_col], n_src = counts[src_col], K = s.kernels, T = s.triplets;
-  const int src_bits = bits_for(static_cast<uint64_t>(std::max<int64_t>(n_src - 1, 0)));
-  const int key_bits = src_bits + bits_for(static_cast<uint64_t>(std::max<int64_t>(K - 1, 0)));
-  ExactGrouping mode = exact_grouping();
-  // The placement's positions are 32-bit: from 2^31 triplets on, CUB's sort and its 64-bit order.
-  if (mode == ExactGrouping::kSegmented && T >= (int64_t{1} << 31)) mode = ExactGrouping::kPacked;
-  if (key_bits > 31) mode = ExactGrouping::kWide;
+  const RowKeys rk = row_keys(s, dst_col, src_col);
+  const int64_t n_dst = rk.n_dst, n_src = rk.n_src, K = s.kernels, T = s.triplets;
+  const int src_bits = rk.src_bits, key_bits = rk.key_bits;
+  const ExactGrouping mode = rk.mode;
   if (mode == ExactGrouping::kSegmented) {
     const RowPlace place{dst_col, src_col, n_dst, n_src, K, src_bits};
     const primitives::SegmentedKeys sk = primitives::group_segmented(ctx, ws, t, T, n_dst, key_bits, place);
@@ -305,16 +319,32 @@ struct CellGrouping {
   const int* jj;
 };
 
+// The weight gradient's segmented keys: (k, block of 2^i_bits rows i), keys (i's low bits, j);
+// segmented where a key fits 31 bits and the segments are not far more than the triplets.
+struct CellKeys {
+  int j_bits, i_bits;
+  int64_t tiles;
+  ExactGrouping mode;
+};
+CellKeys cell_keys(const PointConvShape& s) {
+  CellKeys c;
+  c.j_bits = bits_for(static_cast<uint64_t>(std::max<int64_t>(s.num_in - 1, 0)));
+  c.i_bits = std::min(7, 31 - c.j_bits);
+  c.tiles = c.i_bits >= 0 ? detail::ceil_div(std::max<int64_t>(s.num_out, 1), int64_t{1} << c.i_bits) : 0;
+  c.mode = exact_grouping();
+  if (c.i_bits < 0 || s.kernels * c.tiles > std::max<int64_t>(s.triplets, int64_t{1} << 16) ||
+      s.triplets >= (int64_t{1} << 31))
+    c.mode = ExactGrouping::kPacked;
+  return c;
+}
+
 CellGrouping group_cells(const CudaContext& ctx, detail::Workspace& ws, const PointConvShape& s, const int64_t* t) {
   const int64_t K = s.kernels, T = s.triplets;
   constexpr int NT = PointConvPolicy::kThreads;
-  const int j_bits = bits_for(static_cast<uint64_t>(std::max<int64_t>(s.num_in - 1, 0)));
-  const int i_bits = std::min(7, 31 - j_bits);
-  const int64_t tiles = i_bits >= 0 ? detail::ceil_div(std::max<int64_t>(s.num_out, 1), int64_t{1} << i_bits) : 0;
-  ExactGrouping mode = exact_grouping();
-  // Segmented where a key fits 31 bits and the segments are not far more than the triplets.
-  if (i_bits < 0 || K * tiles > std::max<int64_t>(T, int64_t{1} << 16) || T >= (int64_t{1} << 31))
-    mode = ExactGrouping::kPacked;
+  const CellKeys ck = cell_keys(s);
+  const int j_bits = ck.j_bits, i_bits = ck.i_bits;
+  const int64_t tiles = ck.tiles;
+  const ExactGrouping mode = ck.mode;
   if (mode == ExactGrouping::kSegmented) {
     const CellBlockPlace place{s.num_out, s.num_in, K, tiles, i_bits, j_bits};
     const primitives::SegmentedKeys sk = primitives::group_segmented(ctx, ws, t, T, K * tiles, i_bits + j_bits, place);
@@ -337,6 +367,54 @@ CellGrouping group_cells(const CudaContext& ctx, detail::Workspace& ws, const Po
   if (T > 0)
     detail::launch(ctx, gather_ij_kernel, dim3(blocks_for(T)), dim3(NT), 0, g.order, t, T, ii, jj);
   return {g.offsets, ii, jj};
+}
+
+// The groupings kept across calls (point_conv_grouping): the segmented ones (the default), whose
+// keys are a function of the triplets and the shape; in the other forms (past 31 key bits or 2^31
+// triplets, or forced by PCOPS_CUDA_POINT_CONV_GROUPING) a step sorts in every call. Layouts, each
+// part at a 256-byte boundary: an MVMR's row offsets [n_dst + 2] int64 and keys [T] uint32; the
+// weight gradient's cell offsets [K + 1] int64, ii [T] and jj [T] int32.
+struct ExactKept {
+  bool cells = false;
+  int dst_col = 0, src_col = 1;
+  int64_t offsets = 0;  // offsets kept
+  size_t second = 0, third = 0, bytes = 0;  // byte offsets of the parts, total (0: none kept)
+};
+size_t at256(size_t b) { return (b + 255) / 256 * 256; }
+
+ExactKept exact_kept(const PointConvShape& s, PointConvStep step) {
+  ExactKept e;
+  const size_t T = static_cast<size_t>(std::max<int64_t>(s.triplets, 1));
+  if (step == PointConvStep::kGradWeights) {
+    if (s.kernels * s.channels_out * s.channels_in == 0 || cell_keys(s).mode != ExactGrouping::kSegmented) return e;
+    e.cells = true, e.offsets = s.kernels + 1;
+    e.second = at256(8 * static_cast<size_t>(e.offsets));
+    e.third = e.second + at256(4 * T);
+    e.bytes = e.third + 4 * T;
+    return e;
+  }
+  const bool fwd = step == PointConvStep::kForward;
+  e.dst_col = fwd ? 0 : 1, e.src_col = fwd ? 1 : 0;
+  const RowKeys rk = row_keys(s, e.dst_col, e.src_col);
+  // An empty product (no destination element, or no source channel: zeros) keeps none.
+  if (rk.n_dst * s.channels_out * s.channels_in == 0 || rk.mode != ExactGrouping::kSegmented) return e;
+  e.offsets = rk.n_dst + 2;
+  e.second = at256(8 * static_cast<size_t>(e.offsets));
+  e.bytes = e.second + 4 * T;
+  return e;
+}
+
+RowGrouping kept_rows(const PointConvShape& s, const ExactKept& e, const int64_t* t, const void* kept) {
+  const auto* base = static_cast<const unsigned char*>(kept);
+  const RowKeys rk = row_keys(s, e.dst_col, e.src_col);
+  return {reinterpret_cast<const int64_t*>(base), {reinterpret_cast<const uint32_t*>(base + e.second), rk.src_bits},
+          {nullptr, t, e.src_col}};
+}
+
+CellGrouping kept_cells(const ExactKept& e, const void* kept) {
+  const auto* base = static_cast<const unsigned char*>(kept);
+  return {reinterpret_cast<const int64_t*>(base), reinterpret_cast<const int*>(base + e.second),
+          reinterpret_cast<const int*>(base + e.third)};
 }
 
 // V consecutive floats (V = 4: one 16-byte load; the caller guarantees the alignment).
@@ -1417,8 +1495,39 @@ void launch_mvmr(const CudaContext& ctx, detail::Workspace& ws, const RowGroupin
 
 }  // namespace
 
+PointConvGrouping point_conv_grouping(const PointConvShape& s, PointConvStep step) {
+  core::validate_point_conv(s);
+  const ExactKept e = exact_kept(s, step);
+  PointConvGrouping r;
+  r.bytes = e.bytes;
+  if (e.bytes > 0) r.id = {10 + static_cast<int64_t>(step), s.triplets, s.num_out, s.num_in, s.kernels, 0, 0, 0};
+  return r;
+}
+
+void point_conv_group(const CudaContext& ctx, const PointConvShape& s, PointConvStep step, const int64_t* triplets,
+                      void* grouping) {
+  const ExactKept e = exact_kept(s, step);
+  if (e.bytes == 0) return;
+  if (grouping == nullptr || reinterpret_cast<uintptr_t>(grouping) % 16 != 0)
+    throw std::invalid_argument("pcops point_conv: a grouping needs 16-byte aligned device memory");
+  const cudaStream_t stream = detail::stream_of(ctx);
+  auto* base = static_cast<unsigned char*>(grouping);
+  const auto copy = [&](size_t at, const void* src, size_t bytes) {
+    if (bytes > 0) PCOPS_CUDA_CHECK(cudaMemcpyAsync(base + at, src, bytes, cudaMemcpyDeviceToDevice, stream));
+  };
+  const size_t T = static_cast<size_t>(s.triplets), off = sizeof(int64_t) * static_cast<size_t>(e.offsets);
+  detail::Workspace ws(ctx);
+  if (e.cells) {
+    const CellGrouping cg = group_cells(ctx, ws, s, triplets);
+    copy(0, cg.cell_off, off), copy(e.second, cg.ii, 4 * T), copy(e.third, cg.jj, 4 * T);
+  } else {
+    const RowGrouping g = group_rows(ctx, ws, s, triplets, e.dst_col, e.src_col);
+    copy(0, g.offsets, off), copy(e.second, g.keys.p, 4 * T);
+  }
+}
+
 void point_conv(const CudaContext& ctx, const PointConvShape& s, const float* features, const float* weights,
-                const int64_t* triplets, const OutputAllocator& out_alloc) {
+                const int64_t* triplets, const OutputAllocator& out_alloc, const PointConvKept& kept) {
   core::validate_point_conv(s);
   const int64_t Ci = s.channels_in, Co = s.channels_out, K = s.kernels;
   if (s.num_out * Co == 0) {
@@ -1429,7 +1538,9 @@ void point_conv(const CudaContext& ctx, const PointConvShape& s, const float* fe
   constexpr int NT = PointConvPolicy::kThreads;
   float* wt = ws.alloc<float>(K * Ci * Co);
   detail::launch(ctx, transpose_kernel, dim3(blocks_for(K * Ci * Co)), dim3(NT), 0, weights, K, Co, Ci, wt);
-  const RowGrouping g = group_rows(ctx, ws, s, triplets, /*dst_col=*/0, /*src_col=*/1);
+  const ExactKept e = exact_kept(s, PointConvStep::kForward);
+  const RowGrouping g = kept.forward != nullptr && e.bytes > 0 ? kept_rows(s, e, triplets, kept.forward)
+                                                                : group_rows(ctx, ws, s, triplets, 0, 1);
   float* out = static_cast<float*>(out_alloc());
   launch_mvmr(ctx, ws, g, features, Ci, wt, Co, s.num_out, K, s.triplets, out);
 }
@@ -1441,7 +1552,8 @@ void point_conv(const CudaContext& ctx, const PointConvShape& s, const float* fe
 
 void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const float* grad_out,
                          const float* features, const float* weights, const int64_t* triplets,
-                         const OutputAllocator& gf_alloc, const OutputAllocator& gw_alloc) {
+                         const OutputAllocator& gf_alloc, const OutputAllocator& gw_alloc,
+                         const PointConvKept& kept) {
   core::validate_point_conv(s);
   const int64_t Ci = s.channels_in, Co = s.channels_out, K = s.kernels;
   if (s.num_out >= (int64_t{1} << 31) || s.num_in >= (int64_t{1} << 31))
@@ -1453,7 +1565,9 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
   if (gw_alloc && K * Co * Ci == 0) gw_alloc();
   if (gw_alloc && K * Co * Ci > 0) {
     detail::Workspace ws(ctx);
-    const CellGrouping cg = group_cells(ctx, ws, s, triplets);
+    const ExactKept e = exact_kept(s, PointConvStep::kGradWeights);
+    const CellGrouping cg = kept.grad_weights != nullptr && e.bytes > 0 ? kept_cells(e, kept.grad_weights)
+                                                                       : group_cells(ctx, ws, s, triplets);
     float* grad_weights = static_cast<float*>(gw_alloc());
     [&] {  // (returns once the chosen kernels are enqueued)
     // Chains per thread (output x input channels): by default 2 x 4 up to 64 x 64 channels, 4 x 4
@@ -1555,7 +1669,10 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
   if (gf_alloc && s.num_in * Ci == 0) gf_alloc();
   if (gf_alloc && s.num_in * Ci > 0) {
     detail::Workspace ws(ctx);
-    const RowGrouping g = group_rows(ctx, ws, s, triplets, /*dst_col=*/1, /*src_col=*/0);
+    const ExactKept e = exact_kept(s, PointConvStep::kGradFeatures);
+    const RowGrouping g = kept.grad_features != nullptr && e.bytes > 0
+                              ? kept_rows(s, e, triplets, kept.grad_features)
+                              : group_rows(ctx, ws, s, triplets, 1, 0);
     float* grad_features = static_cast<float*>(gf_alloc());
     launch_mvmr(ctx, ws, g, grad_out, Co, weights, Ci, s.num_in, K, s.triplets, grad_features);
   }

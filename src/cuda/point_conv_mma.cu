@@ -876,10 +876,11 @@ FastGrouping fast_grouping() {
   throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_FAST_GROUPING must be segmented or packed");
 }
 // Whether a step whose 16-bit output has `out_elems` elements groups its T triplets "segmented"
-// (where the keys fit 31 bits).
-bool take_segmented(int64_t T_, int64_t out_elems) {
+// (where the keys fit 31 bits); `kept`: a grouping kept across calls, where the smaller form is
+// taken for the MVMR (its sort's memory no longer meets the output; the MVMR kernel runs as fast).
+bool take_segmented(int64_t T_, int64_t out_elems, bool kept = false) {
   const FastGrouping g = fast_grouping();
-  return g == FastGrouping::kSegmented || (g == FastGrouping::kAuto && 8 * T_ >= 2 * out_elems);
+  return g == FastGrouping::kSegmented || (g == FastGrouping::kAuto && (kept || 8 * T_ >= 2 * out_elems));
 }
 
 struct Grouped {
@@ -986,14 +987,14 @@ struct GroupSpec {
 // The MVMR's grouping: segments (tile of bm destination rows, k), keys (local row, source row);
 // n_out_c: the destination's channels, n_in_c the source's.
 GroupSpec mvmr_spec(int64_t T_, int dst_col, int src_col, int64_t n_dst, int64_t n_src, int64_t K, int64_t n_out_c,
-                    int64_t n_in_c) {
+                    int64_t n_in_c, bool kept) {
   GroupSpec g;
   g.none = n_dst * n_out_c == 0 || n_in_c == 0;
   g.cfg = mvmr_config(n_out_c, n_in_c);
   const MvmrKey m = mvmr_key(n_dst, n_src, K, g.cfg.bm);
   g.mp = MvmrPlace{dst_col, src_col, n_dst, n_src, K, m};
   g.T = T_, g.segments = m.segments, g.key_bits = m.local_bits + m.src_bits;
-  g.packed = !(g.key_bits <= 31 && m.segments < (int64_t{1} << 31) && take_segmented(T_, n_dst * n_out_c));
+  g.packed = !(g.key_bits <= 31 && m.segments < (int64_t{1} << 31) && take_segmented(T_, n_dst * n_out_c, kept));
   return g;
 }
 
@@ -1018,12 +1019,13 @@ GroupSpec vvor_spec(const PointConvShape& s) {
   return g;
 }
 
-GroupSpec step_spec(const PointConvShape& s, PointConvStep step) {
+// `kept`: the form of a grouping kept across calls (point_conv_mma_group), else the call's own.
+GroupSpec step_spec(const PointConvShape& s, PointConvStep step, bool kept) {
   switch (step) {
     case PointConvStep::kForward:
-      return mvmr_spec(s.triplets, 0, 1, s.num_out, s.num_in, s.kernels, s.channels_out, s.channels_in);
+      return mvmr_spec(s.triplets, 0, 1, s.num_out, s.num_in, s.kernels, s.channels_out, s.channels_in, kept);
     case PointConvStep::kGradFeatures:
-      return mvmr_spec(s.triplets, 1, 0, s.num_in, s.num_out, s.kernels, s.channels_in, s.channels_out);
+      return mvmr_spec(s.triplets, 1, 0, s.num_in, s.num_out, s.kernels, s.channels_in, s.channels_out, kept);
     case PointConvStep::kGradWeights:
       return vvor_spec(s);
   }
@@ -1088,8 +1090,8 @@ template <class T>
 void forward_t(const CudaContext& ctx, const PointConvShape& s, const T* f, const T* w, const int64_t* t,
                const OutputAllocator& out, const PointConvKept& kept) {
   detail::Workspace ws(ctx);
-  run_mvmr<T>(ctx, ws, step_spec(s, PointConvStep::kForward), t, kept.forward, f, s.channels_in, w, s.channels_out,
-              out);
+  run_mvmr<T>(ctx, ws, step_spec(s, PointConvStep::kForward, kept.forward != nullptr), t, kept.forward, f,
+              s.channels_in, w, s.channels_out, out);
 }
 
 template <class T>
@@ -1149,8 +1151,8 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
     T* wt = ws.alloc<T>(std::max<int64_t>(K * Ci * Co, 1));
     detail::launch(ctx, transpose16_kernel<T>, dim3(detail::grid_blocks(K * Ci * Co, NT)), dim3(NT), 0, w, K, Co,
                    Ci, wt);
-    run_mvmr<T>(ctx, ws, step_spec(s, PointConvStep::kGradFeatures), t, kept.grad_features, g, Co,
-                static_cast<const T*>(wt), Ci, gf_alloc);
+    run_mvmr<T>(ctx, ws, step_spec(s, PointConvStep::kGradFeatures, kept.grad_features != nullptr), t,
+                kept.grad_features, g, Co, static_cast<const T*>(wt), Ci, gf_alloc);
   }
 }
 
@@ -1172,7 +1174,7 @@ bool point_conv_mma_supported(const PointConvShape& s) {
 PointConvGrouping point_conv_mma_grouping(const PointConvShape& s, PointConvStep step) {
   core::validate_point_conv(s);
   if (!point_conv_mma_supported(s)) throw std::invalid_argument("pcops point_conv: shape not supported by the tensor-core path");
-  const GroupSpec g = step_spec(s, step);
+  const GroupSpec g = step_spec(s, step, /*kept=*/true);
   PointConvGrouping r;
   r.bytes = g.bytes();
   if (g.none) return r;
@@ -1188,7 +1190,7 @@ void point_conv_mma_group(const CudaContext& ctx, const PointConvShape& s, Point
   if (info.bytes == 0) return;
   if (grouping == nullptr || reinterpret_cast<uintptr_t>(grouping) % 16 != 0)
     throw std::invalid_argument("pcops point_conv: a grouping needs 16-byte aligned device memory");
-  const GroupSpec g = step_spec(s, step);
+  const GroupSpec g = step_spec(s, step, /*kept=*/true);
   detail::Workspace ws(ctx);
   const Grouped gr = group_step(ctx, ws, g, triplets, nullptr);
   const cudaStream_t stream = detail::stream_of(ctx);

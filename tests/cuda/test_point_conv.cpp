@@ -347,6 +347,62 @@ TEST(CudaPointConv, OutOfRangeTripletsAreSkipped) {
   expect_bitwise(gpu.gw, cpu.gw, "grad_weights");
 }
 
+// The exact path's kept groupings (point_conv_group, handed to the calls through PointConvKept)
+// give the CPU's bits; ones made from other triplets of the same shape give those triplets'
+// results (the calls read the kept keys, not the triplets); only the default segmented grouping
+// is kept (0 bytes for the others), and no step of an empty product keeps one.
+TEST(CudaPointConv, KeptGroupingsGiveTheSameBits) {
+  std::mt19937 rng(59);
+  using pcops::cuda::PointConvStep;
+  const PointConvStep steps[] = {PointConvStep::kForward, PointConvStep::kGradFeatures, PointConvStep::kGradWeights};
+  for (const auto& sh : std::vector<std::vector<int64_t>>{{300, 260, 64, 36, 27, 5000}, {2000, 1500, 32, 32, 27, 30000},
+                                                          {60, 50, 4, 8, 1100, 3000}}) {
+    SCOPED_TRACE(testing::Message() << "shape " << sh[2] << "x" << sh[3] << " K " << sh[4]);
+    Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
+    const int64_t junk[][3] = {{c.s.num_out, 0, 0}, {0, -1, 0}, {0, 0, c.s.kernels}};
+    for (const auto& b : junk) c.t.insert(c.t.begin() + 3 * 5, b, b + 3);
+    c.s.triplets += 3;
+    Case other = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5] + 3);
+    other.f = c.f, other.w = c.w, other.g = c.g;
+    for (const Case* from : {&c, &other}) {
+      const Out want = run_cpu(*from);
+      StreamContext sc;
+      DeviceBuffer<float> f(c.f), w(c.w), g(c.g);
+      DeviceBuffer<int64_t> t(c.t), t_from(from->t);
+      std::vector<DeviceBuffer<unsigned char>> kept;
+      const void* ptr[3] = {nullptr, nullptr, nullptr};
+      for (int n = 0; n < 3; ++n) {
+        const pcops::cuda::PointConvGrouping info = pcops::cuda::point_conv_grouping(c.s, steps[n]);
+        ASSERT_GT(info.bytes, 0u) << "step " << n;
+        EXPECT_NE(info.id, pcops::cuda::point_conv_grouping(c.s, steps[(n + 1) % 3]).id);
+        EXPECT_THROW(pcops::cuda::point_conv_group(sc.ctx, c.s, steps[n], t_from.data(), nullptr),
+                     std::invalid_argument);
+        kept.emplace_back(info.bytes);
+        pcops::cuda::point_conv_group(sc.ctx, c.s, steps[n], t_from.data(), kept.back().data());
+        ptr[n] = kept.back().data();
+      }
+      DeviceBuffer<float> out(c.s.num_out * c.s.channels_out), gf(c.f.size()), gw(c.w.size());
+      for (DeviceBuffer<float>* b : {&out, &gf, &gw}) b->fill(std::nanf(""));
+      const auto into = [](DeviceBuffer<float>& b) {
+        return pcops::cuda::OutputAllocator([&b] { return static_cast<void*>(b.data()); });
+      };
+      const pcops::cuda::PointConvKept k{ptr[0], ptr[1], ptr[2]};
+      pcops::cuda::point_conv(sc.ctx, c.s, f.data(), w.data(), t.data(), into(out), k);
+      pcops::cuda::point_conv_backward(sc.ctx, c.s, g.data(), f.data(), w.data(), t.data(), into(gf), into(gw), k);
+      const std::string which = from == &c ? "own triplets" : "other triplets";
+      expect_bitwise(out.download(), want.out, "forward, " + which);
+      expect_bitwise(gf.download(), want.gf, "grad_features, " + which);
+      expect_bitwise(gw.download(), want.gw, "grad_weights, " + which);
+    }
+    for (const char* grouping : {"packed", "columns", "wide"}) {
+      const GroupingSort forced(grouping);
+      for (const PointConvStep step : steps) EXPECT_EQ(pcops::cuda::point_conv_grouping(c.s, step).bytes, 0u);
+    }
+  }
+  const pcops::PointConvShape empty{100, 80, 8, 0, 27, 500};
+  for (const PointConvStep step : steps) EXPECT_EQ(pcops::cuda::point_conv_grouping(empty, step).bytes, 0u);
+}
+
 // The exact path's outputs allocated on request: each requested output is asked for exactly once
 // (an empty one too), an unrequested gradient never, and the results are the CPU backend's bits,
 // under every grouping.

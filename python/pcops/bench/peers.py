@@ -542,28 +542,37 @@ def _torch_three_interpolate(x: Inputs):
 # ----------------------------------------------------------------------------------------------
 
 
-def _pcops_point_conv(x: Inputs):
+def _pcops_point_conv_mode(x: Inputs, mode: str):
+    """pcops.point_conv forward + both gradients with the triplets sorted inside the call, as the
+    peer groups inside its own (no grouping kept across calls: PCOPS_CUDA_POINT_CONV_KEEP=0 for
+    the call; docs/ops/point_conv.md, kept groupings)."""
+    import os
+
     import torch
 
     import pcops
 
     f, w = x.tensors["features"], x.tensors["weights"]
-    out = pcops.point_conv(f, w, x.tensors["triplets"], f.shape[0])
-    gf, gw = torch.autograd.grad(out, [f, w], x.tensors["grad"])
+    before = os.environ.get("PCOPS_CUDA_POINT_CONV_KEEP")
+    os.environ["PCOPS_CUDA_POINT_CONV_KEEP"] = "0"
+    try:
+        out = pcops.point_conv(f, w, x.tensors["triplets"], f.shape[0], mode=mode)
+        gf, gw = torch.autograd.grad(out, [f, w], x.tensors["grad"])
+    finally:
+        if before is None:
+            del os.environ["PCOPS_CUDA_POINT_CONV_KEEP"]
+        else:
+            os.environ["PCOPS_CUDA_POINT_CONV_KEEP"] = before
     x.sync()
     return out.detach(), gf, gw
+
+
+def _pcops_point_conv(x: Inputs):
+    return _pcops_point_conv_mode(x, "exact")
 
 
 def _pcops_point_conv_bf16(x: Inputs):
-    import torch
-
-    import pcops
-
-    f, w = x.tensors["features"], x.tensors["weights"]
-    out = pcops.point_conv(f, w, x.tensors["triplets"], f.shape[0], mode="fast")
-    gf, gw = torch.autograd.grad(out, [f, w], x.tensors["grad"])
-    x.sync()
-    return out.detach(), gf, gw
+    return _pcops_point_conv_mode(x, "fast")
 
 
 def point_conv_cells(triplets, kernels: int) -> list:

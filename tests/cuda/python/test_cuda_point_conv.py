@@ -356,6 +356,7 @@ def test_exact_forward_extra_memory_is_the_grouping(gen, mvmr, monkeypatch):
     lists (two ints a triplet at most) beside them. Small parts beside: the row offsets and counts,
     the transposed weights, the runs' offsets and the scratch of the scans. At 64 channels the
     default is the slices MVMR (no run lists)."""
+    monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_KEEP", "0")  # the sort in the call
     if mvmr:
         monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_MVMR", mvmr)
     n, c, K, T = 120000, 64, 27, 2_000_000
@@ -415,10 +416,10 @@ def kept_bytes():
     kept_grouping_bytes(release=True)
 
 
-def _fast_layer(f, w, t, n_out):
-    """Forward and both gradients of the fast path (gradient of the output's sum)."""
+def _fast_layer(f, w, t, n_out, mode="fast"):
+    """Forward and both gradients (gradient of the output's sum)."""
     f, w = f.detach().requires_grad_(), w.detach().requires_grad_()
-    out = pcops.point_conv(f, w, t, n_out, mode="fast")
+    out = pcops.point_conv(f, w, t, n_out, mode=mode)
     gf, gw = torch.autograd.grad(out, (f, w), torch.ones_like(out))
     return out.detach(), gf, gw
 
@@ -459,6 +460,37 @@ def test_kept_groupings_give_the_same_bits(gen, c, grouping, kept_bytes, monkeyp
     monkeypatch.delenv("PCOPS_CUDA_POINT_CONV_KEEP")
     extra = _forward_extra_bytes(lambda: pcops.point_conv(f, w, t, n, mode="fast"))
     assert extra < min(4 * T, 1 << 20), extra
+
+
+def test_exact_kept_groupings_give_the_cpu_bits(gen, kept_bytes, monkeypatch):
+    """The exact path keeps its segmented groupings too: the forward's and the features gradient's
+    row offsets and 32-bit keys, the weight gradient's cell offsets and rows i, j (sizes below);
+    the calls after the first sort nothing and still give the CPU's bits."""
+    n_in, n_out, K, T, c = 3000, 2500, 27, 60000, 32
+    f, w, t = _inputs(gen, n_in, n_out, c, c, K, T)
+    want = _fast_layer(f, w, t, n_out, mode="exact")
+    f, w, t = f.cuda(), w.cuda(), t.cuda()
+    pcops.point_conv(f, w, t, n_out)  # the triplets' ranges read once, here
+    kept_bytes(release=True)
+    with no_sync():
+        first = _fast_layer(f, w, t, n_out, mode="exact")
+    at256 = lambda b: -(-b // 256) * 256  # noqa: E731
+    expect = (at256(8 * (n_out + 2)) + 4 * T) + (at256(8 * (n_in + 2)) + 4 * T) + (
+        at256(8 * (K + 1)) + at256(4 * T) + 4 * T)
+    assert kept_bytes() == expect, (kept_bytes(), expect)
+    again = _fast_layer(f, w, t, n_out, mode="exact")
+    assert kept_bytes() == expect
+    monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_KEEP", "0")
+    sorted_now = _fast_layer(f, w, t, n_out, mode="exact")
+    for a, b, d, e in zip(want, first, again, sorted_now):
+        assert same_bits(a, b) and same_bits(a, d) and same_bits(a, e)
+    monkeypatch.delenv("PCOPS_CUDA_POINT_CONV_KEEP")
+    # A kept forward's peak beyond its output: the transposed weights and the launch's small parts.
+    extra = _forward_extra_bytes(lambda: pcops.point_conv(f, w, t, n_out))
+    assert extra < 4 * K * c * c + (1 << 20), extra
+    # Fast and exact keep their own groupings of one tensor side by side.
+    pcops.point_conv(f.bfloat16(), w.bfloat16(), t, n_out, mode="fast")
+    assert kept_bytes() > expect
 
 
 def test_kept_groupings_follow_their_triplets(gen, kept_bytes, monkeypatch):
