@@ -10,7 +10,7 @@ median of the rounds is recorded, each round's time beside it). The peer's group
 triplets by kernel cell is made once, outside its timed calls, and timed alone as
 peer_grouping_s. pcops' fast path on CUDA keeps its groupings with the triplets (made in the
 warm-up call, pcops_kept_grouping_bytes of them after forward + backward, which the summaries add
-to its peaks); its times and peaks with the sorts in every call (PCOPS_CUDA_POINT_CONV_KEEP=0)
+to its peaks); its times and peaks with the sorts in every call (PCOPS_POINT_CONV_KEEP=0)
 are recorded beside as *_sorting_*. Beside the peer the max abs difference from pcops' output is
 recorded.
 On CUDA the peak allocated memory of each variant is recorded too (torch.cuda.max_memory_allocated
@@ -93,19 +93,19 @@ def peak_bytes(fn, device):
 
 @contextlib.contextmanager
 def sorting_in_every_call():
-    """pcops' fast path without kept groupings (PCOPS_CUDA_POINT_CONV_KEEP=0), none held."""
+    """pcops' fast path without kept groupings (PCOPS_POINT_CONV_KEEP=0), none held."""
     from pcops.ops.point_conv import kept_grouping_bytes
 
-    before = os.environ.get("PCOPS_CUDA_POINT_CONV_KEEP")
-    os.environ["PCOPS_CUDA_POINT_CONV_KEEP"] = "0"
+    before = os.environ.get("PCOPS_POINT_CONV_KEEP")
+    os.environ["PCOPS_POINT_CONV_KEEP"] = "0"
     kept_grouping_bytes(release=True)
     try:
         yield
     finally:
         if before is None:
-            del os.environ["PCOPS_CUDA_POINT_CONV_KEEP"]
+            del os.environ["PCOPS_POINT_CONV_KEEP"]
         else:
-            os.environ["PCOPS_CUDA_POINT_CONV_KEEP"] = before
+            os.environ["PCOPS_POINT_CONV_KEEP"] = before
 
 
 def write_results(stem: str, device, args, rows):

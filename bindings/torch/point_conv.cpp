@@ -83,37 +83,23 @@ void check_triplet_ranges(const Inputs& in) {
                       ") in [0, ", bound[c], "), got values in [", r.lo[c], ", ", r.hi[c], "]");
 }
 
-#if PCOPS_TORCH_CUDA
-// The tensor-core path takes the call: fast mode, CUDA, features and weights of one 16-bit
-// dtype and a supported shape.
-bool use_mma(bool fast, const Inputs& in) {
-  const auto st = in.features.scalar_type();
-  return fast && in.features.is_cuda() && (st == at::kHalf || st == at::kBFloat16) &&
-         in.weights.scalar_type() == st && cuda::point_conv_mma_supported(in.shape);
-}
-
-// Dense rows at a 16-byte aligned address (the kernels load 16 bytes at a time): a view at an
-// odd offset is copied.
-at::Tensor dense16(const at::Tensor& t) {
-  at::Tensor c = t.contiguous();
-  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone();
-}
-
-Half16 half16_of(const at::Tensor& t) { return t.scalar_type() == at::kHalf ? Half16::kFloat16 : Half16::kBFloat16; }
-
-// The groupings of the triplets kept with them (cuda::point_conv_group and point_conv_mma_group),
-// so that the layers and the backward on one triplet tensor sort it once per step and key layout
-// instead of every call. An entry lives while its triplets do, unchanged (TensorStamp), on the
-// stream that made it (so no other stream reads it); dead or changed ones are dropped at the next
-// call, and beyond kEntries the oldest. PCOPS_CUDA_POINT_CONV_KEEP=0 keeps none (every call
-// sorts). Inference tensors (no version counter) are never kept.
+// The groupings of the triplets kept with them (cpu:: and cuda::point_conv_group,
+// cuda::point_conv_mma_group), so that the layers and the backward on one triplet tensor sort it
+// once per step and key layout instead of every call. An entry lives while its triplets do,
+// unchanged (TensorStamp), for CUDA on the stream that made it (so no other stream reads it); dead
+// or changed ones are dropped at the next call, and beyond kEntries the oldest.
+// PCOPS_POINT_CONV_KEEP=0 keeps none (every call sorts). Inference tensors (no version counter)
+// are never kept.
 class KeptGroupings {
  public:
   // The grouping `info` of triplets (made by make(buffer) if not kept yet); nullptr: none kept.
   template <class Make>
-  const void* get(const at::Tensor& triplets, const cuda::PointConvGrouping& info, Make make) {
+  const void* get(const at::Tensor& triplets, const PointConvGrouping& info, Make make) {
     if (!enabled() || triplets.is_inference() || info.bytes == 0) return nullptr;
-    const int64_t stream = c10::cuda::getCurrentCUDAStream(triplets.get_device()).id();
+    int64_t stream = -1;
+#if PCOPS_TORCH_CUDA
+    if (triplets.is_cuda()) stream = c10::cuda::getCurrentCUDAStream(triplets.get_device()).id();
+#endif
     const std::lock_guard<std::mutex> lock(mutex_);
     std::erase_if(entries_, [&](const Entry& e) {
       return e.stamp.expired() || (!e.stamp.same(triplets) && e.impl == triplets.unsafeGetTensorImpl());
@@ -142,12 +128,12 @@ class KeptGroupings {
   struct Entry {
     TensorStamp stamp;
     const c10::TensorImpl* impl;  // the triplets' (compared only while the stamp is alive)
-    int64_t stream;
-    cuda::PointConvGrouping info;
+    int64_t stream;               // CUDA: the stream's id; CPU: -1
+    PointConvGrouping info;
     at::Tensor grouping;
   };
   static bool enabled() {
-    const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_KEEP");
+    const char* e = std::getenv("PCOPS_POINT_CONV_KEEP");
     return e == nullptr || std::strcmp(e, "0") != 0;
   }
   std::mutex mutex_;
@@ -160,25 +146,53 @@ KeptGroupings& kept_groupings() {
   return k;
 }
 
-// The kept groupings of the requested steps (fast: the tensor-core path's, else the exact path's).
-cuda::PointConvKept kept_for(const at::Tensor& triplets, const PointConvShape& s, bool fast, bool forward,
-                             bool grad_features, bool grad_weights) {
-  cuda::PointConvKept k;
-  const auto one = [&](bool need, cuda::PointConvStep step) -> const void* {
+// The kept groupings of the requested steps: the CPU's, or CUDA's (fast: the tensor-core path's,
+// else the exact path's).
+PointConvKept kept_for(const at::Tensor& triplets, const PointConvShape& s, bool fast, bool forward,
+                       bool grad_features, bool grad_weights) {
+  PointConvKept k;
+  const auto one = [&](bool need, PointConvStep step) -> const void* {
     if (!need) return nullptr;
-    const cuda::PointConvGrouping info =
-        fast ? cuda::point_conv_mma_grouping(s, step) : cuda::point_conv_grouping(s, step);
+    const int64_t* t = triplets.data_ptr<int64_t>();
+    if (triplets.is_cpu())
+      return kept_groupings().get(triplets, cpu::point_conv_grouping(s, step), [&](void* dst) {
+        cpu::point_conv_group(cpu_context(), s, step, t, dst);
+      });
+#if PCOPS_TORCH_CUDA
+    const PointConvGrouping info = fast ? cuda::point_conv_mma_grouping(s, step) : cuda::point_conv_grouping(s, step);
     return kept_groupings().get(triplets, info, [&](void* dst) {
-      const int64_t* t = triplets.data_ptr<int64_t>();
       if (fast) cuda::point_conv_mma_group(cuda_context(triplets), s, step, t, dst);
       else cuda::point_conv_group(cuda_context(triplets), s, step, t, dst);
     });
+#else
+    (void)fast;
+    return nullptr;
+#endif
   };
-  k.forward = one(forward, cuda::PointConvStep::kForward);
-  k.grad_weights = one(grad_weights, cuda::PointConvStep::kGradWeights);
-  k.grad_features = one(grad_features, cuda::PointConvStep::kGradFeatures);
+  k.forward = one(forward, PointConvStep::kForward);
+  k.grad_weights = one(grad_weights, PointConvStep::kGradWeights);
+  k.grad_features = one(grad_features, PointConvStep::kGradFeatures);
   return k;
 }
+
+#if PCOPS_TORCH_CUDA
+// The tensor-core path takes the call: fast mode, CUDA, features and weights of one 16-bit
+// dtype and a supported shape.
+bool use_mma(bool fast, const Inputs& in) {
+  const auto st = in.features.scalar_type();
+  return fast && in.features.is_cuda() && (st == at::kHalf || st == at::kBFloat16) &&
+         in.weights.scalar_type() == st && cuda::point_conv_mma_supported(in.shape);
+}
+
+// Dense rows at a 16-byte aligned address (the kernels load 16 bytes at a time): a view at an
+// odd offset is copied.
+at::Tensor dense16(const at::Tensor& t) {
+  at::Tensor c = t.contiguous();
+  return reinterpret_cast<uintptr_t>(c.data_ptr()) % 16 == 0 ? c : c.clone();
+}
+
+Half16 half16_of(const at::Tensor& t) { return t.scalar_type() == at::kHalf ? Half16::kFloat16 : Half16::kBFloat16; }
+
 #endif
 
 template <class Run>
@@ -194,7 +208,7 @@ at::Tensor point_conv_impl(const at::Tensor& features_in, const at::Tensor& weig
     const at::Tensor f = dense16(in.features), w = dense16(in.weights);
     at::Tensor out;
     translate_errors([&] {
-      const cuda::PointConvKept kept = kept_for(in.triplets, in.shape, true, true, false, false);
+      const PointConvKept kept = kept_for(in.triplets, in.shape, true, true, false, false);
       cuda::point_conv_mma(cuda_context(f), in.shape, half16_of(f), f.data_ptr(), w.data_ptr(),
                            in.triplets.data_ptr<int64_t>(), cuda::OutputAllocator([&] {
                              out = at::empty({num_out, in.shape.channels_out}, f.options());
@@ -260,7 +274,7 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_impl(const at::Tensor& gr
     // Each gradient is allocated when the operator asks for it (the weights' first, each after its
     // sort's second key buffer is gone); an unrequested one is zeros.
     return gradients_on_request(f, w, need_features, need_weights, [&](const Allocator& gf, const Allocator& gw) {
-      const cuda::PointConvKept kept = kept_for(in.triplets, in.shape, true, false, bool(gf), bool(gw));
+      const PointConvKept kept = kept_for(in.triplets, in.shape, true, false, bool(gf), bool(gw));
       cuda::point_conv_mma_backward(cuda_context(f), in.shape, half16_of(f), g.data_ptr(), f.data_ptr(),
                                     w.data_ptr(), in.triplets.data_ptr<int64_t>(), gf, gw, kept);
     });
@@ -284,9 +298,10 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_impl(const at::Tensor& gr
 at::Tensor point_conv_cpu(const at::Tensor& features, const at::Tensor& weights, const at::Tensor& triplets,
                           int64_t num_out, c10::string_view mode) {
   return point_conv_impl(features, weights, triplets, num_out, mode,
-                         [](const at::Tensor&, const PointConvShape& s, const float* f, const float* w,
+                         [](const at::Tensor& tt, const PointConvShape& s, const float* f, const float* w,
                             const int64_t* t, const Allocator& out) {
-                           cpu::point_conv(cpu_context(), s, f, w, t, static_cast<float*>(out()));
+                           const PointConvKept kept = kept_for(tt, s, false, true, false, false);
+                           cpu::point_conv(cpu_context(), s, f, w, t, static_cast<float*>(out()), kept);
                          });
 }
 
@@ -296,10 +311,11 @@ std::tuple<at::Tensor, at::Tensor> point_conv_backward_cpu(const at::Tensor& gra
                                                            c10::string_view mode) {
   return point_conv_backward_impl(
       grad_out, features, weights, triplets, num_out, need_features, need_weights, mode,
-      [](const at::Tensor&, const PointConvShape& s, const float* g, const float* f, const float* w, const int64_t* t,
-         const Allocator& gf, const Allocator& gw) {
-        if (gw) cpu::point_conv_backward(cpu_context(), s, g, f, w, t, nullptr, static_cast<float*>(gw()));
-        if (gf) cpu::point_conv_backward(cpu_context(), s, g, f, w, t, static_cast<float*>(gf()), nullptr);
+      [](const at::Tensor& tt, const PointConvShape& s, const float* g, const float* f, const float* w,
+         const int64_t* t, const Allocator& gf, const Allocator& gw) {
+        const PointConvKept kept = kept_for(tt, s, false, false, bool(gf), bool(gw));
+        if (gw) cpu::point_conv_backward(cpu_context(), s, g, f, w, t, nullptr, static_cast<float*>(gw()), kept);
+        if (gf) cpu::point_conv_backward(cpu_context(), s, g, f, w, t, static_cast<float*>(gf()), nullptr, kept);
       });
 }
 
@@ -398,14 +414,7 @@ at::Tensor point_conv_triplets_cuda(const at::Tensor& centres, const at::Tensor&
 #endif
 
 // Bytes of the kept groupings (KeptGroupings); clear: release them first.
-int64_t point_conv_kept_bytes(bool clear) {
-#if PCOPS_TORCH_CUDA
-  return kept_groupings().held(clear);
-#else
-  (void)clear;
-  return 0;
-#endif
-}
+int64_t point_conv_kept_bytes(bool clear) { return kept_groupings().held(clear); }
 
 }  // namespace
 

@@ -43,6 +43,30 @@ struct PointConvShape {
   int64_t triplets = 0;      // T
 };
 
+// Groupings kept across calls. Each step (the forward, the features gradient, the weight
+// gradient) sorts the triplets its own way, a function of the triplets and the shape alone; a
+// network calls several layers on the same triplets, and a training step calls each layer's
+// forward and backward on them, so the sorts can be made once and kept. point_conv_grouping
+// (cpu::, cuda:: the exact path) and cuda::point_conv_mma_grouping (the tensor-core path) say how
+// many bytes a step's grouping takes (0: the step keeps none: an empty product, or for CUDA's exact
+// path a grouping other than the default segmented one) and what it is (two steps, of any shapes
+// on the same triplets, with equal ids share one grouping; the paths' ids differ);
+// point_conv_group and point_conv_mma_group write it (host memory for the CPU, device memory for
+// CUDA), and PointConvKept hands it to the calls. A kept grouping must come
+// from the same triplets, unchanged since; the results are bitwise the same as with the sorts made
+// in the call (a sort gives the same keys every time), and the sorts' second buffers and temporary
+// storage never exist in the call.
+enum class PointConvStep { kForward, kGradFeatures, kGradWeights };
+struct PointConvGrouping {
+  size_t bytes = 0;
+  std::array<int64_t, 8> id{};
+};
+// Groupings made ahead for the calls (nullptr: the step sorts in the call).
+struct PointConvKept {
+  const void* forward = nullptr;
+  const void* grad_features = nullptr;
+  const void* grad_weights = nullptr;
+};
 namespace core {
 // Sizes non-negative and every buffer size representable (Value errors).
 void validate_point_conv(const PointConvShape& shape);
@@ -87,15 +111,21 @@ namespace cpu {
 int64_t point_conv_triplets(const CpuContext& ctx, const TripletShape& shape, const float* centres, const float* points,
                             const int64_t* neighbours, const EdgeAllocator& allocate);
 
-// out: caller-owned [N_out, C_out], overwritten.
+// out: caller-owned [N_out, C_out], overwritten. kept: groupings made ahead (point_conv_group).
 void point_conv(const CpuContext& ctx, const PointConvShape& shape, const float* features,
-                const float* weights, const int64_t* triplets, float* out);
+                const float* weights, const int64_t* triplets, float* out, const PointConvKept& kept = {});
 
 // grad_out: [N_out, C_out]. grad_features [N_in, C_in] and grad_weights [K, C_out, C_in] are
 // caller-owned and overwritten; either may be nullptr (not computed).
 void point_conv_backward(const CpuContext& ctx, const PointConvShape& shape, const float* grad_out,
                          const float* features, const float* weights, const int64_t* triplets,
-                         float* grad_features, float* grad_weights);
+                         float* grad_features, float* grad_weights, const PointConvKept& kept = {});
+
+// The grouping of `step` for `shape` (above), and its writer: checks the triplets' ranges (Index
+// errors, nothing written) and writes it into `grouping` (host memory of its bytes, 8-byte aligned).
+PointConvGrouping point_conv_grouping(const PointConvShape& shape, PointConvStep step);
+void point_conv_group(const CpuContext& ctx, const PointConvShape& shape, PointConvStep step,
+                      const int64_t* triplets, void* grouping);
 }  // namespace cpu
 
 namespace cuda {
@@ -118,29 +148,6 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& shape, co
                          const float* features, const float* weights, const int64_t* triplets,
                          float* grad_features, float* grad_weights);
 
-// Groupings kept across calls. Each step (the forward, the features gradient, the weight
-// gradient) sorts the triplets its own way, a function of the triplets and the shape alone; a
-// network calls several layers on the same triplets, and a training step calls each layer's
-// forward and backward on them, so the sorts can be made once and kept. point_conv_grouping
-// (the exact path) and point_conv_mma_grouping (the tensor-core path) say how many bytes a step's
-// grouping takes (0: the step keeps none: an empty product, or for the exact path a grouping other
-// than the default segmented one) and what it is (two steps, of any shapes on the same triplets,
-// with equal ids share one grouping; the two paths' ids differ); point_conv_group and
-// point_conv_mma_group write it, and PointConvKept hands it to the calls. A kept grouping must come
-// from the same triplets, unchanged since; the results are bitwise the same as with the sorts made
-// in the call (a sort gives the same keys every time), and the sorts' second buffers and temporary
-// storage never exist in the call.
-enum class PointConvStep { kForward, kGradFeatures, kGradWeights };
-struct PointConvGrouping {
-  size_t bytes = 0;
-  std::array<int64_t, 8> id{};
-};
-// Groupings made ahead for the calls (nullptr: the step sorts in the call).
-struct PointConvKept {
-  const void* forward = nullptr;
-  const void* grad_features = nullptr;
-  const void* grad_weights = nullptr;
-};
 // The exact path's grouping of `step` for `shape`.
 PointConvGrouping point_conv_grouping(const PointConvShape& shape, PointConvStep step);
 // Writes that grouping of the device triplets into `grouping` (device memory of its bytes,

@@ -65,6 +65,18 @@ PairRef ref(const Pairs& g) {
                  g.ab.empty() ? nullptr : g.ab.data(), g.lb, g.amask, g.bmask};
 }
 
+// A grouping as the kernels read it: a Pairs' vectors, or a kept grouping's one buffer
+// (point_conv_group).
+struct PairsView {
+  const int64_t* offsets;  // [groups + 1]
+  int64_t groups, tiles;
+  PairRef ij;
+};
+
+PairsView view(const Pairs& g) {
+  return {g.offsets.data(), static_cast<int64_t>(g.offsets.size()) - 1, g.tiles, ref(g)};
+}
+
 // PCOPS_CPU_POINT_CONV_GROUPING: "segmented" (the default) where the keys fit 32 bits, else
 // "packed" where they fit 64, else "tuples"; "packed" or "tuples" takes that one where it can (the
 // tests compare all three).
@@ -155,21 +167,47 @@ void place_and_sort(const CpuContext& ctx, int64_t T, int64_t groups, GroupOf gr
   });
 }
 
-Pairs group_pairs(const CpuContext& ctx, const int64_t* t, int64_t T, int a_col, int b_col, int64_t na, int64_t nb,
-                  int64_t K, bool tiled) {
+// A grouping's form and key layout, a function of the shape (and PCOPS_CPU_POINT_CONV_GROUPING):
+// "segmented" where the keys fit 32 bits (and T < 2^32), else "packed" where they fit 64, else
+// "tuples"; groups, tiles and the masks of PairRef.
+struct PairsLayout {
+  Grouping form;
+  int64_t groups, tiles;
+  int lb, la;
+  uint64_t amask, bmask;
+};
+
+PairsLayout pairs_layout(int64_t T, int64_t na, int64_t nb, int64_t K, bool tiled) {
   using pcops::common::bits_for;
   static_assert(kRowTile == 64, "six bits of row in the tile");
-  Pairs g;
   const Grouping asked = grouping_asked();
   const int lb = bits_for(static_cast<uint64_t>(std::max<int64_t>(nb - 1, 0)));
   const int64_t a_tiles = (na + kRowTile - 1) / kRowTile;
+  const uint64_t bmask = (uint64_t{1} << lb) - 1;
   if (asked == Grouping::kSegmented && 6 + lb <= 32 && T < (int64_t{1} << 32)) {
-    g.tiles = tiled ? 1 : std::max<int64_t>(a_tiles, 1);
-    const int64_t groups = tiled ? a_tiles * K : K * g.tiles;
+    const int64_t tiles = tiled ? 1 : std::max<int64_t>(a_tiles, 1);
+    return {Grouping::kSegmented, tiled ? a_tiles * K : K * tiles, tiles, lb, 6, kRowTile - 1, bmask};
+  }
+  const int64_t groups = tiled ? a_tiles * K : K;
+  const int la = tiled ? 6 : bits_for(static_cast<uint64_t>(std::max<int64_t>(na - 1, 0)));
+  const int lg = bits_for(static_cast<uint64_t>(std::max<int64_t>(groups - 1, 0)));
+  if (lg + la + lb <= 64 && asked != Grouping::kTuples)
+    return {Grouping::kPacked, groups, 1, lb, la, (uint64_t{1} << la) - 1, bmask};
+  return {Grouping::kTuples, groups, 1, 0, 0, 0, 0};
+}
+
+Pairs group_pairs(const CpuContext& ctx, const int64_t* t, int64_t T, int a_col, int b_col, int64_t na, int64_t nb,
+                  int64_t K, bool tiled) {
+  Pairs g;
+  const PairsLayout lay = pairs_layout(T, na, nb, K, tiled);
+  const int lb = lay.lb;
+  if (lay.form == Grouping::kSegmented) {
+    g.tiles = lay.tiles;
+    const int64_t groups = lay.groups;
     g.offsets.assign(static_cast<size_t>(groups) + 1, 0);
     g.lb = lb;
-    g.amask = kRowTile - 1;
-    g.bmask = (uint64_t{1} << lb) - 1;
+    g.amask = lay.amask;
+    g.bmask = lay.bmask;
     if (T == 0) return g;
     const int64_t tiles = g.tiles;
     place_and_sort(
@@ -185,16 +223,16 @@ Pairs group_pairs(const CpuContext& ctx, const int64_t* t, int64_t T, int a_col,
         g);
     return g;
   }
-  const int64_t groups = tiled ? a_tiles * K : K;
+  const int64_t groups = lay.groups;
   const auto group_of = [&](int64_t p) {
     const int64_t a = t[p * 3 + a_col], k = t[p * 3 + 2];
     return tiled ? (a / kRowTile) * K + k : k;
   };
-  const int la = tiled ? 6 : bits_for(static_cast<uint64_t>(std::max<int64_t>(na - 1, 0)));
-  const int lg = bits_for(static_cast<uint64_t>(std::max<int64_t>(groups - 1, 0)));
+  const int la = lay.la;
+  const int lg = pcops::common::bits_for(static_cast<uint64_t>(std::max<int64_t>(groups - 1, 0)));
   g.offsets.assign(static_cast<size_t>(groups) + 1, 0);
   if (T == 0) return g;
-  if (lg + la + lb <= 64 && asked != Grouping::kTuples) {
+  if (lay.form == Grouping::kPacked) {
     // One radix sort of packed (group, a or a's row in the tile, b) keys; the group offsets from
     // the sorted keys (each offset written once, by the boundary that passes it).
     g.keys.resize(static_cast<size_t>(T));
@@ -216,8 +254,8 @@ Pairs group_pairs(const CpuContext& ctx, const int64_t* t, int64_t T, int a_col,
       }
     });
     g.lb = lb;
-    g.amask = (uint64_t{1} << la) - 1;
-    g.bmask = (uint64_t{1} << lb) - 1;
+    g.amask = lay.amask;
+    g.bmask = lay.bmask;
     return g;
   }
   for (int64_t p = 0; p < T; ++p) ++g.offsets[static_cast<size_t>(group_of(p)) + 1];
@@ -391,13 +429,13 @@ void mvmr_tiles(int64_t t0, int64_t t1, int64_t K, const int64_t* offsets, PairR
 }
 
 // g: group_pairs(tiled) over the destination rows.
-void mvmr(const CpuContext& ctx, const Pairs& g, int64_t K, const float* src, int64_t c_src, const float* mat,
+void mvmr(const CpuContext& ctx, const PairsView& g, int64_t K, const float* src, int64_t c_src, const float* mat,
           int64_t c_dst, int64_t rows, float* dst) {
-  const int64_t T = g.offsets.back();
+  const int64_t T = g.offsets[g.groups];
   const int64_t tiles = (rows + kRowTile - 1) / kRowTile;
   const int64_t per_tile = (T / std::max<int64_t>(tiles, 1) + 1) * c_src * c_dst;
   parallel_for(ctx, 0, tiles, grain_for(per_tile), [&](int64_t t0, int64_t t1) {
-    mvmr_tiles(t0, t1, K, g.offsets.data(), ref(g), src, c_src, mat, c_dst, rows, dst);
+    mvmr_tiles(t0, t1, K, g.offsets, g.ij, src, c_src, mat, c_dst, rows, dst);
   });
 }
 
@@ -477,7 +515,7 @@ void vvor_piece(int64_t a, int64_t b, PairRef ij, const int64_t* sub, int64_t ti
 // of kVvorRows output channels), so a long kernel cell spreads over the threads; a cell's first
 // piece folds into its gradient, each later one into a partial matrix (at most floor(T / L) of
 // them), and a second pass adds a cell's partials to its gradient in order.
-void vvor(const CpuContext& ctx, const Pairs& g, int64_t K, int64_t T, int64_t L, const float* grad_out,
+void vvor(const CpuContext& ctx, const PairsView& g, int64_t K, int64_t T, int64_t L, const float* grad_out,
           const float* features, int64_t co, int64_t ci, float* grad_weights) {
   struct Piece {
     int64_t k, a, b, slot;  // slot < 0: the cell's first piece (into its gradient), else a partial
@@ -494,7 +532,7 @@ void vvor(const CpuContext& ctx, const Pairs& g, int64_t K, int64_t T, int64_t L
   }
   first_partial[K] = partials;
   std::vector<float> part(static_cast<size_t>(partials * M));
-  const PairRef ij = ref(g);
+  const PairRef ij = g.ij;
   const int64_t n_tasks = static_cast<int64_t>(pieces.size()) * blocks;
   parallel_for(ctx, 0, n_tasks, grain_for(std::min(L, T / std::max<int64_t>(K, 1) + 1) * kVvorRows * ci),
                [&](int64_t q0, int64_t q1) {
@@ -503,7 +541,7 @@ void vvor(const CpuContext& ctx, const Pairs& g, int64_t K, int64_t T, int64_t L
                    const Piece& pc = pieces[static_cast<size_t>(q / blocks)];
                    const int64_t o0 = (q % blocks) * kVvorRows, o1 = std::min(co, o0 + kVvorRows);
                    float* m = pc.slot < 0 ? grad_weights + pc.k * M : part.data() + pc.slot * M;
-                   const int64_t* sub = g.offsets.data() + pc.k * g.tiles;
+                   const int64_t* sub = g.offsets + pc.k * g.tiles;
                    vvor_piece(pc.a, pc.b, ij, sub, g.tiles, grad_out, features, co, ci, o0, o1, m, scratch.data());
                  }
                });
@@ -524,8 +562,89 @@ void vvor(const CpuContext& ctx, const Pairs& g, int64_t K, int64_t T, int64_t L
 
 }  // namespace
 
+namespace {
+
+// The grouping of a step: destination / source columns, rows and whether tiled (the MVMR's).
+struct StepPairs {
+  int a_col, b_col;
+  int64_t na, nb;
+  bool tiled, empty;
+};
+StepPairs step_pairs(const PointConvShape& s, PointConvStep step) {
+  const bool empty = s.channels_out * s.channels_in == 0;
+  switch (step) {
+    case PointConvStep::kForward:
+      return {0, 1, s.num_out, s.num_in, true, empty || s.num_out == 0};
+    case PointConvStep::kGradFeatures:
+      return {1, 0, s.num_in, s.num_out, true, empty || s.num_in == 0};
+    case PointConvStep::kGradWeights:
+      return {0, 1, s.num_out, s.num_in, false, empty || s.kernels == 0};
+  }
+  throw std::invalid_argument("pcops point_conv: unknown step");
+}
+
+// A kept grouping's buffer: offsets [groups + 1] int64, then the keys (uint32 segmented, uint64
+// packed) or the (a, b) pairs (tuples) of the T triplets.
+size_t kept_keys_at(const PairsLayout& lay) { return sizeof(int64_t) * static_cast<size_t>(lay.groups + 1); }
+size_t kept_bytes(const PairsLayout& lay, int64_t T) {
+  const size_t per = lay.form == Grouping::kSegmented ? 4 : lay.form == Grouping::kPacked ? 8 : 16;
+  return kept_keys_at(lay) + per * static_cast<size_t>(T);
+}
+
+// The grouping of `step`: read from `kept` (point_conv_group) or made now into `own`.
+PairsView step_view(const CpuContext& ctx, const PointConvShape& s, PointConvStep step, const int64_t* t,
+                    const void* kept, Pairs& own) {
+  const StepPairs sp = step_pairs(s, step);
+  if (kept == nullptr) {
+    own = group_pairs(ctx, t, s.triplets, sp.a_col, sp.b_col, sp.na, sp.nb, s.kernels, sp.tiled);
+    return view(own);
+  }
+  const PairsLayout lay = pairs_layout(s.triplets, sp.na, sp.nb, s.kernels, sp.tiled);
+  const auto* base = static_cast<const unsigned char*>(kept);
+  const void* keys = base + kept_keys_at(lay);
+  PairRef ij{nullptr, nullptr, nullptr, lay.lb, lay.amask, lay.bmask};
+  if (lay.form == Grouping::kSegmented) ij.keys32 = static_cast<const uint32_t*>(keys);
+  else if (lay.form == Grouping::kPacked) ij.keys = static_cast<const uint64_t*>(keys);
+  else ij.ab = static_cast<const int64_t*>(keys);
+  return {reinterpret_cast<const int64_t*>(base), lay.groups, lay.tiles, ij};
+}
+
+}  // namespace
+
+PointConvGrouping point_conv_grouping(const PointConvShape& s, PointConvStep step) {
+  core::validate_point_conv(s);
+  const StepPairs sp = step_pairs(s, step);
+  PointConvGrouping r;
+  if (sp.empty) return r;
+  const PairsLayout lay = pairs_layout(s.triplets, sp.na, sp.nb, s.kernels, sp.tiled);
+  r.bytes = kept_bytes(lay, s.triplets);
+  r.id = {20 + static_cast<int64_t>(step), static_cast<int64_t>(lay.form), s.triplets, sp.na, sp.nb, s.kernels,
+          lay.groups, lay.tiles};
+  return r;
+}
+
+void point_conv_group(const CpuContext& ctx, const PointConvShape& s, PointConvStep step, const int64_t* triplets,
+                      void* grouping) {
+  const PointConvGrouping info = point_conv_grouping(s, step);
+  if (info.bytes == 0) return;
+  if (grouping == nullptr || reinterpret_cast<uintptr_t>(grouping) % 8 != 0)
+    throw std::invalid_argument("pcops point_conv: a grouping needs 8-byte aligned memory");
+  core::validate_triplets(s, triplets, "triplets");
+  const StepPairs sp = step_pairs(s, step);
+  const PairsLayout lay = pairs_layout(s.triplets, sp.na, sp.nb, s.kernels, sp.tiled);
+  const Pairs g = group_pairs(ctx, triplets, s.triplets, sp.a_col, sp.b_col, sp.na, sp.nb, s.kernels, sp.tiled);
+  auto* base = static_cast<unsigned char*>(grouping);
+  std::memcpy(base, g.offsets.data(), sizeof(int64_t) * g.offsets.size());
+  const size_t T = static_cast<size_t>(s.triplets);
+  unsigned char* keys = base + kept_keys_at(lay);
+  if (T == 0) return;
+  if (lay.form == Grouping::kSegmented) std::memcpy(keys, g.keys32.data(), 4 * T);
+  else if (lay.form == Grouping::kPacked) std::memcpy(keys, g.keys.data(), 8 * T);
+  else std::memcpy(keys, g.ab.data(), 16 * T);
+}
+
 void point_conv(const CpuContext& ctx, const PointConvShape& s, const float* features,
-                const float* weights, const int64_t* triplets, float* out) {
+                const float* weights, const int64_t* triplets, float* out, const PointConvKept& kept) {
   core::validate_point_conv(s);
   core::validate_triplets(s, triplets, "triplets");
   const int64_t Ci = s.channels_in, Co = s.channels_out, K = s.kernels;
@@ -535,22 +654,25 @@ void point_conv(const CpuContext& ctx, const PointConvShape& s, const float* fea
   for (int64_t k = 0; k < K; ++k)
     for (int64_t o = 0; o < Co; ++o)
       for (int64_t c = 0; c < Ci; ++c) wt[(k * Ci + c) * Co + o] = weights[(k * Co + o) * Ci + c];
-  const Pairs g = group_pairs(ctx, triplets, s.triplets, /*a_col=*/0, /*b_col=*/1, s.num_out, s.num_in, K, true);
+  Pairs own;
+  const PairsView g = step_view(ctx, s, PointConvStep::kForward, triplets, kept.forward, own);
   mvmr(ctx, g, K, features, Ci, wt.data(), Co, s.num_out, out);
 }
 
 void point_conv_backward(const CpuContext& ctx, const PointConvShape& s, const float* grad_out,
                          const float* features, const float* weights, const int64_t* triplets,
-                         float* grad_features, float* grad_weights) {
+                         float* grad_features, float* grad_weights, const PointConvKept& kept) {
   core::validate_point_conv(s);
   core::validate_triplets(s, triplets, "triplets");
   const int64_t Ci = s.channels_in, Co = s.channels_out, K = s.kernels;
   if (grad_features != nullptr && s.num_in * Ci > 0) {
-    const Pairs g = group_pairs(ctx, triplets, s.triplets, /*a_col=*/1, /*b_col=*/0, s.num_in, s.num_out, K, true);
+    Pairs own;
+    const PairsView g = step_view(ctx, s, PointConvStep::kGradFeatures, triplets, kept.grad_features, own);
     mvmr(ctx, g, K, grad_out, Co, weights, Ci, s.num_in, grad_features);
   }
   if (grad_weights != nullptr && K * Co * Ci > 0) {
-    const Pairs g = group_pairs(ctx, triplets, s.triplets, /*a_col=*/0, /*b_col=*/1, s.num_out, s.num_in, K, false);
+    Pairs own;
+    const PairsView g = step_view(ctx, s, PointConvStep::kGradWeights, triplets, kept.grad_weights, own);
     vvor(ctx, g, K, s.triplets, core::vvor_piece_length(s), grad_out, features, Co, Ci, grad_weights);
   }
 }

@@ -280,6 +280,74 @@ TEST(PointConv, GroupingsGiveTheSameBits) {
   }
 }
 
+// Groupings made ahead (point_conv_group) and handed to the calls give the bits of the calls that
+// sort, in the three forms and for any thread count; ones made from other triplets of the same
+// shape give those triplets' results (the calls read the kept keys); a step of an empty product
+// keeps none; point_conv_group checks the triplets' ranges first (nothing written) and its memory.
+TEST(PointConv, KeptGroupingsGiveTheSameBits) {
+  std::mt19937 rng(71);
+  using pcops::PointConvStep;
+  const PointConvStep steps[] = {PointConvStep::kForward, PointConvStep::kGradFeatures, PointConvStep::kGradWeights};
+  const Case c = random_case(rng, 900, 700, 5, 7, 27, 20000);
+  Case other = random_case(rng, 900, 700, 5, 7, 27, 20000);
+  other.f = c.f, other.w = c.w, other.g = c.g;
+  for (const char* grouping : {"segmented", "packed", "tuples"}) {
+    SCOPED_TRACE(grouping);
+    const GroupingEnv use(grouping);
+    for (const Case* from : {&c, static_cast<const Case*>(&other)}) {
+      const Result want = run(*from, 1);
+      std::vector<std::vector<uint64_t>> kept;  // 8-byte aligned
+      const void* ptr[3] = {nullptr, nullptr, nullptr};
+      for (int n = 0; n < 3; ++n) {
+        const pcops::PointConvGrouping info = pcops::cpu::point_conv_grouping(c.s, steps[n]);
+        ASSERT_GT(info.bytes, 0u);
+        EXPECT_NE(info.id, pcops::cpu::point_conv_grouping(c.s, steps[(n + 1) % 3]).id);
+        kept.emplace_back((info.bytes + 7) / 8, ~uint64_t{0});
+        pcops::cpu::point_conv_group({}, c.s, steps[n], from->t.data(), kept.back().data());
+        ptr[n] = kept.back().data();
+      }
+      const pcops::PointConvKept k{ptr[0], ptr[1], ptr[2]};
+      for (int threads : {1, 3}) {
+        pcops::CpuContext ctx;
+        ctx.num_threads = threads;
+        Result r;
+        r.out.assign(c.s.num_out * c.s.channels_out, std::nanf(""));
+        r.gf.assign(c.f.size(), std::nanf(""));
+        r.gw.assign(c.w.size(), std::nanf(""));
+        pcops::cpu::point_conv(ctx, c.s, c.f.data(), c.w.data(), c.t.data(), r.out.data(), k);
+        pcops::cpu::point_conv_backward(ctx, c.s, c.g.data(), c.f.data(), c.w.data(), c.t.data(), r.gf.data(),
+                                        r.gw.data(), k);
+        expect_bitwise(r.out, want.out, "forward");
+        expect_bitwise(r.gf, want.gf, "grad_features");
+        expect_bitwise(r.gw, want.gw, "grad_weights");
+      }
+    }
+  }
+  // The forms' sizes: offsets a group, then 4 / 8 / 16 bytes a triplet.
+  const int64_t groups = (700 + 63) / 64 * 27;
+  for (const auto& [grouping, per] : {std::pair{"segmented", 4}, std::pair{"packed", 8}, std::pair{"tuples", 16}}) {
+    const GroupingEnv use(grouping);
+    EXPECT_EQ(pcops::cpu::point_conv_grouping(c.s, PointConvStep::kForward).bytes,
+              static_cast<size_t>(8 * (groups + 1) + per * 20000));
+  }
+  pcops::PointConvShape empty = c.s;
+  empty.channels_in = 0;
+  for (const PointConvStep step : steps) EXPECT_EQ(pcops::cpu::point_conv_grouping(empty, step).bytes, 0u);
+  Case bad = c;
+  bad.t[3 * 11 + 2] = 27;
+  std::vector<uint64_t> buf(pcops::cpu::point_conv_grouping(c.s, PointConvStep::kForward).bytes / 8 + 1, 7);
+  const std::vector<uint64_t> before = buf;
+  try {
+    pcops::cpu::point_conv_group({}, bad.s, PointConvStep::kForward, bad.t.data(), buf.data());
+    ADD_FAILURE() << "no error for a kernel index out of range";
+  } catch (const pcops::Error& e) {
+    EXPECT_EQ(e.kind(), pcops::ErrorKind::Index);
+  }
+  EXPECT_EQ(buf, before);
+  EXPECT_THROW(pcops::cpu::point_conv_group({}, c.s, PointConvStep::kForward, c.t.data(), nullptr),
+               std::invalid_argument);
+}
+
 TEST(PointConv, WeightGradientPieceLength) {
   const auto L = [](int64_t T, int64_t co, int64_t ci) {
     return pcops::core::vvor_piece_length(pcops::PointConvShape{10, 10, ci, co, 27, T});

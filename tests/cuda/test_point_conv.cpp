@@ -348,12 +348,13 @@ TEST(CudaPointConv, OutOfRangeTripletsAreSkipped) {
 }
 
 // The exact path's kept groupings (point_conv_group, handed to the calls through PointConvKept)
-// give the CPU's bits; ones made from other triplets of the same shape give those triplets'
-// results (the calls read the kept keys, not the triplets); only the default segmented grouping
-// is kept (0 bytes for the others), and no step of an empty product keeps one.
+// give the bits of the calls that sort (the CPU's: BitwiseEqualToCpu), out-of-range triplets among
+// the rows; ones made from other triplets of the same shape give those triplets' results (the
+// calls read the kept keys, not the triplets); only the default segmented grouping is kept (0
+// bytes for the others), and no step of an empty product keeps one.
 TEST(CudaPointConv, KeptGroupingsGiveTheSameBits) {
   std::mt19937 rng(59);
-  using pcops::cuda::PointConvStep;
+  using pcops::PointConvStep;
   const PointConvStep steps[] = {PointConvStep::kForward, PointConvStep::kGradFeatures, PointConvStep::kGradWeights};
   for (const auto& sh : std::vector<std::vector<int64_t>>{{300, 260, 64, 36, 27, 5000}, {2000, 1500, 32, 32, 27, 30000},
                                                           {60, 50, 4, 8, 1100, 3000}}) {
@@ -365,14 +366,14 @@ TEST(CudaPointConv, KeptGroupingsGiveTheSameBits) {
     Case other = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5] + 3);
     other.f = c.f, other.w = c.w, other.g = c.g;
     for (const Case* from : {&c, &other}) {
-      const Out want = run_cpu(*from);
+      const Out want = run_cuda(*from);
       StreamContext sc;
       DeviceBuffer<float> f(c.f), w(c.w), g(c.g);
       DeviceBuffer<int64_t> t(c.t), t_from(from->t);
       std::vector<DeviceBuffer<unsigned char>> kept;
       const void* ptr[3] = {nullptr, nullptr, nullptr};
       for (int n = 0; n < 3; ++n) {
-        const pcops::cuda::PointConvGrouping info = pcops::cuda::point_conv_grouping(c.s, steps[n]);
+        const pcops::PointConvGrouping info = pcops::cuda::point_conv_grouping(c.s, steps[n]);
         ASSERT_GT(info.bytes, 0u) << "step " << n;
         EXPECT_NE(info.id, pcops::cuda::point_conv_grouping(c.s, steps[(n + 1) % 3]).id);
         EXPECT_THROW(pcops::cuda::point_conv_group(sc.ctx, c.s, steps[n], t_from.data(), nullptr),
@@ -386,7 +387,7 @@ TEST(CudaPointConv, KeptGroupingsGiveTheSameBits) {
       const auto into = [](DeviceBuffer<float>& b) {
         return pcops::cuda::OutputAllocator([&b] { return static_cast<void*>(b.data()); });
       };
-      const pcops::cuda::PointConvKept k{ptr[0], ptr[1], ptr[2]};
+      const pcops::PointConvKept k{ptr[0], ptr[1], ptr[2]};
       pcops::cuda::point_conv(sc.ctx, c.s, f.data(), w.data(), t.data(), into(out), k);
       pcops::cuda::point_conv_backward(sc.ctx, c.s, g.data(), f.data(), w.data(), t.data(), into(gf), into(gw), k);
       const std::string which = from == &c ? "own triplets" : "other triplets";
@@ -658,7 +659,7 @@ TEST(CudaPointConvMma, OutputsOnRequest) {
 // groupings: ones made from other triplets of the same shape give those triplets' results.
 TEST(CudaPointConvMma, KeptGroupingsGiveTheSameBits) {
   std::mt19937 rng(53);
-  using pcops::cuda::PointConvStep;
+  using pcops::PointConvStep;
   constexpr const char* kVar = "PCOPS_CUDA_POINT_CONV_FAST_GROUPING";
   const PointConvStep steps[] = {PointConvStep::kForward, PointConvStep::kGradFeatures, PointConvStep::kGradWeights};
   using Shape = std::array<int64_t, 6>;  // n_in, n_out, C_in, C_out, K, T
@@ -683,7 +684,7 @@ TEST(CudaPointConvMma, KeptGroupingsGiveTheSameBits) {
         std::vector<DeviceBuffer<unsigned char>> kept;
         const void* ptr[3] = {nullptr, nullptr, nullptr};
         for (int n = 0; n < 3; ++n) {
-          const pcops::cuda::PointConvGrouping info = pcops::cuda::point_conv_mma_grouping(c.s, steps[n]);
+          const pcops::PointConvGrouping info = pcops::cuda::point_conv_mma_grouping(c.s, steps[n]);
           EXPECT_EQ(info.bytes == 0, c.s.channels_out == 0) << "step " << n;  // every product empty
           if (info.bytes == 0) continue;
           EXPECT_THROW(pcops::cuda::point_conv_mma_group(sc.ctx, c.s, steps[n], t_from.data(), nullptr),
@@ -692,7 +693,7 @@ TEST(CudaPointConvMma, KeptGroupingsGiveTheSameBits) {
           pcops::cuda::point_conv_mma_group(sc.ctx, c.s, steps[n], t_from.data(), kept.back().data());
           ptr[n] = kept.back().data();
         }
-        const pcops::cuda::PointConvKept k{ptr[0], ptr[1], ptr[2]};
+        const pcops::PointConvKept k{ptr[0], ptr[1], ptr[2]};
         DeviceBuffer<Bf16> df(f), dw(w), dg(g);
         DeviceBuffer<Bf16> out(c.s.num_out * c.s.channels_out), gf(f.size()), gw(w.size());
         for (DeviceBuffer<Bf16>* b : {&out, &gf, &gw}) b->fill(__float2bfloat16_rn(7.0f));

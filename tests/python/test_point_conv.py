@@ -256,14 +256,51 @@ def test_fast_mode_on_cpu_is_the_exact_path(dtype, gen):
         results.append((out, *torch.autograd.grad(out, (f, w), grad)))
     for a, b in zip(*results):
         assert a.dtype == dtype and torch.equal(a, b)
-    # Only the CUDA tensor-core path keeps groupings of the triplets (none here).
-    from pcops.ops.point_conv import kept_grouping_bytes
-
-    assert kept_grouping_bytes() == 0 and kept_grouping_bytes(release=True) == 0
     layer = pcops.nn.PointConv(16, 8, kernel_size=3, mode="fast")
     assert "mode='fast'" in repr(layer)
     assert torch.equal(layer(features.float(), triplets, 30),
                        pcops.point_conv(features.float(), layer.weight, triplets, 30) + layer.bias)
+
+
+def test_kept_groupings_give_the_same_bits(gen, monkeypatch):
+    """The triplets' groupings are kept with the triplet tensor (forward: (tile of 64 output rows,
+    k) groups, grad_features: (tile of 64 input rows, k), grad_weights: (k, block of 64 output
+    rows); offsets and a 4-byte key a triplet each): later calls sort nothing and give the bits of
+    calls that sort (PCOPS_POINT_CONV_KEEP=0); an in-place change sorts again, a freed tensor's
+    groupings are let go, inference tensors keep none."""
+    from pcops.ops.point_conv import kept_grouping_bytes
+
+    kept_grouping_bytes(release=True)
+    n_in, n_out, K, T = 500, 300, 27, 6000
+    features, weights, t = _inputs(gen, n_in, n_out, 8, 8, K, T)
+
+    def layer(t):
+        f, w = features.clone().requires_grad_(), weights.clone().requires_grad_()
+        out = pcops.point_conv(f, w, t, n_out)
+        return (out.detach(), *torch.autograd.grad(out, (f, w), torch.ones_like(out)))
+
+    first = layer(t)
+    tiles = lambda n: -(-n // 64)  # noqa: E731
+    expect = sum(8 * (groups + 1) + 4 * T for groups in (tiles(n_out) * K, tiles(n_in) * K, K * tiles(n_out)))
+    assert kept_grouping_bytes() == expect
+    again = layer(t)
+    assert kept_grouping_bytes() == expect
+    monkeypatch.setenv("PCOPS_POINT_CONV_KEEP", "0")
+    sorted_now = layer(t)
+    monkeypatch.delenv("PCOPS_POINT_CONV_KEEP")
+    for a, b, c in zip(first, again, sorted_now):
+        assert torch.equal(a, b) and torch.equal(a, c)
+    t[:, 2] = (t[:, 2] + 1) % K  # in place: sorted again, the changed triplets' results
+    changed = layer(t)
+    assert not torch.equal(changed[0], first[0])
+    for a, b in zip(changed, layer(t.clone())):
+        assert torch.equal(a, b)
+    assert kept_grouping_bytes() == expect
+    del t
+    assert kept_grouping_bytes() == 0
+    with torch.inference_mode():
+        pcops.point_conv(features, weights, torch.zeros(5, 3, dtype=torch.int64), n_out)
+    assert kept_grouping_bytes() == 0
 
 
 def test_mode_errors(gen):

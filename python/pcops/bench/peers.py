@@ -544,7 +544,7 @@ def _torch_three_interpolate(x: Inputs):
 
 def _pcops_point_conv_mode(x: Inputs, mode: str):
     """pcops.point_conv forward + both gradients with the triplets sorted inside the call, as the
-    peer groups inside its own (no grouping kept across calls: PCOPS_CUDA_POINT_CONV_KEEP=0 for
+    peer groups inside its own (no grouping kept across calls: PCOPS_POINT_CONV_KEEP=0 for
     the call; docs/ops/point_conv.md, kept groupings)."""
     import os
 
@@ -553,16 +553,16 @@ def _pcops_point_conv_mode(x: Inputs, mode: str):
     import pcops
 
     f, w = x.tensors["features"], x.tensors["weights"]
-    before = os.environ.get("PCOPS_CUDA_POINT_CONV_KEEP")
-    os.environ["PCOPS_CUDA_POINT_CONV_KEEP"] = "0"
+    before = os.environ.get("PCOPS_POINT_CONV_KEEP")
+    os.environ["PCOPS_POINT_CONV_KEEP"] = "0"
     try:
         out = pcops.point_conv(f, w, x.tensors["triplets"], f.shape[0], mode=mode)
         gf, gw = torch.autograd.grad(out, [f, w], x.tensors["grad"])
     finally:
         if before is None:
-            del os.environ["PCOPS_CUDA_POINT_CONV_KEEP"]
+            del os.environ["PCOPS_POINT_CONV_KEEP"]
         else:
-            os.environ["PCOPS_CUDA_POINT_CONV_KEEP"] = before
+            os.environ["PCOPS_POINT_CONV_KEEP"] = before
     x.sync()
     return out.detach(), gf, gw
 

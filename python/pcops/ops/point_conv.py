@@ -41,7 +41,7 @@ def point_conv(
             path sorts the triplets once per step (forward, features gradient, weight gradient)
             and shape and keeps the sort with the triplet tensor while it lives unchanged, so
             later layers and backwards on the same triplets skip it
-            (:func:`kept_grouping_bytes`; ``PCOPS_CUDA_POINT_CONV_KEEP=0`` keeps none).
+            (:func:`kept_grouping_bytes`; ``PCOPS_POINT_CONV_KEEP=0`` keeps none).
 
     Returns:
         ``[N_out, C_out]`` in the dtype of ``features``; rows without triplets are zero.

@@ -328,7 +328,7 @@ def test_fast_mode_extra_memory_is_the_sort(gen, c, monkeypatch):
     outweighs a key buffer). The default takes segmented where the second buffer of the packed
     keys, 8 T, is at least the output's size (C = 8 here), packed otherwise (C = 256). Kept
     groupings off (test_kept_groupings_*: with them the calls sort nothing)."""
-    monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_KEEP", "0")  # the sorts in the call
+    monkeypatch.setenv("PCOPS_POINT_CONV_KEEP", "0")  # the sorts in the call
     n, K, T = 120000, 27, 2_000_000
     f = (torch.rand(n, c, generator=gen) * 2 - 1).cuda().bfloat16()
     w = (torch.rand(K, c, c, generator=gen) * 2 - 1).cuda().bfloat16()
@@ -356,7 +356,7 @@ def test_exact_forward_extra_memory_is_the_grouping(gen, mvmr, monkeypatch):
     lists (two ints a triplet at most) beside them. Small parts beside: the row offsets and counts,
     the transposed weights, the runs' offsets and the scratch of the scans. At 64 channels the
     default is the slices MVMR (no run lists)."""
-    monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_KEEP", "0")  # the sort in the call
+    monkeypatch.setenv("PCOPS_POINT_CONV_KEEP", "0")  # the sort in the call
     if mvmr:
         monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_MVMR", mvmr)
     n, c, K, T = 120000, 64, 27, 2_000_000
@@ -378,7 +378,7 @@ def test_backward_peak_is_the_larger_gradient_step(gen, mode, grouping, monkeypa
     count, cells and channels with 1,000 points (its workspace does not depend on the point
     count for one grouping of the fast path, pinned here, since the default chooses by the
     features' size; its unrequested grad_features, zeros, is then small)."""
-    monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_KEEP", "0")  # the sorts in the call
+    monkeypatch.setenv("PCOPS_POINT_CONV_KEEP", "0")  # the sorts in the call
     monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_FAST_GROUPING", grouping)
     n, c, K, T, small = 120000, 128, 27, 2_000_000, 1000
     dtype = torch.bfloat16 if mode == "fast" else torch.float32
@@ -435,13 +435,14 @@ def _grouping_bytes(T, segments, packed):
 def test_kept_groupings_give_the_same_bits(gen, c, grouping, kept_bytes, monkeypatch):
     """The fast path keeps each step's sort of the triplets (forward, features gradient, weight
     gradient: three groupings of the sizes below) with the triplet tensor; the calls after the
-    first sort nothing and give the bits of calls that sort (PCOPS_CUDA_POINT_CONV_KEEP=0), and
+    first sort nothing and give the bits of calls that sort (PCOPS_POINT_CONV_KEEP=0), and
     making the groupings does not synchronize."""
     monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_FAST_GROUPING", grouping)
     n, K, T = 3000, 27, 60000
     f, w, t = _inputs(gen, n, n, c, c, K, T)
     f, w, t = f.cuda().bfloat16(), w.cuda().bfloat16(), t.cuda()
     pcops.point_conv(f, w, t, n, mode="exact")  # the triplets' ranges read once, here
+    kept_bytes(release=True)  # (the exact path's grouping)
     with no_sync():
         first = _fast_layer(f, w, t, n)
     held = kept_bytes()
@@ -452,12 +453,12 @@ def test_kept_groupings_give_the_same_bits(gen, c, grouping, kept_bytes, monkeyp
     assert held == expect, (held, expect)
     again = _fast_layer(f, w, t, n)
     assert kept_bytes() == held  # nothing new
-    monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_KEEP", "0")
+    monkeypatch.setenv("PCOPS_POINT_CONV_KEEP", "0")
     sorted_now = _fast_layer(f, w, t, n)
     for a, b, d in zip(first, again, sorted_now):
         assert same_bits(a, b) and same_bits(a, d)
     # With the groupings kept, a forward's peak beyond its output is small: no sort.
-    monkeypatch.delenv("PCOPS_CUDA_POINT_CONV_KEEP")
+    monkeypatch.delenv("PCOPS_POINT_CONV_KEEP")
     extra = _forward_extra_bytes(lambda: pcops.point_conv(f, w, t, n, mode="fast"))
     assert extra < min(4 * T, 1 << 20), extra
 
@@ -480,11 +481,11 @@ def test_exact_kept_groupings_give_the_cpu_bits(gen, kept_bytes, monkeypatch):
     assert kept_bytes() == expect, (kept_bytes(), expect)
     again = _fast_layer(f, w, t, n_out, mode="exact")
     assert kept_bytes() == expect
-    monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_KEEP", "0")
+    monkeypatch.setenv("PCOPS_POINT_CONV_KEEP", "0")
     sorted_now = _fast_layer(f, w, t, n_out, mode="exact")
     for a, b, d, e in zip(want, first, again, sorted_now):
         assert same_bits(a, b) and same_bits(a, d) and same_bits(a, e)
-    monkeypatch.delenv("PCOPS_CUDA_POINT_CONV_KEEP")
+    monkeypatch.delenv("PCOPS_POINT_CONV_KEEP")
     # A kept forward's peak beyond its output: the transposed weights and the launch's small parts.
     extra = _forward_extra_bytes(lambda: pcops.point_conv(f, w, t, n_out))
     assert extra < 4 * K * c * c + (1 << 20), extra
@@ -497,7 +498,7 @@ def test_kept_groupings_follow_their_triplets(gen, kept_bytes, monkeypatch):
     """A kept grouping serves only its triplet tensor, unchanged, on the stream that made it: an
     in-place change sorts again (the changed triplets' results, not the kept ones'), a freed
     tensor's groupings are let go, another stream makes its own, inference tensors and
-    PCOPS_CUDA_POINT_CONV_KEEP=0 keep none."""
+    PCOPS_POINT_CONV_KEEP=0 keep none."""
     n, K, T, c = 2000, 27, 30000, 32
     f, w, t = _inputs(gen, n, n, c, c, K, T)
     f, w, t = f.cuda().bfloat16(), w.cuda().bfloat16(), t.cuda()
@@ -521,10 +522,10 @@ def test_kept_groupings_follow_their_triplets(gen, kept_bytes, monkeypatch):
     del t
     assert kept_bytes() == 0
     t2 = _inputs(gen, n, n, c, c, K, T)[2].cuda()
-    monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_KEEP", "0")
+    monkeypatch.setenv("PCOPS_POINT_CONV_KEEP", "0")
     layer(t2)
     assert kept_bytes() == 0
-    monkeypatch.delenv("PCOPS_CUDA_POINT_CONV_KEEP")
+    monkeypatch.delenv("PCOPS_POINT_CONV_KEEP")
     with torch.inference_mode():
         t3 = t2.clone()
         got = layer(t3)
