@@ -37,11 +37,13 @@ def point_conv(
             features and weights (one dtype, ``C_in`` and ``C_out`` multiples of 8), the tensor
             cores: products exact in float32, float32 sums in another fixed order (still
             deterministic run to run and independent of the triplet rows' order, not bitwise
-            equal to ``"exact"``), the backward too. Any other case runs ``"exact"``. The fast
-            path sorts the triplets once per step (forward, features gradient, weight gradient)
-            and shape and keeps the sort with the triplet tensor while it lives unchanged, so
-            later layers and backwards on the same triplets skip it
-            (:func:`kept_grouping_bytes`; ``PCOPS_POINT_CONV_KEEP=0`` keeps none).
+            equal to ``"exact"``), the backward too. Any other case runs ``"exact"``.
+
+    Both modes, on the CPU and on CUDA, sort the triplets once per step (forward, features
+    gradient, weight gradient) and key layout and keep the sort with the triplet tensor while it
+    lives unchanged, so later layers, forwards and backwards on the same triplets skip it; the
+    results are bitwise the same (:func:`kept_grouping_bytes`; ``PCOPS_POINT_CONV_KEEP=0`` keeps
+    none).
 
     Returns:
         ``[N_out, C_out]`` in the dtype of ``features``; rows without triplets are zero.
@@ -62,12 +64,14 @@ def point_conv(
 
 
 def kept_grouping_bytes(release: bool = False) -> int:
-    """Device memory held by the fast path's kept groupings of triplets, in bytes.
+    """Memory held by point_conv's kept groupings of triplets, in bytes (host memory for CPU
+    triplets, device memory for CUDA ones).
 
-    ``mode="fast"`` on CUDA keeps each step's sort of the triplets (at most 8 bytes a triplet and
-    an offset per segment) with the triplet tensor, for the later calls on it; a grouping is let
-    go at the next call once its triplets are freed or changed in place. ``release=True`` lets
-    every grouping go now (later calls sort again). Bitwise the same results either way.
+    Each step of :func:`point_conv` keeps its sort of the triplets (4 to 8 bytes a triplet and an
+    offset per segment; docs/ops/point_conv.md, "Kept groupings") with the triplet tensor, for the
+    later calls on it; a grouping is let go at the next call once its triplets are freed or
+    changed in place. ``release=True`` lets every grouping go now (later calls sort again).
+    Bitwise the same results either way.
     """
     return int(torch.ops.pcops._point_conv_kept_bytes(bool(release)))
 
