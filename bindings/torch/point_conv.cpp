@@ -140,7 +140,7 @@ class KeptGroupings {
   std::vector<Entry> entries_;
 };
 
-// Never destroyed: the kept tensors outlive no CUDA context teardown order.
+// Never destroyed (nor the tensors it holds), so no exit-time order with the CUDA context matters.
 KeptGroupings& kept_groupings() {
   static KeptGroupings& k = *new KeptGroupings;
   return k;
@@ -192,7 +192,6 @@ at::Tensor dense16(const at::Tensor& t) {
 }
 
 Half16 half16_of(const at::Tensor& t) { return t.scalar_type() == at::kHalf ? Half16::kFloat16 : Half16::kBFloat16; }
-
 #endif
 
 template <class Run>
