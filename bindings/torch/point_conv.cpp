@@ -89,12 +89,16 @@ void check_triplet_ranges(const Inputs& in) {
 // unchanged (TensorStamp), for CUDA on the stream that made it (so no other stream reads it); dead
 // or changed ones are dropped at the next call, and beyond kEntries the oldest.
 // PCOPS_POINT_CONV_KEEP=0 keeps none (every call sorts). Inference tensors (no version counter)
-// are never kept.
+// are never kept. CPU triplets are also fingerprinted every call (cpu::point_conv_fingerprint,
+// the one pass over them that the call's range check was before), so values rewritten past the
+// version counter (a NumPy view, .data) are grouped again; on CUDA that would cost a stream sync
+// a call, and such writes keep the grouping made before (as autograd's saved tensors miss them).
 class KeptGroupings {
  public:
-  // The grouping `info` of triplets (made by make(buffer) if not kept yet); nullptr: none kept.
+  // The grouping `info` of triplets (made by make(buffer) if not kept yet) whose values have the
+  // fingerprint `print` (CUDA: 0); nullptr: none kept.
   template <class Make>
-  const void* get(const at::Tensor& triplets, const PointConvGrouping& info, Make make) {
+  const void* get(const at::Tensor& triplets, const PointConvGrouping& info, uint64_t print, Make make) {
     if (!enabled() || triplets.is_inference() || info.bytes == 0) return nullptr;
     int64_t stream = -1;
 #if PCOPS_TORCH_CUDA
@@ -102,7 +106,8 @@ class KeptGroupings {
 #endif
     const std::lock_guard<std::mutex> lock(mutex_);
     std::erase_if(entries_, [&](const Entry& e) {
-      return e.stamp.expired() || (!e.stamp.same(triplets) && e.impl == triplets.unsafeGetTensorImpl());
+      return e.stamp.expired() ||
+             (e.impl == triplets.unsafeGetTensorImpl() && (!e.stamp.same(triplets) || e.print != print));
     });
     for (const Entry& e : entries_)
       if (e.stream == stream && e.info.id == info.id && e.info.bytes == info.bytes && e.stamp.same(triplets))
@@ -110,8 +115,12 @@ class KeptGroupings {
     at::Tensor g = at::empty({static_cast<int64_t>(info.bytes)}, triplets.options().dtype(at::kByte));
     make(g.data_ptr());
     if (entries_.size() >= kEntries) entries_.erase(entries_.begin());
-    entries_.push_back(Entry{TensorStamp(triplets), triplets.unsafeGetTensorImpl(), stream, info, g});
+    entries_.push_back(Entry{TensorStamp(triplets), triplets.unsafeGetTensorImpl(), stream, print, info, g});
     return g.data_ptr();
+  }
+  static bool enabled() {
+    const char* e = std::getenv("PCOPS_POINT_CONV_KEEP");
+    return e == nullptr || std::strcmp(e, "0") != 0;
   }
   // Bytes held (after dropping the dead and changed entries); clear: drops every entry.
   int64_t held(bool clear) {
@@ -129,13 +138,10 @@ class KeptGroupings {
     TensorStamp stamp;
     const c10::TensorImpl* impl;  // the triplets' (compared only while the stamp is alive)
     int64_t stream;               // CUDA: the stream's id; CPU: -1
+    uint64_t print;               // CPU: the values' fingerprint; CUDA: 0
     PointConvGrouping info;
     at::Tensor grouping;
   };
-  static bool enabled() {
-    const char* e = std::getenv("PCOPS_POINT_CONV_KEEP");
-    return e == nullptr || std::strcmp(e, "0") != 0;
-  }
   std::mutex mutex_;
   std::vector<Entry> entries_;
 };
@@ -151,16 +157,19 @@ KeptGroupings& kept_groupings() {
 PointConvKept kept_for(const at::Tensor& triplets, const PointConvShape& s, bool fast, bool forward,
                        bool grad_features, bool grad_weights) {
   PointConvKept k;
+  const int64_t* t = triplets.data_ptr<int64_t>();
+  const bool cpu = triplets.is_cpu();
+  const bool any = (forward || grad_features || grad_weights) && KeptGroupings::enabled() && !triplets.is_inference();
+  const uint64_t print = cpu && any ? cpu::point_conv_fingerprint(cpu_context(), t, s.triplets) : 0;
   const auto one = [&](bool need, PointConvStep step) -> const void* {
     if (!need) return nullptr;
-    const int64_t* t = triplets.data_ptr<int64_t>();
-    if (triplets.is_cpu())
-      return kept_groupings().get(triplets, cpu::point_conv_grouping(s, step), [&](void* dst) {
+    if (cpu)
+      return kept_groupings().get(triplets, cpu::point_conv_grouping(s, step), print, [&](void* dst) {
         cpu::point_conv_group(cpu_context(), s, step, t, dst);
       });
 #if PCOPS_TORCH_CUDA
     const PointConvGrouping info = fast ? cuda::point_conv_mma_grouping(s, step) : cuda::point_conv_grouping(s, step);
-    return kept_groupings().get(triplets, info, [&](void* dst) {
+    return kept_groupings().get(triplets, info, 0, [&](void* dst) {
       if (fast) cuda::point_conv_mma_group(cuda_context(triplets), s, step, t, dst);
       else cuda::point_conv_group(cuda_context(triplets), s, step, t, dst);
     });

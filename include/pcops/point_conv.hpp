@@ -111,7 +111,9 @@ namespace cpu {
 int64_t point_conv_triplets(const CpuContext& ctx, const TripletShape& shape, const float* centres, const float* points,
                             const int64_t* neighbours, const EdgeAllocator& allocate);
 
-// out: caller-owned [N_out, C_out], overwritten. kept: groupings made ahead (point_conv_group).
+// out: caller-owned [N_out, C_out], overwritten. kept: groupings made ahead (point_conv_group,
+// which checked the triplets' ranges; a step that reads its kept grouping neither reads nor checks
+// the triplets again).
 void point_conv(const CpuContext& ctx, const PointConvShape& shape, const float* features,
                 const float* weights, const int64_t* triplets, float* out, const PointConvKept& kept = {});
 
@@ -126,6 +128,10 @@ void point_conv_backward(const CpuContext& ctx, const PointConvShape& shape, con
 PointConvGrouping point_conv_grouping(const PointConvShape& shape, PointConvStep step);
 void point_conv_group(const CpuContext& ctx, const PointConvShape& shape, PointConvStep step,
                       const int64_t* triplets, void* grouping);
+// A 64-bit fingerprint of the T triplets' values (one parallel pass; the same for any thread
+// count): a caller that keeps groupings compares it to tell triplets rewritten in place (through
+// any pointer) from the ones a grouping was made of.
+uint64_t point_conv_fingerprint(const CpuContext& ctx, const int64_t* triplets, int64_t T);
 }  // namespace cpu
 
 namespace cuda {

@@ -611,6 +611,25 @@ PairsView step_view(const CpuContext& ctx, const PointConvShape& s, PointConvSte
 
 }  // namespace
 
+uint64_t point_conv_fingerprint(const CpuContext& ctx, const int64_t* triplets, int64_t T) {
+  // sum over the values v_e (e = 3 r + c) of v_e (2 e + 1) mod 2^64: any one value changed, or two
+  // values exchanged, changes it; chunk sums added in any order (the same for every thread count).
+  constexpr int64_t kChunk = int64_t{1} << 16;
+  const int64_t n = 3 * std::max<int64_t>(T, 0), chunks = (n + kChunk - 1) / kChunk;
+  std::vector<uint64_t> part(static_cast<size_t>(chunks), 0);
+  parallel_for(ctx, 0, chunks, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) {
+      uint64_t sum = 0;
+      for (int64_t e = c * kChunk; e < std::min(n, (c + 1) * kChunk); ++e)
+        sum += static_cast<uint64_t>(triplets[e]) * static_cast<uint64_t>(2 * e + 1);
+      part[static_cast<size_t>(c)] = sum;
+    }
+  });
+  uint64_t h = static_cast<uint64_t>(T);
+  for (const uint64_t v : part) h += v;
+  return h;
+}
+
 PointConvGrouping point_conv_grouping(const PointConvShape& s, PointConvStep step) {
   core::validate_point_conv(s);
   const StepPairs sp = step_pairs(s, step);
@@ -646,7 +665,8 @@ void point_conv_group(const CpuContext& ctx, const PointConvShape& s, PointConvS
 void point_conv(const CpuContext& ctx, const PointConvShape& s, const float* features,
                 const float* weights, const int64_t* triplets, float* out, const PointConvKept& kept) {
   core::validate_point_conv(s);
-  core::validate_triplets(s, triplets, "triplets");
+  // With a kept grouping the triplets are not read (point_conv_group checked them).
+  if (kept.forward == nullptr || s.num_out * s.channels_out == 0) core::validate_triplets(s, triplets, "triplets");
   const int64_t Ci = s.channels_in, Co = s.channels_out, K = s.kernels;
   if (s.num_out * Co == 0) return;
   // W_k transposed to [C_in, C_out] so the inner loop runs over contiguous output channels.
@@ -663,8 +683,13 @@ void point_conv_backward(const CpuContext& ctx, const PointConvShape& s, const f
                          const float* features, const float* weights, const int64_t* triplets,
                          float* grad_features, float* grad_weights, const PointConvKept& kept) {
   core::validate_point_conv(s);
-  core::validate_triplets(s, triplets, "triplets");
   const int64_t Ci = s.channels_in, Co = s.channels_out, K = s.kernels;
+  // Checked unless every step that runs reads a kept grouping (point_conv_group checked them).
+  const bool gf_runs = grad_features != nullptr && s.num_in * Ci > 0;
+  const bool gw_runs = grad_weights != nullptr && K * Co * Ci > 0;
+  const bool all_kept = (gf_runs || gw_runs) && (!gf_runs || kept.grad_features != nullptr) &&
+                        (!gw_runs || kept.grad_weights != nullptr);
+  if (!all_kept) core::validate_triplets(s, triplets, "triplets");
   if (grad_features != nullptr && s.num_in * Ci > 0) {
     Pairs own;
     const PairsView g = step_view(ctx, s, PointConvStep::kGradFeatures, triplets, kept.grad_features, own);

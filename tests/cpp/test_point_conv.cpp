@@ -348,6 +348,30 @@ TEST(PointConv, KeptGroupingsGiveTheSameBits) {
                std::invalid_argument);
 }
 
+// The triplets' fingerprint: the same for any thread count, another for one value changed or two
+// values exchanged (rows, or columns of one row), and for fewer triplets.
+TEST(PointConv, FingerprintTellsChangedTriplets) {
+  std::mt19937 rng(73);
+  const Case c = random_case(rng, 900, 700, 5, 7, 27, 200000);
+  const auto print = [&](const std::vector<int64_t>& t, int threads, int64_t T) {
+    pcops::CpuContext ctx;
+    ctx.num_threads = threads;
+    return pcops::cpu::point_conv_fingerprint(ctx, t.data(), T);
+  };
+  const uint64_t base = print(c.t, 1, c.s.triplets);
+  EXPECT_EQ(print(c.t, 3, c.s.triplets), base);
+  EXPECT_NE(print(c.t, 1, c.s.triplets - 1), base);
+  std::vector<int64_t> t = c.t;
+  t[3 * 150001 + 2] += 1;
+  EXPECT_NE(print(t, 2, c.s.triplets), base);
+  t = c.t;
+  std::swap(t[3 * 10], t[3 * 190000]);
+  if (t != c.t) EXPECT_NE(print(t, 2, c.s.triplets), base);
+  t = c.t;
+  std::swap(t[3 * 5], t[3 * 5 + 1]);
+  if (t != c.t) EXPECT_NE(print(t, 2, c.s.triplets), base);
+}
+
 TEST(PointConv, WeightGradientPieceLength) {
   const auto L = [](int64_t T, int64_t co, int64_t ci) {
     return pcops::core::vvor_piece_length(pcops::PointConvShape{10, 10, ci, co, 27, T});

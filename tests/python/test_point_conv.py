@@ -266,8 +266,10 @@ def test_kept_groupings_give_the_same_bits(gen, monkeypatch):
     """The triplets' groupings are kept with the triplet tensor (forward: (tile of 64 output rows,
     k) groups, grad_features: (tile of 64 input rows, k), grad_weights: (k, block of 64 output
     rows); offsets and a 4-byte key a triplet each): later calls sort nothing and give the bits of
-    calls that sort (PCOPS_POINT_CONV_KEEP=0); an in-place change sorts again, a freed tensor's
-    groupings are let go, inference tensors keep none."""
+    calls that sort (PCOPS_POINT_CONV_KEEP=0); an in-place change sorts again, and so do values
+    written through a NumPy view (no version change: the values' fingerprint differs), an
+    out-of-range one raising IndexError; a freed tensor's groupings are let go, inference tensors
+    keep none."""
     from pcops.ops.point_conv import kept_grouping_bytes
 
     kept_grouping_bytes(release=True)
@@ -296,6 +298,19 @@ def test_kept_groupings_give_the_same_bits(gen, monkeypatch):
     for a, b in zip(changed, layer(t.clone())):
         assert torch.equal(a, b)
     assert kept_grouping_bytes() == expect
+    # Written past the version counter (a NumPy view): the fingerprint of the values tells.
+    before, version = layer(t), t._version
+    t.numpy()[7, 2] = (t[7, 2] + 1) % K
+    t.numpy()[[3, 4]] = t.numpy()[[4, 3]]
+    assert t._version == version  # the writes bypassed the version counter
+    through_numpy = layer(t)
+    assert not torch.equal(through_numpy[0], before[0])
+    for a, b in zip(through_numpy, layer(t.clone())):
+        assert torch.equal(a, b)
+    t.numpy()[9, 0] = n_out  # out of range: checked again
+    with pytest.raises(IndexError, match="output index i"):
+        layer(t)
+    t.numpy()[9, 0] = 0
     del t
     assert kept_grouping_bytes() == 0
     with torch.inference_mode():
