@@ -70,8 +70,9 @@ def kept_grouping_bytes(release: bool = False) -> int:
     Each step of :func:`point_conv` keeps its sort of the triplets (4 to 8 bytes a triplet and an
     offset per segment; docs/ops/point_conv.md, "Kept groupings") with the triplet tensor, for the
     later calls on it; a grouping is let go at the next call once its triplets are freed or
-    changed in place. ``release=True`` lets every grouping go now (later calls sort again).
-    Bitwise the same results either way.
+    changed in place (on the CPU also when their values change behind the version counter, as
+    through a NumPy view; on CUDA such writes need ``release=True``). ``release=True`` lets every
+    grouping go now (later calls sort again). Bitwise the same results either way.
     """
     return int(torch.ops.pcops._point_conv_kept_bytes(bool(release)))
 
