@@ -71,10 +71,11 @@ struct PairsView {
   const int64_t* offsets;  // [groups + 1]
   int64_t groups, tiles;
   PairRef ij;
+  bool cell_major = false;  // an MVMR reading the weight gradient's (k, tile) groups
 };
 
-PairsView view(const Pairs& g) {
-  return {g.offsets.data(), static_cast<int64_t>(g.offsets.size()) - 1, g.tiles, ref(g)};
+PairsView view(const Pairs& g, bool cell_major = false) {
+  return {g.offsets.data(), static_cast<int64_t>(g.offsets.size()) - 1, g.tiles, ref(g), cell_major};
 }
 
 // PCOPS_CPU_POINT_CONV_GROUPING: "segmented" (the default) where the keys fit 32 bits, else
@@ -383,15 +384,17 @@ __attribute__((always_inline)) inline void mvmr_group(const float* mk, const flo
 // vectorises over d; contraction stays off, so every clone computes the same bits.
 constexpr int kRows = 4;  // (the loop below takes groups of 4, 2 and 1)
 __attribute__((target_clones("avx512f", "avx2", "default")))
-void mvmr_tiles(int64_t t0, int64_t t1, int64_t K, const int64_t* offsets, PairRef rm, const float* src,
-                int64_t c_src, const float* mat, int64_t c_dst, int64_t rows, float* dst) {
+void mvmr_tiles(int64_t t0, int64_t t1, int64_t K, const int64_t* offsets, int64_t tile_stride, int64_t k_stride,
+                PairRef rm, const float* src, int64_t c_src, const float* mat, int64_t c_dst, int64_t rows,
+                float* dst) {
   for (int64_t tile = t0; tile < t1; ++tile) {
     const int64_t r_end = std::min(rows, (tile + 1) * kRowTile), row0 = tile * kRowTile;
     for (int64_t q = row0 * c_dst; q < r_end * c_dst; ++q) dst[q] = 0.0f;
     for (int64_t k = 0; k < K; ++k) {
       const float* mk = mat + k * c_src * c_dst;
-      const int64_t p1 = offsets[tile * K + k + 1];
-      int64_t p = offsets[tile * K + k];
+      const int64_t seg = tile * tile_stride + k * k_stride;  // group (tile, k)
+      const int64_t p1 = offsets[seg + 1];
+      int64_t p = offsets[seg];
       // Up to kRows runs of one row each go side by side, in slots: run r = positions [pos[r],
       // end[r]); a slot whose run ends takes the segment's next run, so that kRows rows stay
       // busy until the segment's runs run out (each row has one run in the segment, so no two
@@ -428,14 +431,16 @@ void mvmr_tiles(int64_t t0, int64_t t1, int64_t K, const int64_t* offsets, PairR
   }
 }
 
-// g: group_pairs(tiled) over the destination rows.
+// g: group_pairs over the destination rows, tiled ((tile, k) groups) or, cell_major, the weight
+// gradient's segmented (k, tile) groups (the same keys and segments in another order).
 void mvmr(const CpuContext& ctx, const PairsView& g, int64_t K, const float* src, int64_t c_src, const float* mat,
           int64_t c_dst, int64_t rows, float* dst) {
   const int64_t T = g.offsets[g.groups];
   const int64_t tiles = (rows + kRowTile - 1) / kRowTile;
   const int64_t per_tile = (T / std::max<int64_t>(tiles, 1) + 1) * c_src * c_dst;
+  const int64_t tile_stride = g.cell_major ? 1 : K, k_stride = g.cell_major ? g.tiles : 1;
   parallel_for(ctx, 0, tiles, grain_for(per_tile), [&](int64_t t0, int64_t t1) {
-    mvmr_tiles(t0, t1, K, g.offsets, g.ij, src, c_src, mat, c_dst, rows, dst);
+    mvmr_tiles(t0, t1, K, g.offsets, tile_stride, k_stride, g.ij, src, c_src, mat, c_dst, rows, dst);
   });
 }
 
@@ -564,21 +569,26 @@ void vvor(const CpuContext& ctx, const PairsView& g, int64_t K, int64_t T, int64
 
 namespace {
 
-// The grouping of a step: destination / source columns, rows and whether tiled (the MVMR's).
+// The grouping of a step: destination / source columns, rows, whether tiled (the MVMR's), and
+// cell_major: the forward reads the weight gradient's grouping, where that one is segmented (the
+// same keys, row in its block of 64 above j, in (k, tile) groups instead of (tile, k)), so one
+// grouping serves both steps (one sort, one kept buffer).
 struct StepPairs {
   int a_col, b_col;
   int64_t na, nb;
-  bool tiled, empty;
+  bool tiled, empty, cell_major;
 };
 StepPairs step_pairs(const PointConvShape& s, PointConvStep step) {
   const bool empty = s.channels_out * s.channels_in == 0;
   switch (step) {
-    case PointConvStep::kForward:
-      return {0, 1, s.num_out, s.num_in, true, empty || s.num_out == 0};
+    case PointConvStep::kForward: {
+      const bool cells = pairs_layout(s.triplets, s.num_out, s.num_in, s.kernels, false).form == Grouping::kSegmented;
+      return {0, 1, s.num_out, s.num_in, !cells, empty || s.num_out == 0, cells};
+    }
     case PointConvStep::kGradFeatures:
-      return {1, 0, s.num_in, s.num_out, true, empty || s.num_in == 0};
+      return {1, 0, s.num_in, s.num_out, true, empty || s.num_in == 0, false};
     case PointConvStep::kGradWeights:
-      return {0, 1, s.num_out, s.num_in, false, empty || s.kernels == 0};
+      return {0, 1, s.num_out, s.num_in, false, empty || s.kernels == 0, false};
   }
   throw std::invalid_argument("pcops point_conv: unknown step");
 }
@@ -597,7 +607,7 @@ PairsView step_view(const CpuContext& ctx, const PointConvShape& s, PointConvSte
   const StepPairs sp = step_pairs(s, step);
   if (kept == nullptr) {
     own = group_pairs(ctx, t, s.triplets, sp.a_col, sp.b_col, sp.na, sp.nb, s.kernels, sp.tiled);
-    return view(own);
+    return view(own, sp.cell_major);
   }
   const PairsLayout lay = pairs_layout(s.triplets, sp.na, sp.nb, s.kernels, sp.tiled);
   const auto* base = static_cast<const unsigned char*>(kept);
@@ -606,7 +616,7 @@ PairsView step_view(const CpuContext& ctx, const PointConvShape& s, PointConvSte
   if (lay.form == Grouping::kSegmented) ij.keys32 = static_cast<const uint32_t*>(keys);
   else if (lay.form == Grouping::kPacked) ij.keys = static_cast<const uint64_t*>(keys);
   else ij.ab = static_cast<const int64_t*>(keys);
-  return {reinterpret_cast<const int64_t*>(base), lay.groups, lay.tiles, ij};
+  return {reinterpret_cast<const int64_t*>(base), lay.groups, lay.tiles, ij, sp.cell_major};
 }
 
 }  // namespace
@@ -637,7 +647,9 @@ PointConvGrouping point_conv_grouping(const PointConvShape& s, PointConvStep ste
   if (sp.empty) return r;
   const PairsLayout lay = pairs_layout(s.triplets, sp.na, sp.nb, s.kernels, sp.tiled);
   r.bytes = kept_bytes(lay, s.triplets);
-  r.id = {20 + static_cast<int64_t>(step), static_cast<int64_t>(lay.form), s.triplets, sp.na, sp.nb, s.kernels,
+  // (The forward reading the weight gradient's grouping has that one's id: one kept buffer.)
+  const PointConvStep as = sp.cell_major ? PointConvStep::kGradWeights : step;
+  r.id = {20 + static_cast<int64_t>(as), static_cast<int64_t>(lay.form), s.triplets, sp.na, sp.nb, s.kernels,
           lay.groups, lay.tiles};
   return r;
 }

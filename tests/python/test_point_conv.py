@@ -263,9 +263,9 @@ def test_fast_mode_on_cpu_is_the_exact_path(dtype, gen):
 
 
 def test_kept_groupings_give_the_same_bits(gen, monkeypatch):
-    """The triplets' groupings are kept with the triplet tensor (forward: (tile of 64 output rows,
-    k) groups, grad_features: (tile of 64 input rows, k), grad_weights: (k, block of 64 output
-    rows); offsets and a 4-byte key a triplet each): later calls sort nothing and give the bits of
+    """The triplets' groupings are kept with the triplet tensor (grad_features: (tile of 64 input
+    rows, k) groups; grad_weights: (k, block of 64 output rows), which the forward reads too;
+    offsets and a 4-byte key a triplet each): later calls sort nothing and give the bits of
     calls that sort (PCOPS_POINT_CONV_KEEP=0); an in-place change sorts again, and so do values
     written through a NumPy view (no version change: the values' fingerprint differs), an
     out-of-range one raising IndexError; a freed tensor's groupings are let go, inference tensors
@@ -283,7 +283,8 @@ def test_kept_groupings_give_the_same_bits(gen, monkeypatch):
 
     first = layer(t)
     tiles = lambda n: -(-n // 64)  # noqa: E731
-    expect = sum(8 * (groups + 1) + 4 * T for groups in (tiles(n_out) * K, tiles(n_in) * K, K * tiles(n_out)))
+    # (The forward reads the weight gradient's grouping: the same keys, (k, tile) groups.)
+    expect = sum(8 * (groups + 1) + 4 * T for groups in (tiles(n_in) * K, K * tiles(n_out)))
     assert kept_grouping_bytes() == expect
     again = layer(t)
     assert kept_grouping_bytes() == expect
