@@ -10,7 +10,7 @@ median of the rounds is recorded, each round's time beside it). The peer's group
 triplets by kernel cell is made once, outside its timed calls, and timed alone as
 peer_grouping_s. pcops' fast path on CUDA keeps its groupings with the triplets (made in the
 warm-up call, pcops_kept_grouping_bytes of them after forward + backward, which the summaries add
-to its peaks); its times and peaks with the sorts in every call (PCOPS_POINT_CONV_KEEP=0)
+to its peaks, as peer_grouping_bytes to the peer's); its times and peaks with the sorts in every call (PCOPS_POINT_CONV_KEEP=0)
 are recorded beside as *_sorting_*. Beside the peer the max abs difference from pcops' output is
 recorded.
 On CUDA the peak allocated memory of each variant is recorded too (torch.cuda.max_memory_allocated
@@ -233,6 +233,10 @@ def main():
                     lambda: torch.autograd.grad(fn(fr, wr), [fr, wr], g), device)
                 del fr, wr
             row["pcops_kept_grouping_bytes"] = kept_grouping_bytes()
+            # The peer's grouping, held across its calls too: its cells' index lists (views of
+            # one argsort order, 8 bytes a triplet).
+            row["peer_grouping_bytes"] = sum({r.untyped_storage().data_ptr(): r.untyped_storage().nbytes()
+                                              for _, r in groups}.values())
             with sorting_in_every_call():
                 row["pcops_forward_sorting_s"] = median_time(ours_fwd, args.repeat, device)
                 row["pcops_forward_backward_sorting_s"] = median_time(ours_fb, args.repeat, device)
