@@ -133,7 +133,9 @@ class KeptGroupings {
   }
 
  private:
-  static constexpr size_t kEntries = 48;
+  // (A network keeps a few a triplet tensor; dead ones go at every call, so this bounds only many
+  // live triplet tensors.)
+  static constexpr size_t kEntries = 256;
   struct Entry {
     TensorStamp stamp;
     const c10::TensorImpl* impl;  // the triplets' (compared only while the stamp is alive)
