@@ -35,9 +35,7 @@ ScanNet-like sizes on an H200: --device cuda --points 165000 --k 16 --channels 3
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
-import os
 import platform
 import statistics
 import time
@@ -89,23 +87,6 @@ def peak_bytes(fn, device):
     fn()
     torch.cuda.synchronize()
     return torch.cuda.max_memory_allocated() - base
-
-
-@contextlib.contextmanager
-def sorting_in_every_call():
-    """pcops' fast path without kept groupings (PCOPS_POINT_CONV_KEEP=0), none held."""
-    from pcops.ops.point_conv import kept_grouping_bytes
-
-    before = os.environ.get("PCOPS_POINT_CONV_KEEP")
-    os.environ["PCOPS_POINT_CONV_KEEP"] = "0"
-    kept_grouping_bytes(release=True)
-    try:
-        yield
-    finally:
-        if before is None:
-            del os.environ["PCOPS_POINT_CONV_KEEP"]
-        else:
-            os.environ["PCOPS_POINT_CONV_KEEP"] = before
 
 
 def write_results(stem: str, device, args, rows):
@@ -167,7 +148,7 @@ def main():
     n = pts.shape[0]
     rows = []
     gen = torch.Generator().manual_seed(0)
-    from pcops.ops.point_conv import kept_grouping_bytes
+    from pcops.ops.point_conv import kept_grouping_bytes, sorting_in_every_call
 
     for c in [int(x) for x in args.channels.split(",")]:
         kept_grouping_bytes(release=True)  # this width's own

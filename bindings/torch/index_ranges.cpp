@@ -56,9 +56,13 @@ TensorStamp::TensorStamp(const at::Tensor& t)
       sizes_(t.sizes().vec()),
       strides_(t.strides().vec()) {}
 
+bool TensorStamp::of(const at::Tensor& t) const {
+  return impl_._unsafe_get_target() == t.unsafeGetTensorImpl() && !impl_.expired();
+}
+
 bool TensorStamp::same(const at::Tensor& t) const {
-  return impl_._unsafe_get_target() == t.unsafeGetTensorImpl() && !impl_.expired() && version_ == t._version() &&
-         data_ == t.data_ptr() && t.sizes().equals(sizes_) && t.strides().equals(strides_);
+  return of(t) && version_ == t._version() && data_ == t.data_ptr() && t.sizes().equals(sizes_) &&
+         t.strides().equals(strides_);
 }
 
 std::optional<IndexRanges> known_ranges(const at::Tensor& t, int cols) {

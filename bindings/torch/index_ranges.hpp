@@ -27,6 +27,8 @@ class TensorStamp {
  public:
   explicit TensorStamp(const at::Tensor& t);
   bool same(const at::Tensor& t) const;
+  // Whether t is the stamped tensor (alive), whatever its values now.
+  bool of(const at::Tensor& t) const;
   bool expired() const { return impl_.expired(); }
 
  private:

@@ -106,16 +106,15 @@ class KeptGroupings {
 #endif
     const std::lock_guard<std::mutex> lock(mutex_);
     std::erase_if(entries_, [&](const Entry& e) {
-      return e.stamp.expired() ||
-             (e.impl == triplets.unsafeGetTensorImpl() && (!e.stamp.same(triplets) || e.print != print));
+      return e.stamp.expired() || (e.stamp.of(triplets) && (!e.stamp.same(triplets) || e.print != print));
     });
     for (const Entry& e : entries_)
-      if (e.stream == stream && e.info.id == info.id && e.info.bytes == info.bytes && e.stamp.same(triplets))
+      if (e.stream == stream && e.info.id == info.id && e.stamp.same(triplets))  // (the id sets the size)
         return e.grouping.data_ptr();
     at::Tensor g = at::empty({static_cast<int64_t>(info.bytes)}, triplets.options().dtype(at::kByte));
     make(g.data_ptr());
     if (entries_.size() >= kEntries) entries_.erase(entries_.begin());
-    entries_.push_back(Entry{TensorStamp(triplets), triplets.unsafeGetTensorImpl(), stream, print, info, g});
+    entries_.push_back(Entry{TensorStamp(triplets), stream, print, info, g});
     return g.data_ptr();
   }
   static bool enabled() {
@@ -138,9 +137,8 @@ class KeptGroupings {
   static constexpr size_t kEntries = 256;
   struct Entry {
     TensorStamp stamp;
-    const c10::TensorImpl* impl;  // the triplets' (compared only while the stamp is alive)
-    int64_t stream;               // CUDA: the stream's id; CPU: -1
-    uint64_t print;               // CPU: the values' fingerprint; CUDA: 0
+    int64_t stream;  // CUDA: the stream's id; CPU: -1
+    uint64_t print;  // CPU: the values' fingerprint; CUDA: 0
     PointConvGrouping info;
     at::Tensor grouping;
   };

@@ -577,6 +577,7 @@ struct StepPairs {
   int a_col, b_col;
   int64_t na, nb;
   bool tiled, empty, cell_major;
+  PairsLayout layout(const PointConvShape& s) const { return pairs_layout(s.triplets, na, nb, s.kernels, tiled); }
 };
 StepPairs step_pairs(const PointConvShape& s, PointConvStep step) {
   const bool empty = s.channels_out * s.channels_in == 0;
@@ -609,7 +610,7 @@ PairsView step_view(const CpuContext& ctx, const PointConvShape& s, PointConvSte
     own = group_pairs(ctx, t, s.triplets, sp.a_col, sp.b_col, sp.na, sp.nb, s.kernels, sp.tiled);
     return view(own, sp.cell_major);
   }
-  const PairsLayout lay = pairs_layout(s.triplets, sp.na, sp.nb, s.kernels, sp.tiled);
+  const PairsLayout lay = sp.layout(s);
   const auto* base = static_cast<const unsigned char*>(kept);
   const void* keys = base + kept_keys_at(lay);
   PairRef ij{nullptr, nullptr, nullptr, lay.lb, lay.amask, lay.bmask};
@@ -645,7 +646,7 @@ PointConvGrouping point_conv_grouping(const PointConvShape& s, PointConvStep ste
   const StepPairs sp = step_pairs(s, step);
   PointConvGrouping r;
   if (sp.empty) return r;
-  const PairsLayout lay = pairs_layout(s.triplets, sp.na, sp.nb, s.kernels, sp.tiled);
+  const PairsLayout lay = sp.layout(s);
   r.bytes = kept_bytes(lay, s.triplets);
   // (The forward reading the weight gradient's grouping has that one's id: one kept buffer.)
   const PointConvStep as = sp.cell_major ? PointConvStep::kGradWeights : step;
@@ -656,13 +657,13 @@ PointConvGrouping point_conv_grouping(const PointConvShape& s, PointConvStep ste
 
 void point_conv_group(const CpuContext& ctx, const PointConvShape& s, PointConvStep step, const int64_t* triplets,
                       void* grouping) {
-  const PointConvGrouping info = point_conv_grouping(s, step);
-  if (info.bytes == 0) return;
+  core::validate_point_conv(s);
+  const StepPairs sp = step_pairs(s, step);
+  if (sp.empty) return;
   if (grouping == nullptr || reinterpret_cast<uintptr_t>(grouping) % 8 != 0)
     throw std::invalid_argument("pcops point_conv: a grouping needs 8-byte aligned memory");
   core::validate_triplets(s, triplets, "triplets");
-  const StepPairs sp = step_pairs(s, step);
-  const PairsLayout lay = pairs_layout(s.triplets, sp.na, sp.nb, s.kernels, sp.tiled);
+  const PairsLayout lay = sp.layout(s);
   const Pairs g = group_pairs(ctx, triplets, s.triplets, sp.a_col, sp.b_col, sp.na, sp.nb, s.kernels, sp.tiled);
   auto* base = static_cast<unsigned char*>(grouping);
   std::memcpy(base, g.offsets.data(), sizeof(int64_t) * g.offsets.size());

@@ -376,8 +376,8 @@ CellGrouping group_cells(const CudaContext& ctx, detail::Workspace& ws, const Po
 // weight gradient's cell offsets [K + 1] int64, ii [T] and jj [T] int32.
 struct ExactKept {
   bool cells = false;
-  int dst_col = 0, src_col = 1;
-  int64_t offsets = 0;  // offsets kept
+  int dst_col = 0, src_col = 1, src_bits = 0;  // an MVMR's columns and its keys' source-row bits
+  int64_t offsets = 0;                          // offsets kept
   size_t second = 0, third = 0, bytes = 0;  // byte offsets of the parts, total (0: none kept)
 };
 size_t at256(size_t b) { return (b + 255) / 256 * 256; }
@@ -398,16 +398,15 @@ ExactKept exact_kept(const PointConvShape& s, PointConvStep step) {
   const RowKeys rk = row_keys(s, e.dst_col, e.src_col);
   // An empty product (no destination element, or no source channel: zeros) keeps none.
   if (rk.n_dst * s.channels_out * s.channels_in == 0 || rk.mode != ExactGrouping::kSegmented) return e;
-  e.offsets = rk.n_dst + 2;
+  e.offsets = rk.n_dst + 2, e.src_bits = rk.src_bits;
   e.second = at256(8 * static_cast<size_t>(e.offsets));
   e.bytes = e.second + 4 * T;
   return e;
 }
 
-RowGrouping kept_rows(const PointConvShape& s, const ExactKept& e, const int64_t* t, const void* kept) {
+RowGrouping kept_rows(const ExactKept& e, const int64_t* t, const void* kept) {
   const auto* base = static_cast<const unsigned char*>(kept);
-  const RowKeys rk = row_keys(s, e.dst_col, e.src_col);
-  return {reinterpret_cast<const int64_t*>(base), {reinterpret_cast<const uint32_t*>(base + e.second), rk.src_bits},
+  return {reinterpret_cast<const int64_t*>(base), {reinterpret_cast<const uint32_t*>(base + e.second), e.src_bits},
           {nullptr, t, e.src_col}};
 }
 
@@ -1539,7 +1538,7 @@ void point_conv(const CudaContext& ctx, const PointConvShape& s, const float* fe
   float* wt = ws.alloc<float>(K * Ci * Co);
   detail::launch(ctx, transpose_kernel, dim3(blocks_for(K * Ci * Co)), dim3(NT), 0, weights, K, Co, Ci, wt);
   const ExactKept e = exact_kept(s, PointConvStep::kForward);
-  const RowGrouping g = kept.forward != nullptr && e.bytes > 0 ? kept_rows(s, e, triplets, kept.forward)
+  const RowGrouping g = kept.forward != nullptr && e.bytes > 0 ? kept_rows(e, triplets, kept.forward)
                                                                 : group_rows(ctx, ws, s, triplets, 0, 1);
   float* out = static_cast<float*>(out_alloc());
   launch_mvmr(ctx, ws, g, features, Ci, wt, Co, s.num_out, K, s.triplets, out);
@@ -1671,7 +1670,7 @@ void point_conv_backward(const CudaContext& ctx, const PointConvShape& s, const 
     detail::Workspace ws(ctx);
     const ExactKept e = exact_kept(s, PointConvStep::kGradFeatures);
     const RowGrouping g = kept.grad_features != nullptr && e.bytes > 0
-                              ? kept_rows(s, e, triplets, kept.grad_features)
+                              ? kept_rows(e, triplets, kept.grad_features)
                               : group_rows(ctx, ws, s, triplets, 1, 0);
     float* grad_features = static_cast<float*>(gf_alloc());
     launch_mvmr(ctx, ws, g, grad_out, Co, weights, Ci, s.num_in, K, s.triplets, grad_features);

@@ -1156,6 +1156,13 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
   }
 }
 
+// The kept form of step's grouping, after the shape checks of the tensor-core path.
+GroupSpec kept_spec(const PointConvShape& s, PointConvStep step) {
+  core::validate_point_conv(s);
+  if (!point_conv_mma_supported(s)) throw std::invalid_argument("pcops point_conv: shape not supported by the tensor-core path");
+  return step_spec(s, step, /*kept=*/true);
+}
+
 }  // namespace
 
 bool point_conv_mma_supported(const PointConvShape& s) {
@@ -1172,9 +1179,7 @@ bool point_conv_mma_supported(const PointConvShape& s) {
 }
 
 PointConvGrouping point_conv_mma_grouping(const PointConvShape& s, PointConvStep step) {
-  core::validate_point_conv(s);
-  if (!point_conv_mma_supported(s)) throw std::invalid_argument("pcops point_conv: shape not supported by the tensor-core path");
-  const GroupSpec g = step_spec(s, step, /*kept=*/true);
+  const GroupSpec g = kept_spec(s, step);
   PointConvGrouping r;
   r.bytes = g.bytes();
   if (g.none) return r;
@@ -1186,11 +1191,10 @@ PointConvGrouping point_conv_mma_grouping(const PointConvShape& s, PointConvStep
 
 void point_conv_mma_group(const CudaContext& ctx, const PointConvShape& s, PointConvStep step,
                           const int64_t* triplets, void* grouping) {
-  const PointConvGrouping info = point_conv_mma_grouping(s, step);
-  if (info.bytes == 0) return;
+  const GroupSpec g = kept_spec(s, step);
+  if (g.none) return;
   if (grouping == nullptr || reinterpret_cast<uintptr_t>(grouping) % 16 != 0)
     throw std::invalid_argument("pcops point_conv: a grouping needs 16-byte aligned device memory");
-  const GroupSpec g = step_spec(s, step, /*kept=*/true);
   detail::Workspace ws(ctx);
   const Grouped gr = group_step(ctx, ws, g, triplets, nullptr);
   const cudaStream_t stream = detail::stream_of(ctx);

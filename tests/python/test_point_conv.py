@@ -4,6 +4,8 @@ determinism across thread counts, triplet construction (contract: docs/ops/point
 
 from __future__ import annotations
 
+import os
+
 import pytest
 import torch
 
@@ -317,6 +319,21 @@ def test_kept_groupings_give_the_same_bits(gen, monkeypatch):
     with torch.inference_mode():
         pcops.point_conv(features, weights, torch.zeros(5, 3, dtype=torch.int64), n_out)
     assert kept_grouping_bytes() == 0
+    # sorting_in_every_call: nothing kept inside (the same bits), the setting restored after.
+    from pcops.ops.point_conv import sorting_in_every_call
+
+    t2 = _inputs(gen, n_in, n_out, 8, 8, K, T)[2]
+    kept_before = layer(t2)
+    assert kept_grouping_bytes() > 0
+    with sorting_in_every_call():
+        assert kept_grouping_bytes() == 0
+        inside = layer(t2)
+        assert kept_grouping_bytes() == 0
+    for a, b in zip(kept_before, inside):
+        assert torch.equal(a, b)
+    assert "PCOPS_POINT_CONV_KEEP" not in os.environ
+    layer(t2)
+    assert kept_grouping_bytes() > 0
 
 
 def test_mode_errors(gen):

@@ -544,25 +544,17 @@ def _torch_three_interpolate(x: Inputs):
 
 def _pcops_point_conv_mode(x: Inputs, mode: str):
     """pcops.point_conv forward + both gradients with the triplets sorted inside the call, as the
-    peer groups inside its own (no grouping kept across calls: PCOPS_POINT_CONV_KEEP=0 for
-    the call; docs/ops/point_conv.md, kept groupings)."""
-    import os
-
+    peer groups inside its own (no grouping kept across calls; docs/ops/point_conv.md, kept
+    groupings)."""
     import torch
 
     import pcops
+    from pcops.ops.point_conv import sorting_in_every_call
 
     f, w = x.tensors["features"], x.tensors["weights"]
-    before = os.environ.get("PCOPS_POINT_CONV_KEEP")
-    os.environ["PCOPS_POINT_CONV_KEEP"] = "0"
-    try:
+    with sorting_in_every_call():
         out = pcops.point_conv(f, w, x.tensors["triplets"], f.shape[0], mode=mode)
         gf, gw = torch.autograd.grad(out, [f, w], x.tensors["grad"])
-    finally:
-        if before is None:
-            del os.environ["PCOPS_POINT_CONV_KEEP"]
-        else:
-            os.environ["PCOPS_POINT_CONV_KEEP"] = before
     x.sync()
     return out.detach(), gf, gw
 

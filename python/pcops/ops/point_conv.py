@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import contextlib
+import os
+
 import torch
 
 from pcops.ops import _checks
@@ -75,6 +78,23 @@ def kept_grouping_bytes(release: bool = False) -> int:
     grouping go now (later calls sort again). Bitwise the same results either way.
     """
     return int(torch.ops.pcops._point_conv_kept_bytes(bool(release)))
+
+
+@contextlib.contextmanager
+def sorting_in_every_call():
+    """Within the block, point_conv keeps no grouping (``PCOPS_POINT_CONV_KEEP=0``, restored on
+    exit) and holds none from before: every call sorts its triplets, as a peer that groups inside
+    its calls does (the benchmarks' like-for-like timings)."""
+    before = os.environ.get("PCOPS_POINT_CONV_KEEP")
+    os.environ["PCOPS_POINT_CONV_KEEP"] = "0"
+    kept_grouping_bytes(release=True)
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["PCOPS_POINT_CONV_KEEP"]
+        else:
+            os.environ["PCOPS_POINT_CONV_KEEP"] = before
 
 
 def _check_mode(mode):

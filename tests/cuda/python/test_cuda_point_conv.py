@@ -416,7 +416,7 @@ def kept_bytes():
     kept_grouping_bytes(release=True)
 
 
-def _fast_layer(f, w, t, n_out, mode="fast"):
+def _layer(f, w, t, n_out, mode="fast"):
     """Forward and both gradients (gradient of the output's sum)."""
     f, w = f.detach().requires_grad_(), w.detach().requires_grad_()
     out = pcops.point_conv(f, w, t, n_out, mode=mode)
@@ -456,17 +456,17 @@ def test_kept_groupings_give_the_same_bits(gen, c, grouping, kept_bytes, monkeyp
     pcops.point_conv(f, w, t, n, mode="exact")  # the triplets' ranges read once, here
     kept_bytes(release=True)  # (the exact path's grouping)
     with no_sync():
-        first = _fast_layer(f, w, t, n)
+        first = _layer(f, w, t, n)
     held = kept_bytes()
     segments = -(-n // 128) * K  # (tile of 128 rows, k); the weight gradient's (k, block of 128 rows i)
     vvor_segments = segments if grouping == "segmented" else K
     expect = 2 * _grouping_bytes(T, segments, grouping == "packed") + _grouping_bytes(
         T, vvor_segments, grouping == "packed")
     assert held == expect, (held, expect)
-    again = _fast_layer(f, w, t, n)
+    again = _layer(f, w, t, n)
     assert kept_bytes() == held  # nothing new
     monkeypatch.setenv("PCOPS_POINT_CONV_KEEP", "0")
-    sorted_now = _fast_layer(f, w, t, n)
+    sorted_now = _layer(f, w, t, n)
     for a, b, d in zip(first, again, sorted_now):
         assert same_bits(a, b) and same_bits(a, d)
     # With the groupings kept, a forward requests its output alone: no sort.
@@ -481,20 +481,20 @@ def test_exact_kept_groupings_give_the_cpu_bits(gen, kept_bytes, monkeypatch):
     the calls after the first sort nothing and still give the CPU's bits."""
     n_in, n_out, K, T, c = 3000, 2500, 27, 60000, 32
     f, w, t = _inputs(gen, n_in, n_out, c, c, K, T)
-    want = _fast_layer(f, w, t, n_out, mode="exact")
+    want = _layer(f, w, t, n_out, mode="exact")
     f, w, t = f.cuda(), w.cuda(), t.cuda()
     pcops.point_conv(f, w, t, n_out)  # the triplets' ranges read once, here
     kept_bytes(release=True)
     with no_sync():
-        first = _fast_layer(f, w, t, n_out, mode="exact")
+        first = _layer(f, w, t, n_out, mode="exact")
     at256 = lambda b: -(-b // 256) * 256  # noqa: E731
     expect = (at256(8 * (n_out + 2)) + 4 * T) + (at256(8 * (n_in + 2)) + 4 * T) + (
         at256(8 * (K + 1)) + at256(4 * T) + 4 * T)
     assert kept_bytes() == expect, (kept_bytes(), expect)
-    again = _fast_layer(f, w, t, n_out, mode="exact")
+    again = _layer(f, w, t, n_out, mode="exact")
     assert kept_bytes() == expect
     monkeypatch.setenv("PCOPS_POINT_CONV_KEEP", "0")
-    sorted_now = _fast_layer(f, w, t, n_out, mode="exact")
+    sorted_now = _layer(f, w, t, n_out, mode="exact")
     for a, b, d, e in zip(want, first, again, sorted_now):
         assert same_bits(a, b) and same_bits(a, d) and same_bits(a, e)
     monkeypatch.delenv("PCOPS_POINT_CONV_KEEP")
