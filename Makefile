@@ -6,9 +6,14 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 JOBS ?= $(shell nproc)
 APT_PACKAGES := build-essential cmake ninja-build git python3 python3-venv python3-dev \
-                libgtest-dev libgmock-dev libbenchmark-dev libusb-1.0-0 libgl1 libgomp1
+                libgtest-dev libgmock-dev libbenchmark-dev libusb-1.0-0 libgl1 libgomp1 ccache
 CMAKE := $(VENV)/bin/cmake
 CTEST := $(VENV)/bin/ctest
+# The compiler cache of the builds below (CMakeLists.txt, PCOPS_CCACHE), kept with them. One C++
+# compiler for all of them (make's CXX: g++ unless given), as the cache tells compilers apart by
+# name.
+export CCACHE_DIR ?= $(CURDIR)/build/ccache
+export CXX
 
 .PHONY: all demo test bench build system venv cpp-test asan-test py-test consumer-test data clean
 
