@@ -250,23 +250,45 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], 
 // The descriptor: start address / 16, leading offset unused (1), stride between groups of 8 rows
 // (8 rows of BK elements), swizzle mode 1 (128 bytes) or 2 (64 bytes). A k16 step moves the start
 // address by 32 bytes.
+// MN-major with the 128-byte swizzle (rows of 64 16-bit elements along M or N, one row a k, 8-row
+// atoms of 1024 bytes stacked along k): both byte offsets 1024. An instruction of N = 64 spans one
+// atom along M and N, so only the stride between its two 8-row groups along k is read, and with
+// both offsets equal it does not matter which of the two fields the hardware takes for it.
+__device__ __forceinline__ uint64_t swizzled_desc_mn(uint32_t addr) {
+  constexpr uint64_t kOff = 1024 >> 4;
+  return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (kOff << 16) | (kOff << 32) | (uint64_t{1} << 62);
+}
 template <int BK>
 __device__ __forceinline__ uint64_t swizzled_desc(uint32_t addr) {
   static_assert(BK == 64 || BK == 32, "128- or 64-byte rows");
   constexpr uint64_t kStride = 8 * BK * 2, kMode = BK == 64 ? 1 : 2;
   return static_cast<uint64_t>((addr & 0x3FFFF) >> 4) | (uint64_t{1} << 16) | ((kStride >> 4) << 32) | (kMode << 62);
 }
-// The instruction for 16-bit type TY ("f16" or "bf16"); operands 0-31 the accumulators d[8][4].
-#define PCOPS_WGMMA_64X64(TY, d, da, db)                                                             \
+// The instruction for 16-bit type TY ("f16" or "bf16") and the transpose immediates TRANS of A
+// and B ("0, 0": both K-major); operands 0-31 the accumulators d[8][4].
+#define PCOPS_WGMMA_64X64(TY, TRANS, d, da, db)                                                             \
   asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, 1, 0;\n"                                         \
-               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n" \
+               "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, " TRANS ";\n}\n" \
                : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])                                                                                   \
                : "l"(da), "l"(db))
 template <class T>
 __device__ __forceinline__ void wgmma_64x64(float (&d)[8][4], uint64_t da, uint64_t db) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (std::is_same_v<T, __half>) PCOPS_WGMMA_64X64("f16", d, da, db);
-  else PCOPS_WGMMA_64X64("bf16", d, da, db);
+  if constexpr (std::is_same_v<T, __half>) PCOPS_WGMMA_64X64("f16", "0, 0", d, da, db);
+  else PCOPS_WGMMA_64X64("bf16", "0, 0", d, da, db);
+#else
+  (void)d, (void)da, (void)db;
+  __trap();  // never launched: the host picks wgmma only for sm_90a code on a 9.0 device
+#endif
+}
+// The same with both operands MN-major (A: M contiguous, B: N contiguous; the instruction's
+// transpose immediates 1, 1), as the weight gradient's gathered rows lie: 64 channels (128 bytes)
+// a row, one row a triplet, 8-row atoms of the 128-byte swizzle.
+template <class T>
+__device__ __forceinline__ void wgmma_64x64_mn(float (&d)[8][4], uint64_t da, uint64_t db) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+  if constexpr (std::is_same_v<T, __half>) PCOPS_WGMMA_64X64("f16", "1, 1", d, da, db);
+  else PCOPS_WGMMA_64X64("bf16", "1, 1", d, da, db);
 #else
   (void)d, (void)da, (void)db;
   __trap();  // never launched: the host picks wgmma only for sm_90a code on a 9.0 device
@@ -671,8 +693,11 @@ __global__ void transpose16_kernel(const T* __restrict__ w, int64_t K, int64_t c
 // triplets cut every `cut` positions, slice z being kernel k's share of cut z (a cut without k's
 // triplets ends the block at once), written as float32 partials part[z + k][o][c] and summed in
 // cut order by vvor_sum_cuts_kernel. Pipeline as the MVMR kernel's: kStages - 1 stages ahead, one
-// barrier a stage.
-template <class T, class Key, int BO>
+// barrier a stage. WG (BO = 128, sm_90a): the products by wgmma instead of mma.sync, warpgroup h
+// taking channels o 64 h .. 64 h + 63 against all 128 channels c (two m64n64k16 a k16 step), both
+// operands read MN-major from unpadded stage buffers of two 64-channel halves, each [KT][64] with
+// the 128-byte swizzle.
+template <class T, class Key, int BO, bool WG>
 __global__ void __launch_bounds__(VvorPolicy::kThreads)
     vvor_mma_kernel(const Key* __restrict__ keys, const int64_t* __restrict__ seg_off, int64_t tiles, int i_bits,
                     int j_bits, const T* __restrict__ G, int64_t co, const T* __restrict__ F, int64_t ci, int64_t K,
@@ -682,11 +707,15 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   constexpr int LDG = BO + P::kPad, LDF = BC + P::kPad;
   constexpr int MF = BO / 2 / 16, NF = BC / 4 / 8;  // warp tile (BO / 2) x (BC / 4)
   static_assert(NF % 2 == 0, "pairs of n8 fragments");
+  static_assert(!WG || (BO == 128 && KT % 16 == 0), "wgmma: 128 x 128 blocks");
+  // A stage row's bytes and a stage buffer's elements (WG: two halves of KT rows of 64 channels).
+  constexpr int kGRow = WG ? 128 : LDG * 2, kFRow = WG ? 128 : LDF * 2;
+  constexpr int kGStage = WG ? KT * BO : KT * LDG, kFStage = WG ? KT * BC : KT * LDF;
   extern __shared__ __align__(16) unsigned char smem[];
-  T* Gs = reinterpret_cast<T*>(smem);  // [S][KT][LDG]
-  T* Fs = Gs + S * KT * LDG;           // [S][KT][LDF]
+  T* Gs = reinterpret_cast<T*>(smem);  // [S][KT][LDG] (WG: [S][2][KT][64], swizzled)
+  T* Fs = Gs + S * kGStage;            // [S][KT][LDF] (WG: as Gs)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
-  const int wm = warp >> 2, wn = warp & 3;
+  [[maybe_unused]] const int wm = warp >> 2, wn = warp & 3;
   const int64_t k = blockIdx.x;
   const int64_t ctiles = (ci + BC - 1) / BC;
   const int64_t oo = int64_t{blockIdx.y / ctiles} * BO, cc = int64_t{blockIdx.y % ctiles} * BC;
@@ -715,7 +744,12 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   const char* g_base = reinterpret_cast<const char*>(G + (g_col ? oo + seg8 : 0));
   const char* f_base = reinterpret_cast<const char*>(F + (f_col ? cc + seg8 : 0));
   const uint32_t g_row = static_cast<uint32_t>(co * sizeof(T)), f_row = static_cast<uint32_t>(ci * sizeof(T));
-  const uint32_t gs0 = smem_u32(Gs) + 2 * seg8, fs0 = smem_u32(Fs) + 2 * seg8;
+  // The thread's place in a stage row: its 8 channels (WG: in their half, the 16-byte chunk XORed
+  // with the row's place in its 8-row atom, the same for all the thread's rows: they are 16 apart).
+  uint32_t in_row = 2 * seg8;
+  if constexpr (WG)
+    in_row = (seg8 / 64) * (KT * 128) + ((((seg8 % 64) / 8) ^ ((tid / kSegs) & 7)) << 4);
+  const uint32_t gs0 = smem_u32(Gs) + in_row, fs0 = smem_u32(Fs) + in_row;
   // Kept in registers (the compiler would rebuild them from the parameters at every stage).
   asm volatile("" : "+r"(jm), "+r"(im), "+r"(g_sz), "+r"(f_sz));
   Key next_key[kRL];
@@ -738,24 +772,26 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
     }
   };
   const auto load_stage = [&](int q, int buf) {
-    const uint32_t gs = gs0 + buf * (KT * LDG * 2), fs = fs0 + buf * (KT * LDF * 2);
+    const uint32_t gs = gs0 + buf * (kGStage * 2), fs = fs0 + buf * (kFStage * 2);
 #pragma unroll
     for (int u = 0; u < kRL; ++u) {
       const int r = (tid + u * P::kThreads) / kSegs;
       // A row past the slice has key 0: row 0, 0 bytes read.
       const uint32_t i = next_hi[u] | (static_cast<uint32_t>(next_key[u] >> j_bits) & im);
       const uint32_t j = static_cast<uint32_t>(next_key[u]) & jm;
-      cp_async16_shared(gs + r * (LDG * 2), g_base + static_cast<uint64_t>(i) * g_row, next_ok[u] ? g_sz : 0);
-      cp_async16_shared(fs + r * (LDF * 2), f_base + static_cast<uint64_t>(j) * f_row, next_ok[u] ? f_sz : 0);
+      cp_async16_shared(gs + r * kGRow, g_base + static_cast<uint64_t>(i) * g_row, next_ok[u] ? g_sz : 0);
+      cp_async16_shared(fs + r * kFRow, f_base + static_cast<uint64_t>(j) * f_row, next_ok[u] ? f_sz : 0);
     }
     fetch_keys(q + KT);
   };
 
-  float acc[MF][NF][4];
+  // mma.sync: acc[mi][ni] of the warp's tile; WG: acc[nb][j], channels c 64 nb + 8 j.
+  constexpr int AM = WG ? 2 : MF, AN = WG ? 8 : NF;
+  float acc[AM][AN][4];
 #pragma unroll
-  for (int mi = 0; mi < MF; ++mi)
+  for (int mi = 0; mi < AM; ++mi)
 #pragma unroll
-    for (int ni = 0; ni < NF; ++ni)
+    for (int ni = 0; ni < AN; ++ni)
 #pragma unroll
       for (int x = 0; x < 4; ++x) acc[mi][ni][x] = 0.0f;
 
@@ -767,56 +803,97 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
     cp_async_commit();
   }
   int buf = 0, ldbuf = S - 1;
+  if constexpr (WG) {
+    if ((smem_u32(smem) & 1023) != 0) __trap();  // the 128-byte swizzle repeats every 1024 bytes
+  }
   for (int q = pos0; q < pos1; q += KT) {
-    pipeline_step<S>(ldbuf, [&](int b) {
+    pipeline_step<S, S - 1, WG>(ldbuf, [&](int b) {
       if (lq < pos1) load_stage(lq, b), lq += KT;
     });
-    const T* gs = Gs + buf * KT * LDG;
-    const T* fs = Fs + buf * KT * LDF;
+    if constexpr (WG) {
+      // Warpgroup h: its 64 channels o of G (A, MN-major) against both halves of F (B); a k16
+      // step is two 8-row atoms, 2048 bytes. Done before the next barrier frees the buffer.
+      const uint32_t ga = smem_u32(Gs + buf * kGStage) + (warp >> 2) * (KT * 128);
+      const uint32_t fa = smem_u32(Fs + buf * kFStage);
+      wgmma_fence();
+      pin_registers(acc[0]);
+      pin_registers(acc[1]);
 #pragma unroll
-    for (int kk = 0; kk < KT; kk += 16) {
-      unsigned bf[NF][2];
+      for (int kk = 0; kk < KT; kk += 16) {
+        const uint64_t da = swizzled_desc_mn(ga + kk * 128);
 #pragma unroll
-      for (int nj = 0; nj < NF; nj += 2) {
-        // Matrices (t 0-7, c 0-7), (t 8-15, c 0-7), (t 0-7, c 8-15), (t 8-15, c 8-15), transposed.
-        unsigned r[4];
-        const int mi4 = lane >> 3;
-        const int t = kk + (lane & 7) + ((mi4 & 1) << 3);
-        const int c = wn * (BC / 4) + nj * 8 + ((mi4 >> 1) << 3);
-        ldmatrix_x4_trans(r, fs + t * LDF + c);
-        bf[nj][0] = r[0], bf[nj][1] = r[1], bf[nj + 1][0] = r[2], bf[nj + 1][1] = r[3];
+        for (int nb = 0; nb < 2; ++nb) wgmma_64x64_mn<T>(acc[nb], da, swizzled_desc_mn(fa + nb * (KT * 128) + kk * 128));
       }
+      wgmma_commit();
+      wgmma_wait<0>();
+      pin_registers(acc[0]);
+      pin_registers(acc[1]);
+    } else {
+      const T* gs = Gs + buf * KT * LDG;
+      const T* fs = Fs + buf * KT * LDF;
 #pragma unroll
-      for (int mi = 0; mi < MF; ++mi) {
-        // Matrices (o 0-7, t 0-7), (o 8-15, t 0-7), (o 0-7, t 8-15), (o 8-15, t 8-15), transposed.
-        unsigned a[4];
-        const int mi4 = lane >> 3;
-        const int t = kk + (lane & 7) + ((mi4 >> 1) << 3);
-        const int o = wm * (BO / 2) + mi * 16 + ((mi4 & 1) << 3);
-        ldmatrix_x4_trans(a, gs + t * LDG + o);
+      for (int kk = 0; kk < KT; kk += 16) {
+        unsigned bf[NF][2];
 #pragma unroll
-        for (int ni = 0; ni < NF; ++ni) mma16816<T>(acc[mi][ni], a, bf[ni][0], bf[ni][1]);
+        for (int nj = 0; nj < NF; nj += 2) {
+          // Matrices (t 0-7, c 0-7), (t 8-15, c 0-7), (t 0-7, c 8-15), (t 8-15, c 8-15), transposed.
+          unsigned r[4];
+          const int mi4 = lane >> 3;
+          const int t = kk + (lane & 7) + ((mi4 & 1) << 3);
+          const int c = wn * (BC / 4) + nj * 8 + ((mi4 >> 1) << 3);
+          ldmatrix_x4_trans(r, fs + t * LDF + c);
+          bf[nj][0] = r[0], bf[nj][1] = r[1], bf[nj + 1][0] = r[2], bf[nj + 1][1] = r[3];
+        }
+#pragma unroll
+        for (int mi = 0; mi < MF; ++mi) {
+          // Matrices (o 0-7, t 0-7), (o 8-15, t 0-7), (o 0-7, t 8-15), (o 8-15, t 8-15), transposed.
+          unsigned a[4];
+          const int mi4 = lane >> 3;
+          const int t = kk + (lane & 7) + ((mi4 >> 1) << 3);
+          const int o = wm * (BO / 2) + mi * 16 + ((mi4 & 1) << 3);
+          ldmatrix_x4_trans(a, gs + t * LDG + o);
+#pragma unroll
+          for (int ni = 0; ni < NF; ++ni) mma16816<T>(acc[mi][ni], a, bf[ni][0], bf[ni][1]);
+        }
       }
     }
     buf = buf + 1 == S ? 0 : buf + 1;
   }
   cp_async_wait<0>();
   const int g = lane >> 2, q4 = lane & 3;
+  if constexpr (WG) {
 #pragma unroll
-  for (int mi = 0; mi < MF; ++mi)
+    for (int nb = 0; nb < 2; ++nb)
 #pragma unroll
-    for (int ni = 0; ni < NF; ++ni)
+      for (int jn = 0; jn < 8; ++jn)
 #pragma unroll
-      for (int h = 0; h < 2; ++h) {
-        const int64_t o = oo + wm * (BO / 2) + mi * 16 + g + 8 * h;
-        const int64_t c = cc + wn * (BC / 4) + ni * 8 + 2 * q4;
-        const int64_t at = (k * co + o) * ci;
-        for (int x = 0; x < 2; ++x) {
-          if (o >= co || c + x >= ci) continue;
-          if (cut == 0) gw[at + c + x] = Elem<T>::from(acc[mi][ni][2 * h + x]);
-          else part[slot * co * ci + (o * ci + c + x)] = acc[mi][ni][2 * h + x];
+        for (int h = 0; h < 2; ++h) {
+          const int64_t o = oo + (warp >> 2) * 64 + (warp & 3) * 16 + g + 8 * h;
+          const int64_t c = cc + nb * 64 + jn * 8 + 2 * q4;
+          const int64_t at = (k * co + o) * ci;
+          for (int x = 0; x < 2; ++x) {
+            if (o >= co || c + x >= ci) continue;
+            if (cut == 0) gw[at + c + x] = Elem<T>::from(acc[nb][jn][2 * h + x]);
+            else part[slot * co * ci + (o * ci + c + x)] = acc[nb][jn][2 * h + x];
+          }
         }
-      }
+  } else {
+#pragma unroll
+    for (int mi = 0; mi < MF; ++mi)
+#pragma unroll
+      for (int ni = 0; ni < NF; ++ni)
+#pragma unroll
+        for (int h = 0; h < 2; ++h) {
+          const int64_t o = oo + wm * (BO / 2) + mi * 16 + g + 8 * h;
+          const int64_t c = cc + wn * (BC / 4) + ni * 8 + 2 * q4;
+          const int64_t at = (k * co + o) * ci;
+          for (int x = 0; x < 2; ++x) {
+            if (o >= co || c + x >= ci) continue;
+            if (cut == 0) gw[at + c + x] = Elem<T>::from(acc[mi][ni][2 * h + x]);
+            else part[slot * co * ci + (o * ci + c + x)] = acc[mi][ni][2 * h + x];
+          }
+        }
+  }
 }
 
 // gw[e] = the partials of the cuts of `cut` sorted positions, summed in order (float32) and rounded
@@ -878,6 +955,16 @@ FastGrouping fast_grouping() {
 // Whether a step whose 16-bit output has `out_elems` elements groups its T triplets "segmented"
 // (where the keys fit 31 bits); `kept`: a grouping kept across calls, where the smaller form is
 // taken for the MVMR (its sort's memory no longer meets the output; the MVMR kernel runs as fast).
+// The weight gradient's products on wgmma (vvor_mma_kernel's WG, blocks of 128 x 128 channels):
+// PCOPS_CUDA_POINT_CONV_FAST_VVOR=wgmma asks for them (taken where wgmma can run), "mma" or unset
+// keeps mma.sync, the default until the wgmma kernel is measured to be faster.
+bool vvor_wgmma() {
+  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_FAST_VVOR");
+  if (e == nullptr || *e == 0 || std::strcmp(e, "mma") == 0) return false;
+  if (std::strcmp(e, "wgmma") == 0) return wgmma_usable();
+  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_FAST_VVOR must be mma or wgmma");
+}
+
 bool take_segmented(int64_t T_, int64_t out_elems, bool kept = false) {
   const FastGrouping g = fast_grouping();
   return g == FastGrouping::kSegmented || (g == FastGrouping::kAuto && (kept || 8 * T_ >= 2 * out_elems));
@@ -1124,11 +1211,12 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
       if (slices == 1) cut = 0;
     }
     float* part = cut > 0 ? ws.alloc<float>((slices + K) * per) : nullptr;
-    const auto go = [&](auto bo_c, auto* keys) {
+    const auto go = [&](auto bo_c, auto wg_c, auto* keys) {
       constexpr int BO = decltype(bo_c)::value;
       using Key = std::remove_const_t<std::remove_pointer_t<decltype(keys)>>;
-      const size_t smem = sizeof(T) * P::kStages * P::KT * 2 * (BO + P::kPad);
-      auto kernel = vvor_mma_kernel<T, Key, BO>;
+      constexpr bool WG = decltype(wg_c)::value;
+      const size_t smem = sizeof(T) * P::kStages * P::KT * 2 * (BO + (WG ? 0 : P::kPad));
+      auto kernel = vvor_mma_kernel<T, Key, BO, WG>;
       PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
       const int64_t ctiles = detail::ceil_div(Co, BO) * detail::ceil_div(Ci, BO);
       const dim3 grid(static_cast<unsigned>(K), static_cast<unsigned>(ctiles), static_cast<unsigned>(slices));
@@ -1136,10 +1224,16 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
                      Ci, K, cut, gw, part);
     };
     const bool narrow = std::max(Co, Ci) <= 64;
-    if (gr.k32 != nullptr && narrow) go(std::integral_constant<int, 64>{}, gr.k32);
-    else if (gr.k32 != nullptr) go(std::integral_constant<int, 128>{}, gr.k32);
-    else if (narrow) go(std::integral_constant<int, 64>{}, gr.k64);
-    else go(std::integral_constant<int, 128>{}, gr.k64);
+    const std::integral_constant<int, 64> b64;
+    const std::integral_constant<int, 128> b128;
+    const std::false_type sync;
+    const std::true_type wg;
+    if (gr.k32 != nullptr && narrow) go(b64, sync, gr.k32);
+    else if (gr.k32 != nullptr && vvor_wgmma()) go(b128, wg, gr.k32);
+    else if (gr.k32 != nullptr) go(b128, sync, gr.k32);
+    else if (narrow) go(b64, sync, gr.k64);
+    else if (vvor_wgmma()) go(b128, wg, gr.k64);
+    else go(b128, sync, gr.k64);
     if (cut > 0)
       detail::launch(ctx, vvor_sum_cuts_kernel<T>, dim3(detail::grid_blocks(count, NT)), dim3(NT), 0,
                      static_cast<const float*>(part), gr.offsets, tiles, cut, per, count, gw);
