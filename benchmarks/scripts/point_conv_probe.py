@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import statistics
 import time
@@ -91,9 +92,13 @@ def peak_bytes(fn, device):
 
 def write_results(stem: str, device, args, rows):
     """The rows as probe JSON (probe_timing.write_probe) named <stem>[-cuda], with the thread
-    count, the processor and the device in the environment."""
+    count, the processor, the device and the point_conv variables that pick kernels or
+    groupings (PCOPS_CUDA_POINT_CONV_*, PCOPS_POINT_CONV_*; docs/ops/point_conv.md) as set for
+    the run in the environment."""
     env = {"threads": torch.get_num_threads(), "processor": platform.processor(),
-           "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu"}
+           "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",
+           "point_conv_variables": {k: v for k, v in sorted(os.environ.items())
+                                    if k.startswith(("PCOPS_CUDA_POINT_CONV_", "PCOPS_POINT_CONV_"))}}
     write_probe(f"{stem}-cuda" if device.type == "cuda" else stem, args, rows, env)
 
 
