@@ -693,27 +693,30 @@ __global__ void transpose16_kernel(const T* __restrict__ w, int64_t K, int64_t c
 // triplets cut every `cut` positions, slice z being kernel k's share of cut z (a cut without k's
 // triplets ends the block at once), written as float32 partials part[z + k][o][c] and summed in
 // cut order by vvor_sum_cuts_kernel. Pipeline as the MVMR kernel's: kStages - 1 stages ahead, one
-// barrier a stage. WG (BO = 128, sm_90a): the products by wgmma instead of mma.sync, warpgroup h
-// taking channels o 64 h .. 64 h + 63 against all 128 channels c (two m64n64k16 a k16 step), both
-// operands read MN-major from unpadded stage buffers of two 64-channel halves, each [KT][64] with
-// the 128-byte swizzle.
-template <class T, class Key, int BO, bool WG>
-__global__ void __launch_bounds__(VvorPolicy::kThreads)
+// barrier a stage. WGN warpgroups on wgmma instead of mma.sync (0: mma.sync; BO = 128, sm_90a):
+// 2: blocks of 128 x 128 channels, warpgroup h taking channels o 64 h .. 64 h + 63 against all
+// 128 channels c; 4 (512 threads): blocks of 128 x 256, warpgroup h taking o 64 (h % 2) ..
+// against c 128 (h / 2) .. + 127. Each warpgroup two m64n64k16 a k16 step, both operands read
+// MN-major from unpadded stage buffers of 64-channel parts, each [KT][64] with the 128-byte
+// swizzle.
+template <class T, class Key, int BO, int WGN>
+__global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
     vvor_mma_kernel(const Key* __restrict__ keys, const int64_t* __restrict__ seg_off, int64_t tiles, int i_bits,
                     int j_bits, const T* __restrict__ G, int64_t co, const T* __restrict__ F, int64_t ci, int64_t K,
                     int64_t cut, T* __restrict__ gw, float* __restrict__ part) {
   using P = VvorPolicy;
-  constexpr int BC = BO, KT = P::KT, S = P::kStages;
+  constexpr bool WG = WGN > 0;
+  constexpr int NT = WGN == 4 ? 512 : P::kThreads, BC = WGN == 4 ? 256 : BO, KT = P::KT, S = P::kStages;
   constexpr int LDG = BO + P::kPad, LDF = BC + P::kPad;
   constexpr int MF = BO / 2 / 16, NF = BC / 4 / 8;  // warp tile (BO / 2) x (BC / 4)
   static_assert(NF % 2 == 0, "pairs of n8 fragments");
-  static_assert(!WG || (BO == 128 && KT % 16 == 0), "wgmma: 128 x 128 blocks");
-  // A stage row's bytes and a stage buffer's elements (WG: two halves of KT rows of 64 channels).
+  static_assert(!WG || (BO == 128 && KT % 16 == 0 && (WGN == 2 || WGN == 4)), "wgmma: 128 x 128 or 256 blocks");
+  // A stage row's bytes and a stage buffer's elements (WG: parts of KT rows of 64 channels).
   constexpr int kGRow = WG ? 128 : LDG * 2, kFRow = WG ? 128 : LDF * 2;
   constexpr int kGStage = WG ? KT * BO : KT * LDG, kFStage = WG ? KT * BC : KT * LDF;
   extern __shared__ __align__(16) unsigned char smem[];
   T* Gs = reinterpret_cast<T*>(smem);  // [S][KT][LDG] (WG: [S][2][KT][64], swizzled)
-  T* Fs = Gs + S * kGStage;            // [S][KT][LDF] (WG: as Gs)
+  T* Fs = Gs + S * kGStage;            // [S][KT][LDF] (WG: [S][BC / 64][KT][64], swizzled)
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   [[maybe_unused]] const int wm = warp >> 2, wn = warp & 3;
   const int64_t k = blockIdx.x;
@@ -734,24 +737,37 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   // stage row's segment moves on from it as its position grows.
   const int64_t first = seg0 + primitives::cloud_of(seg_off + seg0, tiles, p0);
 
-  // Each thread loads the same stage rows r_u (G and F alike: BC == BO) in every stage; the keys
-  // of a stage's rows are read one stage ahead (next_key), so no load waits on them.
-  constexpr int kSegs = BO / 8, kRL = KT * kSegs / P::kThreads;
-  static_assert(KT * kSegs % P::kThreads == 0, "whole loads per thread");
+  // Each thread loads the same stage rows r_u in every stage: 8 channels of G and kFC x 8 of F
+  // (channels BO apart) in each; the keys of a stage's rows are read one stage ahead (next_key),
+  // so no load waits on them.
+  constexpr int kSegs = BO / 8, kRL = KT * kSegs / NT, kFC = BC / BO;
+  static_assert(KT * kSegs % NT == 0, "whole loads per thread");
   const int seg8 = (tid % kSegs) * 8;
-  const bool g_col = oo + seg8 < co, f_col = cc + seg8 < ci;  // the thread's 8 columns inside the rows
-  int g_sz = g_col ? 16 : 0, f_sz = f_col ? 16 : 0;            // bytes a row of the thread copies
+  const bool g_col = oo + seg8 < co;  // the thread's 8 columns inside the rows
+  int g_sz = g_col ? 16 : 0, f_sz[kFC];  // bytes a row of the thread copies
   const char* g_base = reinterpret_cast<const char*>(G + (g_col ? oo + seg8 : 0));
-  const char* f_base = reinterpret_cast<const char*>(F + (f_col ? cc + seg8 : 0));
+  const char* f_base[kFC];
   const uint32_t g_row = static_cast<uint32_t>(co * sizeof(T)), f_row = static_cast<uint32_t>(ci * sizeof(T));
-  // The thread's place in a stage row: its 8 channels (WG: in their half, the 16-byte chunk XORed
-  // with the row's place in its 8-row atom, the same for all the thread's rows: they are 16 apart).
-  uint32_t in_row = 2 * seg8;
-  if constexpr (WG)
-    in_row = (seg8 / 64) * (KT * 128) + ((((seg8 % 64) / 8) ^ ((tid / kSegs) & 7)) << 4);
-  const uint32_t gs0 = smem_u32(Gs) + in_row, fs0 = smem_u32(Fs) + in_row;
+  // The thread's place in a stage row: its 8 channels (WG: in their 64-channel part, the 16-byte
+  // chunk XORed with the row's place in its 8-row atom, the same for all the thread's rows: they
+  // are a multiple of 16 apart).
+  const auto in_row = [&](int col) -> uint32_t {
+    if constexpr (WG) return (col / 64) * (KT * 128) + ((((col % 64) / 8) ^ ((tid / kSegs) & 7)) << 4);
+    return 2 * col;
+  };
+  const uint32_t gs0 = smem_u32(Gs) + in_row(seg8);
+  uint32_t fs0[kFC];
+#pragma unroll
+  for (int v = 0; v < kFC; ++v) {
+    const bool f_col = cc + seg8 + v * BO < ci;
+    f_sz[v] = f_col ? 16 : 0;
+    f_base[v] = reinterpret_cast<const char*>(F + (f_col ? cc + seg8 + v * BO : 0));
+    fs0[v] = smem_u32(Fs) + in_row(seg8 + v * BO);
+  }
   // Kept in registers (the compiler would rebuild them from the parameters at every stage).
-  asm volatile("" : "+r"(jm), "+r"(im), "+r"(g_sz), "+r"(f_sz));
+  asm volatile("" : "+r"(jm), "+r"(im), "+r"(g_sz));
+#pragma unroll
+  for (int v = 0; v < kFC; ++v) asm volatile("" : "+r"(f_sz[v]));
   Key next_key[kRL];
   bool next_ok[kRL];
   // Each stage row's segment (sc) and its end (se), and the high bits of i it gives (next_hi).
@@ -763,7 +779,7 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
   const auto fetch_keys = [&](int q) {
 #pragma unroll
     for (int u = 0; u < kRL; ++u) {
-      const int r = (tid + u * P::kThreads) / kSegs, p = q + r;
+      const int r = (tid + u * NT) / kSegs, p = q + r;
       next_ok[u] = p < pos1;
       next_key[u] = next_ok[u] ? keys[p] : 0;
       if (next_ok[u])
@@ -772,15 +788,18 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
     }
   };
   const auto load_stage = [&](int q, int buf) {
-    const uint32_t gs = gs0 + buf * (kGStage * 2), fs = fs0 + buf * (kFStage * 2);
+    const uint32_t gs = gs0 + buf * (kGStage * 2);
 #pragma unroll
     for (int u = 0; u < kRL; ++u) {
-      const int r = (tid + u * P::kThreads) / kSegs;
+      const int r = (tid + u * NT) / kSegs;
       // A row past the slice has key 0: row 0, 0 bytes read.
       const uint32_t i = next_hi[u] | (static_cast<uint32_t>(next_key[u] >> j_bits) & im);
       const uint32_t j = static_cast<uint32_t>(next_key[u]) & jm;
       cp_async16_shared(gs + r * kGRow, g_base + static_cast<uint64_t>(i) * g_row, next_ok[u] ? g_sz : 0);
-      cp_async16_shared(fs + r * kFRow, f_base + static_cast<uint64_t>(j) * f_row, next_ok[u] ? f_sz : 0);
+#pragma unroll
+      for (int v = 0; v < kFC; ++v)
+        cp_async16_shared(fs0[v] + buf * (kFStage * 2) + r * kFRow, f_base[v] + static_cast<uint64_t>(j) * f_row,
+                          next_ok[u] ? f_sz[v] : 0);
     }
     fetch_keys(q + KT);
   };
@@ -811,10 +830,12 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
       if (lq < pos1) load_stage(lq, b), lq += KT;
     });
     if constexpr (WG) {
-      // Warpgroup h: its 64 channels o of G (A, MN-major) against both halves of F (B); a k16
-      // step is two 8-row atoms, 2048 bytes. Done before the next barrier frees the buffer.
-      const uint32_t ga = smem_u32(Gs + buf * kGStage) + (warp >> 2) * (KT * 128);
-      const uint32_t fa = smem_u32(Fs + buf * kFStage);
+      // Warpgroup h: its 64 channels o of G (A, MN-major) against its two 64-channel parts of F
+      // (B); a k16 step is two 8-row atoms, 2048 bytes. Done before the next barrier frees the
+      // buffer.
+      const int h = warp >> 2;
+      const uint32_t ga = smem_u32(Gs + buf * kGStage) + (h & 1) * (KT * 128);
+      const uint32_t fa = smem_u32(Fs + buf * kFStage) + (h >> 1) * (2 * KT * 128);
       wgmma_fence();
       pin_registers(acc[0]);
       pin_registers(acc[1]);
@@ -868,8 +889,8 @@ __global__ void __launch_bounds__(VvorPolicy::kThreads)
       for (int jn = 0; jn < 8; ++jn)
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
-          const int64_t o = oo + (warp >> 2) * 64 + (warp & 3) * 16 + g + 8 * h;
-          const int64_t c = cc + nb * 64 + jn * 8 + 2 * q4;
+          const int64_t o = oo + ((warp >> 2) & 1) * 64 + (warp & 3) * 16 + g + 8 * h;
+          const int64_t c = cc + (warp >> 3) * 128 + nb * 64 + jn * 8 + 2 * q4;
           const int64_t at = (k * co + o) * ci;
           for (int x = 0; x < 2; ++x) {
             if (o >= co || c + x >= ci) continue;
@@ -955,14 +976,17 @@ FastGrouping fast_grouping() {
 // Whether a step whose 16-bit output has `out_elems` elements groups its T triplets "segmented"
 // (where the keys fit 31 bits); `kept`: a grouping kept across calls, where the smaller form is
 // taken for the MVMR (its sort's memory no longer meets the output; the MVMR kernel runs as fast).
-// The weight gradient's products on wgmma (vvor_mma_kernel's WG, blocks of 128 x 128 channels):
-// PCOPS_CUDA_POINT_CONV_FAST_VVOR=wgmma asks for them (taken where wgmma can run), "mma" or unset
-// keeps mma.sync, the default until the wgmma kernel is measured to be faster.
-bool vvor_wgmma() {
+// The weight gradient's products on wgmma (vvor_mma_kernel's WGN warpgroups): the most
+// warpgroups PCOPS_CUDA_POINT_CONV_FAST_VVOR asks for, taken where wgmma can run: "wgmma" 2
+// (blocks of 128 x 128 channels), "wgmma256" 4 (128 x 256, where the features have more than
+// 128 channels; 128 x 128 below); "mma" or unset 0, mma.sync, the default until the wgmma
+// kernels have run under the sanitizers.
+int vvor_wgmma() {
   const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_FAST_VVOR");
-  if (e == nullptr || *e == 0 || std::strcmp(e, "mma") == 0) return false;
-  if (std::strcmp(e, "wgmma") == 0) return wgmma_usable();
-  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_FAST_VVOR must be mma or wgmma");
+  if (e == nullptr || *e == 0 || std::strcmp(e, "mma") == 0) return 0;
+  if (std::strcmp(e, "wgmma") == 0) return wgmma_usable() ? 2 : 0;
+  if (std::strcmp(e, "wgmma256") == 0) return wgmma_usable() ? 4 : 0;
+  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_FAST_VVOR must be mma, wgmma or wgmma256");
 }
 
 bool take_segmented(int64_t T_, int64_t out_elems, bool kept = false) {
@@ -1211,29 +1235,32 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
       if (slices == 1) cut = 0;
     }
     float* part = cut > 0 ? ws.alloc<float>((slices + K) * per) : nullptr;
-    const auto go = [&](auto bo_c, auto wg_c, auto* keys) {
-      constexpr int BO = decltype(bo_c)::value;
+    const auto go = [&](auto bo_c, auto wgn_c, auto* keys) {
+      constexpr int BO = decltype(bo_c)::value, WGN = decltype(wgn_c)::value, BC = WGN == 4 ? 256 : BO;
+      constexpr int NT = WGN == 4 ? 512 : P::kThreads, kPad = WGN > 0 ? 0 : P::kPad;
       using Key = std::remove_const_t<std::remove_pointer_t<decltype(keys)>>;
-      constexpr bool WG = decltype(wg_c)::value;
-      const size_t smem = sizeof(T) * P::kStages * P::KT * 2 * (BO + (WG ? 0 : P::kPad));
-      auto kernel = vvor_mma_kernel<T, Key, BO, WG>;
+      const size_t smem = sizeof(T) * P::kStages * P::KT * (BO + BC + 2 * kPad);
+      auto kernel = vvor_mma_kernel<T, Key, BO, WGN>;
       PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      const int64_t ctiles = detail::ceil_div(Co, BO) * detail::ceil_div(Ci, BO);
+      const int64_t ctiles = detail::ceil_div(Co, BO) * detail::ceil_div(Ci, BC);
       const dim3 grid(static_cast<unsigned>(K), static_cast<unsigned>(ctiles), static_cast<unsigned>(slices));
-      detail::launch(ctx, kernel, grid, dim3(P::kThreads), smem, keys, gr.offsets, tiles, key_i_bits, j_bits, g, Co, f,
-                     Ci, K, cut, gw, part);
+      detail::launch(ctx, kernel, grid, dim3(NT), smem, keys, gr.offsets, tiles, key_i_bits, j_bits, g, Co, f, Ci, K,
+                     cut, gw, part);
     };
     const bool narrow = std::max(Co, Ci) <= 64;
+    // Warpgroups of the wgmma kernel (0: mma.sync): 256-channel blocks only where F has more
+    // than 128 channels.
+    const int wgn = narrow ? 0 : std::min(vvor_wgmma(), Ci > 128 ? 4 : 2);
     const std::integral_constant<int, 64> b64;
     const std::integral_constant<int, 128> b128;
-    const std::false_type sync;
-    const std::true_type wg;
-    if (gr.k32 != nullptr && narrow) go(b64, sync, gr.k32);
-    else if (gr.k32 != nullptr && vvor_wgmma()) go(b128, wg, gr.k32);
-    else if (gr.k32 != nullptr) go(b128, sync, gr.k32);
-    else if (narrow) go(b64, sync, gr.k64);
-    else if (vvor_wgmma()) go(b128, wg, gr.k64);
-    else go(b128, sync, gr.k64);
+    const auto with_keys = [&](auto* keys) {
+      if (narrow) go(b64, std::integral_constant<int, 0>{}, keys);
+      else if (wgn == 4) go(b128, std::integral_constant<int, 4>{}, keys);
+      else if (wgn == 2) go(b128, std::integral_constant<int, 2>{}, keys);
+      else go(b128, std::integral_constant<int, 0>{}, keys);
+    };
+    if (gr.k32 != nullptr) with_keys(gr.k32);
+    else with_keys(gr.k64);
     if (cut > 0)
       detail::launch(ctx, vvor_sum_cuts_kernel<T>, dim3(detail::grid_blocks(count, NT)), dim3(NT), 0,
                      static_cast<const float*>(part), gr.offsets, tiles, cut, per, count, gw);

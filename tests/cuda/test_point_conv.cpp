@@ -502,7 +502,10 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
            // 64 channels both ways.
            {1500, 1300, 32, 136, 27, 40000}, {1500, 1300, 72, 136, 27, 30000},
            // More kernel cells than the tile's segment offsets kept in shared memory (128).
-           {700, 600, 24, 40, 200, 20000}}) {
+           {700, 600, 24, 40, 200, 20000},
+           // More than 128 feature channels: the weight gradient's 256-channel wgmma blocks
+           // (partial) beside a partial 128-channel block of the other side.
+           {600, 500, 200, 72, 27, 12000}}) {
     Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
     const pcops::PointConvShape s = c.s;
     ASSERT_TRUE(pcops::cuda::point_conv_mma_supported(s));
@@ -546,17 +549,20 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
       expect_close(a.gf, gf, gfm, longest(per_j) + co, "grad_features");
       expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights");
     }
-    // The weight gradient on wgmma (blocks of 128 x 128 channels, where a layer has more than 64;
-    // mma.sync elsewhere and where wgmma cannot run): the same bound, invalid triplets skipped,
-    // the other results untouched.
-    SCOPED_TRACE("weight gradient on wgmma");
+    // The weight gradient on wgmma (blocks of 128 x 128 channels, or 128 x 256 with "wgmma256"
+    // where the features have more than 128, wherever a layer has more than 64; mma.sync
+    // elsewhere and where wgmma cannot run): the same bound, invalid triplets skipped, the other
+    // results untouched.
     const Mma base = run_mma(c, f, w, g);
-    const pcops_cuda_test::ScopedEnv use(kVvorVar, "wgmma");
-    const Mma a = run_mma(c, f, w, g), b = run_mma(bad, f, w, g);
-    EXPECT_EQ(std::memcmp(a.gw.data(), b.gw.data(), a.gw.size() * 2), 0);
-    EXPECT_EQ(std::memcmp(a.out.data(), base.out.data(), a.out.size() * 2), 0);
-    EXPECT_EQ(std::memcmp(a.gf.data(), base.gf.data(), a.gf.size() * 2), 0);
-    expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights (wgmma)");
+    for (const char* choice : {"wgmma", "wgmma256"}) {
+      SCOPED_TRACE(std::string("weight gradient on ") + choice);
+      const pcops_cuda_test::ScopedEnv use(kVvorVar, choice);
+      const Mma a = run_mma(c, f, w, g), b = run_mma(bad, f, w, g);
+      EXPECT_EQ(std::memcmp(a.gw.data(), b.gw.data(), a.gw.size() * 2), 0);
+      EXPECT_EQ(std::memcmp(a.out.data(), base.out.data(), a.out.size() * 2), 0);
+      EXPECT_EQ(std::memcmp(a.gf.data(), base.gf.data(), a.gf.size() * 2), 0);
+      expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights (wgmma)");
+    }
   }
 }
 

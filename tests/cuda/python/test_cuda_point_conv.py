@@ -269,22 +269,24 @@ def test_fast_mode_empty_and_fallbacks(gen):
 
 @pytest.mark.parametrize("shape", [s for s in FAST_SHAPES if max(s[2], s[3]) > 64])
 def test_fast_mode_weight_gradient_on_wgmma(shape, gen, monkeypatch):
-    """PCOPS_CUDA_POINT_CONV_FAST_VVOR=wgmma: the weight gradient's blocks of 128 x 128 channels
-    on wgmma (mma.sync where wgmma cannot run); the same bound against float64, the forward and
-    the features gradient untouched; an unknown value is an error."""
+    """PCOPS_CUDA_POINT_CONV_FAST_VVOR=wgmma / wgmma256: the weight gradient's blocks of 128 x 128
+    (or 128 x 256 where the features have more than 128 channels) on wgmma (mma.sync where wgmma
+    cannot run); the same bound against float64, the forward and the features gradient untouched;
+    an unknown value is an error."""
     n_in, n_out, c_in, c_out, K, T = shape
     f, w, t = _inputs(gen, n_in, n_out, c_in, c_out, K, T)
     f, w = f.bfloat16(), (w / (c_in**0.5)).bfloat16()
     g = (torch.rand(n_out, c_out, generator=gen) * 2 - 1).bfloat16()
     runs = {}
-    for choice in ("mma", "wgmma"):
+    for choice in ("mma", "wgmma", "wgmma256"):
         monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_FAST_VVOR", choice)
         fd, wd = f.cuda().requires_grad_(), w.cuda().requires_grad_()
         out = pcops.point_conv(fd, wd, t.cuda(), n_out, mode="fast")
         runs[choice] = (out, *torch.autograd.grad(out, (fd, wd), g.cuda()))
-    assert same_bits(runs["mma"][0], runs["wgmma"][0]) and same_bits(runs["mma"][1], runs["wgmma"][1])
     *_, rgw, rgwm = _reference(f, w, t, n_out, g)
-    _close(runs["wgmma"][2], rgw, rgwm, torch.bfloat16, _chain(t, 2, K))
+    for choice in ("wgmma", "wgmma256"):
+        assert same_bits(runs["mma"][0], runs[choice][0]) and same_bits(runs["mma"][1], runs[choice][1])
+        _close(runs[choice][2], rgw, rgwm, torch.bfloat16, _chain(t, 2, K))
     monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_FAST_VVOR", "tensor")
     fd = f.cuda().requires_grad_()
     out = pcops.point_conv(fd, w.cuda().requires_grad_(), t.cuda(), n_out, mode="fast")
