@@ -17,8 +17,13 @@ benchmarks/results/point-conv-kernels[-cuda]-<date>-<commit>.json.
         python benchmarks/scripts/point_conv_kernels.py --device cuda --points 165000 \\
             --channels 32,64,128,256 --vvor default,1,2,2x4 --mvmr default,cells,rows
 
---dtype bfloat16 --mode fast times the tensor-core path's parts instead (each with its radix
-sort), which the two variables do not touch.
+--dtype bfloat16 --mode fast times the tensor-core path's parts instead; there --mvmr names
+PCOPS_CUDA_POINT_CONV_CONFIG shapes (forward and grad_features, e.g. 128x128x64x64x2w) and --vvor
+PCOPS_CUDA_POINT_CONV_FAST_VVOR choices (grad_weights: mma, wgmma, wgmma256). --rounds repeats
+the choices in alternating rounds (a row each).
+
+    python benchmarks/scripts/point_conv_kernels.py --device cuda --points 165000 \
+        --channels 128,256,512 --dtype bfloat16 --mode fast --vvor mma,wgmma,wgmma256 --rounds 2
 """
 
 from __future__ import annotations
@@ -32,7 +37,8 @@ from pcops.bench.oracle import vvor_piece_length
 from point_conv_probe import probe_arguments, probe_triplets, write_results  # this directory
 from probe_timing import cpu_median, cuda_median  # this directory
 
-VARIABLES = {"mvmr": "PCOPS_CUDA_POINT_CONV_MVMR", "vvor": "PCOPS_CUDA_POINT_CONV_VVOR"}
+VARIABLES = {"exact": {"mvmr": "PCOPS_CUDA_POINT_CONV_MVMR", "vvor": "PCOPS_CUDA_POINT_CONV_VVOR"},
+             "fast": {"mvmr": "PCOPS_CUDA_POINT_CONV_CONFIG", "vvor": "PCOPS_CUDA_POINT_CONV_FAST_VVOR"}}
 
 
 def timed(fn, repeat, device):
@@ -65,8 +71,8 @@ def main():
                     help="input channels of every layer (0: as many as its output channels, --channels)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--mode", default="exact", choices=["exact", "fast"],
-                    help="fast: the tensor-core kernels (16-bit --dtype, CUDA); the variables then "
-                         "change nothing, PCOPS_CUDA_POINT_CONV_CONFIG picks their shape")
+                    help="fast: the tensor-core kernels (16-bit --dtype, CUDA); --mvmr then names "
+                         "PCOPS_CUDA_POINT_CONV_CONFIG shapes, --vvor PCOPS_CUDA_POINT_CONV_FAST_VVOR choices")
     args = ap.parse_args()
     if args.mode == "fast" and (args.device != "cuda" or args.dtype == "float32"):
         ap.error("--mode fast needs --device cuda and a 16-bit --dtype")
@@ -90,17 +96,19 @@ def main():
         }
         for part, (kind, fn) in parts.items():
             first = None
-            for choice in getattr(args, kind).split(","):
-                seconds, out = with_choice(VARIABLES[kind], choice, lambda: timed(fn, args.repeat, device))
-                if first is None:
-                    first = out
-                row = {"channels": c, "in_channels": ci, "points": n, "triplets": T, "order": args.order,
-                       "dtype": args.dtype, "mode": mode, "part": part,
-                       "variable": VARIABLES[kind], "choice": choice, "seconds": seconds,
-                       "same_bits_as_first": bool(torch.equal(out, first)),
-                       "piece_length": vvor_piece_length(T, c, ci)}
-                rows.append(row)
-                print(json.dumps(row), flush=True)
+            variable = VARIABLES[mode][kind]
+            for rnd in range(args.rounds):
+                for choice in getattr(args, kind).split(","):
+                    seconds, out = with_choice(variable, choice, lambda: timed(fn, args.repeat, device))
+                    if first is None:
+                        first = out
+                    row = {"channels": c, "in_channels": ci, "points": n, "triplets": T, "order": args.order,
+                           "dtype": args.dtype, "mode": mode, "part": part, "round": rnd,
+                           "variable": variable, "choice": choice, "seconds": seconds,
+                           "same_bits_as_first": bool(torch.equal(out, first)),
+                           "piece_length": vvor_piece_length(T, c, ci)}
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     write_results("point-conv-kernels", device, args, rows)
 
 
