@@ -638,7 +638,11 @@ TEST(CudaPointConvMma, OutputsOnRequest) {
   std::mt19937 rng(43);
   using Shape = std::array<int64_t, 6>;  // n_in, n_out, C_in, C_out, K, T
   for (const Shape& sh :
-       {Shape{300, 200, 40, 24, 27, 5000}, Shape{300, 200, 16, 0, 27, 500}, Shape{120, 0, 8, 16, 27, 0}}) {
+       {Shape{300, 200, 40, 24, 27, 5000}, Shape{300, 200, 16, 0, 27, 500}, Shape{120, 0, 8, 16, 27, 0},
+        // Wide enough for the 128-channel blocks of every kernel (and the weight gradient's
+        // 256-channel ones with PCOPS_CUDA_POINT_CONV_FAST_VVOR=wgmma256: tests/cuda/run_gpu.sh
+        // races them).
+        Shape{300, 200, 136, 72, 27, 3000}}) {
     SCOPED_TRACE(testing::Message() << "shape " << sh[2] << "x" << sh[3] << " rows " << sh[0] << " / " << sh[1]);
     const Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
     ASSERT_TRUE(pcops::cuda::point_conv_mma_supported(c.s));
