@@ -271,24 +271,17 @@ __device__ __forceinline__ uint64_t swizzled_desc(uint32_t addr) {
                "wgmma.mma_async.sync.aligned.m64n64k16.f32." TY "." TY " {%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, " TRANS ";\n}\n" \
                : "+f"(d[0][0]), "+f"(d[0][1]), "+f"(d[0][2]), "+f"(d[0][3]), "+f"(d[1][0]), "+f"(d[1][1]), "+f"(d[1][2]), "+f"(d[1][3]), "+f"(d[2][0]), "+f"(d[2][1]), "+f"(d[2][2]), "+f"(d[2][3]), "+f"(d[3][0]), "+f"(d[3][1]), "+f"(d[3][2]), "+f"(d[3][3]), "+f"(d[4][0]), "+f"(d[4][1]), "+f"(d[4][2]), "+f"(d[4][3]), "+f"(d[5][0]), "+f"(d[5][1]), "+f"(d[5][2]), "+f"(d[5][3]), "+f"(d[6][0]), "+f"(d[6][1]), "+f"(d[6][2]), "+f"(d[6][3]), "+f"(d[7][0]), "+f"(d[7][1]), "+f"(d[7][2]), "+f"(d[7][3])                                                                                   \
                : "l"(da), "l"(db))
-template <class T>
+// kMN: both operands MN-major (A: M contiguous, B: N contiguous; the transpose immediates 1, 1),
+// as the weight gradient's gathered rows lie: 64 channels (128 bytes) a row, one row a triplet,
+// 8-row atoms of the 128-byte swizzle. Otherwise both K-major.
+template <class T, bool kMN = false>
 __device__ __forceinline__ void wgmma_64x64(float (&d)[8][4], uint64_t da, uint64_t db) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (std::is_same_v<T, __half>) PCOPS_WGMMA_64X64("f16", "0, 0", d, da, db);
+  constexpr bool kHalf = std::is_same_v<T, __half>;
+  if constexpr (kHalf && kMN) PCOPS_WGMMA_64X64("f16", "1, 1", d, da, db);
+  else if constexpr (kHalf) PCOPS_WGMMA_64X64("f16", "0, 0", d, da, db);
+  else if constexpr (kMN) PCOPS_WGMMA_64X64("bf16", "1, 1", d, da, db);
   else PCOPS_WGMMA_64X64("bf16", "0, 0", d, da, db);
-#else
-  (void)d, (void)da, (void)db;
-  __trap();  // never launched: the host picks wgmma only for sm_90a code on a 9.0 device
-#endif
-}
-// The same with both operands MN-major (A: M contiguous, B: N contiguous; the instruction's
-// transpose immediates 1, 1), as the weight gradient's gathered rows lie: 64 channels (128 bytes)
-// a row, one row a triplet, 8-row atoms of the 128-byte swizzle.
-template <class T>
-__device__ __forceinline__ void wgmma_64x64_mn(float (&d)[8][4], uint64_t da, uint64_t db) {
-#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-  if constexpr (std::is_same_v<T, __half>) PCOPS_WGMMA_64X64("f16", "1, 1", d, da, db);
-  else PCOPS_WGMMA_64X64("bf16", "1, 1", d, da, db);
 #else
   (void)d, (void)da, (void)db;
   __trap();  // never launched: the host picks wgmma only for sm_90a code on a 9.0 device
@@ -843,7 +836,7 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
       for (int kk = 0; kk < KT; kk += 16) {
         const uint64_t da = swizzled_desc_mn(ga + kk * 128);
 #pragma unroll
-        for (int nb = 0; nb < 2; ++nb) wgmma_64x64_mn<T>(acc[nb], da, swizzled_desc_mn(fa + nb * (KT * 128) + kk * 128));
+        for (int nb = 0; nb < 2; ++nb) wgmma_64x64<T, true>(acc[nb], da, swizzled_desc_mn(fa + nb * (KT * 128) + kk * 128));
       }
       wgmma_commit();
       wgmma_wait<0>();
@@ -882,6 +875,16 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
   }
   cp_async_wait<0>();
   const int g = lane >> 2, q4 = lane & 3;
+  // Elements (o, c) and (o, c + 1) of the block's result, those inside W_k: into gw (one slice) or
+  // the slice's partials.
+  const auto put = [&](int64_t o, int64_t c, float v0, float v1) {
+    const int64_t at = (k * co + o) * ci;
+    for (int x = 0; x < 2; ++x) {
+      if (o >= co || c + x >= ci) continue;
+      if (cut == 0) gw[at + c + x] = Elem<T>::from(x == 0 ? v0 : v1);
+      else part[slot * co * ci + (o * ci + c + x)] = x == 0 ? v0 : v1;
+    }
+  };
   if constexpr (WG) {
 #pragma unroll
     for (int nb = 0; nb < 2; ++nb)
@@ -891,12 +894,7 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
         for (int h = 0; h < 2; ++h) {
           const int64_t o = oo + ((warp >> 2) & 1) * 64 + (warp & 3) * 16 + g + 8 * h;
           const int64_t c = cc + (warp >> 3) * 128 + nb * 64 + jn * 8 + 2 * q4;
-          const int64_t at = (k * co + o) * ci;
-          for (int x = 0; x < 2; ++x) {
-            if (o >= co || c + x >= ci) continue;
-            if (cut == 0) gw[at + c + x] = Elem<T>::from(acc[nb][jn][2 * h + x]);
-            else part[slot * co * ci + (o * ci + c + x)] = acc[nb][jn][2 * h + x];
-          }
+          put(o, c, acc[nb][jn][2 * h], acc[nb][jn][2 * h + 1]);
         }
   } else {
 #pragma unroll
@@ -907,12 +905,7 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
         for (int h = 0; h < 2; ++h) {
           const int64_t o = oo + wm * (BO / 2) + mi * 16 + g + 8 * h;
           const int64_t c = cc + wn * (BC / 4) + ni * 8 + 2 * q4;
-          const int64_t at = (k * co + o) * ci;
-          for (int x = 0; x < 2; ++x) {
-            if (o >= co || c + x >= ci) continue;
-            if (cut == 0) gw[at + c + x] = Elem<T>::from(acc[mi][ni][2 * h + x]);
-            else part[slot * co * ci + (o * ci + c + x)] = acc[mi][ni][2 * h + x];
-          }
+          put(o, c, acc[mi][ni][2 * h], acc[mi][ni][2 * h + 1]);
         }
   }
 }
@@ -973,9 +966,7 @@ FastGrouping fast_grouping() {
   if (std::strcmp(e, "packed") == 0) return FastGrouping::kPacked;
   throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_FAST_GROUPING must be segmented or packed");
 }
-// Whether a step whose 16-bit output has `out_elems` elements groups its T triplets "segmented"
-// (where the keys fit 31 bits); `kept`: a grouping kept across calls, where the smaller form is
-// taken for the MVMR (its sort's memory no longer meets the output; the MVMR kernel runs as fast).
+
 // The weight gradient's products on wgmma (vvor_mma_kernel's WGN warpgroups): the most
 // warpgroups PCOPS_CUDA_POINT_CONV_FAST_VVOR asks for, taken where wgmma can run: "wgmma" 2
 // (blocks of 128 x 128 channels), "wgmma256" 4 (128 x 256, where the features have more than
@@ -989,6 +980,9 @@ int vvor_wgmma() {
   throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_FAST_VVOR must be mma, wgmma or wgmma256");
 }
 
+// Whether a step whose 16-bit output has `out_elems` elements groups its T triplets "segmented"
+// (where the keys fit 31 bits); `kept`: a grouping kept across calls, where the smaller form is
+// taken for the MVMR (its sort's memory no longer meets the output; the MVMR kernel runs as fast).
 bool take_segmented(int64_t T_, int64_t out_elems, bool kept = false) {
   const FastGrouping g = fast_grouping();
   return g == FastGrouping::kSegmented || (g == FastGrouping::kAuto && (kept || 8 * T_ >= 2 * out_elems));
