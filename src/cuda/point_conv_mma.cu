@@ -334,8 +334,8 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 // channels).
 template <class T, class Key, int BN, int BM, int MC, int BK, int S, bool WG>
 __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
-    mvmr_mma_kernel(const Key* __restrict__ keys, const int64_t* __restrict__ seg_off, MvmrKey m, int64_t K,
-                    const T* __restrict__ src, int64_t n_in_c, const T* __restrict__ mat, int64_t n_out_c,
+    mvmr_mma_kernel(const Key* __restrict__ keys, const int64_t* __restrict__ seg_off, int64_t tile_stride,
+                    int64_t k_stride, MvmrKey m, int64_t K, const T* __restrict__ src, int64_t n_in_c, const T* __restrict__ mat, int64_t n_out_c,
                     int64_t n_dst, T* __restrict__ dst) {
   using P = MvmrPolicy;
   constexpr int NT = P::kThreads;
@@ -358,7 +358,7 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   T* Bs = As + S * MC * BK;                              // [S][BN][BK], swizzled
   float* Os = reinterpret_cast<float*>(Bs + S * BN * BK);  // [BM][BN]
   uint8_t* Rs = reinterpret_cast<uint8_t*>(Os + BM * BN);  // [4][MC]: chunk rows' local rows (kPast past)
-  int* Ss = reinterpret_cast<int*>(Rs + 4 * MC);             // [kSegCache + 1]: the tile's segment offsets
+  int* Ss = reinterpret_cast<int*>(Rs + 4 * MC);             // [kSegCache + 1]: the tile's segment bounds
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
@@ -373,13 +373,18 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   const int Ki = static_cast<int>(K);
 
   for (int e = tid; e < BM * BN; e += NT) Os[e] = 0.0f;
-  // The tile's segment offsets (sorted positions fit 31 bits, point_conv_mma_supported), the first
-  // kSegCache + 1 in shared memory: the stage sequence reads one at every chunk, on the loads' path.
-  const int64_t* so = seg_off + tile * K;
-  const int kc = Ki < kSegCache ? Ki : kSegCache;
-  for (int e = tid; e <= kc; e += NT) Ss[e] = static_cast<int>(so[e]);
+  // The tile's segment bounds (sorted positions fit 31 bits, point_conv_mma_supported): segment k
+  // from so[k * k_stride] to so[k * k_stride + 1]; the segments in (tile, k) order (tile_stride K,
+  // k_stride 1: each segment ends where the next begins) or in the weight gradient's (k, tile) order
+  // (tile_stride 1, k_stride tiles). The first ones in shared memory (the stage sequence reads one at
+  // every chunk, on the loads' path): kSegCache + 1 offsets, or kSegCache / 2 (begin, end) pairs.
+  const int64_t* so = seg_off + tile * tile_stride;
+  const int cs = k_stride == 1 ? 1 : 2, kc = Ki < kSegCache / cs ? Ki : kSegCache / cs;
+  for (int e = tid; e < kc * cs + (cs == 1 ? 1 : 0); e += NT)
+    Ss[e] = static_cast<int>(so[(e / cs) * k_stride + e % cs]);
   __syncthreads();
-  const auto seg_at = [&](int k) { return k <= kc ? Ss[k] : static_cast<int>(so[k]); };
+  const auto begin_at = [&](int k) { return k < kc ? Ss[k * cs] : static_cast<int>(so[k * k_stride]); };
+  const auto end_at = [&](int k) { return k < kc ? Ss[k * cs + 1] : static_cast<int>(so[k * k_stride + 1]); };
 
   // The stage sequence: segments k = 0..K-1 of this tile, MC triplets a chunk, nb stages a chunk;
   // c counts the chunks. 32-bit cursors.
@@ -388,16 +393,16 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   };
   const auto first_chunk = [&](int k, int c) {
     int q = 0, e = 0;
-    if (k < Ki) q = seg_at(k), e = seg_at(k + 1);
+    if (k < Ki) q = begin_at(k), e = end_at(k);
     while (k < Ki && e == q) {
       ++k;
-      if (k < Ki) e = seg_at(k + 1);
+      if (k < Ki) q = begin_at(k), e = end_at(k);
     }
     return Stage{k, q, e - q < MC ? e - q : MC, 0, c};
   };
   // The chunk after s's (s.b ignored).
   const auto next_chunk = [&](const Stage& s) {
-    const int q = s.q + s.n, e = seg_at(s.k + 1);
+    const int q = s.q + s.n, e = end_at(s.k);
     if (q < e) return Stage{s.k, q, e - q < MC ? e - q : MC, 0, s.c + 1};
     return first_chunk(s.k + 1, s.c + 1);
   };
@@ -1082,6 +1087,9 @@ struct GroupSpec {
   MvmrConfig cfg{};  // MVMR
   int64_t tiles = 1;  // VVOR: row blocks a kernel cell (1: packed)
   int key_i_bits = 0;
+  // MVMR: the segments in the weight gradient's (k, tile) order, grouped by vp: the forward reading
+  // the weight gradient's grouping (vvor_spec), whose keys are its own (forward_spec).
+  bool cell_major = false;
   // The kept form (one buffer): offsets [segments + 2] int64, then the keys at a 256-byte boundary.
   size_t keys_at() const { return (sizeof(int64_t) * static_cast<size_t>(segments + 2) + 255) / 256 * 256; }
   size_t bytes() const {
@@ -1124,11 +1132,29 @@ GroupSpec vvor_spec(const PointConvShape& s) {
   return g;
 }
 
+// The forward's grouping. Kept across calls, it is the weight gradient's where that is segmented
+// too: then a segment (k, block of 128 rows i) holds the triplets of the MVMR's segment (tile of 128
+// rows i, k) with the same keys (i's place in its 128 rows above j; where the rows fit one block,
+// i itself, its bits fewer than 7), only the segments' order differs, which the MVMR kernel takes
+// as strides. A layer then keeps and sorts two groupings, not three.
+GroupSpec forward_spec(const PointConvShape& s, bool kept) {
+  GroupSpec g = mvmr_spec(s.triplets, 0, 1, s.num_out, s.num_in, s.kernels, s.channels_out, s.channels_in, kept);
+  if (!kept || g.none || g.packed || g.cfg.bm != 128) return g;
+  const GroupSpec v = vvor_spec(s);
+  if (v.none || v.packed || v.tiles != g.mp.m.tiles || (v.key_i_bits != 7 && v.tiles != 1) ||
+      v.vp.j_bits != g.mp.m.src_bits)
+    return g;
+  g.cell_major = true;
+  g.vp = v.vp, g.tiles = v.tiles, g.key_i_bits = v.key_i_bits;
+  g.segments = v.segments, g.key_bits = v.key_bits;
+  return g;
+}
+
 // `kept`: the form of a grouping kept across calls (point_conv_mma_group), else the call's own.
 GroupSpec step_spec(const PointConvShape& s, PointConvStep step, bool kept) {
   switch (step) {
     case PointConvStep::kForward:
-      return mvmr_spec(s.triplets, 0, 1, s.num_out, s.num_in, s.kernels, s.channels_out, s.channels_in, kept);
+      return forward_spec(s, kept);
     case PointConvStep::kGradFeatures:
       return mvmr_spec(s.triplets, 1, 0, s.num_in, s.num_out, s.kernels, s.channels_in, s.channels_out, kept);
     case PointConvStep::kGradWeights:
@@ -1152,7 +1178,7 @@ Grouped group_step(const CudaContext& ctx, detail::Workspace& ws, const GroupSpe
     return g.packed ? group_packed(ctx, ws, t, g.T, g.segments, g.key_bits, place)
                     : segmented(ctx, ws, t, g.T, g.segments, g.key_bits, place);
   };
-  return g.vvor ? go(g.vp) : go(g.mp);
+  return g.vvor || g.cell_major ? go(g.vp) : go(g.mp);
 }
 
 // One MVMR (spec g): dst [n_dst, n_out_c] comes from dst_alloc once the keys are sorted (their
@@ -1182,7 +1208,8 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g,
     auto kernel = mvmr_mma_kernel<T, Key, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg>;
     PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles * detail::ceil_div(n_out_c, C.bn))),
-                   dim3(MvmrPolicy::kThreads), smem, keys, gr.offsets, m, K, src, n_in_c, mat, n_out_c, n_dst, dst);
+                   dim3(MvmrPolicy::kThreads), smem, keys, gr.offsets, g.cell_major ? int64_t{1} : K,
+                   g.cell_major ? m.tiles : int64_t{1}, m, K, src, n_in_c, mat, n_out_c, n_dst, dst);
   };
   [&]<size_t... I>(std::index_sequence<I...>) {
     (go(std::integral_constant<size_t, I>{}, gr.k32), ...);
@@ -1298,9 +1325,11 @@ PointConvGrouping point_conv_mma_grouping(const PointConvShape& s, PointConvStep
   PointConvGrouping r;
   r.bytes = g.bytes();
   if (g.none) return r;
-  // What the keys are: step kind, form, the segments and the key layout's parameters.
-  r.id = {g.vvor ? 2 : g.mp.dst_col, g.packed ? 1 : 0, g.T, g.segments, g.key_bits,
-          g.vvor ? g.vp.n_out : g.mp.n_dst, g.vvor ? g.vp.n_in : g.mp.n_src, g.vvor ? g.tiles : g.mp.m.bm};
+  // What the keys are: step kind, form, the segments and the key layout's parameters (a forward
+  // reading the weight gradient's grouping has the weight gradient's).
+  const bool vv = g.vvor || g.cell_major;
+  r.id = {vv ? 2 : g.mp.dst_col, g.packed ? 1 : 0, g.T, g.segments, g.key_bits,
+          vv ? g.vp.n_out : g.mp.n_dst, vv ? g.vp.n_in : g.mp.n_src, vv ? g.tiles : g.mp.m.bm};
   return r;
 }
 

@@ -686,7 +686,8 @@ TEST(CudaPointConvMma, KeptGroupingsGiveTheSameBits) {
   const PointConvStep steps[] = {PointConvStep::kForward, PointConvStep::kGradFeatures, PointConvStep::kGradWeights};
   using Shape = std::array<int64_t, 6>;  // n_in, n_out, C_in, C_out, K, T
   for (const Shape& sh : {Shape{300, 200, 40, 24, 27, 5000}, Shape{1500, 1300, 72, 136, 27, 30000},
-                          Shape{700, 600, 24, 40, 200, 20000}, Shape{300, 200, 16, 0, 27, 500}}) {
+                          Shape{700, 600, 24, 40, 200, 20000}, Shape{300, 50, 24, 16, 27, 3000},
+                          Shape{300, 200, 16, 0, 27, 500}}) {
     for (const char* form : {"segmented", "packed"}) {
       SCOPED_TRACE(testing::Message() << "shape " << sh[2] << "x" << sh[3] << ", K " << sh[4] << ", " << form);
       const pcops_cuda_test::ScopedEnv use(kVar, form);
@@ -741,13 +742,27 @@ TEST(CudaPointConvMma, KeptGroupingsGiveTheSameBits) {
     }
   }
   // One grouping a step and form: the forward's and the features gradient's differ where the rows
-  // of i and j do; the same step of another channel count with the same form is the same one.
-  const pcops::PointConvShape a{300, 200, 40, 24, 27, 5000}, b{300, 200, 40, 32, 27, 5000};
-  const pcops_cuda_test::ScopedEnv use(kVar, "segmented");
-  EXPECT_NE(pcops::cuda::point_conv_mma_grouping(a, PointConvStep::kForward).id,
-            pcops::cuda::point_conv_mma_grouping(a, PointConvStep::kGradFeatures).id);
-  EXPECT_EQ(pcops::cuda::point_conv_mma_grouping(a, PointConvStep::kForward).id,
-            pcops::cuda::point_conv_mma_grouping(b, PointConvStep::kForward).id);
+  // of i and j do; the same step of another channel count with the same form is the same one; the
+  // forward reads the weight gradient's where both are segmented (blocks of 128 rows i, or all rows
+  // in one block), not where the weight gradient's keys are packed.
+  const auto id = [](const pcops::PointConvShape& s, PointConvStep step) {
+    return pcops::cuda::point_conv_mma_grouping(s, step).id;
+  };
+  const pcops::PointConvShape a{300, 200, 40, 24, 27, 5000}, b{300, 200, 40, 32, 27, 5000},
+      one_block{300, 50, 40, 24, 27, 5000};
+  {
+    const pcops_cuda_test::ScopedEnv use(kVar, "segmented");
+    EXPECT_NE(id(a, PointConvStep::kForward), id(a, PointConvStep::kGradFeatures));
+    EXPECT_EQ(id(a, PointConvStep::kForward), id(b, PointConvStep::kForward));
+    for (const pcops::PointConvShape& s : {a, one_block}) {
+      EXPECT_EQ(id(s, PointConvStep::kForward), id(s, PointConvStep::kGradWeights));
+      EXPECT_EQ(pcops::cuda::point_conv_mma_grouping(s, PointConvStep::kForward).bytes,
+                pcops::cuda::point_conv_mma_grouping(s, PointConvStep::kGradWeights).bytes);
+    }
+  }
+  const pcops_cuda_test::ScopedEnv use(kVar, "packed");
+  EXPECT_NE(id(a, PointConvStep::kForward), id(a, PointConvStep::kGradWeights));
+  EXPECT_NE(id(a, PointConvStep::kForward), id(a, PointConvStep::kGradFeatures));
 }
 
 }  // namespace

@@ -472,10 +472,11 @@ def _grouping_bytes(T, segments, packed):
 @pytest.mark.parametrize("grouping", ["segmented", "packed"])
 @pytest.mark.parametrize("c", [16, 256])
 def test_kept_groupings_give_the_same_bits(gen, c, grouping, kept_bytes, monkeypatch):
-    """The fast path keeps each step's sort of the triplets (forward, features gradient, weight
-    gradient: three groupings of the sizes below) with the triplet tensor; the calls after the
-    first sort nothing and give the bits of calls that sort (PCOPS_POINT_CONV_KEEP=0), and
-    making the groupings does not synchronize."""
+    """The fast path keeps each step's sort of the triplets with the triplet tensor (features
+    gradient, weight gradient, and the forward's, which is the weight gradient's where both are
+    segmented: two or three groupings of the sizes below); the calls after the first sort nothing
+    and give the bits of calls that sort (PCOPS_POINT_CONV_KEEP=0), and making the groupings does
+    not synchronize."""
     monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_FAST_GROUPING", grouping)
     n, K, T = 3000, 27, 60000
     f, w, t = _inputs(gen, n, n, c, c, K, T)
@@ -487,7 +488,8 @@ def test_kept_groupings_give_the_same_bits(gen, c, grouping, kept_bytes, monkeyp
     held = kept_bytes()
     segments = -(-n // 128) * K  # (tile of 128 rows, k); the weight gradient's (k, block of 128 rows i)
     vvor_segments = segments if grouping == "segmented" else K
-    expect = 2 * _grouping_bytes(T, segments, grouping == "packed") + _grouping_bytes(
+    mvmr_groupings = 2 if grouping == "packed" else 1  # segmented: the forward's is the weight gradient's
+    expect = mvmr_groupings * _grouping_bytes(T, segments, grouping == "packed") + _grouping_bytes(
         T, vvor_segments, grouping == "packed")
     assert held == expect, (held, expect)
     again = _layer(f, w, t, n)
