@@ -58,8 +58,9 @@ if has sanitize; then
   RACE=${PCOPS_RACECHECK_FILTER:-CudaKnn.UniformBothPaths:CudaKnn.DuplicateHeavyTies:CudaKnn.KEqualsNAndPathBoundaries:CudaBallQuery.UniformScanAllK:CudaBallQuery.GridUniformAndCellBoundaries:CudaBallQuery.GridDuplicatesOverflowTheBuffer:CudaBallQuery.BackwardMatchesCpuBits:CudaFurthestPointSample.ShortRunsOfEveryPathForSanitizers:CudaFurthestPointSample.SortedPathShortRunForSanitizers:CudaRadius.ExactTiesAtTheBoundary:CudaNearest.PathsTiesEmptyAndNonFinite:CudaThreeInterpolate.ManySourcesPerTargetAndPadding:CudaGroupPoints.BallQueryLikeNeighbourhoods:CudaNearestNeighbor.ExactTiesAndDuplicates:CudaIvfPq.SingleQueryAndCodeWidths:CudaIvfPq.CoarseTiesByListNumber:CudaVoxelize.KeyWidthsAndLongRuns:CudaScatter.ChunkRuleListsAroundTheChunkLength:CudaScatterStats.*:CudaPointConv.ShortCasesForSanitizers}
   run_stage sanitize_racecheck timeout ${PCOPS_RACECHECK_TIMEOUT:-420} compute-sanitizer --tool racecheck \
     --racecheck-report all --error-exitcode 99 "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter="$RACE"
-  # point_conv's tensor-core kernels with the weight gradient on each wgmma choice (opt-in; the
-  # memcheck / initcheck stages above reach them through the MMA test's own last part).
+  # point_conv's tensor-core kernels with the weight gradient on each choice (mma.sync, wgmma,
+  # wgmma256 the default; the memcheck / initcheck stages above reach them through the MMA test's
+  # own last part).
   for vvor in mma wgmma wgmma256; do
     run_stage "sanitize_racecheck_vvor_$vvor" env PCOPS_CUDA_POINT_CONV_FAST_VVOR=$vvor timeout 200 \
       compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 99 \

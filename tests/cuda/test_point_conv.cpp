@@ -549,19 +549,19 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
       expect_close(a.gf, gf, gfm, longest(per_j) + co, "grad_features");
       expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights");
     }
-    // The weight gradient on wgmma (blocks of 128 x 128 channels, or 128 x 256 with "wgmma256"
-    // where the features have more than 128, wherever a layer has more than 64; mma.sync
-    // elsewhere and where wgmma cannot run): the same bound, invalid triplets skipped, the other
-    // results untouched.
+    // The weight gradient's choices: mma.sync, wgmma in blocks of 128 x 128 channels, or of 128 x
+    // 256 (the default "wgmma256") where the features have more than 128, wherever a layer has
+    // more than 64 (mma.sync elsewhere and where wgmma cannot run): the same bound, invalid
+    // triplets skipped, the other results untouched.
     const Mma base = run_mma(c, f, w, g);
-    for (const char* choice : {"wgmma", "wgmma256"}) {
+    for (const char* choice : {"mma", "wgmma", "wgmma256"}) {
       SCOPED_TRACE(std::string("weight gradient on ") + choice);
       const pcops_cuda_test::ScopedEnv use(kVvorVar, choice);
       const Mma a = run_mma(c, f, w, g), b = run_mma(bad, f, w, g);
       EXPECT_EQ(std::memcmp(a.gw.data(), b.gw.data(), a.gw.size() * 2), 0);
       EXPECT_EQ(std::memcmp(a.out.data(), base.out.data(), a.out.size() * 2), 0);
       EXPECT_EQ(std::memcmp(a.gf.data(), base.gf.data(), a.gf.size() * 2), 0);
-      expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights (wgmma)");
+      expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights (by choice)");
     }
   }
 }
@@ -574,7 +574,8 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
 // cells, one cell, one cell and one tile of output rows (30,000 triplets in one segment of the
 // MVMR and of the weight gradient: longer than one block sort, 4,096 keys), segments of 129-512
 // and 513-1,024 keys (9 and 3 cells over 8 tiles: the warp sorts of 16 and 32 keys a lane);
-// invalid triplets in every one.
+// invalid triplets in every one; one slice crossing more blocks of output rows than the weight
+// gradient keeps the ends of in shared memory.
 TEST(CudaPointConvMma, SegmentedGroupingGivesThePackedBits) {
   constexpr const char* kVar = "PCOPS_CUDA_POINT_CONV_FAST_GROUPING";
   std::mt19937 rng(47);
@@ -582,7 +583,10 @@ TEST(CudaPointConvMma, SegmentedGroupingGivesThePackedBits) {
   for (const Shape& sh : {Shape{300, 200, 40, 24, 27, 5000}, Shape{int64_t{1} << 20, 5000, 8, 16, 27, 30000},
                           Shape{700, 600, 24, 40, 200, 20000}, Shape{2000, 1500, 24, 40, 1, 20000},
                           Shape{500, 100, 8, 16, 1, 30000}, Shape{1200, 1000, 8, 16, 9, 20000},
-                          Shape{1200, 1000, 8, 16, 3, 20000}}) {
+                          Shape{1200, 1000, 8, 16, 3, 20000},
+                          // One slice of the weight gradient over 2,344 blocks of 128 output rows:
+                          // past the 2,048 segment ends the block keeps in shared memory.
+                          Shape{2000, 300000, 8, 16, 1, 4000}}) {
     SCOPED_TRACE(testing::Message() << "rows " << sh[0] << " / " << sh[1] << ", K " << sh[4]);
     Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
     const int64_t junk[][3] = {{c.s.num_out, 0, 0}, {0, -1, 0}, {0, 0, c.s.kernels}, {-1, c.s.num_in, -1}};

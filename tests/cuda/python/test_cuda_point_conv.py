@@ -269,10 +269,10 @@ def test_fast_mode_empty_and_fallbacks(gen):
 
 @pytest.mark.parametrize("shape", [s for s in FAST_SHAPES if max(s[2], s[3]) > 64])
 def test_fast_mode_weight_gradient_on_wgmma(shape, gen, monkeypatch):
-    """PCOPS_CUDA_POINT_CONV_FAST_VVOR=wgmma / wgmma256: the weight gradient's blocks of 128 x 128
-    (or 128 x 256 where the features have more than 128 channels) on wgmma (mma.sync where wgmma
-    cannot run); the same bound against float64, the forward and the features gradient untouched;
-    an unknown value is an error."""
+    """PCOPS_CUDA_POINT_CONV_FAST_VVOR=mma / wgmma / wgmma256 (the default): the weight gradient on
+    mma.sync or in blocks of 128 x 128 (or 128 x 256 where the features have more than 128
+    channels) on wgmma (mma.sync where wgmma cannot run); the same bound against float64, the
+    forward and the features gradient untouched; an unknown value is an error."""
     n_in, n_out, c_in, c_out, K, T = shape
     f, w, t = _inputs(gen, n_in, n_out, c_in, c_out, K, T)
     f, w = f.bfloat16(), (w / (c_in**0.5)).bfloat16()
@@ -284,7 +284,7 @@ def test_fast_mode_weight_gradient_on_wgmma(shape, gen, monkeypatch):
         out = pcops.point_conv(fd, wd, t.cuda(), n_out, mode="fast")
         runs[choice] = (out, *torch.autograd.grad(out, (fd, wd), g.cuda()))
     *_, rgw, rgwm = _reference(f, w, t, n_out, g)
-    for choice in ("wgmma", "wgmma256"):
+    for choice in ("mma", "wgmma", "wgmma256"):
         assert same_bits(runs["mma"][0], runs[choice][0]) and same_bits(runs["mma"][1], runs[choice][1])
         _close(runs[choice][2], rgw, rgwm, torch.bfloat16, _chain(t, 2, K))
     monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_FAST_VVOR", "tensor")
