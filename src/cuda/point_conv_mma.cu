@@ -65,10 +65,6 @@ struct VvorPolicy {
   static constexpr int KT = 32;         // triplets per stage
   static constexpr int kPad = 8;
   static constexpr int kStages = 3;
-  // Segment ends in shared memory: the block's first segment's and the next ones' (2048 blocks of
-  // 128 rows i cover 262,144 output rows; a block's slice past them reads the rest from global
-  // memory).
-  static constexpr int kSegCache = 2048;
   // Slices of the sorted triplets (float32 partials, summed in order): cuts of at least kMinSlice
   // triplets, as many as kPartialBytes of partials allow. Fixed by the shape alone, so the
   // result does not depend on the device.
@@ -772,22 +768,12 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
   for (int v = 0; v < kFC; ++v) asm volatile("" : "+r"(f_sz[v]));
   Key next_key[kRL];
   bool next_ok[kRL];
-  // The ends of segments first + e, e < nc, in shared memory (P::kSegCache of them at most): a
-  // stage row that crosses into the next segment reads its end on the way to the next stage's
-  // loads, and from global memory the wait made the segmented keys' kernel up to 40 % slower than
-  // the packed keys' (which have one segment a cell).
-  int* Se = reinterpret_cast<int*>(Fs + S * kFStage);
-  const int nc = static_cast<int>(min(int64_t{P::kSegCache}, seg0 + tiles - first));
-  for (int e = tid; e < nc; e += NT) Se[e] = static_cast<int>(seg_off[first + 1 + e]);
-  __syncthreads();
-  const auto seg_end = [&](int e) { return e < nc ? Se[e] : static_cast<int>(seg_off[first + 1 + e]); };
-  // Each stage row's segment (first + sc) and its end (se), and the high bits of i it gives
-  // (next_hi).
-  const uint32_t hi0 = static_cast<uint32_t>(first - seg0);
-  int sc[kRL], se[kRL];
+  // Each stage row's segment (sc) and its end (se), and the high bits of i it gives (next_hi).
+  int64_t sc[kRL];
+  int se[kRL];
   uint32_t next_hi[kRL];
 #pragma unroll
-  for (int u = 0; u < kRL; ++u) sc[u] = 0, se[u] = seg_end(0);
+  for (int u = 0; u < kRL; ++u) sc[u] = first, se[u] = static_cast<int>(seg_off[first + 1]);
   const auto fetch_keys = [&](int q) {
 #pragma unroll
     for (int u = 0; u < kRL; ++u) {
@@ -795,8 +781,8 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
       next_ok[u] = p < pos1;
       next_key[u] = next_ok[u] ? keys[p] : 0;
       if (next_ok[u])
-        while (p >= se[u]) se[u] = seg_end(++sc[u]);
-      next_hi[u] = next_ok[u] ? (hi0 + static_cast<uint32_t>(sc[u])) << i_bits : 0;
+        while (p >= se[u]) se[u] = static_cast<int>(seg_off[++sc[u] + 1]);
+      next_hi[u] = next_ok[u] ? static_cast<uint32_t>(sc[u] - seg0) << i_bits : 0;
     }
   };
   const auto load_stage = [&](int q, int buf) {
@@ -1276,7 +1262,7 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
       constexpr int BO = decltype(bo_c)::value, WGN = decltype(wgn_c)::value, BC = WGN == 4 ? 256 : BO;
       constexpr int NT = WGN == 4 ? 512 : P::kThreads, kPad = WGN > 0 ? 0 : P::kPad;
       using Key = std::remove_const_t<std::remove_pointer_t<decltype(keys)>>;
-      const size_t smem = sizeof(T) * P::kStages * P::KT * (BO + BC + 2 * kPad) + sizeof(int) * P::kSegCache;
+      const size_t smem = sizeof(T) * P::kStages * P::KT * (BO + BC + 2 * kPad);
       auto kernel = vvor_mma_kernel<T, Key, BO, WGN>;
       PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
       const int64_t ctiles = detail::ceil_div(Co, BO) * detail::ceil_div(Ci, BC);

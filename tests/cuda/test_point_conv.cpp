@@ -574,8 +574,8 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
 // cells, one cell, one cell and one tile of output rows (30,000 triplets in one segment of the
 // MVMR and of the weight gradient: longer than one block sort, 4,096 keys), segments of 129-512
 // and 513-1,024 keys (9 and 3 cells over 8 tiles: the warp sorts of 16 and 32 keys a lane);
-// invalid triplets in every one; one slice crossing more blocks of output rows than the weight
-// gradient keeps the ends of in shared memory.
+// invalid triplets in every one; one slice of the weight gradient crossing 2,344 blocks of output
+// rows.
 TEST(CudaPointConvMma, SegmentedGroupingGivesThePackedBits) {
   constexpr const char* kVar = "PCOPS_CUDA_POINT_CONV_FAST_GROUPING";
   std::mt19937 rng(47);
@@ -584,8 +584,8 @@ TEST(CudaPointConvMma, SegmentedGroupingGivesThePackedBits) {
                           Shape{700, 600, 24, 40, 200, 20000}, Shape{2000, 1500, 24, 40, 1, 20000},
                           Shape{500, 100, 8, 16, 1, 30000}, Shape{1200, 1000, 8, 16, 9, 20000},
                           Shape{1200, 1000, 8, 16, 3, 20000},
-                          // One slice of the weight gradient over 2,344 blocks of 128 output rows:
-                          // past the 2,048 segment ends the block keeps in shared memory.
+                          // One slice of the weight gradient (one block a kernel cell) over 2,344
+                          // blocks of 128 output rows.
                           Shape{2000, 300000, 8, 16, 1, 4000}}) {
     SCOPED_TRACE(testing::Message() << "rows " << sh[0] << " / " << sh[1] << ", K " << sh[4]);
     Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
