@@ -566,6 +566,48 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
   }
 }
 
+// The forward reads the weight gradient's grouping where both are segmented (the same keys, the
+// segments in (k, block of 128 rows) order): handed the weight gradient's kept grouping, it gives
+// the bits of a forward that sorts its own, with the tiles' segment bounds in shared memory (27
+// cells) and past them (200 cells: 64 cached), over several tiles and one. Small enough for the
+// sanitizers (tests/cuda/run_gpu.sh races it).
+TEST(CudaPointConvMma, ForwardReadsTheWeightGradientsGrouping) {
+  std::mt19937 rng(59);
+  using pcops::PointConvStep;
+  const pcops_cuda_test::ScopedEnv use("PCOPS_CUDA_POINT_CONV_FAST_GROUPING", "segmented");
+  using Shape = std::array<int64_t, 6>;  // n_in, n_out, C_in, C_out, K, T
+  for (const Shape& sh : {Shape{300, 400, 16, 24, 27, 3000}, Shape{200, 300, 8, 16, 200, 4000},
+                          Shape{200, 50, 16, 8, 27, 1500}}) {
+    SCOPED_TRACE(testing::Message() << "rows " << sh[0] << " / " << sh[1] << ", K " << sh[4]);
+    Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
+    const int64_t junk[][3] = {{c.s.num_out, 0, 0}, {0, -1, 0}};
+    for (const auto& b : junk) c.t.insert(c.t.begin() + 3 * 4, b, b + 3);
+    c.s.triplets += 2;
+    const pcops::PointConvGrouping fwd = pcops::cuda::point_conv_mma_grouping(c.s, PointConvStep::kForward),
+                                   vv = pcops::cuda::point_conv_mma_grouping(c.s, PointConvStep::kGradWeights);
+    ASSERT_EQ(fwd.id, vv.id);
+    ASSERT_EQ(fwd.bytes, vv.bytes);
+    const auto f = to_bf16(c.f), w = to_bf16(c.w), g = to_bf16(c.g);
+    const Mma ref = run_mma(c, f, w, g);
+    StreamContext sc;
+    DeviceBuffer<int64_t> t(c.t);
+    DeviceBuffer<unsigned char> kept(vv.bytes);
+    pcops::cuda::point_conv_mma_group(sc.ctx, c.s, PointConvStep::kGradWeights, t.data(), kept.data());
+    DeviceBuffer<Bf16> df(f), dw(w), dg(g), out(c.s.num_out * c.s.channels_out), gw(w.size());
+    out.fill(__float2bfloat16_rn(7.0f));
+    const pcops::PointConvKept k{kept.data(), nullptr, kept.data()};
+    pcops::cuda::point_conv_mma(sc.ctx, c.s, pcops::Half16::kBFloat16, df.data(), dw.data(), t.data(),
+                                pcops::cuda::OutputAllocator([&] { return static_cast<void*>(out.data()); }), k);
+    pcops::cuda::point_conv_mma_backward(sc.ctx, c.s, pcops::Half16::kBFloat16, dg.data(), df.data(), dw.data(),
+                                         t.data(), pcops::cuda::OutputAllocator(),
+                                         pcops::cuda::OutputAllocator([&] { return static_cast<void*>(gw.data()); }),
+                                         k);
+    const std::vector<Bf16> got = out.download(), got_gw = gw.download();
+    EXPECT_EQ(std::memcmp(got.data(), ref.out.data(), got.size() * sizeof(Bf16)), 0);
+    EXPECT_EQ(std::memcmp(got_gw.data(), ref.gw.data(), got_gw.size() * sizeof(Bf16)), 0);
+  }
+}
+
 // The segmented grouping (32-bit keys placed into their segments, each segment then sorted) puts
 // every triplet where the packed one (one radix sort of 64-bit keys) does, so both give the same
 // bits. Shapes: one whose weight gradient splits the output rows into blocks (2^20 source rows: j
