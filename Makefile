@@ -49,8 +49,12 @@ cpp-test: venv
 	# CUDA tests (label cuda) are compiled here and run on a GPU machine: tests/cuda/run_gpu.sh.
 	cd build/cpp && $(abspath $(CTEST)) --output-on-failure --no-tests=error -j $(JOBS) -LE cuda
 
+# ASan + UBSan at -O1 with line tables (-g1): what the sanitizers need for their checks and
+# symbolized reports, at 2.6x less compile work than -O2 -g (on the 2-core VM from empty: 144
+# instead of 377 s, the tests 43 instead of 35 s).
 asan-test: venv
 	$(CMAKE) -S . -B build/asan -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DPCOPS_BUILD_TESTS=ON \
+	  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
 	  -DPCOPS_SANITIZE=address,undefined -DCMAKE_MAKE_PROGRAM=$(VENV)/bin/ninja >/dev/null
 	$(CMAKE) --build build/asan -j $(JOBS)
 	cd build/asan && ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=print_stacktrace=1 \
