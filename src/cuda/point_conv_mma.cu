@@ -335,8 +335,8 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 template <class T, class Key, int BN, int BM, int MC, int BK, int S, bool WG>
 __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
     mvmr_mma_kernel(const Key* __restrict__ keys, const int64_t* __restrict__ seg_off, int64_t tile_stride,
-                    int64_t k_stride, MvmrKey m, int64_t K, const T* __restrict__ src, int64_t n_in_c, const T* __restrict__ mat, int64_t n_out_c,
-                    int64_t n_dst, T* __restrict__ dst) {
+                    int64_t k_stride, MvmrKey m, int64_t K, const T* __restrict__ src, int64_t n_in_c,
+                    const T* __restrict__ mat, int64_t n_out_c, int64_t n_dst, T* __restrict__ dst) {
   using P = MvmrPolicy;
   constexpr int NT = P::kThreads;
   constexpr int kSegs = BK / 8;                     // 16-byte chunks per stage row
@@ -384,7 +384,9 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
     Ss[e] = static_cast<int>(so[(e / cs) * k_stride + e % cs]);
   __syncthreads();
   const auto begin_at = [&](int k) { return k < kc ? Ss[k * cs] : static_cast<int>(so[k * k_stride]); };
-  const auto end_at = [&](int k) { return k < kc ? Ss[k * cs + 1] : static_cast<int>(so[k * k_stride + 1]); };
+  const auto end_at = [&](int k) {
+    return k < kc ? Ss[k * cs + 1] : static_cast<int>(so[k * k_stride + 1]);
+  };
 
   // The stage sequence: segments k = 0..K-1 of this tile, MC triplets a chunk, nb stages a chunk;
   // c counts the chunks. 32-bit cursors.
@@ -977,8 +979,8 @@ FastGrouping fast_grouping() {
 // unset 4 (blocks of 128 x 256 channels, where the features have more than 128 channels; 128 x
 // 128 below), "wgmma" 2 (128 x 128), "mma" 0 (mma.sync, as everywhere wgmma cannot run). On the
 // H200 at 2.64M triplets, grad_weights alone, the same bits from all three
-// (point-conv-vvor-choices-cuda-20261202-013800-77fca3a.json): 0.47 / 0.42 / 0.42 ms at C = 128, 1.37 /
-// 1.19 / 1.12 ms at 256, 5.5 / 4.9 / 4.45 ms at 512 (mma, wgmma, wgmma256).
+// (point-conv-vvor-choices-cuda-20261202-013800-77fca3a.json): 0.47 / 0.42 / 0.42 ms at C =
+// 128, 1.37 / 1.19 / 1.12 ms at 256, 5.5 / 4.9 / 4.45 ms at 512 (mma, wgmma, wgmma256).
 int vvor_wgmma() {
   const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_FAST_VVOR");
   if (std::strcmp(e == nullptr ? "" : e, "mma") == 0) return 0;
