@@ -24,6 +24,11 @@ the choices in alternating rounds (a row each).
 
     python benchmarks/scripts/point_conv_kernels.py --device cuda --points 165000 \
         --channels 128,256,512 --dtype bfloat16 --mode fast --vvor mma,wgmma,wgmma256 --rounds 2
+
+--grouping segmented,packed repeats everything under each PCOPS_CUDA_POINT_CONV_FAST_GROUPING
+choice (the fast path's sort of the triplets; "default" unset), a row each. --profile prints, for
+every part and choice, the kernels of --repeat calls and their times (torch.profiler; after the
+timed calls, so the groupings kept by then are read, not made).
 """
 
 from __future__ import annotations
@@ -45,6 +50,23 @@ def timed(fn, repeat, device):
     """Median seconds of `repeat` calls after one warm-up call (CUDA events on the GPU), and the
     last result."""
     return cuda_median(fn, repeat) if device.type == "cuda" else cpu_median(fn, repeat)
+
+
+GROUPING = "PCOPS_CUDA_POINT_CONV_FAST_GROUPING"
+
+
+def kernel_table(fn, repeat):
+    """The kernels (and CPU operators) of `repeat` calls of fn, by torch.profiler, as a table."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if torch.cuda.is_available() else [])
+    with profile(activities=activities) as prof:
+        for _ in range(repeat):
+            fn()
+        if torch.cuda.is_available():
+            torch.cuda.synchronize()
+    key = "cuda_time_total" if torch.cuda.is_available() else "cpu_time_total"
+    return prof.key_averages().table(sort_by=key, row_limit=10, max_name_column_width=80)
 
 
 def with_choice(variable, choice, fn):
@@ -69,6 +91,9 @@ def main():
     ap.add_argument("--vvor", default="default", help="comma-separated choices for grad_weights")
     ap.add_argument("--in-channels", type=int, default=0,
                     help="input channels of every layer (0: as many as its output channels, --channels)")
+    ap.add_argument("--grouping", default="default",
+                    help="comma-separated PCOPS_CUDA_POINT_CONV_FAST_GROUPING choices (segmented, packed)")
+    ap.add_argument("--profile", action="store_true", help="print each part's kernels (torch.profiler)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--mode", default="exact", choices=["exact", "fast"],
                     help="fast: the tensor-core kernels (16-bit --dtype, CUDA); --mvmr then names "
@@ -98,17 +123,26 @@ def main():
             first = None
             variable = VARIABLES[mode][kind]
             for rnd in range(args.rounds):
-                for choice in getattr(args, kind).split(","):
-                    seconds, out = with_choice(variable, choice, lambda: timed(fn, args.repeat, device))
-                    if first is None:
-                        first = out
-                    row = {"channels": c, "in_channels": ci, "points": n, "triplets": T, "order": args.order,
-                           "dtype": args.dtype, "mode": mode, "part": part, "round": rnd,
-                           "variable": variable, "choice": choice, "seconds": seconds,
-                           "same_bits_as_first": bool(torch.equal(out, first)),
-                           "piece_length": vvor_piece_length(T, c, ci)}
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
+                for grouping in args.grouping.split(","):
+                    for choice in getattr(args, kind).split(","):
+                        def run(fn=fn):
+                            result = timed(fn, args.repeat, device)
+                            if args.profile:
+                                print(f"== C={c} {part} {variable}={choice} grouping={grouping}", flush=True)
+                                print(kernel_table(fn, args.repeat), flush=True)
+                            return result
+
+                        seconds, out = with_choice(
+                            GROUPING, grouping, lambda: with_choice(variable, choice, run))
+                        if first is None:
+                            first = out
+                        row = {"channels": c, "in_channels": ci, "points": n, "triplets": T,
+                               "order": args.order, "dtype": args.dtype, "mode": mode, "part": part,
+                               "round": rnd, "grouping": grouping, "variable": variable, "choice": choice,
+                               "seconds": seconds, "same_bits_as_first": bool(torch.equal(out, first)),
+                               "piece_length": vvor_piece_length(T, c, ci)}
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
     write_results("point-conv-kernels", device, args, rows)
 
 
