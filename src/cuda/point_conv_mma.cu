@@ -35,6 +35,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string_view>
 #include <type_traits>
 #include <utility>
 #include <iterator>
@@ -983,9 +984,10 @@ FastGrouping fast_grouping() {
 // 128, 1.37 / 1.19 / 1.12 ms at 256, 5.5 / 4.9 / 4.45 ms at 512 (mma, wgmma, wgmma256).
 int vvor_wgmma() {
   const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_FAST_VVOR");
-  if (std::strcmp(e == nullptr ? "" : e, "mma") == 0) return 0;
-  if (e == nullptr || *e == 0 || std::strcmp(e, "wgmma256") == 0) return wgmma_usable() ? 4 : 0;
-  if (std::strcmp(e, "wgmma") == 0) return wgmma_usable() ? 2 : 0;
+  const std::string_view v = e == nullptr ? "" : e;
+  if (v == "mma") return 0;
+  if (v.empty() || v == "wgmma256") return wgmma_usable() ? 4 : 0;
+  if (v == "wgmma") return wgmma_usable() ? 2 : 0;
   throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_FAST_VVOR must be mma, wgmma or wgmma256");
 }
 
@@ -1089,8 +1091,6 @@ struct GroupSpec {
   MvmrPlace mp{};
   VvorPlace vp{};
   MvmrConfig cfg{};  // MVMR
-  int64_t tiles = 1;  // VVOR: row blocks a kernel cell (1: packed)
-  int key_i_bits = 0;
   // MVMR: the segments in the weight gradient's (k, tile) order, grouped by vp: the forward reading
   // the weight gradient's grouping (vvor_spec), whose keys are its own (forward_spec).
   bool cell_major = false;
@@ -1129,10 +1129,10 @@ GroupSpec vvor_spec(const PointConvShape& s) {
   const bool segmented = key_i >= 0 && K * tiles_seg <= std::max<int64_t>(T_, int64_t{1} << 16) &&
                          take_segmented(T_, s.num_in * s.channels_in);
   g.packed = !segmented;
-  g.tiles = segmented ? tiles_seg : 1;
-  g.key_i_bits = segmented ? key_i : vk.i_bits;
-  g.vp = VvorPlace{s.num_out, s.num_in, K, g.tiles, g.key_i_bits, vk.j_bits};
-  g.T = T_, g.segments = K * g.tiles, g.key_bits = g.key_i_bits + vk.j_bits;
+  // vp.tiles: row blocks a kernel cell (1: packed); vp.i_bits: the bits of i in a key.
+  g.vp = VvorPlace{s.num_out, s.num_in, K, segmented ? tiles_seg : 1, segmented ? key_i : vk.i_bits,
+                   vk.j_bits};
+  g.T = T_, g.segments = K * g.vp.tiles, g.key_bits = g.vp.i_bits + vk.j_bits;
   return g;
 }
 
@@ -1143,14 +1143,14 @@ GroupSpec vvor_spec(const PointConvShape& s) {
 // as strides. A layer then keeps and sorts two groupings, not three.
 GroupSpec forward_spec(const PointConvShape& s, bool kept) {
   GroupSpec g = mvmr_spec(s.triplets, 0, 1, s.num_out, s.num_in, s.kernels, s.channels_out, s.channels_in, kept);
-  if (!kept || g.none || g.packed || g.cfg.bm != 128) return g;
+  if (!kept || g.none || g.packed) return g;
   const GroupSpec v = vvor_spec(s);
-  if (v.none || v.packed || v.tiles != g.mp.m.tiles || (v.key_i_bits != 7 && v.tiles != 1) ||
-      v.vp.j_bits != g.mp.m.src_bits)
+  // The same blocks of rows (or one block holding all of them) and the same source-row bits.
+  const bool same_blocks = (int64_t{1} << v.vp.i_bits) == g.cfg.bm || v.vp.tiles == 1;
+  if (v.none || v.packed || v.vp.tiles != g.mp.m.tiles || !same_blocks || v.vp.j_bits != g.mp.m.src_bits)
     return g;
   g.cell_major = true;
-  g.vp = v.vp, g.tiles = v.tiles, g.key_i_bits = v.key_i_bits;
-  g.segments = v.segments, g.key_bits = v.key_bits;
+  g.vp = v.vp, g.segments = v.segments, g.key_bits = v.key_bits;
   return g;
 }
 
@@ -1243,8 +1243,8 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
   } else if (gw_alloc) {
     detail::Workspace ws(ctx);
     const GroupSpec spec = vvor_spec(s);
-    const int64_t T_ = s.triplets, tiles = spec.tiles;
-    const int key_i_bits = spec.key_i_bits, j_bits = spec.vp.j_bits;
+    const int64_t T_ = s.triplets, tiles = spec.vp.tiles;
+    const int key_i_bits = spec.vp.i_bits, j_bits = spec.vp.j_bits;
     const Grouped gr = group_step(ctx, ws, spec, t, kept.grad_weights);
     T* gw = static_cast<T*>(gw_alloc());
     using P = VvorPolicy;
@@ -1333,7 +1333,7 @@ PointConvGrouping point_conv_mma_grouping(const PointConvShape& s, PointConvStep
   // reading the weight gradient's grouping has the weight gradient's).
   const bool vv = g.vvor || g.cell_major;
   r.id = {vv ? 2 : g.mp.dst_col, g.packed ? 1 : 0, g.T, g.segments, g.key_bits,
-          vv ? g.vp.n_out : g.mp.n_dst, vv ? g.vp.n_in : g.mp.n_src, vv ? g.tiles : g.mp.m.bm};
+          vv ? g.vp.n_out : g.mp.n_dst, vv ? g.vp.n_in : g.mp.n_src, vv ? g.vp.tiles : g.mp.m.bm};
   return r;
 }
 
