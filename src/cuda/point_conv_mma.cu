@@ -66,6 +66,11 @@ struct VvorPolicy {
   static constexpr int KT = 32;         // triplets per stage
   static constexpr int kPad = 8;
   static constexpr int kStages = 3;
+  // The segmented keys' shared memory (vvor_mma_kernel): a ring of this many stages of keys and
+  // the ends of up to kSegCache segments (2,048 blocks of 128 rows i cover 262,144 output rows).
+  static constexpr int kKeySlots = 4;
+  static constexpr int kSegCache = 2048;
+  static constexpr size_t kSegmentedBytes = sizeof(uint32_t) * (kKeySlots * KT + kSegCache);
   // Slices of the sorted triplets (float32 partials, summed in order): cuts of at least kMinSlice
   // triplets, as many as kPartialBytes of partials allow. Fixed by the shape alone, so the
   // result does not depend on the device.
@@ -197,6 +202,7 @@ using primitives::cp_async16;
 using primitives::cp_async_commit;
 using primitives::cp_async_wait;
 using primitives::cp_async16_shared;
+using primitives::cp_async_small;
 using primitives::smem_u32;
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
@@ -739,8 +745,7 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
   const int64_t first = seg0 + primitives::cloud_of(seg_off + seg0, tiles, p0);
 
   // Each thread loads the same stage rows r_u in every stage: 8 channels of G and kFC x 8 of F
-  // (channels BO apart) in each; the keys of a stage's rows are read one stage ahead (next_key),
-  // so no load waits on them.
+  // (channels BO apart) in each, at the rows' keys, which it reads from shared memory (below).
   constexpr int kSegs = BO / 8, kRL = KT * kSegs / NT, kFC = BC / BO;
   static_assert(KT * kSegs % NT == 0, "whole loads per thread");
   const int seg8 = (tid % kSegs) * 8;
@@ -769,40 +774,74 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
   asm volatile("" : "+r"(jm), "+r"(im), "+r"(g_sz));
 #pragma unroll
   for (int v = 0; v < kFC; ++v) asm volatile("" : "+r"(f_sz[v]));
+  // The segmented keys (32 bits: i's place in its block of rows above j; the block from the
+  // segment) pass through shared memory twice over, where the packed keys (64 bits: all of i above
+  // j, one segment a kernel cell) are read straight into registers one stage ahead:
+  // - a stage's keys are copied into shared memory (cp.async, a thread a row; slot: the stage's
+  //   index mod kKeySlots) together with the data of the stage S - 1 before it, so they have
+  //   landed under the same wait and barrier by the time the stage's gathers need them. Loaded
+  //   into registers, they went through one more register move at the end of the stage loop,
+  //   which waited there for the load just issued (30 % of the kernel's stall samples at C = 128;
+  //   Nsight Compute). The packed keys' registers are not moved, and through shared memory they
+  //   were slower at 256 and 512 channels (1.20 -> 1.30 ms, 4.20 -> 4.66 ms);
+  // - the ends of the block's segments (P::kSegCache of them at most; a block past them reads
+  //   the rest from global memory), which a stage row steps through as its position grows.
+  constexpr bool kSegmented = std::is_same_v<Key, uint32_t>;
+  constexpr int kKS = P::kKeySlots;
+  static_assert(2 * (S - 1) <= kKS && KT <= NT, "the key slots in use: S - 1 loading, S - 1 read");
+  Key* Ks = reinterpret_cast<Key*>(Fs + S * kFStage);  // [kKS][KT] (segmented)
+  int* Se = reinterpret_cast<int*>(Ks + kKS * KT);     // [P::kSegCache] (segmented)
+  const auto request_keys = [&](int q, int slot) {
+    if (kSegmented && tid < KT && q < pos1) {
+      const int p = q + tid;
+      const bool ok = p < pos1;
+      cp_async_small<sizeof(Key)>(Ks + slot * KT + tid, keys + (ok ? p : pos0), ok ? sizeof(Key) : 0);
+    }
+  };
+  const int nc = kSegmented ? static_cast<int>(min(int64_t{P::kSegCache}, seg0 + tiles - first)) : 0;
+  for (int e = tid; e < nc; e += NT) Se[e] = static_cast<int>(seg_off[first + 1 + e]);  // read after a barrier
+  const auto seg_end = [&](int64_t sg) {
+    return sg - first < nc ? Se[sg - first] : static_cast<int>(seg_off[sg + 1]);
+  };
+  // Each stage row's segment (sc) and its end (se), the high bits of i it gives (next_hi), and
+  // (packed) its key, one stage ahead of the gathers.
   Key next_key[kRL];
   bool next_ok[kRL];
-  // Each stage row's segment (sc) and its end (se), and the high bits of i it gives (next_hi).
   int64_t sc[kRL];
   int se[kRL];
   uint32_t next_hi[kRL];
 #pragma unroll
   for (int u = 0; u < kRL; ++u) sc[u] = first, se[u] = static_cast<int>(seg_off[first + 1]);
-  const auto fetch_keys = [&](int q) {
+  const auto fetch_rows = [&](int q) {
 #pragma unroll
     for (int u = 0; u < kRL; ++u) {
       const int r = (tid + u * NT) / kSegs, p = q + r;
       next_ok[u] = p < pos1;
-      next_key[u] = next_ok[u] ? keys[p] : 0;
+      if constexpr (!kSegmented) next_key[u] = next_ok[u] ? keys[p] : 0;
       if (next_ok[u])
-        while (p >= se[u]) se[u] = static_cast<int>(seg_off[++sc[u] + 1]);
+        while (p >= se[u]) se[u] = seg_end(++sc[u]);
       next_hi[u] = next_ok[u] ? static_cast<uint32_t>(sc[u] - seg0) << i_bits : 0;
     }
   };
-  const auto load_stage = [&](int q, int buf) {
+  const auto load_stage = [&](int q, int buf, int slot) {
     const uint32_t gs = gs0 + buf * (kGStage * 2);
+    const Key* ks = Ks + slot * KT;
 #pragma unroll
     for (int u = 0; u < kRL; ++u) {
       const int r = (tid + u * NT) / kSegs;
-      // A row past the slice has key 0: row 0, 0 bytes read.
-      const uint32_t i = next_hi[u] | (static_cast<uint32_t>(next_key[u] >> j_bits) & im);
-      const uint32_t j = static_cast<uint32_t>(next_key[u]) & jm;
+      // A row past the slice has key 0 (zero-filled or set): row 0, 0 bytes read.
+      Key key;
+      if constexpr (kSegmented) key = ks[r];
+      else key = next_key[u];
+      const uint32_t i = next_hi[u] | (static_cast<uint32_t>(key >> j_bits) & im);
+      const uint32_t j = static_cast<uint32_t>(key) & jm;
       cp_async16_shared(gs + r * kGRow, g_base + static_cast<uint64_t>(i) * g_row, next_ok[u] ? g_sz : 0);
 #pragma unroll
       for (int v = 0; v < kFC; ++v)
         cp_async16_shared(fs0[v] + buf * (kFStage * 2) + r * kFRow, f_base[v] + static_cast<uint64_t>(j) * f_row,
                           next_ok[u] ? f_sz[v] : 0);
     }
-    fetch_keys(q + KT);
+    fetch_rows(q + KT);
   };
 
   // mma.sync: acc[mi][ni] of the warp's tile; WG: acc[nb][j], channels c 64 nb + 8 j.
@@ -815,11 +854,24 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
 #pragma unroll
       for (int x = 0; x < 4; ++x) acc[mi][ni][x] = 0.0f;
 
-  int lq = pos0;
-  fetch_keys(lq);
+  // lq, ls: the next stage to load and its index. The keys of the first S - 1 stages before
+  // anything else; each stage's loads request the keys of the stage S - 1 after it.
+  int lq = pos0, ls = 0;
+  for (int st = 0; st < S - 1; ++st) request_keys(pos0 + st * KT, st);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  fetch_rows(lq);
+  const auto load_next = [&](int b) {
+    if (lq < pos1) {
+      load_stage(lq, b, ls % kKS);
+      request_keys(lq + (S - 1) * KT, (ls + S - 1) % kKS);
+      lq += KT, ++ls;
+    }
+  };
 #pragma unroll
   for (int st = 0; st < S - 1; ++st) {
-    if (lq < pos1) load_stage(lq, st), lq += KT;
+    load_next(st);
     cp_async_commit();
   }
   int buf = 0, ldbuf = S - 1;
@@ -827,9 +879,7 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
     if ((smem_u32(smem) & 1023) != 0) __trap();  // the 128-byte swizzle repeats every 1024 bytes
   }
   for (int q = pos0; q < pos1; q += KT) {
-    pipeline_step<S, S - 1, WG>(ldbuf, [&](int b) {
-      if (lq < pos1) load_stage(lq, b), lq += KT;
-    });
+    pipeline_step<S, S - 1, WG>(ldbuf, load_next);
     if constexpr (WG) {
       // Warpgroup h: its 64 channels o of G (A, MN-major) against its two 64-channel parts of F
       // (B); a k16 step is two 8-row atoms, 2048 bytes. Done before the next barrier frees the
@@ -959,11 +1009,15 @@ size_t mvmr_smem() {
 //   sort, 8 after it.
 // Both take about the same time at 2.64M triplets (0.21 ms for the MVMR's, 0.2-0.25 ms for the
 // weight gradient's on an H200), but the weight-gradient kernel finds the row blocks of the
-// segmented keys on its own (a search at each block's start, a step at each block boundary),
-// which costs up to a tenth of its time at 512 channels. So the default takes "segmented" where
-// its memory matters, where the sort's second buffer (8 bytes a triplet) would be at least as
-// large as the step's 16-bit output (the MVMR's destination; for the weight gradient the features,
-// the size of the gradient that follows it), and where a key fits 31 bits; "packed" otherwise.
+// segmented keys on its own (a search at each block's start, a step at each block boundary), and
+// on them it takes 0.31 / 0.49 / 1.39 / 4.82 ms against 0.28 / 0.44 / 1.20 / 4.20 ms on the
+// packed keys at C = 64 / 128 / 256 / 512. So the default takes "segmented" where its memory
+// matters and where a key fits 31 bits: for the MVMR where the sort's second buffer (8 bytes a
+// triplet) would be at least as large as the step's 16-bit output (its destination), or where
+// the grouping is kept; for the weight gradient where the packed keys (8 bytes a triplet, kept or
+// the sort's second buffer) would be at least half the 16-bit features (the gradient that
+// follows it): C <= 128 at 16 triplets a point, which halves the kept grouping there (and the
+// forward shares it) for a tenth more of the weight gradient's time; "packed" otherwise.
 // PCOPS_CUDA_POINT_CONV_FAST_GROUPING=segmented / packed takes one of them wherever it can (the
 // tests compare both).
 enum class FastGrouping { kAuto, kSegmented, kPacked };
@@ -992,11 +1046,12 @@ int vvor_wgmma() {
 }
 
 // Whether a step whose 16-bit output has `out_elems` elements groups its T triplets "segmented"
-// (where the keys fit 31 bits); `kept`: a grouping kept across calls, where the smaller form is
-// taken for the MVMR (its sort's memory no longer meets the output; the MVMR kernel runs as fast).
-bool take_segmented(int64_t T_, int64_t out_elems, bool kept = false) {
+// (where the keys fit 31 bits): where `bytes` a triplet are at least as large as 2 bytes an
+// element; `kept`: a grouping kept across calls, where the smaller form is taken for the MVMR (its
+// sort's memory no longer meets the output; the MVMR kernel runs as fast).
+bool take_segmented(int64_t T_, int64_t out_elems, int64_t bytes, bool kept = false) {
   const FastGrouping g = fast_grouping();
-  return g == FastGrouping::kSegmented || (g == FastGrouping::kAuto && (kept || 8 * T_ >= 2 * out_elems));
+  return g == FastGrouping::kSegmented || (g == FastGrouping::kAuto && (kept || bytes * T_ >= 2 * out_elems));
 }
 
 struct Grouped {
@@ -1111,7 +1166,8 @@ GroupSpec mvmr_spec(int64_t T_, int dst_col, int src_col, int64_t n_dst, int64_t
   const MvmrKey m = mvmr_key(n_dst, n_src, K, g.cfg.bm);
   g.mp = MvmrPlace{dst_col, src_col, n_dst, n_src, K, m};
   g.T = T_, g.segments = m.segments, g.key_bits = m.local_bits + m.src_bits;
-  g.packed = !(g.key_bits <= 31 && m.segments < (int64_t{1} << 31) && take_segmented(T_, n_dst * n_out_c, kept));
+  g.packed = !(g.key_bits <= 31 && m.segments < (int64_t{1} << 31) &&
+               take_segmented(T_, n_dst * n_out_c, 8, kept));
   return g;
 }
 
@@ -1127,7 +1183,7 @@ GroupSpec vvor_spec(const PointConvShape& s) {
   const int key_i = std::min({vk.i_bits, 31 - vk.j_bits, 7});
   const int64_t tiles_seg = key_i >= 0 ? detail::ceil_div(std::max<int64_t>(s.num_out, 1), int64_t{1} << key_i) : 0;
   const bool segmented = key_i >= 0 && K * tiles_seg <= std::max<int64_t>(T_, int64_t{1} << 16) &&
-                         take_segmented(T_, s.num_in * s.channels_in);
+                         take_segmented(T_, s.num_in * s.channels_in, 16);
   g.packed = !segmented;
   // vp.tiles: row blocks a kernel cell (1: packed); vp.i_bits: the bits of i in a key.
   g.vp = VvorPlace{s.num_out, s.num_in, K, segmented ? tiles_seg : 1, segmented ? key_i : vk.i_bits,
@@ -1264,7 +1320,8 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
       constexpr int BO = decltype(bo_c)::value, WGN = decltype(wgn_c)::value, BC = WGN == 4 ? 256 : BO;
       constexpr int NT = WGN == 4 ? 512 : P::kThreads, kPad = WGN > 0 ? 0 : P::kPad;
       using Key = std::remove_const_t<std::remove_pointer_t<decltype(keys)>>;
-      const size_t smem = sizeof(T) * P::kStages * P::KT * (BO + BC + 2 * kPad);
+      const size_t smem = sizeof(T) * P::kStages * P::KT * (BO + BC + 2 * kPad) +
+                          (std::is_same_v<Key, uint32_t> ? P::kSegmentedBytes : 0);
       auto kernel = vvor_mma_kernel<T, Key, BO, WGN>;
       PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
       const int64_t ctiles = detail::ceil_div(Co, BO) * detail::ceil_div(Ci, BC);

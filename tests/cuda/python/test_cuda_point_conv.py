@@ -504,6 +504,26 @@ def test_kept_groupings_give_the_same_bits(gen, c, grouping, kept_bytes, monkeyp
     assert extra == 0, extra
 
 
+@pytest.mark.parametrize("c", [128, 256])
+def test_default_weight_gradient_grouping_by_width(gen, c, kept_bytes):
+    """The default groups the weight gradient's triplets segmented where the packed keys (8 bytes
+    a triplet) would be at least half the 16-bit features, 16 T >= 2 n C (C <= 8 T / n = 160
+    here), so at C = 128 the forward reads that grouping and two groupings are kept; at C = 256
+    the weight gradient's keys are packed (one segment a kernel cell) beside the forward's and the
+    features gradient's segmented ones."""
+    n, K, T = 3000, 27, 60000
+    f, w, t = _inputs(gen, n, n, c, c, K, T)
+    f, w, t = f.cuda().bfloat16(), w.cuda().bfloat16(), t.cuda()
+    kept_bytes(release=True)
+    _layer(f, w, t, n)
+    segments = -(-n // 128) * K
+    segmented = 16 * T >= 2 * n * c
+    assert segmented == (c == 128)
+    mvmr = _grouping_bytes(T, segments, False)
+    expect = 2 * mvmr if segmented else 2 * mvmr + _grouping_bytes(T, K, True)
+    assert kept_bytes() == expect, (kept_bytes(), expect)
+
+
 def test_exact_kept_groupings_give_the_cpu_bits(gen, kept_bytes, monkeypatch):
     """The exact path keeps its segmented groupings too: the forward's and the features gradient's
     row offsets and 32-bit keys, the weight gradient's cell offsets and rows i, j (sizes below);
