@@ -46,6 +46,28 @@ VARIABLES = {"exact": {"mvmr": "PCOPS_CUDA_POINT_CONV_MVMR", "vvor": "PCOPS_CUDA
              "fast": {"mvmr": "PCOPS_CUDA_POINT_CONV_CONFIG", "vvor": "PCOPS_CUDA_POINT_CONV_FAST_VVOR"}}
 
 
+# The variable kind (VARIABLES) that picks each part's kernels.
+KINDS = {"forward": "mvmr", "grad_features": "mvmr", "grad_weights": "vvor"}
+
+
+def layer_inputs(gen, n, c, ci, K, k, device, dtype):
+    """A layer's features [n, ci], weights [K, c, ci] (scaled by 1 / sqrt(ci k)) and upstream
+    gradient [n, c], uniform in [-1, 1) from gen, in that order."""
+    f = (torch.rand(n, ci, generator=gen) * 2 - 1).to(device, dtype)
+    w = ((torch.rand(K, c, ci, generator=gen) * 2 - 1) / (ci * k) ** 0.5).to(device, dtype)
+    g = (torch.rand(n, c, generator=gen) * 2 - 1).to(device, dtype)
+    return f, w, g
+
+
+def layer_parts(inputs, triplets, n, mode):
+    """The layer's parts, each a call giving its result: forward, grad_features, grad_weights."""
+    f, w, g = inputs
+    backward = torch.ops.pcops._point_conv_backward
+    return {"forward": lambda: torch.ops.pcops.point_conv(f, w, triplets, n, mode),
+            "grad_features": lambda: backward(g, f, w, triplets, n, True, False, mode)[0],
+            "grad_weights": lambda: backward(g, f, w, triplets, n, False, True, mode)[1]}
+
+
 def timed(fn, repeat, device):
     """Median seconds of `repeat` calls after one warm-up call (CUDA events on the GPU), and the
     last result."""
@@ -106,20 +128,13 @@ def main():
     pts, triplets = probe_triplets(args.points, args.k, args.order)
     triplets = triplets.to(device)
     n, K, T = pts.shape[0], 27, int(triplets.shape[0])
-    backward = torch.ops.pcops._point_conv_backward
     rows = []
     gen = torch.Generator().manual_seed(0)
     for c in [int(x) for x in args.channels.split(",")]:
         ci = args.in_channels or c
-        f = (torch.rand(n, ci, generator=gen) * 2 - 1).to(device, dtype)
-        w = ((torch.rand(K, c, ci, generator=gen) * 2 - 1) / (ci * args.k) ** 0.5).to(device, dtype)
-        g = (torch.rand(n, c, generator=gen) * 2 - 1).to(device, dtype)
-        parts = {
-            "forward": ("mvmr", lambda: torch.ops.pcops.point_conv(f, w, triplets, n, mode)),
-            "grad_features": ("mvmr", lambda: backward(g, f, w, triplets, n, True, False, mode)[0]),
-            "grad_weights": ("vvor", lambda: backward(g, f, w, triplets, n, False, True, mode)[1]),
-        }
-        for part, (kind, fn) in parts.items():
+        parts = layer_parts(layer_inputs(gen, n, c, ci, K, args.k, device, dtype), triplets, n, mode)
+        for part, fn in parts.items():
+            kind = KINDS[part]
             first = None
             variable = VARIABLES[mode][kind]
             for rnd in range(args.rounds):

@@ -28,23 +28,17 @@ def run(args):
     import torch
 
     import pcops  # noqa: F401  (registers the operators)
+    from point_conv_kernels import layer_inputs, layer_parts  # this directory
     from point_conv_probe import probe_triplets  # this directory
 
     pts, triplets = probe_triplets(args.points, args.k, args.order)
     device = torch.device(args.device)
     triplets = triplets.to(device)
-    n, K, c = pts.shape[0], 27, args.channels
-    dtype = getattr(torch, args.dtype)
-    gen = torch.Generator().manual_seed(0)
-    f = (torch.rand(n, c, generator=gen) * 2 - 1).to(device, dtype)
-    w = ((torch.rand(K, c, c, generator=gen) * 2 - 1) / (c * args.k) ** 0.5).to(device, dtype)
-    g = (torch.rand(n, c, generator=gen) * 2 - 1).to(device, dtype)
-    backward = torch.ops.pcops._point_conv_backward
+    n, c = pts.shape[0], args.channels
+    inputs = layer_inputs(torch.Generator().manual_seed(0), n, c, c, 27, args.k, device, getattr(torch, args.dtype))
+    fn = layer_parts(inputs, triplets, n, args.mode)[args.part]
     for _ in range(args.calls):
-        if args.part == "forward":
-            torch.ops.pcops.point_conv(f, w, triplets, n, args.mode)
-        else:
-            backward(g, f, w, triplets, n, args.part == "grad_features", args.part == "grad_weights", args.mode)
+        fn()
     if device.type == "cuda":
         torch.cuda.synchronize()
     print(f"{args.calls} calls of {args.part} at C = {c} ({n} points, {int(triplets.shape[0])} triplets)")

@@ -67,10 +67,10 @@ struct VvorPolicy {
   static constexpr int kPad = 8;
   static constexpr int kStages = 3;
   // The segmented keys' shared memory (vvor_mma_kernel): a ring of this many stages of keys and
-  // the ends of up to kSegCache segments (2,048 blocks of 128 rows i cover 262,144 output rows).
+  // the ends of up to kSegEnds segments (2,048 blocks of 128 rows i cover 262,144 output rows).
   static constexpr int kKeySlots = 4;
-  static constexpr int kSegCache = 2048;
-  static constexpr size_t kSegmentedBytes = sizeof(uint32_t) * (kKeySlots * KT + kSegCache);
+  static constexpr int kSegEnds = 2048;
+  static constexpr size_t kSegmentedBytes = sizeof(uint32_t) * (kKeySlots * KT + kSegEnds);
   // Slices of the sorted triplets (float32 partials, summed in order): cuts of at least kMinSlice
   // triplets, as many as kPartialBytes of partials allow. Fixed by the shape alone, so the
   // result does not depend on the device.
@@ -784,13 +784,13 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
   //   which waited there for the load just issued (30 % of the kernel's stall samples at C = 128;
   //   Nsight Compute). The packed keys' registers are not moved, and through shared memory they
   //   were slower at 256 and 512 channels (1.20 -> 1.30 ms, 4.20 -> 4.66 ms);
-  // - the ends of the block's segments (P::kSegCache of them at most; a block past them reads
+  // - the ends of the block's segments (P::kSegEnds of them at most; a block past them reads
   //   the rest from global memory), which a stage row steps through as its position grows.
   constexpr bool kSegmented = std::is_same_v<Key, uint32_t>;
   constexpr int kKS = P::kKeySlots;
   static_assert(2 * (S - 1) <= kKS && KT <= NT, "the key slots in use: S - 1 loading, S - 1 read");
   Key* Ks = reinterpret_cast<Key*>(Fs + S * kFStage);  // [kKS][KT] (segmented)
-  int* Se = reinterpret_cast<int*>(Ks + kKS * KT);     // [P::kSegCache] (segmented)
+  int* Se = reinterpret_cast<int*>(Ks + kKS * KT);     // [P::kSegEnds] (segmented)
   const auto request_keys = [&](int q, int slot) {
     if (kSegmented && tid < KT && q < pos1) {
       const int p = q + tid;
@@ -798,8 +798,8 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
       cp_async_small<sizeof(Key)>(Ks + slot * KT + tid, keys + (ok ? p : pos0), ok ? sizeof(Key) : 0);
     }
   };
-  const int nc = kSegmented ? static_cast<int>(min(int64_t{P::kSegCache}, seg0 + tiles - first)) : 0;
-  for (int e = tid; e < nc; e += NT) Se[e] = static_cast<int>(seg_off[first + 1 + e]);  // read after a barrier
+  const int nc = kSegmented ? static_cast<int>(min(int64_t{P::kSegEnds}, seg0 + tiles - first)) : 0;
+  for (int e = tid; e < nc; e += NT) Se[e] = static_cast<int>(seg_off[first + 1 + e]);  // (barrier below)
   const auto seg_end = [&](int64_t sg) {
     return sg - first < nc ? Se[sg - first] : static_cast<int>(seg_off[sg + 1]);
   };
@@ -854,13 +854,15 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
 #pragma unroll
       for (int x = 0; x < 4; ++x) acc[mi][ni][x] = 0.0f;
 
-  // lq, ls: the next stage to load and its index. The keys of the first S - 1 stages before
-  // anything else; each stage's loads request the keys of the stage S - 1 after it.
+  // lq, ls: the next stage to load and its index. Segmented, the keys of the first S - 1 stages
+  // before anything else; each stage's loads request the keys of the stage S - 1 after it.
   int lq = pos0, ls = 0;
-  for (int st = 0; st < S - 1; ++st) request_keys(pos0 + st * KT, st);
-  cp_async_commit();
-  cp_async_wait<0>();
-  __syncthreads();
+  if constexpr (kSegmented) {  // (and the segment ends above: one barrier for both)
+    for (int st = 0; st < S - 1; ++st) request_keys(pos0 + st * KT, st);
+    cp_async_commit();
+    cp_async_wait<0>();
+    __syncthreads();
+  }
   fetch_rows(lq);
   const auto load_next = [&](int b) {
     if (lq < pos1) {

@@ -20,11 +20,6 @@ __device__ __forceinline__ void cp_async16_shared(unsigned dst, const void* src,
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
   cp_async16_shared(smem_u32(dst), src, src_bytes);
 }
-// 4 bytes global -> shared (both 4-byte aligned); src_bytes 0 fills zeros.
-__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
-               : "memory");
-}
 // 4 or 8 bytes (N) global -> shared (both N-byte aligned); src_bytes 0 fills zeros.
 template <int N>
 __device__ __forceinline__ void cp_async_small(void* dst, const void* src, int src_bytes) {
