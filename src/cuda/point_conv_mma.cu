@@ -66,11 +66,14 @@ struct VvorPolicy {
   static constexpr int KT = 32;         // triplets per stage
   static constexpr int kPad = 8;
   static constexpr int kStages = 3;
-  // The segmented keys' shared memory (vvor_mma_kernel): a ring of this many stages of keys and
-  // the ends of up to kSegEnds segments (2,048 blocks of 128 rows i cover 262,144 output rows).
+  // The segmented keys' shared memory (vvor_mma_kernel): a ring of this many stages of keys (the
+  // 4-byte words around a stage's split keys: 17 of the low halves, 17 of the high parts) and the
+  // ends and mids of up to kSegEnds segments (2,048 blocks of 128 rows i cover 262,144 output
+  // rows).
   static constexpr int kKeySlots = 4;
+  static constexpr int kKeyWords = 2 * (KT / 2 + 1);
   static constexpr int kSegEnds = 2048;
-  static constexpr size_t kSegmentedBytes = sizeof(uint32_t) * (kKeySlots * KT + kSegEnds);
+  static constexpr size_t kSegmentedBytes = sizeof(uint32_t) * (kKeySlots * kKeyWords + 2 * kSegEnds);
   // Slices of the sorted triplets (float32 partials, summed in order): cuts of at least kMinSlice
   // triplets, as many as kPartialBytes of partials allow. Fixed by the shape alone, so the
   // result does not depend on the device.
@@ -83,6 +86,25 @@ using common::bits_for;
 // Segment offsets of an MVMR tile kept in shared memory (the rest, for K > kSegCache, read from
 // global memory).
 constexpr int kSegCache = 128;
+
+// The segmented groupings' keys as the kernels read them (3 bytes a triplet where the key has at
+// most 25 bits, as for clouds of up to 2^18 points; 4 beyond): the low 16 bits (lo), the next 8
+// (hb 1) or 16 (hb 2) bits (hi), and, with hb 1, bit 24 from the segment's `mid`, the first
+// position of the segment whose key has it (the keys of a segment are sorted, so the bit is 0
+// before mid and 1 from it; mid is the segment's end where no key has it, and always with hb 2).
+// Each array is padded by kSplitPad bytes past T (the weight-gradient kernel copies whole 4-byte
+// words around a stage's keys).
+struct SplitKeys {
+  const uint16_t* lo;
+  const unsigned char* hi;
+  const int* mid;  // [segments + 1]
+  int hb;
+};
+constexpr size_t kSplitPad = 128;
+__device__ __forceinline__ uint32_t split_key(const SplitKeys& sk, int p, int mid) {
+  const uint32_t h = sk.hb == 1 ? sk.hi[p] : reinterpret_cast<const uint16_t*>(sk.hi)[p];
+  return sk.lo[p] | h << 16 | (p >= mid ? 1u << 24 : 0u);
+}
 
 // Key layout of the MVMR sort: (segment = tile * K + k, local destination row, source row).
 // The tile holds bm = 1 << local_bits destination rows.
@@ -339,12 +361,15 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 // where wgmma keeps a stage's products in flight), one __syncthreads per stage. WG: the products by
 // wgmma (two warpgroups of 64 rows x 64 channels) instead of mma.sync (warps of 32 rows x BN / 4
 // channels).
-template <class T, class Key, int BN, int BM, int MC, int BK, int S, bool WG>
+template <class T, class Keys, int BN, int BM, int MC, int BK, int S, bool WG>
 __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
-    mvmr_mma_kernel(const Key* __restrict__ keys, const int64_t* __restrict__ seg_off, int64_t tile_stride,
+    mvmr_mma_kernel(Keys keys, const int64_t* __restrict__ seg_off, int64_t tile_stride,
                     int64_t k_stride, MvmrKey m, int64_t K, const T* __restrict__ src, int64_t n_in_c,
                     const T* __restrict__ mat, int64_t n_out_c, int64_t n_dst, T* __restrict__ dst) {
   using P = MvmrPolicy;
+  // Keys: SplitKeys (the segmented grouping, read as 32-bit keys) or const uint64_t* (packed).
+  constexpr bool kSplit = std::is_same_v<Keys, SplitKeys>;
+  using Key = std::conditional_t<kSplit, uint32_t, uint64_t>;
   constexpr int NT = P::kThreads;
   constexpr int kSegs = BK / 8;                     // 16-byte chunks per stage row
   constexpr int kRowStep = NT / kSegs;              // stage rows loaded by the block per round
@@ -384,21 +409,31 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   // from so[k * k_stride] to so[k * k_stride + 1]; the segments in (tile, k) order (tile_stride K,
   // k_stride 1: each segment ends where the next begins) or in the weight gradient's (k, tile) order
   // (tile_stride 1, k_stride tiles). The first ones in shared memory (the stage sequence reads one at
-  // every chunk, on the loads' path): kSegCache + 1 offsets, or kSegCache / 2 (begin, end) pairs.
+  // every chunk, on the loads' path): kSegCache + 1 offsets, or kSegCache / 2 (begin, end) pairs;
+  // split keys: kSegCache / 3 (begin, end, mid) triples (mid: SplitKeys, segment tile_stride tile +
+  // k_stride k).
   const int64_t* so = seg_off + tile * tile_stride;
-  const int cs = k_stride == 1 ? 1 : 2, kc = Ki < kSegCache / cs ? Ki : kSegCache / cs;
-  for (int e = tid; e < kc * cs + (cs == 1 ? 1 : 0); e += NT)
-    Ss[e] = static_cast<int>(so[(e / cs) * k_stride + e % cs]);
+  const auto mid_of = [&](int k) {
+    if constexpr (kSplit) return keys.mid[tile * tile_stride + k * k_stride];
+    else return 0;
+  };
+  const int cs = kSplit ? 3 : k_stride == 1 ? 1 : 2, kc = Ki < kSegCache / cs ? Ki : kSegCache / cs;
+  for (int e = tid; e < kc * cs + (cs == 1 ? 1 : 0); e += NT) {
+    const int k = e / cs, f = e % cs;
+    Ss[e] = kSplit && f == 2 ? mid_of(k) : static_cast<int>(so[k * k_stride + f]);
+  }
   __syncthreads();
   const auto begin_at = [&](int k) { return k < kc ? Ss[k * cs] : static_cast<int>(so[k * k_stride]); };
   const auto end_at = [&](int k) {
     return k < kc ? Ss[k * cs + 1] : static_cast<int>(so[k * k_stride + 1]);
   };
+  const auto mid_at = [&](int k) { return k < kc ? Ss[k * cs + 2] : mid_of(k); };
 
   // The stage sequence: segments k = 0..K-1 of this tile, MC triplets a chunk, nb stages a chunk;
   // c counts the chunks. 32-bit cursors.
   struct Stage {
     int k, q, n, b, c;  // k == K: past the end
+    int md;             // split keys: the segment's mid
   };
   const auto first_chunk = [&](int k, int c) {
     int q = 0, e = 0;
@@ -407,12 +442,12 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
       ++k;
       if (k < Ki) q = begin_at(k), e = end_at(k);
     }
-    return Stage{k, q, e - q < MC ? e - q : MC, 0, c};
+    return Stage{k, q, e - q < MC ? e - q : MC, 0, c, kSplit && k < Ki ? mid_at(k) : 0};
   };
   // The chunk after s's (s.b ignored).
   const auto next_chunk = [&](const Stage& s) {
     const int q = s.q + s.n, e = end_at(s.k);
-    if (q < e) return Stage{s.k, q, e - q < MC ? e - q : MC, 0, s.c + 1};
+    if (q < e) return Stage{s.k, q, e - q < MC ? e - q : MC, 0, s.c + 1, s.md};
     return first_chunk(s.k + 1, s.c + 1);
   };
 
@@ -441,7 +476,8 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
 #pragma unroll
     for (int u = 0; u < kAL; ++u) {
       const int r = a_row0 + u * kRowStep;
-      next_key[u] = s.k < Ki && r < s.n ? keys[s.q + r] : ~Key{0};
+      if constexpr (kSplit) next_key[u] = s.k < Ki && r < s.n ? split_key(keys, s.q + r, s.md) : ~Key{0};
+      else next_key[u] = s.k < Ki && r < s.n ? keys[s.q + r] : ~Key{0};
     }
   };
   const auto load_stage = [&](const Stage& s, int buf) {
@@ -706,9 +742,9 @@ __global__ void transpose16_kernel(const T* __restrict__ w, int64_t K, int64_t c
 // against c 128 (h / 2) .. + 127. Each warpgroup two m64n64k16 a k16 step, both operands read
 // MN-major from unpadded stage buffers of 64-channel parts, each [KT][64] with the 128-byte
 // swizzle.
-template <class T, class Key, int BO, int WGN>
+template <class T, class Keys, int BO, int WGN>
 __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
-    vvor_mma_kernel(const Key* __restrict__ keys, const int64_t* __restrict__ seg_off, int64_t tiles, int i_bits,
+    vvor_mma_kernel(Keys keys, const int64_t* __restrict__ seg_off, int64_t tiles, int i_bits,
                     int j_bits, const T* __restrict__ G, int64_t co, const T* __restrict__ F, int64_t ci, int64_t K,
                     int64_t cut, T* __restrict__ gw, float* __restrict__ part) {
   using P = VvorPolicy;
@@ -774,44 +810,76 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
   asm volatile("" : "+r"(jm), "+r"(im), "+r"(g_sz));
 #pragma unroll
   for (int v = 0; v < kFC; ++v) asm volatile("" : "+r"(f_sz[v]));
-  // The segmented keys (32 bits: i's place in its block of rows above j; the block from the
-  // segment) pass through shared memory twice over, where the packed keys (64 bits: all of i above
-  // j, one segment a kernel cell) are read straight into registers one stage ahead:
-  // - a stage's keys are copied into shared memory (cp.async, a thread a row; slot: the stage's
-  //   index mod kKeySlots) together with the data of the stage S - 1 before it, so they have
+  // The segmented keys (split, SplitKeys: i's place in its block of rows above j; the block from
+  // the segment, bit 24 from the segment's mid) pass through shared memory twice over, where the
+  // packed keys (64 bits: all of i above j, one segment a kernel cell) are read straight into
+  // registers one stage ahead:
+  // - a stage's keys are copied into shared memory (cp.async, the 4-byte words around its low
+  //   halves and its high parts, a thread a word; slot: the stage's index mod kKeySlots) together
+  //   with the data of the stage S - 1 before it, so they have
   //   landed under the same wait and barrier by the time the stage's gathers need them. Loaded
   //   into registers, they went through one more register move at the end of the stage loop,
   //   which waited there for the load just issued (30 % of the kernel's stall samples at C = 128;
   //   Nsight Compute). The packed keys' registers are not moved, and through shared memory they
   //   were slower at 256 and 512 channels (1.20 -> 1.30 ms, 4.20 -> 4.66 ms);
-  // - the ends of the block's segments (P::kSegEnds of them at most; a block past them reads
-  //   the rest from global memory), which a stage row steps through as its position grows.
-  constexpr bool kSegmented = std::is_same_v<Key, uint32_t>;
-  constexpr int kKS = P::kKeySlots;
-  static_assert(2 * (S - 1) <= kKS && KT <= NT, "the key slots in use: S - 1 loading, S - 1 read");
-  Key* Ks = reinterpret_cast<Key*>(Fs + S * kFStage);  // [kKS][KT] (segmented)
-  int* Se = reinterpret_cast<int*>(Ks + kKS * KT);     // [P::kSegEnds] (segmented)
+  // - the ends and mids of the block's segments (P::kSegEnds of them at most; a block past them
+  //   reads the rest from global memory), which a stage row steps through as its position grows.
+  constexpr bool kSegmented = std::is_same_v<Keys, SplitKeys>;
+  using Key = std::conditional_t<kSegmented, uint32_t, uint64_t>;
+  constexpr int kKS = P::kKeySlots, kKW = P::kKeyWords, kHalfW = kKW / 2;
+  static_assert(2 * (S - 1) <= kKS && kKW <= NT, "the key slots in use: S - 1 loading, S - 1 read");
+  uint32_t* Ks = reinterpret_cast<uint32_t*>(Fs + S * kFStage);  // [kKS][kKW] (segmented)
+  int* Se = reinterpret_cast<int*>(Ks + kKS * kKW);                // [2][P::kSegEnds] (segmented)
   const auto request_keys = [&](int q, int slot) {
-    if (kSegmented && tid < KT && q < pos1) {
-      const int p = q + tid;
-      const bool ok = p < pos1;
-      cp_async_small<sizeof(Key)>(Ks + slot * KT + tid, keys + (ok ? p : pos0), ok ? sizeof(Key) : 0);
+    if constexpr (kSegmented) {
+      // Word w of the 4-byte words from the one holding the stage's first low half (w < kHalfW) or
+      // high part; the arrays are 4-byte aligned and padded past T.
+      if (tid < kKW && q < pos1) {
+        const bool high = tid >= kHalfW;
+        const uintptr_t at = high ? reinterpret_cast<uintptr_t>(keys.hi) + static_cast<uintptr_t>(keys.hb) * q
+                                  : reinterpret_cast<uintptr_t>(keys.lo) + 2 * static_cast<uintptr_t>(q);
+        const void* word = reinterpret_cast<const void*>((at & ~uintptr_t{3}) + 4 * (high ? tid - kHalfW : tid));
+        cp_async_small<4>(Ks + slot * kKW + tid, word, 4);
+      }
+    }
+  };
+  // The key of stage row r of the stage at q (slot), without bit 24 (from the mid, in next_hi).
+  [[maybe_unused]] const auto slot_key = [&](int q, int slot, int r) -> uint32_t {
+    if constexpr (kSegmented) {
+      const unsigned char* kb = reinterpret_cast<const unsigned char*>(Ks + slot * kKW);
+      const uint32_t lo = *reinterpret_cast<const uint16_t*>(kb + ((2 * q) & 3) + 2 * r);
+      const unsigned char* hb = kb + 4 * kHalfW;
+      const uint32_t hi =
+          keys.hb == 1 ? hb[(q & 3) + r] : *reinterpret_cast<const uint16_t*>(hb + ((2 * q) & 3) + 2 * r);
+      return lo | hi << 16;
+    } else {
+      return 0;
     }
   };
   const int nc = kSegmented ? static_cast<int>(min(int64_t{P::kSegEnds}, seg0 + tiles - first)) : 0;
-  for (int e = tid; e < nc; e += NT) Se[e] = static_cast<int>(seg_off[first + 1 + e]);  // (barrier below)
+  int* Sm = Se + P::kSegEnds;
+  for (int e = tid; e < nc; e += NT) {  // (barrier below)
+    Se[e] = static_cast<int>(seg_off[first + 1 + e]);
+    if constexpr (kSegmented) Sm[e] = keys.mid[first + e];
+  }
   const auto seg_end = [&](int64_t sg) {
     return sg - first < nc ? Se[sg - first] : static_cast<int>(seg_off[sg + 1]);
   };
-  // Each stage row's segment (sc) and its end (se), the high bits of i it gives (next_hi), and
-  // (packed) its key, one stage ahead of the gathers.
+  const auto seg_mid = [&](int64_t sg) {
+    if constexpr (kSegmented) return sg - first < nc ? Sm[sg - first] : keys.mid[sg];
+    else return 0;
+  };
+  // i's bit that the split keys' bit 24 becomes (where j takes at most 24 bits).
+  const uint32_t top_i = j_bits <= 24 ? 1u << (24 - j_bits) : 0u;
+  // Each stage row's segment (sc), its end (se) and mid (sm), the high bits of i it gives (next_hi),
+  // and (packed) its key, one stage ahead of the gathers.
   Key next_key[kRL];
   bool next_ok[kRL];
   int64_t sc[kRL];
-  int se[kRL];
+  int se[kRL], sm[kRL];
   uint32_t next_hi[kRL];
 #pragma unroll
-  for (int u = 0; u < kRL; ++u) sc[u] = first, se[u] = static_cast<int>(seg_off[first + 1]);
+  for (int u = 0; u < kRL; ++u) sc[u] = first, se[u] = static_cast<int>(seg_off[first + 1]), sm[u] = seg_mid(first);
   const auto fetch_rows = [&](int q) {
 #pragma unroll
     for (int u = 0; u < kRL; ++u) {
@@ -819,22 +887,26 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
       next_ok[u] = p < pos1;
       if constexpr (!kSegmented) next_key[u] = next_ok[u] ? keys[p] : 0;
       if (next_ok[u])
-        while (p >= se[u]) se[u] = seg_end(++sc[u]);
-      next_hi[u] = next_ok[u] ? static_cast<uint32_t>(sc[u] - seg0) << i_bits : 0;
+        while (p >= se[u]) {
+          se[u] = seg_end(++sc[u]);
+          if constexpr (kSegmented) sm[u] = seg_mid(sc[u]);
+        }
+      uint32_t hi = static_cast<uint32_t>(sc[u] - seg0) << i_bits;
+      if constexpr (kSegmented) hi |= p >= sm[u] ? top_i : 0u;
+      next_hi[u] = next_ok[u] ? hi : 0;
     }
   };
   const auto load_stage = [&](int q, int buf, int slot) {
     const uint32_t gs = gs0 + buf * (kGStage * 2);
-    const Key* ks = Ks + slot * KT;
 #pragma unroll
     for (int u = 0; u < kRL; ++u) {
       const int r = (tid + u * NT) / kSegs;
-      // A row past the slice has key 0 (zero-filled or set): row 0, 0 bytes read.
+      // A row past the slice reads row 0 with 0 bytes.
       Key key;
-      if constexpr (kSegmented) key = ks[r];
+      if constexpr (kSegmented) key = slot_key(q, slot, r);
       else key = next_key[u];
-      const uint32_t i = next_hi[u] | (static_cast<uint32_t>(key >> j_bits) & im);
-      const uint32_t j = static_cast<uint32_t>(key) & jm;
+      const uint32_t i = next_ok[u] ? next_hi[u] | (static_cast<uint32_t>(key >> j_bits) & im) : 0u;
+      const uint32_t j = next_ok[u] ? static_cast<uint32_t>(key) & jm : 0u;
       cp_async16_shared(gs + r * kGRow, g_base + static_cast<uint64_t>(i) * g_row, next_ok[u] ? g_sz : 0);
 #pragma unroll
       for (int v = 0; v < kFC; ++v)
@@ -1057,7 +1129,7 @@ bool take_segmented(int64_t T_, int64_t out_elems, int64_t bytes, bool kept = fa
 }
 
 struct Grouped {
-  const uint32_t* k32 = nullptr;  // one of the two
+  SplitKeys sk{};  // one of the two (segmented: sk.lo set)
   const uint64_t* k64 = nullptr;
   const int64_t* offsets = nullptr;
 };
@@ -1089,15 +1161,31 @@ __global__ void packed_keys_kernel(const int64_t* __restrict__ t, int64_t T, Pla
   }
 }
 
-// "segmented" (primitives::group_segmented): T keys placed into segments + 1 segments and
-// sorted within each.
-template <class Place>
-Grouped segmented(const CudaContext& ctx, detail::Workspace& ws, const int64_t* t, int64_t T_, int64_t segments,
-                  int key_bits, const Place& place) {
-  const primitives::SegmentedKeys sk = primitives::group_segmented(ctx, ws, t, T_, segments, key_bits, place);
-  Grouped g;
-  g.k32 = sk.keys, g.offsets = sk.offsets;
-  return g;
+// The split form of sorted 32-bit keys (SplitKeys): lo[p], hi[p] (hb bytes) of keys[p], and zeros in
+// the kSplitPad bytes past each array's T entries.
+__global__ void split_keys_kernel(const uint32_t* __restrict__ keys, int64_t T, int hb, uint16_t* __restrict__ lo,
+                                  unsigned char* __restrict__ hi) {
+  PCOPS_CUDA_GRID_STRIDE(p, T + static_cast<int64_t>(kSplitPad)) {
+    const uint32_t key = p < T ? keys[p] : 0u;
+    if (p < T + static_cast<int64_t>(kSplitPad / 2)) lo[p] = static_cast<uint16_t>(key);
+    if (hb == 1) hi[p] = static_cast<unsigned char>(key >> 16);
+    else if (p < T + static_cast<int64_t>(kSplitPad / 2)) reinterpret_cast<uint16_t*>(hi)[p] = static_cast<uint16_t>(key >> 16);
+  }
+}
+// mid[s] of segments 0..n (offsets[s] to offsets[s + 1]): with `find`, the first position whose
+// key has bit 24 (the keys of a segment ascend, so they form its tail), else the segment's end.
+__global__ void split_mids_kernel(const uint32_t* __restrict__ keys, const int64_t* __restrict__ offsets, int64_t n,
+                                  bool find, int* __restrict__ mid) {
+  PCOPS_CUDA_GRID_STRIDE(s, n + 1) {
+    int64_t lo = offsets[s], hi = offsets[s + 1];
+    if (!find) lo = hi;
+    while (lo < hi) {
+      const int64_t m = lo + (hi - lo) / 2;
+      if (keys[m] >> 24) hi = m;
+      else lo = m + 1;
+    }
+    mid[s] = static_cast<int>(lo);
+  }
 }
 
 // "packed": T keys (segment << key_bits) | key, segments + 1 segments, sorted by one radix sort on
@@ -1151,10 +1239,18 @@ struct GroupSpec {
   // MVMR: the segments in the weight gradient's (k, tile) order, grouped by vp: the forward reading
   // the weight gradient's grouping (vvor_spec), whose keys are its own (forward_spec).
   bool cell_major = false;
-  // The kept form (one buffer): offsets [segments + 2] int64, then the keys at a 256-byte boundary.
-  size_t keys_at() const { return (sizeof(int64_t) * static_cast<size_t>(segments + 2) + 255) / 256 * 256; }
+  // The form kept and read (one buffer, each part at a 256-byte boundary): offsets [segments + 2]
+  // int64, then the packed keys [T] uint64, or the split keys' mids [segments + 1] int32, low
+  // halves [T] uint16 and high parts [T] of hb bytes (SplitKeys; these two padded by kSplitPad).
+  static size_t up256(size_t b) { return (b + 255) / 256 * 256; }
+  int hb() const { return key_bits <= 25 ? 1 : 2; }
+  size_t keys_at() const { return up256(sizeof(int64_t) * static_cast<size_t>(segments + 2)); }
+  size_t lo_at() const { return keys_at() + up256(sizeof(int) * static_cast<size_t>(segments + 1)); }
+  size_t hi_at() const { return lo_at() + up256(2 * static_cast<size_t>(T) + kSplitPad); }
   size_t bytes() const {
-    return none ? 0 : keys_at() + (packed ? 8 : 4) * static_cast<size_t>(std::max<int64_t>(T, 1));
+    if (none) return 0;
+    if (packed) return keys_at() + 8 * static_cast<size_t>(std::max<int64_t>(T, 1));
+    return hi_at() + static_cast<size_t>(hb()) * static_cast<size_t>(T) + kSplitPad;
   }
 };
 
@@ -1225,22 +1321,53 @@ GroupSpec step_spec(const PointConvShape& s, PointConvStep step, bool kept) {
   throw std::invalid_argument("pcops point_conv: unknown step");
 }
 
+// The grouping of spec g in its form (GroupSpec::bytes) at `base`.
+Grouped grouping_at(const GroupSpec& g, const void* base_) {
+  const auto* base = static_cast<const unsigned char*>(base_);
+  Grouped gr;
+  gr.offsets = reinterpret_cast<const int64_t*>(base);
+  if (g.packed) gr.k64 = reinterpret_cast<const uint64_t*>(base + g.keys_at());
+  else
+    gr.sk = SplitKeys{reinterpret_cast<const uint16_t*>(base + g.lo_at()), base + g.hi_at(),
+                      reinterpret_cast<const int*>(base + g.keys_at()), g.hb()};
+  return gr;
+}
+
+// The segmented grouping of spec g (not packed) written in its form at `base` (g.bytes() bytes; null:
+// taken from ws once the sort's second buffer is gone): sorted as 32-bit keys in ws
+// (primitives::group_segmented), then split; the 32-bit keys and their offsets go back to ws.
+unsigned char* group_split(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g, const int64_t* t,
+                           unsigned char* base) {
+  const auto sorted = [&](const auto& place) {
+    return primitives::group_segmented(ctx, ws, t, g.T, g.segments, g.key_bits, place);
+  };
+  const primitives::SegmentedKeys sk = g.vvor || g.cell_major ? sorted(g.vp) : sorted(g.mp);
+  if (base == nullptr) base = static_cast<unsigned char*>(ws.bytes(g.bytes()));
+  const cudaStream_t stream = detail::stream_of(ctx);
+  PCOPS_CUDA_CHECK(cudaMemcpyAsync(base, sk.offsets, sizeof(int64_t) * (g.segments + 2), cudaMemcpyDeviceToDevice,
+                                   stream));
+  constexpr int NT = 256;
+  const int hb = g.hb();
+  detail::launch(ctx, split_keys_kernel, dim3(detail::grid_blocks(g.T + static_cast<int64_t>(kSplitPad), NT)),
+                 dim3(NT), 0, static_cast<const uint32_t*>(sk.keys), g.T, hb,
+                 reinterpret_cast<uint16_t*>(base + g.lo_at()), base + g.hi_at());
+  detail::launch(ctx, split_mids_kernel, dim3(detail::grid_blocks(g.segments + 1, NT)), dim3(NT), 0,
+                 static_cast<const uint32_t*>(sk.keys), static_cast<const int64_t*>(sk.offsets), g.segments,
+                 hb == 1 && g.key_bits == 25, reinterpret_cast<int*>(base + g.keys_at()));
+  ws.release(sk.keys);
+  ws.release(sk.offsets);
+  return base;
+}
+
 // The grouping of spec: read from `kept` (made ahead) or sorted now in ws.
 Grouped group_step(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g, const int64_t* t,
                    const void* kept) {
-  if (kept != nullptr) {
-    const auto* base = static_cast<const unsigned char*>(kept);
-    Grouped gr;
-    gr.offsets = reinterpret_cast<const int64_t*>(base);
-    if (g.packed) gr.k64 = reinterpret_cast<const uint64_t*>(base + g.keys_at());
-    else gr.k32 = reinterpret_cast<const uint32_t*>(base + g.keys_at());
-    return gr;
+  if (kept != nullptr) return grouping_at(g, kept);
+  if (g.packed) {
+    const auto go = [&](const auto& place) { return group_packed(ctx, ws, t, g.T, g.segments, g.key_bits, place); };
+    return g.vvor || g.cell_major ? go(g.vp) : go(g.mp);
   }
-  const auto go = [&](const auto& place) {
-    return g.packed ? group_packed(ctx, ws, t, g.T, g.segments, g.key_bits, place)
-                    : segmented(ctx, ws, t, g.T, g.segments, g.key_bits, place);
-  };
-  return g.vvor || g.cell_major ? go(g.vp) : go(g.mp);
+  return grouping_at(g, group_split(ctx, ws, g, t, nullptr));
 }
 
 // One MVMR (spec g): dst [n_dst, n_out_c] comes from dst_alloc once the keys are sorted (their
@@ -1259,23 +1386,23 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g,
   const Grouped gr = group_step(ctx, ws, g, triplets, kept);
   T* dst = static_cast<T*>(dst_alloc());
   bool launched = false;
-  const auto go = [&](auto cfg_c, auto* keys) {
+  const auto go = [&](auto cfg_c, auto keys) {
     constexpr MvmrConfig C = kMvmrConfigs[decltype(cfg_c)::value];
-    using Key = std::remove_const_t<std::remove_pointer_t<decltype(keys)>>;
+    using Keys = decltype(keys);
     if (C.bm != cfg.bm || C.bn != cfg.bn || C.mc != cfg.mc || C.bk != cfg.bk || C.stages != cfg.stages ||
-        C.wg != cfg.wg || keys == nullptr)
+        C.wg != cfg.wg)
       return;
     launched = true;
     const size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.bk, C.stages>();
-    auto kernel = mvmr_mma_kernel<T, Key, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg>;
+    auto kernel = mvmr_mma_kernel<T, Keys, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg>;
     PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles * detail::ceil_div(n_out_c, C.bn))),
                    dim3(MvmrPolicy::kThreads), smem, keys, gr.offsets, g.cell_major ? int64_t{1} : K,
                    g.cell_major ? m.tiles : int64_t{1}, m, K, src, n_in_c, mat, n_out_c, n_dst, dst);
   };
   [&]<size_t... I>(std::index_sequence<I...>) {
-    (go(std::integral_constant<size_t, I>{}, gr.k32), ...);
-    (go(std::integral_constant<size_t, I>{}, gr.k64), ...);
+    if (gr.sk.lo != nullptr) (go(std::integral_constant<size_t, I>{}, gr.sk), ...);
+    else (go(std::integral_constant<size_t, I>{}, gr.k64), ...);
   }(std::make_index_sequence<std::size(kMvmrConfigs)>{});
   if (!launched) throw std::logic_error("pcops point_conv: no compiled MVMR kernel for the chosen shape");
 }
@@ -1318,13 +1445,13 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
       if (slices == 1) cut = 0;
     }
     float* part = cut > 0 ? ws.alloc<float>((slices + K) * per) : nullptr;
-    const auto go = [&](auto bo_c, auto wgn_c, auto* keys) {
+    const auto go = [&](auto bo_c, auto wgn_c, auto keys) {
       constexpr int BO = decltype(bo_c)::value, WGN = decltype(wgn_c)::value, BC = WGN == 4 ? 256 : BO;
       constexpr int NT = WGN == 4 ? 512 : P::kThreads, kPad = WGN > 0 ? 0 : P::kPad;
-      using Key = std::remove_const_t<std::remove_pointer_t<decltype(keys)>>;
+      using Keys = decltype(keys);
       const size_t smem = sizeof(T) * P::kStages * P::KT * (BO + BC + 2 * kPad) +
-                          (std::is_same_v<Key, uint32_t> ? P::kSegmentedBytes : 0);
-      auto kernel = vvor_mma_kernel<T, Key, BO, WGN>;
+                          (std::is_same_v<Keys, SplitKeys> ? P::kSegmentedBytes : 0);
+      auto kernel = vvor_mma_kernel<T, Keys, BO, WGN>;
       PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
       const int64_t ctiles = detail::ceil_div(Co, BO) * detail::ceil_div(Ci, BC);
       const dim3 grid(static_cast<unsigned>(K), static_cast<unsigned>(ctiles), static_cast<unsigned>(slices));
@@ -1337,13 +1464,13 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
     const int wgn = narrow ? 0 : std::min(vvor_wgmma(), Ci > 128 ? 4 : 2);
     const std::integral_constant<int, 64> b64;
     const std::integral_constant<int, 128> b128;
-    const auto with_keys = [&](auto* keys) {
+    const auto with_keys = [&](auto keys) {
       if (narrow) go(b64, std::integral_constant<int, 0>{}, keys);
       else if (wgn == 4) go(b128, std::integral_constant<int, 4>{}, keys);
       else if (wgn == 2) go(b128, std::integral_constant<int, 2>{}, keys);
       else go(b128, std::integral_constant<int, 0>{}, keys);
     };
-    if (gr.k32 != nullptr) with_keys(gr.k32);
+    if (gr.sk.lo != nullptr) with_keys(gr.sk);
     else with_keys(gr.k64);
     if (cut > 0)
       detail::launch(ctx, vvor_sum_cuts_kernel<T>, dim3(detail::grid_blocks(count, NT)), dim3(NT), 0,
@@ -1403,17 +1530,19 @@ void point_conv_mma_group(const CudaContext& ctx, const PointConvShape& s, Point
   if (grouping == nullptr || reinterpret_cast<uintptr_t>(grouping) % 16 != 0)
     throw std::invalid_argument("pcops point_conv: a grouping needs 16-byte aligned device memory");
   detail::Workspace ws(ctx);
+  auto* base = static_cast<unsigned char*>(grouping);
+  if (!g.packed) {  // sorted and split into place
+    group_split(ctx, ws, g, triplets, base);
+    return;
+  }
   const Grouped gr = group_step(ctx, ws, g, triplets, nullptr);
   const cudaStream_t stream = detail::stream_of(ctx);
-  auto* base = static_cast<unsigned char*>(grouping);
-  // The packed form has segments + 1 offsets, the segmented one segments + 2 (the last is T).
-  const int64_t n_off = g.packed ? g.segments + 1 : g.segments + 2;
-  PCOPS_CUDA_CHECK(cudaMemcpyAsync(base, gr.offsets, sizeof(int64_t) * n_off, cudaMemcpyDeviceToDevice, stream));
-  if (g.T > 0) {
-    const void* keys = g.packed ? static_cast<const void*>(gr.k64) : static_cast<const void*>(gr.k32);
-    PCOPS_CUDA_CHECK(cudaMemcpyAsync(base + g.keys_at(), keys, (g.packed ? 8 : 4) * static_cast<size_t>(g.T),
+  // The packed form has segments + 1 offsets.
+  PCOPS_CUDA_CHECK(cudaMemcpyAsync(base, gr.offsets, sizeof(int64_t) * (g.segments + 1), cudaMemcpyDeviceToDevice,
+                                   stream));
+  if (g.T > 0)
+    PCOPS_CUDA_CHECK(cudaMemcpyAsync(base + g.keys_at(), gr.k64, 8 * static_cast<size_t>(g.T),
                                      cudaMemcpyDeviceToDevice, stream));
-  }
 }
 
 void point_conv_mma(const CudaContext& ctx, const PointConvShape& s, Half16 type, const void* features,

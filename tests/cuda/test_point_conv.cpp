@@ -576,8 +576,9 @@ TEST(CudaPointConvMma, ForwardReadsTheWeightGradientsGrouping) {
   using pcops::PointConvStep;
   const pcops_cuda_test::ScopedEnv use("PCOPS_CUDA_POINT_CONV_FAST_GROUPING", "segmented");
   using Shape = std::array<int64_t, 6>;  // n_in, n_out, C_in, C_out, K, T
+  // The last: 2^17 to 2^18 source rows, keys of 25 bits, the 25th from the segments' mids.
   for (const Shape& sh : {Shape{300, 400, 16, 24, 27, 3000}, Shape{200, 300, 8, 16, 200, 4000},
-                          Shape{200, 50, 16, 8, 27, 1500}}) {
+                          Shape{200, 50, 16, 8, 27, 1500}, Shape{200000, 400, 16, 24, 27, 3000}}) {
     SCOPED_TRACE(testing::Message() << "rows " << sh[0] << " / " << sh[1] << ", K " << sh[4]);
     Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
     const int64_t junk[][3] = {{c.s.num_out, 0, 0}, {0, -1, 0}};
@@ -617,7 +618,9 @@ TEST(CudaPointConvMma, ForwardReadsTheWeightGradientsGrouping) {
 // MVMR and of the weight gradient: longer than one block sort, 4,096 keys), segments of 129-512
 // and 513-1,024 keys (9 and 3 cells over 8 tiles: the warp sorts of 16 and 32 keys a lane);
 // invalid triplets in every one; one slice of the weight gradient crossing 2,344 blocks of output
-// rows.
+// rows. The keys are kept in 3 bytes where they take at most 25 bits (the 25th from each segment's
+// mid), else 4: 2^20 and 300,000 rows (26 and more bits) and 200,000 source rows (25 bits: the
+// forward's and the weight gradient's keys; then the features gradient's).
 TEST(CudaPointConvMma, SegmentedGroupingGivesThePackedBits) {
   constexpr const char* kVar = "PCOPS_CUDA_POINT_CONV_FAST_GROUPING";
   std::mt19937 rng(47);
@@ -625,7 +628,8 @@ TEST(CudaPointConvMma, SegmentedGroupingGivesThePackedBits) {
   for (const Shape& sh : {Shape{300, 200, 40, 24, 27, 5000}, Shape{int64_t{1} << 20, 5000, 8, 16, 27, 30000},
                           Shape{700, 600, 24, 40, 200, 20000}, Shape{2000, 1500, 24, 40, 1, 20000},
                           Shape{500, 100, 8, 16, 1, 30000}, Shape{1200, 1000, 8, 16, 9, 20000},
-                          Shape{1200, 1000, 8, 16, 3, 20000},
+                          Shape{1200, 1000, 8, 16, 3, 20000}, Shape{200000, 5000, 8, 16, 27, 30000},
+                          Shape{5000, 200000, 8, 16, 27, 30000},
                           // One slice of the weight gradient (one block a kernel cell) over 2,344
                           // blocks of 128 output rows.
                           Shape{2000, 300000, 8, 16, 1, 4000}}) {

@@ -348,8 +348,9 @@ def _forward_extra_bytes(run):
 def test_fast_mode_extra_memory_is_the_sort(gen, c, monkeypatch):
     """The fast forward's peak is its grouping's two key buffers and small scratch, or, once the
     second buffer and the scratch are released, the sorted keys and the output, which is allocated
-    only then, beside an offset (and, segmented, a count) per (tile of 128 output rows, kernel
-    cell): segmented (32-bit keys placed into their segments and sorted there) max(8 T, 4 T +
+    only then, beside an offset (and, segmented, a count and a mid) per (tile of 128 output rows,
+    kernel cell): segmented (32-bit keys placed into their segments and sorted there, then split
+    into 3 bytes a triplet and the 32-bit keys released: 7 T while both exist) max(8 T, 3 T +
     output), packed (one sort of 64-bit keys) max(16 T, 8 T + output). No neighbourhood buffer, no
     third copy of the keys, and the output never beside the second buffer (C = 256: the output
     outweighs a key buffer). The default takes segmented where the second buffer of the packed
@@ -363,7 +364,7 @@ def test_fast_mode_extra_memory_is_the_sort(gen, c, monkeypatch):
     out_bytes = n * c * 2
     segments = -(-n // 128) * K + 1
     peaks = {}
-    for grouping, expect, small in (("segmented", max(8 * T, 4 * T + out_bytes), 12 * (segments + 1)),
+    for grouping, expect, small in (("segmented", max(8 * T, 3 * T + out_bytes), 16 * (segments + 1) + 1024),
                                     ("packed", max(16 * T, 8 * T + out_bytes), 8 * segments)):
         monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_FAST_GROUPING", grouping)
         peak = _forward_extra_bytes(lambda: pcops.point_conv(f, w, t, n, mode="fast")) + out_bytes
@@ -463,22 +464,29 @@ def _requested_extra_bytes(run):
     return torch.cuda.memory_stats()["requested_bytes.all.peak"] - base - out.numel() * out.element_size()
 
 
-def _grouping_bytes(T, segments, packed):
-    """A kept grouping's size: segments + 2 int64 offsets (to a 256-byte boundary), then 4-byte
-    (segmented) or 8-byte (packed) keys."""
-    return -(-8 * (segments + 2) // 256) * 256 + (8 if packed else 4) * T
+def _grouping_bytes(T, segments, packed, key_bits=25):
+    """A kept grouping's size, each part at a 256-byte boundary: segments + 2 int64 offsets, then
+    8-byte keys (packed) or the split keys (segmented): segments + 1 int32 mids, the keys' low
+    halves (2 bytes a triplet) and high parts (1 byte a triplet up to 25 key bits, else 2), those
+    two padded by 128 bytes."""
+    up = lambda b: -(-b // 256) * 256
+    offsets = up(8 * (segments + 2))
+    if packed:
+        return offsets + 8 * T
+    return offsets + up(4 * (segments + 1)) + up(2 * T + 128) + (1 if key_bits <= 25 else 2) * T + 128
 
 
 @pytest.mark.parametrize("grouping", ["segmented", "packed"])
-@pytest.mark.parametrize("c", [16, 256])
-def test_kept_groupings_give_the_same_bits(gen, c, grouping, kept_bytes, monkeypatch):
+@pytest.mark.parametrize("n,c", [(3000, 16), (3000, 256), (140000, 16), (300000, 16)])
+def test_kept_groupings_give_the_same_bits(gen, n, c, grouping, kept_bytes, monkeypatch):
     """The fast path keeps each step's sort of the triplets with the triplet tensor (features
     gradient, weight gradient, and the forward's, which is the weight gradient's where both are
     segmented: two or three groupings of the sizes below); the calls after the first sort nothing
     and give the bits of calls that sort (PCOPS_POINT_CONV_KEEP=0), and making the groupings does
-    not synchronize."""
+    not synchronize. The segmented keys take 3 bytes a triplet up to 2^18 points (n = 140,000: a
+    key of 25 bits, the 25th from the segment's mid) and 4 beyond (n = 300,000)."""
     monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_FAST_GROUPING", grouping)
-    n, K, T = 3000, 27, 60000
+    K, T = 27, 60000
     f, w, t = _inputs(gen, n, n, c, c, K, T)
     f, w, t = f.cuda().bfloat16(), w.cuda().bfloat16(), t.cuda()
     pcops.point_conv(f, w, t, n, mode="exact")  # the triplets' ranges read once, here
@@ -489,8 +497,9 @@ def test_kept_groupings_give_the_same_bits(gen, c, grouping, kept_bytes, monkeyp
     segments = -(-n // 128) * K  # (tile of 128 rows, k); the weight gradient's (k, block of 128 rows i)
     vvor_segments = segments if grouping == "segmented" else K
     mvmr_groupings = 2 if grouping == "packed" else 1  # segmented: the forward's is the weight gradient's
-    expect = mvmr_groupings * _grouping_bytes(T, segments, grouping == "packed") + _grouping_bytes(
-        T, vvor_segments, grouping == "packed")
+    key_bits = 7 + (n - 1).bit_length()  # (a row's place in its 128 rows, the other row)
+    expect = mvmr_groupings * _grouping_bytes(T, segments, grouping == "packed", key_bits) + _grouping_bytes(
+        T, vvor_segments, grouping == "packed", key_bits)
     assert held == expect, (held, expect)
     again = _layer(f, w, t, n)
     assert kept_bytes() == held  # nothing new
