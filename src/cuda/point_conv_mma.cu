@@ -879,7 +879,10 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
   int se[kRL], sm[kRL];
   uint32_t next_hi[kRL];
 #pragma unroll
-  for (int u = 0; u < kRL; ++u) sc[u] = first, se[u] = static_cast<int>(seg_off[first + 1]), sm[u] = seg_mid(first);
+  for (int u = 0; u < kRL; ++u) {  // (from global memory: the shared copies are not complete before the barrier)
+    sc[u] = first, se[u] = static_cast<int>(seg_off[first + 1]);
+    if constexpr (kSegmented) sm[u] = keys.mid[first];
+  }
   const auto fetch_rows = [&](int q) {
 #pragma unroll
     for (int u = 0; u < kRL; ++u) {
