@@ -9,8 +9,8 @@
 // - The triplets are grouped once by (tile of BM destination rows, k, destination row, source
 //   row): segments (tile, k) with their offsets, each holding its keys (local destination row,
 //   source row) ascending, no values (the key holds everything the kernel needs); either one CUB
-//   radix sort of packed 64-bit keys or 32-bit keys placed into their segments and sorted there
-//   (the groupings below).
+//   radix sort of packed 64-bit keys or 32-bit keys placed into their segments and sorted there,
+//   then kept in 3 bytes a key where they have at most 25 bits (the groupings below, SplitKeys).
 // - One block per (tile of BM destination rows, block of BN destination channels) keeps the
 //   tile's float32 sums in shared memory. For each k it takes the segment's triplets in chunks of
 //   MC rows: the chunk's source rows are gathered (cp.async, BK channels a stage, S stages in
@@ -838,7 +838,8 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
         const bool high = tid >= kHalfW;
         const uintptr_t at = high ? reinterpret_cast<uintptr_t>(keys.hi) + static_cast<uintptr_t>(keys.hb) * q
                                   : reinterpret_cast<uintptr_t>(keys.lo) + 2 * static_cast<uintptr_t>(q);
-        const void* word = reinterpret_cast<const void*>((at & ~uintptr_t{3}) + 4 * (high ? tid - kHalfW : tid));
+        const void* word =
+            reinterpret_cast<const void*>((at & ~uintptr_t{3}) + 4 * (high ? tid - kHalfW : tid));
         cp_async_small<4>(Ks + slot * kKW + tid, word, 4);
       }
     }
@@ -879,7 +880,7 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
   int se[kRL], sm[kRL];
   uint32_t next_hi[kRL];
 #pragma unroll
-  for (int u = 0; u < kRL; ++u) {  // (from global memory: the shared copies are not complete before the barrier)
+  for (int u = 0; u < kRL; ++u) {  // (from global memory: the shared copies are complete after the barrier)
     sc[u] = first, se[u] = static_cast<int>(seg_off[first + 1]);
     if constexpr (kSegmented) sm[u] = keys.mid[first];
   }
@@ -1081,7 +1082,10 @@ size_t mvmr_smem() {
 //   triplet, an exclusive scan of the counts, a cursor a triplet; a warp's lanes of one segment
 //   take their places at once), then each segment's keys are sorted (segment_sort_window_kernel,
 //   segment_sort_long_kernel; equal keys are equal triplets, so the arbitrary placement order
-//   inside a segment leaves no trace). 8 bytes a triplet during the sort, 4 after it.
+//   inside a segment leaves no trace). 8 bytes a triplet during the sort; then the keys are split
+//   (SplitKeys: the low 16 bits, the next 8, and the 25th bit from the segment's mid, where a key
+//   has at most 25 bits, as up to 2^18 source points; the next 16 bits beyond), 3 bytes a triplet
+//   (4 beyond) and a mid a segment, and the 32-bit keys released (7 bytes a triplet meanwhile).
 // - "packed": one radix sort of 64-bit keys (segment above key), 16 bytes a triplet during the
 //   sort, 8 after it.
 // Both take about the same time at 2.64M triplets (0.21 ms for the MVMR's, 0.2-0.25 ms for the
@@ -1166,19 +1170,20 @@ __global__ void packed_keys_kernel(const int64_t* __restrict__ t, int64_t T, Pla
 
 // The split form of sorted 32-bit keys (SplitKeys): lo[p], hi[p] (hb bytes) of keys[p], and zeros in
 // the kSplitPad bytes past each array's T entries.
-__global__ void split_keys_kernel(const uint32_t* __restrict__ keys, int64_t T, int hb, uint16_t* __restrict__ lo,
-                                  unsigned char* __restrict__ hi) {
+__global__ void split_keys_kernel(const uint32_t* __restrict__ keys, int64_t T, int hb,
+                                  uint16_t* __restrict__ lo, unsigned char* __restrict__ hi) {
   PCOPS_CUDA_GRID_STRIDE(p, T + static_cast<int64_t>(kSplitPad)) {
     const uint32_t key = p < T ? keys[p] : 0u;
-    if (p < T + static_cast<int64_t>(kSplitPad / 2)) lo[p] = static_cast<uint16_t>(key);
+    const bool half = p < T + static_cast<int64_t>(kSplitPad / 2);  // inside the 16-bit arrays
+    if (half) lo[p] = static_cast<uint16_t>(key);
     if (hb == 1) hi[p] = static_cast<unsigned char>(key >> 16);
-    else if (p < T + static_cast<int64_t>(kSplitPad / 2)) reinterpret_cast<uint16_t*>(hi)[p] = static_cast<uint16_t>(key >> 16);
+    else if (half) reinterpret_cast<uint16_t*>(hi)[p] = static_cast<uint16_t>(key >> 16);
   }
 }
 // mid[s] of segments 0..n (offsets[s] to offsets[s + 1]): with `find`, the first position whose
 // key has bit 24 (the keys of a segment ascend, so they form its tail), else the segment's end.
-__global__ void split_mids_kernel(const uint32_t* __restrict__ keys, const int64_t* __restrict__ offsets, int64_t n,
-                                  bool find, int* __restrict__ mid) {
+__global__ void split_mids_kernel(const uint32_t* __restrict__ keys, const int64_t* __restrict__ offsets,
+                                  int64_t n, bool find, int* __restrict__ mid) {
   PCOPS_CUDA_GRID_STRIDE(s, n + 1) {
     int64_t lo = offsets[s], hi = offsets[s + 1];
     if (!find) lo = hi;
@@ -1339,16 +1344,16 @@ Grouped grouping_at(const GroupSpec& g, const void* base_) {
 // The segmented grouping of spec g (not packed) written in its form at `base` (g.bytes() bytes; null:
 // taken from ws once the sort's second buffer is gone): sorted as 32-bit keys in ws
 // (primitives::group_segmented), then split; the 32-bit keys and their offsets go back to ws.
-unsigned char* group_split(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g, const int64_t* t,
-                           unsigned char* base) {
+unsigned char* group_split(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g,
+                           const int64_t* t, unsigned char* base) {
   const auto sorted = [&](const auto& place) {
     return primitives::group_segmented(ctx, ws, t, g.T, g.segments, g.key_bits, place);
   };
   const primitives::SegmentedKeys sk = g.vvor || g.cell_major ? sorted(g.vp) : sorted(g.mp);
   if (base == nullptr) base = static_cast<unsigned char*>(ws.bytes(g.bytes()));
   const cudaStream_t stream = detail::stream_of(ctx);
-  PCOPS_CUDA_CHECK(cudaMemcpyAsync(base, sk.offsets, sizeof(int64_t) * (g.segments + 2), cudaMemcpyDeviceToDevice,
-                                   stream));
+  PCOPS_CUDA_CHECK(cudaMemcpyAsync(base, sk.offsets, sizeof(int64_t) * (g.segments + 2),
+                                   cudaMemcpyDeviceToDevice, stream));
   constexpr int NT = 256;
   const int hb = g.hb();
   detail::launch(ctx, split_keys_kernel, dim3(detail::grid_blocks(g.T + static_cast<int64_t>(kSplitPad), NT)),
@@ -1367,7 +1372,9 @@ Grouped group_step(const CudaContext& ctx, detail::Workspace& ws, const GroupSpe
                    const void* kept) {
   if (kept != nullptr) return grouping_at(g, kept);
   if (g.packed) {
-    const auto go = [&](const auto& place) { return group_packed(ctx, ws, t, g.T, g.segments, g.key_bits, place); };
+    const auto go = [&](const auto& place) {
+      return group_packed(ctx, ws, t, g.T, g.segments, g.key_bits, place);
+    };
     return g.vvor || g.cell_major ? go(g.vp) : go(g.mp);
   }
   return grouping_at(g, group_split(ctx, ws, g, t, nullptr));
@@ -1541,8 +1548,8 @@ void point_conv_mma_group(const CudaContext& ctx, const PointConvShape& s, Point
   const Grouped gr = group_step(ctx, ws, g, triplets, nullptr);
   const cudaStream_t stream = detail::stream_of(ctx);
   // The packed form has segments + 1 offsets.
-  PCOPS_CUDA_CHECK(cudaMemcpyAsync(base, gr.offsets, sizeof(int64_t) * (g.segments + 1), cudaMemcpyDeviceToDevice,
-                                   stream));
+  PCOPS_CUDA_CHECK(cudaMemcpyAsync(base, gr.offsets, sizeof(int64_t) * (g.segments + 1),
+                                   cudaMemcpyDeviceToDevice, stream));
   if (g.T > 0)
     PCOPS_CUDA_CHECK(cudaMemcpyAsync(base + g.keys_at(), gr.k64, 8 * static_cast<size_t>(g.T),
                                      cudaMemcpyDeviceToDevice, stream));
