@@ -180,6 +180,14 @@ MvmrConfig mvmr_config(int64_t n_out_c, int64_t n_in_c) {
   return c;
 }
 
+// The MVMR's tile sums swizzled against bank conflicts (mvmr_mma_kernel's swz):
+// PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE=1 (an experiment, not yet measured; the sums and bits are the
+// same either way).
+int mvmr_sum_swizzle() {
+  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE");
+  return e != nullptr && std::strcmp(e, "1") == 0 ? 24 : 0;
+}
+
 MvmrKey mvmr_key(int64_t n_dst, int64_t n_src, int64_t K, int bm) {
   MvmrKey m;
   m.bm = bm;
@@ -365,7 +373,7 @@ template <class T, class Keys, int BN, int BM, int MC, int BK, int S, bool WG>
 __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
     mvmr_mma_kernel(Keys keys, const int64_t* __restrict__ seg_off, int64_t tile_stride,
                     int64_t k_stride, MvmrKey m, int64_t K, const T* __restrict__ src, int64_t n_in_c,
-                    const T* __restrict__ mat, int64_t n_out_c, int64_t n_dst, T* __restrict__ dst) {
+                    const T* __restrict__ mat, int64_t n_out_c, int64_t n_dst, T* __restrict__ dst, int swz) {
   using P = MvmrPolicy;
   // Keys: SplitKeys (the segmented grouping, read as 32-bit keys) or const uint64_t* (packed).
   constexpr bool kSplit = std::is_same_v<Keys, SplitKeys>;
@@ -388,7 +396,10 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   extern __shared__ __align__(16) unsigned char smem[];
   T* As = reinterpret_cast<T*>(smem);                    // [S][MC][BK], swizzled
   T* Bs = As + S * MC * BK;                              // [S][BN][BK], swizzled
-  float* Os = reinterpret_cast<float*>(Bs + S * BN * BK);  // [BM][BN]
+  // The tile's sums [BM][BN]; swz 24: row r's 8-column groups XORed with r % 4 (within each 32
+  // columns, so a float2 stays aligned), so that the chunk sums' float2 adds of four rows of a
+  // column fall in distinct banks (rows are 128 or 64 floats apart: the same banks); swz 0: none.
+  float* Os = reinterpret_cast<float*>(Bs + S * BN * BK);
   uint8_t* Rs = reinterpret_cast<uint8_t*>(Os + BM * BN);  // [4][MC]: chunk rows' local rows (kPast past)
   int* Ss = reinterpret_cast<int*>(Rs + 4 * MC);             // [kSegCache + 1]: the tile's segment bounds
 
@@ -669,12 +680,12 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
       for (int ni = 0; ni < NFA; ++ni) {
         const int col = ccol + ni * 8 + 2 * q4;
         if (tail_l) {
-          float2* o = reinterpret_cast<float2*>(Os + rl * BN + col);
+          float2* o = reinterpret_cast<float2*>(Os + rl * BN + (col ^ ((rl << 3) & swz)));
           const float2 cur_o = *o;
           *o = make_float2(cur_o.x + v[ni][0], cur_o.y + v[ni][1]);
         }
         if (tail_h) {
-          float2* o = reinterpret_cast<float2*>(Os + rh * BN + col);
+          float2* o = reinterpret_cast<float2*>(Os + rh * BN + (col ^ ((rh << 3) & swz)));
           const float2 cur_o = *o;
           *o = make_float2(cur_o.x + v[ni][2], cur_o.y + v[ni][3]);
         }
@@ -715,7 +726,8 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   for (int e = tid; e < BM * BN; e += NT) {
     const int r = e / BN, col = e % BN;
     const int64_t row = tile * BM + r, o = o0 + col;
-    if (row < n_dst && o < n_out_c) dst[row * n_out_c + o] = Elem<T>::from(Os[e]);
+    if (row < n_dst && o < n_out_c)
+      dst[row * n_out_c + o] = Elem<T>::from(Os[r * BN + (col ^ ((r << 3) & swz))]);
   }
 }
 
@@ -1408,7 +1420,8 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g,
     PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles * detail::ceil_div(n_out_c, C.bn))),
                    dim3(MvmrPolicy::kThreads), smem, keys, gr.offsets, g.cell_major ? int64_t{1} : K,
-                   g.cell_major ? m.tiles : int64_t{1}, m, K, src, n_in_c, mat, n_out_c, n_dst, dst);
+                   g.cell_major ? m.tiles : int64_t{1}, m, K, src, n_in_c, mat, n_out_c, n_dst, dst,
+                   mvmr_sum_swizzle());
   };
   [&]<size_t... I>(std::index_sequence<I...>) {
     if (gr.sk.lo != nullptr) (go(std::integral_constant<size_t, I>{}, gr.sk), ...);

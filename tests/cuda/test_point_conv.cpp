@@ -545,6 +545,12 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
       EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0);
       EXPECT_EQ(std::memcmp(a.gf.data(), b.gf.data(), a.gf.size() * 2), 0);
       EXPECT_EQ(std::memcmp(a.gw.data(), b.gw.data(), a.gw.size() * 2), 0);
+      {  // The tile sums swizzled in shared memory: the same sums, the same bits.
+        const pcops_cuda_test::ScopedEnv swizzle("PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE", "1");
+        const Mma sw = run_mma(c, f, w, g);
+        EXPECT_EQ(std::memcmp(a.out.data(), sw.out.data(), a.out.size() * 2), 0);
+        EXPECT_EQ(std::memcmp(a.gf.data(), sw.gf.data(), a.gf.size() * 2), 0);
+      }
       expect_close(a.out, out, om, longest(per_i) + ci, "forward");
       expect_close(a.gf, gf, gfm, longest(per_j) + co, "grad_features");
       expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights");
