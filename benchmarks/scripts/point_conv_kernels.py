@@ -26,13 +26,15 @@ the choices in alternating rounds (a row each).
         --channels 128,256,512 --dtype bfloat16 --mode fast --vvor mma,wgmma,wgmma256 --rounds 2
 
 --grouping segmented,packed repeats everything under each PCOPS_CUDA_POINT_CONV_FAST_GROUPING
-choice (the fast path's sort of the triplets; "default" unset), a row each. --profile prints, for
+choice (the fast path's sort of the triplets; "default" unset), a row each; --sum-swizzle 0,1 the
+same for PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE (the fast MVMR's tile sums swizzled in shared memory). --profile prints, for
 every part and choice, the kernels of --repeat calls and their times (torch.profiler; after the
 timed calls, so the groupings kept by then are read, not made).
 """
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 
@@ -75,6 +77,7 @@ def timed(fn, repeat, device):
 
 
 GROUPING = "PCOPS_CUDA_POINT_CONV_FAST_GROUPING"
+SUM_SWIZZLE = "PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE"
 
 
 def kernel_table(fn, repeat):
@@ -115,6 +118,8 @@ def main():
                     help="input channels of every layer (0: as many as its output channels, --channels)")
     ap.add_argument("--grouping", default="default",
                     help="comma-separated PCOPS_CUDA_POINT_CONV_FAST_GROUPING choices (segmented, packed)")
+    ap.add_argument("--sum-swizzle", default="default",
+                    help="comma-separated PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE choices (0, 1)")
     ap.add_argument("--profile", action="store_true", help="print each part's kernels (torch.profiler)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--mode", default="exact", choices=["exact", "fast"],
@@ -138,26 +143,28 @@ def main():
             first = None
             variable = VARIABLES[mode][kind]
             for rnd in range(args.rounds):
-                for grouping in args.grouping.split(","):
-                    for choice in getattr(args, kind).split(","):
-                        def run(fn=fn):
-                            result = timed(fn, args.repeat, device)
-                            if args.profile:
-                                print(f"== C={c} {part} {variable}={choice} grouping={grouping}", flush=True)
-                                print(kernel_table(fn, args.repeat), flush=True)
-                            return result
+                for grouping, swizzle, choice in itertools.product(
+                        args.grouping.split(","), args.sum_swizzle.split(","), getattr(args, kind).split(",")):
+                    def run(fn=fn):
+                        result = timed(fn, args.repeat, device)
+                        if args.profile:
+                            print(f"== C={c} {part} {variable}={choice} grouping={grouping} "
+                                  f"sum_swizzle={swizzle}", flush=True)
+                            print(kernel_table(fn, args.repeat), flush=True)
+                        return result
 
-                        seconds, out = with_choice(
-                            GROUPING, grouping, lambda: with_choice(variable, choice, run))
-                        if first is None:
-                            first = out
-                        row = {"channels": c, "in_channels": ci, "points": n, "triplets": T,
-                               "order": args.order, "dtype": args.dtype, "mode": mode, "part": part,
-                               "round": rnd, "grouping": grouping, "variable": variable, "choice": choice,
-                               "seconds": seconds, "same_bits_as_first": bool(torch.equal(out, first)),
-                               "piece_length": vvor_piece_length(T, c, ci)}
-                        rows.append(row)
-                        print(json.dumps(row), flush=True)
+                    seconds, out = with_choice(GROUPING, grouping, lambda: with_choice(
+                        SUM_SWIZZLE, swizzle, lambda: with_choice(variable, choice, run)))
+                    if first is None:
+                        first = out
+                    row = {"channels": c, "in_channels": ci, "points": n, "triplets": T,
+                           "order": args.order, "dtype": args.dtype, "mode": mode, "part": part,
+                           "round": rnd, "grouping": grouping, "sum_swizzle": swizzle,
+                           "variable": variable, "choice": choice,
+                           "seconds": seconds, "same_bits_as_first": bool(torch.equal(out, first)),
+                           "piece_length": vvor_piece_length(T, c, ci)}
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
     write_results("point-conv-kernels", device, args, rows)
 
 
