@@ -27,9 +27,9 @@ the choices in alternating rounds (a row each).
 
 --grouping segmented,packed repeats everything under each PCOPS_CUDA_POINT_CONV_FAST_GROUPING
 choice (the fast path's sort of the triplets; "default" unset), a row each; --sum-swizzle 0,1 the
-same for PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE (the fast MVMR's tile sums swizzled in shared memory). --profile prints, for
-every part and choice, the kernels of --repeat calls and their times (torch.profiler; after the
-timed calls, so the groupings kept by then are read, not made).
+same for PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE (the fast MVMR's tile sums swizzled in shared memory).
+--profile prints, for every part and choice, the kernels of --repeat calls and their times
+(torch.profiler; after the timed calls, so the groupings kept by then are read, not made).
 """
 
 from __future__ import annotations
@@ -143,8 +143,9 @@ def main():
             first = None
             variable = VARIABLES[mode][kind]
             for rnd in range(args.rounds):
-                for grouping, swizzle, choice in itertools.product(
-                        args.grouping.split(","), args.sum_swizzle.split(","), getattr(args, kind).split(",")):
+                choices = (args.grouping.split(","), args.sum_swizzle.split(","),
+                           getattr(args, kind).split(","))
+                for grouping, swizzle, choice in itertools.product(*choices):
                     def run(fn=fn):
                         result = timed(fn, args.repeat, device)
                         if args.profile:
