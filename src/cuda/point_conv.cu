@@ -1162,7 +1162,7 @@ struct FeedUnits {
       float* d = stage + e / W * (W * V) + e % W * V;
       const float* src = mc + off[u] + e % W * V;
       if constexpr (V == 4) primitives::cp_async16(d, src, 16);
-      else primitives::cp_async_small<4>(d, src, 4);
+      else primitives::cp_async4(d, src, 4);
     }
   }
 };

@@ -234,7 +234,7 @@ using primitives::cp_async16;
 using primitives::cp_async_commit;
 using primitives::cp_async_wait;
 using primitives::cp_async16_shared;
-using primitives::cp_async_small;
+using primitives::cp_async4;
 using primitives::smem_u32;
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
@@ -854,7 +854,7 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
                                   : reinterpret_cast<uintptr_t>(keys.lo) + 2 * static_cast<uintptr_t>(q);
         const void* word =
             reinterpret_cast<const void*>((at & ~uintptr_t{3}) + 4 * (high ? tid - kHalfW : tid));
-        cp_async_small<4>(Ks + slot * kKW + tid, word, 4);
+        cp_async4(Ks + slot * kKW + tid, word, 4);
       }
     }
   };
@@ -1343,6 +1343,13 @@ GroupSpec step_spec(const PointConvShape& s, PointConvStep step, bool kept) {
   throw std::invalid_argument("pcops point_conv: unknown step");
 }
 
+// f(place) with the placement spec g sorts by: the weight gradient's (also where the forward reads
+// its grouping) or the MVMR's.
+template <class F>
+auto with_place(const GroupSpec& g, F&& f) {
+  return g.vvor || g.cell_major ? f(g.vp) : f(g.mp);
+}
+
 // The grouping of spec g in its form (GroupSpec::bytes) at `base`.
 Grouped grouping_at(const GroupSpec& g, const void* base_) {
   const auto* base = static_cast<const unsigned char*>(base_);
@@ -1360,10 +1367,9 @@ Grouped grouping_at(const GroupSpec& g, const void* base_) {
 // (primitives::group_segmented), then split; the 32-bit keys and their offsets go back to ws.
 unsigned char* group_split(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g,
                            const int64_t* t, unsigned char* base) {
-  const auto sorted = [&](const auto& place) {
+  const primitives::SegmentedKeys sk = with_place(g, [&](const auto& place) {
     return primitives::group_segmented(ctx, ws, t, g.T, g.segments, g.key_bits, place);
-  };
-  const primitives::SegmentedKeys sk = g.vvor || g.cell_major ? sorted(g.vp) : sorted(g.mp);
+  });
   if (base == nullptr) base = static_cast<unsigned char*>(ws.bytes(g.bytes()));
   const cudaStream_t stream = detail::stream_of(ctx);
   PCOPS_CUDA_CHECK(cudaMemcpyAsync(base, sk.offsets, sizeof(int64_t) * (g.segments + 2),
@@ -1386,10 +1392,9 @@ Grouped group_step(const CudaContext& ctx, detail::Workspace& ws, const GroupSpe
                    const void* kept) {
   if (kept != nullptr) return grouping_at(g, kept);
   if (g.packed) {
-    const auto go = [&](const auto& place) {
+    return with_place(g, [&](const auto& place) {
       return group_packed(ctx, ws, t, g.T, g.segments, g.key_bits, place);
-    };
-    return g.vvor || g.cell_major ? go(g.vp) : go(g.mp);
+    });
   }
   return grouping_at(g, group_split(ctx, ws, g, t, nullptr));
 }

@@ -1,6 +1,6 @@
 #pragma once
 // Asynchronous global -> shared copies (cp.async, sm_80 and later) shared by the CUDA kernels
-// that stage gathered rows in shared memory: a copy of 16, 8 or 4 bytes, zero-filling where the
+// that stage gathered rows in shared memory: a copy of 16 or 4 bytes, zero-filling where the
 // source size is 0, and the commit / wait of copy groups.
 #include <cuda_runtime.h>
 
@@ -20,12 +20,9 @@ __device__ __forceinline__ void cp_async16_shared(unsigned dst, const void* src,
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, int src_bytes) {
   cp_async16_shared(smem_u32(dst), src, src_bytes);
 }
-// 4 or 8 bytes (N) global -> shared (both N-byte aligned); src_bytes 0 fills zeros.
-template <int N>
-__device__ __forceinline__ void cp_async_small(void* dst, const void* src, int src_bytes) {
-  static_assert(N == 4 || N == 8, "cp.async.ca copies 4, 8 or 16 bytes");
-  asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;"
-               ::"r"(smem_u32(dst)), "l"(src), "n"(N), "r"(src_bytes)
+// 4 bytes global -> shared (both 4-byte aligned); src_bytes 0 fills zeros.
+__device__ __forceinline__ void cp_async4(void* dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" ::"r"(smem_u32(dst)), "l"(src), "r"(src_bytes)
                : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
