@@ -181,10 +181,10 @@ MvmrConfig mvmr_config(int64_t n_out_c, int64_t n_in_c) {
 }
 
 // The MVMR's tile sums swizzled against bank conflicts (mvmr_mma_kernel's swz):
-// PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE=1. The sums and bits are the same either way; measured once on
-// the H200 (165k points, 2.64M triplets, kept groupings) 2-3 % faster for the forward and
-// grad_features at C = 128 / 256 / 512 (docs/ops/point_conv.md). Off by default until the CUDA
-// test suites have run with it.
+// PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE=1. The sums and bits are the same either way; one ad-hoc run on
+// the H200 (not the benchmark harness; docs/ops/point_conv.md) suggested 2-3 % for the forward
+// and grad_features at C = 128 / 256 / 512. Off by default until the CUDA test suites have run
+// with it and point_conv_kernels.py --sum-swizzle has measured it.
 int mvmr_sum_swizzle() {
   const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE");
   return e != nullptr && std::strcmp(e, "1") == 0 ? 24 : 0;
