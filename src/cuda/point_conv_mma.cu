@@ -180,14 +180,12 @@ MvmrConfig mvmr_config(int64_t n_out_c, int64_t n_in_c) {
   return c;
 }
 
-// The MVMR's tile sums swizzled against bank conflicts (mvmr_mma_kernel's swz):
-// PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE=1. The sums and bits are the same either way; one ad-hoc run on
-// the H200 (not the benchmark harness; docs/ops/point_conv.md) suggested 2-3 % for the forward
-// and grad_features at C = 128 / 256 / 512. Off by default until the CUDA test suites have run
-// with it and point_conv_kernels.py --sum-swizzle has measured it.
+// The MVMR's tile sums swizzled against bank conflicts (mvmr_mma_kernel's swz), the default;
+// PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE=0 turns it off. The sums and bits are the same either way
+// (docs/ops/point_conv.md has the times; point_conv_kernels.py --sum-swizzle 0,1 measures them).
 int mvmr_sum_swizzle() {
   const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE");
-  return e != nullptr && std::strcmp(e, "1") == 0 ? 24 : 0;
+  return e != nullptr && std::strcmp(e, "0") == 0 ? 0 : 24;
 }
 
 MvmrKey mvmr_key(int64_t n_dst, int64_t n_src, int64_t K, int bm) {

@@ -545,8 +545,8 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
       EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0);
       EXPECT_EQ(std::memcmp(a.gf.data(), b.gf.data(), a.gf.size() * 2), 0);
       EXPECT_EQ(std::memcmp(a.gw.data(), b.gw.data(), a.gw.size() * 2), 0);
-      {  // The tile sums swizzled in shared memory: the same sums, the same bits.
-        const pcops_cuda_test::ScopedEnv swizzle("PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE", "1");
+      {  // The tile sums swizzled in shared memory (the default) or not: the same sums, the same bits.
+        const pcops_cuda_test::ScopedEnv swizzle("PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE", "0");
         const Mma sw = run_mma(c, f, w, g);
         EXPECT_EQ(std::memcmp(a.out.data(), sw.out.data(), a.out.size() * 2), 0);
         EXPECT_EQ(std::memcmp(a.gf.data(), sw.gf.data(), a.gf.size() * 2), 0);
