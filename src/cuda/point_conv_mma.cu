@@ -676,16 +676,29 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
             if (join) v[ni][2 + x] += c7;
           }
       }
+      // The sums' addresses of the lane's columns ccol + 8 ni + 2 q4 in rows rl and rh, swizzled:
+      // one per n8 block b = ni % kB of the first 32 columns (the swizzle stays inside each 32),
+      // the later blocks at immediate offsets from them, so that the adds below stay predicated
+      // loads and stores (with the swizzle computed per access they became a branch each, ~15 %
+      // slower at C = 256).
+      constexpr int kB = NFA < 4 ? NFA : 4;
+      float* at_l[kB];
+      float* at_h[kB];
+      const int sw_l = (rl << 3) & swz, sw_h = (rh << 3) & swz;
+#pragma unroll
+      for (int b = 0; b < kB; ++b) {
+        at_l[b] = Os + rl * BN + ((ccol + b * 8 + 2 * q4) ^ sw_l);
+        at_h[b] = Os + rh * BN + ((ccol + b * 8 + 2 * q4) ^ sw_h);
+      }
 #pragma unroll
       for (int ni = 0; ni < NFA; ++ni) {
-        const int col = ccol + ni * 8 + 2 * q4;
         if (tail_l) {
-          float2* o = reinterpret_cast<float2*>(Os + rl * BN + (col ^ ((rl << 3) & swz)));
+          float2* o = reinterpret_cast<float2*>(at_l[ni % kB] + ni / kB * (kB * 8));
           const float2 cur_o = *o;
           *o = make_float2(cur_o.x + v[ni][0], cur_o.y + v[ni][1]);
         }
         if (tail_h) {
-          float2* o = reinterpret_cast<float2*>(Os + rh * BN + (col ^ ((rh << 3) & swz)));
+          float2* o = reinterpret_cast<float2*>(at_h[ni % kB] + ni / kB * (kB * 8));
           const float2 cur_o = *o;
           *o = make_float2(cur_o.x + v[ni][2], cur_o.y + v[ni][3]);
         }
