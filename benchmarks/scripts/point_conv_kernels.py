@@ -10,7 +10,9 @@ with each choice of --mvmr / --vvor ("default" leaves the variable unset) on the
 point_conv_probe.py: bunny00.off sampled to --points, kNN --k, 27 cells), medians of --repeat
 CUDA-event times after a warm-up, and records the weight gradient's piece length (the contract's
 L, pcops.bench.oracle.vvor_piece_length). On the CPU the variables change nothing; the script
-still runs there (every choice then times the same code). JSON goes to --out, else to
+still runs there (every choice then times the same code). Each row carries a digest of the part's
+result (its bits), by which point_conv_builds.py compares builds run in separate processes.
+JSON goes to --out, else to
 benchmarks/results/point-conv-kernels[-cuda]-<date>-<commit>.json.
 
     PYTHONPATH=python PCOPS_LIBRARY=<build>/python/pcops/_C.so \\
@@ -34,6 +36,7 @@ same for PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE (the fast MVMR's tile sums swizzled i
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
@@ -68,6 +71,12 @@ def layer_parts(inputs, triplets, n, mode):
     return {"forward": lambda: torch.ops.pcops.point_conv(f, w, triplets, n, mode),
             "grad_features": lambda: backward(g, f, w, triplets, n, True, False, mode)[0],
             "grad_weights": lambda: backward(g, f, w, triplets, n, False, True, mode)[1]}
+
+
+def digest(t: torch.Tensor) -> str:
+    """The first 16 hex digits of the SHA-256 of a result's bytes (its bits, for comparing runs in
+    separate processes: point_conv_builds.py)."""
+    return hashlib.sha256(t.detach().cpu().contiguous().view(torch.uint8).numpy().tobytes()).hexdigest()[:16]
 
 
 def timed(fn, repeat, device):
@@ -163,6 +172,7 @@ def main():
                            "round": rnd, "grouping": grouping, "sum_swizzle": swizzle,
                            "variable": variable, "choice": choice,
                            "seconds": seconds, "same_bits_as_first": bool(torch.equal(out, first)),
+                           "digest": digest(out),
                            "piece_length": vvor_piece_length(T, c, ci)}
                     rows.append(row)
                     print(json.dumps(row), flush=True)

@@ -48,11 +48,11 @@ def cuda_median(fn, repeat: int, warmup: int = 1) -> tuple[float, object]:
     return statistics.median(times), out
 
 
-def write_probe(stem: str, args, rows: list, env: dict | None = None) -> Path:
-    """Writes a probe's {"environment", "args", "results"} to ``args.out``, else to
-    benchmarks/results/<stem>-<time>-<commit>.json (pcops.bench.run.write_json). The environment
-    adds to ``env`` the versions, the machine and the commit; ``args.commit`` (a tree copied
-    without .git) names the commit as PCOPS_GIT_COMMIT does."""
+def write_probe(stem: str, args, rows: list, env: dict | None = None, extra: dict | None = None) -> Path:
+    """Writes a probe's {"environment", "args", "results"} (and the entries of ``extra``) to ``args.out``,
+    else to benchmarks/results/<stem>-<time>-<commit>.json (pcops.bench.run.write_json). The environment
+    adds to ``env`` the versions, the machine and the commit; ``args.commit`` (a tree copied without
+    .git) names the commit as PCOPS_GIT_COMMIT does."""
     import pcops
     from pcops.bench.run import git_info, result_path, write_json
 
@@ -66,6 +66,6 @@ def write_probe(stem: str, args, rows: list, env: dict | None = None) -> Path:
     path = Path(out) if out else result_path(Path(__file__).resolve().parents[2] / "benchmarks" / "results", stem)
     # The record names its file, not the directory it was written to on the machine that ran it.
     recorded = {**vars(args), "out": path.name} if "out" in vars(args) else vars(args)
-    write_json({"environment": env, "args": recorded, "results": rows}, path=path)
+    write_json({"environment": env, "args": recorded, "results": rows, **(extra or {})}, path=path)
     print(f"wrote {path}")
     return path
