@@ -6,7 +6,7 @@ median over the rounds per row key (width, part, choices) and its ratio to the f
 where the script records output digests (point_conv_kernels.py does), whether every build gave
 the same bits (they implement one contract, so a difference is a change of results, not of
 speed). Comparing the builds in separate sessions instead mixes the machines' own differences
-into the result (docs/ops/point_conv.md has a case: a slowdown of one build that an on/off
+into the result (docs/point_conv_kernels.md has a case: a slowdown of one build that an on/off
 comparison inside it did not show).
 
 A build is LABEL=LIBRARY or LABEL=LIBRARY:PYTHON_DIR (the _C.so and, for an older tree, its

@@ -4,7 +4,7 @@ choice gives the same result (they implement one contract).
 
 The CUDA backend picks its kernels by default; PCOPS_CUDA_POINT_CONV_MVMR (forward and
 grad_features: slices, slices-wide, cells, tiles, rows) and PCOPS_CUDA_POINT_CONV_VVOR
-(grad_weights: 1, 2, 4, 2x4, 4x4, mixed) force one (docs/ops/point_conv.md). --in-channels sets
+(grad_weights: 1, 2, 4, 2x4, 4x4, mixed) force one (docs/point_conv_kernels.md). --in-channels sets
 the layers' input channels (else as many as the output channels). This script times each part
 with each choice of --mvmr / --vvor ("default" leaves the variable unset) on the probe's cloud (the same as
 point_conv_probe.py: bunny00.off sampled to --points, kNN --k, 27 cells), medians of --repeat

@@ -11,7 +11,7 @@ reasons' totals and the instructions with the most stall samples, with their nei
     python benchmarks/scripts/point_conv_ncu.py top gw.csv --rows 12
 
 The later calls read the groupings the first one keeps, so --launch-skip 2 profiles a steady
-call (`PCOPS_CUDA_POINT_CONV_FAST_GROUPING` and the other variables of docs/ops/point_conv.md
+call (`PCOPS_CUDA_POINT_CONV_FAST_GROUPING` and the other variables of docs/point_conv_kernels.md
 choose the kernels as usual). `top` runs anywhere (it only reads the table).
 """
 

@@ -93,7 +93,7 @@ def peak_bytes(fn, device):
 def write_results(stem: str, device, args, rows):
     """The rows as probe JSON (probe_timing.write_probe) named <stem>[-cuda], with the thread
     count, the processor, the device and the point_conv variables that pick kernels or
-    groupings (PCOPS_CUDA_POINT_CONV_*, PCOPS_POINT_CONV_*; docs/ops/point_conv.md) as set for
+    groupings (PCOPS_CUDA_POINT_CONV_*, PCOPS_POINT_CONV_*; docs/cuda.md, docs/point_conv_kernels.md) as set for
     the run in the environment."""
     env = {"threads": torch.get_num_threads(), "processor": platform.processor(),
            "device": torch.cuda.get_device_name() if device.type == "cuda" else "cpu",

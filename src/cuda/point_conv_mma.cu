@@ -182,7 +182,7 @@ MvmrConfig mvmr_config(int64_t n_out_c, int64_t n_in_c) {
 
 // The MVMR's tile sums swizzled against bank conflicts (mvmr_mma_kernel's swz), the default;
 // PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE=0 turns it off. The sums and bits are the same either way
-// (docs/ops/point_conv.md has the times; point_conv_kernels.py --sum-swizzle 0,1 measures them).
+// (docs/point_conv_kernels.md has the times; point_conv_kernels.py --sum-swizzle 0,1 measures them).
 int mvmr_sum_swizzle() {
   const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE");
   return e != nullptr && std::strcmp(e, "0") == 0 ? 0 : 24;
