@@ -29,7 +29,9 @@ the choices in alternating rounds (a row each).
 
 --grouping segmented,packed repeats everything under each PCOPS_CUDA_POINT_CONV_FAST_GROUPING
 choice (the fast path's sort of the triplets; "default" unset), a row each; --sum-swizzle 0,1 the
-same for PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE (the fast MVMR's tile sums swizzled in shared memory).
+same for PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE (the fast MVMR's tile sums swizzled in shared memory)
+and --stage-sync default,mbarrier for PCOPS_CUDA_POINT_CONV_STAGE_SYNC (the wgmma MVMR's stages
+completed on mbarriers, an experiment; docs/point_conv_kernels.md).
 --profile prints, for every part and choice, the kernels of --repeat calls and their times
 (torch.profiler; after the timed calls, so the groupings kept by then are read, not made).
 """
@@ -87,6 +89,7 @@ def timed(fn, repeat, device):
 
 GROUPING = "PCOPS_CUDA_POINT_CONV_FAST_GROUPING"
 SUM_SWIZZLE = "PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE"
+STAGE_SYNC = "PCOPS_CUDA_POINT_CONV_STAGE_SYNC"
 
 
 def kernel_table(fn, repeat):
@@ -129,6 +132,8 @@ def main():
                     help="comma-separated PCOPS_CUDA_POINT_CONV_FAST_GROUPING choices (segmented, packed)")
     ap.add_argument("--sum-swizzle", default="default",
                     help="comma-separated PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE choices (0, 1)")
+    ap.add_argument("--stage-sync", default="default",
+                    help="comma-separated PCOPS_CUDA_POINT_CONV_STAGE_SYNC choices (default, mbarrier)")
     ap.add_argument("--profile", action="store_true", help="print each part's kernels (torch.profiler)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--mode", default="exact", choices=["exact", "fast"],
@@ -152,24 +157,25 @@ def main():
             first = None
             variable = VARIABLES[mode][kind]
             for rnd in range(args.rounds):
-                choices = (args.grouping.split(","), args.sum_swizzle.split(","),
+                choices = (args.grouping.split(","), args.sum_swizzle.split(","), args.stage_sync.split(","),
                            getattr(args, kind).split(","))
-                for grouping, swizzle, choice in itertools.product(*choices):
+                for grouping, swizzle, sync, choice in itertools.product(*choices):
                     def run(fn=fn):
                         result = timed(fn, args.repeat, device)
                         if args.profile:
                             print(f"== C={c} {part} {variable}={choice} grouping={grouping} "
-                                  f"sum_swizzle={swizzle}", flush=True)
+                                  f"sum_swizzle={swizzle} stage_sync={sync}", flush=True)
                             print(kernel_table(fn, args.repeat), flush=True)
                         return result
 
                     seconds, out = with_choice(GROUPING, grouping, lambda: with_choice(
-                        SUM_SWIZZLE, swizzle, lambda: with_choice(variable, choice, run)))
+                        SUM_SWIZZLE, swizzle, lambda: with_choice(
+                            STAGE_SYNC, sync, lambda: with_choice(variable, choice, run))))
                     if first is None:
                         first = out
                     row = {"channels": c, "in_channels": ci, "points": n, "triplets": T,
                            "order": args.order, "dtype": args.dtype, "mode": mode, "part": part,
-                           "round": rnd, "grouping": grouping, "sum_swizzle": swizzle,
+                           "round": rnd, "grouping": grouping, "sum_swizzle": swizzle, "stage_sync": sync,
                            "variable": variable, "choice": choice,
                            "seconds": seconds, "same_bits_as_first": bool(torch.equal(out, first)),
                            "digest": digest(out),

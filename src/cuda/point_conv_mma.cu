@@ -188,6 +188,14 @@ int mvmr_sum_swizzle() {
   return e != nullptr && std::strcmp(e, "0") == 0 ? 0 : 24;
 }
 
+// The wgmma MVMR's stages synchronised by mbarriers (mvmr_mma_kernel's MB):
+// PCOPS_CUDA_POINT_CONV_STAGE_SYNC=mbarrier, an experiment (off by default; not yet run on a GPU:
+// docs/point_conv_kernels.md).
+bool mvmr_stage_mbarriers() {
+  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_STAGE_SYNC");
+  return e != nullptr && std::string_view(e) == "mbarrier";
+}
+
 MvmrKey mvmr_key(int64_t n_dst, int64_t n_src, int64_t K, int bm) {
   MvmrKey m;
   m.bm = bm;
@@ -368,8 +376,13 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 // Pipeline: the stages (chunk, BK channels) run kAhead ahead through cp.async (S - 1, or S - 2
 // where wgmma keeps a stage's products in flight), one __syncthreads per stage. WG: the products by
 // wgmma (two warpgroups of 64 rows x 64 channels) instead of mma.sync (warps of 32 rows x BN / 4
-// channels).
-template <class T, class Keys, int BN, int BM, int MC, int BK, int S, bool WG>
+// channels). MB (wgmma only, an experiment, PCOPS_CUDA_POINT_CONV_STAGE_SYNC=mbarrier): each
+// stage's copies complete on an mbarrier of its buffer (cp.async.mbarrier.arrive.noinc, one
+// arrival a thread) that every thread waits on, instead of each thread's cp.async.wait_group and
+// the proxy fence before the stage barrier (the fence may hold a thread until its later stages'
+// copies have landed too); the stage barrier stays (the buffer loaded next is free once every
+// warp has passed it).
+template <class T, class Keys, int BN, int BM, int MC, int BK, int S, bool WG, bool MB = false>
 __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
     mvmr_mma_kernel(Keys keys, const int64_t* __restrict__ seg_off, int64_t tile_stride,
                     int64_t k_stride, MvmrKey m, int64_t K, const T* __restrict__ src, int64_t n_in_c,
@@ -392,6 +405,7 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   constexpr int kWgInFlight = WG && S >= 3 ? 1 : 0, kAhead = S - 1 - kWgInFlight;
   static_assert(S >= 2 && S <= 4 && kAhead <= 3, "the chunk row buffers (4) cover kAhead <= 3 stages ahead");
   static_assert(!WG || (BN == 128 && MC == 64), "wgmma: two warpgroups of 64 x 64");
+  static_assert(!MB || WG, "the mbarrier stage sync is for the wgmma kernels");
   constexpr uint8_t kPast = 0xff;
   extern __shared__ __align__(16) unsigned char smem[];
   T* As = reinterpret_cast<T*>(smem);                    // [S][MC][BK], swizzled
@@ -402,6 +416,8 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   float* Os = reinterpret_cast<float*>(Bs + S * BN * BK);
   uint8_t* Rs = reinterpret_cast<uint8_t*>(Os + BM * BN);  // [4][MC]: chunk rows' local rows (kPast past)
   int* Ss = reinterpret_cast<int*>(Rs + 4 * MC);             // [kSegCache + 1]: the tile's segment bounds
+  // MB: the buffers' full barriers [S], 8-byte aligned past Ss (mvmr_smem).
+  [[maybe_unused]] const unsigned full0 = (smem_u32(Ss + kSegCache + 1) + 7u) & ~7u;
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
@@ -432,6 +448,10 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   for (int e = tid; e < kc * cs + (cs == 1 ? 1 : 0); e += NT) {
     const int k = e / cs, f = e % cs;
     Ss[e] = kSplit && f == 2 ? mid_of(k) : static_cast<int>(so[k * k_stride + f]);
+  }
+  if constexpr (MB) {
+    if (tid == 0)
+      for (int b = 0; b < S; ++b) primitives::mbarrier_init(full0 + 8 * b, NT);
   }
   __syncthreads();
   const auto begin_at = [&](int k) { return k < kc ? Ss[k * cs] : static_cast<int>(so[k * k_stride]); };
@@ -559,9 +579,11 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
 #pragma unroll
   for (int st = 0; st < kAhead; ++st) {
     load_and_advance(ld, st);
+    if constexpr (MB) primitives::cp_async_mbarrier_arrive_noinc(full0 + 8 * st);
     cp_async_commit();
   }
   int buf = 0, ldbuf = kAhead;
+  [[maybe_unused]] unsigned full_parity = 0;  // MB: bit b, the parity of buffer b's next phase
   const int g = lane >> 2, q4 = lane & 3;
   // The ldmatrix rows of the lane: weight row (lane & 7) + 8 (lane >> 4) of an n16 pair, chunk
   // ((lane >> 3) & 1); source row (lane & 15) of a fragment, chunk (lane >> 4).
@@ -571,7 +593,22 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   [[maybe_unused]] const uint64_t desc_b0 = swizzled_desc<BK>(smem_u32(Bs + (warp >> 2) * 64 * BK));
   while (cur.k < Ki) {  // a chunk: nb stages, then its sums
     for (int sb = 0; sb < nb; ++sb) {
-      pipeline_step<S, kAhead, WG>(ldbuf, [&](int b) { load_and_advance(ld, b); });
+      if constexpr (MB) {
+        // This stage's copies have landed for every thread (its buffer's phase), then the stage
+        // barrier frees the buffer loaded next; every thread arrives on that buffer's barrier
+        // (past the end too: a phase no one waits for). A thread arrives for a buffer's next phase
+        // only after every thread has waited for its current one (kAhead < S), so no phase is
+        // passed unseen.
+        primitives::mbarrier_wait_parity(full0 + 8 * buf, (full_parity >> buf) & 1u);
+        full_parity ^= 1u << buf;
+        __syncthreads();
+        load_and_advance(ld, ldbuf);
+        primitives::cp_async_mbarrier_arrive_noinc(full0 + 8 * ldbuf);
+        cp_async_commit();
+        ldbuf = ldbuf + 1 == S ? 0 : ldbuf + 1;
+      } else {
+        pipeline_step<S, kAhead, WG>(ldbuf, [&](int b) { load_and_advance(ld, b); });
+      }
       if constexpr (WG) {
         // The whole chunk (rows past it are zeros) times the warpgroup's 64 channels of W_k; the
         // products of the previous stage may still be in flight (kWgInFlight), and all are done
@@ -1091,11 +1128,12 @@ __global__ void vvor_sum_cuts_kernel(const float* __restrict__ part, const int64
 }
 
 // Stage buffers, the tile's sums, the chunk rows' local rows (4 chunks) and the tile's first
-// segment offsets.
-template <class T, int BN, int BM, int MC, int BK, int S>
+// segment offsets; MB: the buffers' full barriers, 8-byte aligned after them.
+template <class T, int BN, int BM, int MC, int BK, int S, bool MB = false>
 size_t mvmr_smem() {
-  return sizeof(T) * S * (MC + BN) * BK + sizeof(float) * BM * BN + sizeof(uint8_t) * 4 * MC +
-         sizeof(int) * (kSegCache + 1);
+  const size_t base = sizeof(T) * S * (MC + BN) * BK + sizeof(float) * BM * BN + sizeof(uint8_t) * 4 * MC +
+                      sizeof(int) * (kSegCache + 1);
+  return MB ? (base + 7) / 8 * 8 + 8 * S : base;
 }
 
 // The fast path's groupings: the triplets in segments (MVMR: tile of destination rows x kernel
@@ -1433,13 +1471,24 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g,
         C.wg != cfg.wg)
       return;
     launched = true;
-    const size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.bk, C.stages>();
-    auto kernel = mvmr_mma_kernel<T, Keys, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg>;
-    PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles * detail::ceil_div(n_out_c, C.bn))),
-                   dim3(MvmrPolicy::kThreads), smem, keys, gr.offsets, g.cell_major ? int64_t{1} : K,
-                   g.cell_major ? m.tiles : int64_t{1}, m, K, src, n_in_c, mat, n_out_c, n_dst, dst,
-                   mvmr_sum_swizzle());
+    const auto run = [&](auto mb_c) {
+      constexpr bool MB = decltype(mb_c)::value;
+      const size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.bk, C.stages, MB>();
+      auto kernel = mvmr_mma_kernel<T, Keys, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg, MB>;
+      PCOPS_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles * detail::ceil_div(n_out_c, C.bn))),
+                     dim3(MvmrPolicy::kThreads), smem, keys, gr.offsets, g.cell_major ? int64_t{1} : K,
+                     g.cell_major ? m.tiles : int64_t{1}, m, K, src, n_in_c, mat, n_out_c, n_dst, dst,
+                     mvmr_sum_swizzle());
+    };
+    if constexpr (C.wg) {
+      if (mvmr_stage_mbarriers()) {
+        run(std::true_type{});
+        return;
+      }
+    }
+    run(std::false_type{});
   };
   [&]<size_t... I>(std::index_sequence<I...>) {
     if (gr.sk.lo != nullptr) (go(std::integral_constant<size_t, I>{}, gr.sk), ...);

@@ -551,6 +551,14 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
         EXPECT_EQ(std::memcmp(a.out.data(), sw.out.data(), a.out.size() * 2), 0);
         EXPECT_EQ(std::memcmp(a.gf.data(), sw.gf.data(), a.gf.size() * 2), 0);
       }
+      {  // The wgmma shapes' stages synchronised by mbarriers (an experiment; the other shapes
+         // ignore it): the same products in the same order, the same bits.
+        const pcops_cuda_test::ScopedEnv sync("PCOPS_CUDA_POINT_CONV_STAGE_SYNC", "mbarrier");
+        const Mma mb = run_mma(c, f, w, g), mb_bad = run_mma(bad, f, w, g);
+        EXPECT_EQ(std::memcmp(a.out.data(), mb.out.data(), a.out.size() * 2), 0);
+        EXPECT_EQ(std::memcmp(a.gf.data(), mb.gf.data(), a.gf.size() * 2), 0);
+        EXPECT_EQ(std::memcmp(a.out.data(), mb_bad.out.data(), a.out.size() * 2), 0);
+      }
       expect_close(a.out, out, om, longest(per_i) + ci, "forward");
       expect_close(a.gf, gf, gfm, longest(per_j) + co, "grad_features");
       expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights");
