@@ -30,7 +30,7 @@ the choices in alternating rounds (a row each).
 --grouping segmented,packed repeats everything under each PCOPS_CUDA_POINT_CONV_FAST_GROUPING
 choice (the fast path's sort of the triplets; "default" unset), a row each; --sum-swizzle 0,1 the
 same for PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE (the fast MVMR's tile sums swizzled in shared memory)
-and --stage-sync default,mbarrier for PCOPS_CUDA_POINT_CONV_STAGE_SYNC (the wgmma MVMR's stages
+and --stage-sync default,mbarrier for PCOPS_CUDA_POINT_CONV_STAGE_SYNC (the wgmma kernels' stages
 completed on mbarriers, an experiment; docs/point_conv_kernels.md).
 --profile prints, for every part and choice, the kernels of --repeat calls and their times
 (torch.profiler; after the timed calls, so the groupings kept by then are read, not made).

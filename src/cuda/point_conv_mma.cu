@@ -188,10 +188,10 @@ int mvmr_sum_swizzle() {
   return e != nullptr && std::strcmp(e, "0") == 0 ? 0 : 24;
 }
 
-// The wgmma MVMR's stages synchronised by mbarriers (mvmr_mma_kernel's MB):
-// PCOPS_CUDA_POINT_CONV_STAGE_SYNC=mbarrier, an experiment (off by default; not yet run on a GPU:
-// docs/point_conv_kernels.md).
-bool mvmr_stage_mbarriers() {
+// The wgmma kernels' stages (the MVMR's and the weight gradient's) synchronised by mbarriers
+// (their MB): PCOPS_CUDA_POINT_CONV_STAGE_SYNC=mbarrier, an experiment (off by default; not yet
+// run on a GPU: docs/point_conv_kernels.md).
+bool stage_mbarriers() {
   const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_STAGE_SYNC");
   return e != nullptr && std::string_view(e) == "mbarrier";
 }
@@ -803,8 +803,9 @@ __global__ void transpose16_kernel(const T* __restrict__ w, int64_t K, int64_t c
 // 128 channels c; 4 (512 threads): blocks of 128 x 256, warpgroup h taking o 64 (h % 2) ..
 // against c 128 (h / 2) .. + 127. Each warpgroup two m64n64k16 a k16 step, both operands read
 // MN-major from unpadded stage buffers of 64-channel parts, each [KT][64] with the 128-byte
-// swizzle.
-template <class T, class Keys, int BO, int WGN>
+// swizzle. MB (wgmma only, the experiment of mvmr_mma_kernel's MB): the stages completed on an
+// mbarrier a buffer instead of each thread's wait and proxy fence.
+template <class T, class Keys, int BO, int WGN, bool MB = false>
 __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
     vvor_mma_kernel(Keys keys, const int64_t* __restrict__ seg_off, int64_t tiles, int i_bits,
                     int j_bits, const T* __restrict__ G, int64_t co, const T* __restrict__ F, int64_t ci, int64_t K,
@@ -816,6 +817,7 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
   constexpr int MF = BO / 2 / 16, NF = BC / 4 / 8;  // warp tile (BO / 2) x (BC / 4)
   static_assert(NF % 2 == 0, "pairs of n8 fragments");
   static_assert(!WG || (BO == 128 && KT % 16 == 0 && (WGN == 2 || WGN == 4)), "wgmma: 128 x 128 or 256 blocks");
+  static_assert(!MB || WG, "the mbarrier stage sync is for the wgmma kernels");
   // A stage row's bytes and a stage buffer's elements (WG: parts of KT rows of 64 channels).
   constexpr int kGRow = WG ? 128 : LDG * 2, kFRow = WG ? 128 : LDF * 2;
   constexpr int kGStage = WG ? KT * BO : KT * LDG, kFStage = WG ? KT * BC : KT * LDF;
@@ -982,6 +984,18 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
     fetch_rows(q + KT);
   };
 
+  // MB: the buffers' full barriers [S], 8-byte aligned past the stages and the keys' part (the
+  // launch's shared-memory size counts them), initialised for NT arrivals.
+  constexpr unsigned kBarrierAt =
+      static_cast<unsigned>(sizeof(T) * S * (kGStage + kFStage) + (kSegmented ? P::kSegmentedBytes : 0));
+  [[maybe_unused]] const unsigned full0 = (smem_u32(smem) + kBarrierAt + 7u) & ~7u;
+  [[maybe_unused]] unsigned full_parity = 0;  // bit b, the parity of buffer b's next phase
+  if constexpr (MB) {
+    if (tid == 0)
+      for (int b = 0; b < S; ++b) primitives::mbarrier_init(full0 + 8 * b, NT);
+    __syncthreads();
+  }
+
   // mma.sync: acc[mi][ni] of the warp's tile; WG: acc[nb][j], channels c 64 nb + 8 j.
   constexpr int AM = WG ? 2 : MF, AN = WG ? 8 : NF;
   float acc[AM][AN][4];
@@ -1012,6 +1026,7 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
 #pragma unroll
   for (int st = 0; st < S - 1; ++st) {
     load_next(st);
+    if constexpr (MB) primitives::cp_async_mbarrier_arrive_noinc(full0 + 8 * st);
     cp_async_commit();
   }
   int buf = 0, ldbuf = S - 1;
@@ -1019,7 +1034,17 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
     if ((smem_u32(smem) & 1023) != 0) __trap();  // the 128-byte swizzle repeats every 1024 bytes
   }
   for (int q = pos0; q < pos1; q += KT) {
-    pipeline_step<S, S - 1, WG>(ldbuf, load_next);
+    if constexpr (MB) {  // as mvmr_mma_kernel's MB step
+      primitives::mbarrier_wait_parity(full0 + 8 * buf, (full_parity >> buf) & 1u);
+      full_parity ^= 1u << buf;
+      __syncthreads();
+      load_next(ldbuf);
+      primitives::cp_async_mbarrier_arrive_noinc(full0 + 8 * ldbuf);
+      cp_async_commit();
+      ldbuf = ldbuf + 1 == S ? 0 : ldbuf + 1;
+    } else {
+      pipeline_step<S, S - 1, WG>(ldbuf, load_next);
+    }
     if constexpr (WG) {
       // Warpgroup h: its 64 channels o of G (A, MN-major) against its two 64-channel parts of F
       // (B); a k16 step is two 8-row atoms, 2048 bytes. Done before the next barrier frees the
@@ -1483,7 +1508,7 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g,
                      mvmr_sum_swizzle());
     };
     if constexpr (C.wg) {
-      if (mvmr_stage_mbarriers()) {
+      if (stage_mbarriers()) {
         run(std::true_type{});
         return;
       }
@@ -1539,14 +1564,26 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
       constexpr int BO = decltype(bo_c)::value, WGN = decltype(wgn_c)::value, BC = WGN == 4 ? 256 : BO;
       constexpr int NT = WGN == 4 ? 512 : P::kThreads, kPad = WGN > 0 ? 0 : P::kPad;
       using Keys = decltype(keys);
-      const size_t smem = sizeof(T) * P::kStages * P::KT * (BO + BC + 2 * kPad) +
-                          (std::is_same_v<Keys, SplitKeys> ? P::kSegmentedBytes : 0);
-      auto kernel = vvor_mma_kernel<T, Keys, BO, WGN>;
-      PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      const int64_t ctiles = detail::ceil_div(Co, BO) * detail::ceil_div(Ci, BC);
-      const dim3 grid(static_cast<unsigned>(K), static_cast<unsigned>(ctiles), static_cast<unsigned>(slices));
-      detail::launch(ctx, kernel, grid, dim3(NT), smem, keys, gr.offsets, tiles, key_i_bits, j_bits, g, Co, f, Ci, K,
-                     cut, gw, part);
+      const auto run = [&](auto mb_c) {
+        constexpr bool MB = decltype(mb_c)::value;
+        const size_t base = sizeof(T) * P::kStages * P::KT * (BO + BC + 2 * kPad) +
+                            (std::is_same_v<Keys, SplitKeys> ? P::kSegmentedBytes : 0);
+        const size_t smem = MB ? (base + 7) / 8 * 8 + 8 * P::kStages : base;
+        auto kernel = vvor_mma_kernel<T, Keys, BO, WGN, MB>;
+        PCOPS_CUDA_CHECK(
+            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+        const int64_t ctiles = detail::ceil_div(Co, BO) * detail::ceil_div(Ci, BC);
+        const dim3 grid(static_cast<unsigned>(K), static_cast<unsigned>(ctiles), static_cast<unsigned>(slices));
+        detail::launch(ctx, kernel, grid, dim3(NT), smem, keys, gr.offsets, tiles, key_i_bits, j_bits, g, Co, f,
+                       Ci, K, cut, gw, part);
+      };
+      if constexpr (WGN > 0) {
+        if (stage_mbarriers()) {
+          run(std::true_type{});
+          return;
+        }
+      }
+      run(std::false_type{});
     };
     const bool narrow = std::max(Co, Ci) <= 64;
     // Warpgroups of the wgmma kernel (0: mma.sync): 256-channel blocks only where F has more

@@ -575,6 +575,11 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
       EXPECT_EQ(std::memcmp(a.gw.data(), b.gw.data(), a.gw.size() * 2), 0);
       EXPECT_EQ(std::memcmp(a.out.data(), base.out.data(), a.out.size() * 2), 0);
       EXPECT_EQ(std::memcmp(a.gf.data(), base.gf.data(), a.gf.size() * 2), 0);
+      {  // The wgmma choices' stages synchronised by mbarriers (an experiment): the same bits.
+        const pcops_cuda_test::ScopedEnv sync("PCOPS_CUDA_POINT_CONV_STAGE_SYNC", "mbarrier");
+        const Mma mb = run_mma(bad, f, w, g);
+        EXPECT_EQ(std::memcmp(a.gw.data(), mb.gw.data(), a.gw.size() * 2), 0);
+      }
       expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights (by choice)");
     }
   }
