@@ -270,6 +270,27 @@ __device__ __forceinline__ void pipeline_step(int& ldbuf, Load&& load) {
   ldbuf = ldbuf + 1 == S ? 0 : ldbuf + 1;
 }
 
+// pipeline_step with the stages completed on mbarriers (the wgmma kernels' MB, an experiment):
+// `full0` holds S barriers of NT arrivals, one a buffer; bit b of `parity` is the parity of
+// buffer b's next phase. The current stage (buffer `buf`) has landed for every thread once its
+// barrier's phase completes (each thread's copies arrive on it by cp.async.mbarrier.arrive, so no
+// thread waits for its own copies or fences them); the block barrier then frees the buffer loaded
+// next, and every thread arrives on that buffer's barrier (past the end too: a phase no one waits
+// for). A thread arrives for a buffer's next phase only after every thread has waited for its
+// current one (the stages run fewer than S ahead), so no phase is passed unseen. A group is still
+// committed a stage, for the closing cp.async.wait_group.
+template <int S, class Load>
+__device__ __forceinline__ void pipeline_step_mbarrier(int buf, int& ldbuf, unsigned& parity, unsigned full0,
+                                                       Load&& load) {
+  primitives::mbarrier_wait_parity(full0 + 8 * buf, (parity >> buf) & 1u);
+  parity ^= 1u << buf;
+  __syncthreads();
+  load(ldbuf);
+  primitives::cp_async_mbarrier_arrive_noinc(full0 + 8 * ldbuf);
+  cp_async_commit();
+  ldbuf = ldbuf + 1 == S ? 0 : ldbuf + 1;
+}
+
 template <class T>
 __device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
   if constexpr (std::is_same_v<T, __half>) {
@@ -593,22 +614,9 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   [[maybe_unused]] const uint64_t desc_b0 = swizzled_desc<BK>(smem_u32(Bs + (warp >> 2) * 64 * BK));
   while (cur.k < Ki) {  // a chunk: nb stages, then its sums
     for (int sb = 0; sb < nb; ++sb) {
-      if constexpr (MB) {
-        // This stage's copies have landed for every thread (its buffer's phase), then the stage
-        // barrier frees the buffer loaded next; every thread arrives on that buffer's barrier
-        // (past the end too: a phase no one waits for). A thread arrives for a buffer's next phase
-        // only after every thread has waited for its current one (kAhead < S), so no phase is
-        // passed unseen.
-        primitives::mbarrier_wait_parity(full0 + 8 * buf, (full_parity >> buf) & 1u);
-        full_parity ^= 1u << buf;
-        __syncthreads();
-        load_and_advance(ld, ldbuf);
-        primitives::cp_async_mbarrier_arrive_noinc(full0 + 8 * ldbuf);
-        cp_async_commit();
-        ldbuf = ldbuf + 1 == S ? 0 : ldbuf + 1;
-      } else {
-        pipeline_step<S, kAhead, WG>(ldbuf, [&](int b) { load_and_advance(ld, b); });
-      }
+      const auto load = [&](int b) { load_and_advance(ld, b); };
+      if constexpr (MB) pipeline_step_mbarrier<S>(buf, ldbuf, full_parity, full0, load);
+      else pipeline_step<S, kAhead, WG>(ldbuf, load);
       if constexpr (WG) {
         // The whole chunk (rows past it are zeros) times the warpgroup's 64 channels of W_k; the
         // products of the previous stage may still be in flight (kWgInFlight), and all are done
@@ -1034,17 +1042,8 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
     if ((smem_u32(smem) & 1023) != 0) __trap();  // the 128-byte swizzle repeats every 1024 bytes
   }
   for (int q = pos0; q < pos1; q += KT) {
-    if constexpr (MB) {  // as mvmr_mma_kernel's MB step
-      primitives::mbarrier_wait_parity(full0 + 8 * buf, (full_parity >> buf) & 1u);
-      full_parity ^= 1u << buf;
-      __syncthreads();
-      load_next(ldbuf);
-      primitives::cp_async_mbarrier_arrive_noinc(full0 + 8 * ldbuf);
-      cp_async_commit();
-      ldbuf = ldbuf + 1 == S ? 0 : ldbuf + 1;
-    } else {
-      pipeline_step<S, S - 1, WG>(ldbuf, load_next);
-    }
+    if constexpr (MB) pipeline_step_mbarrier<S>(buf, ldbuf, full_parity, full0, load_next);
+    else pipeline_step<S, S - 1, WG>(ldbuf, load_next);
     if constexpr (WG) {
       // Warpgroup h: its 64 channels o of G (A, MN-major) against its two 64-channel parts of F
       // (B); a k16 step is two 8-row atoms, 2048 bytes. Done before the next barrier frees the
