@@ -275,18 +275,19 @@ __device__ __forceinline__ void pipeline_step(int& ldbuf, Load&& load) {
 // buffer b's next phase. The current stage (buffer `buf`) has landed for every thread once its
 // barrier's phase completes (each thread's copies arrive on it by cp.async.mbarrier.arrive, so no
 // thread waits for its own copies or fences them); the block barrier then frees the buffer loaded
-// next, and every thread arrives on that buffer's barrier (past the end too: a phase no one waits
-// for). A thread arrives for a buffer's next phase only after every thread has waited for its
-// current one (the stages run fewer than S ahead), so no phase is passed unseen. A group is still
-// committed a stage, for the closing cp.async.wait_group.
+// next, and where `loads` (block-uniform: a stage is left to load) every thread arrives on that
+// buffer's barrier. Every phase that gets arrivals is waited for, so none is still arriving when
+// the block ends; and a thread arrives for a buffer's next phase only after every thread has
+// waited for its current one (the stages run fewer than S ahead), so no phase is passed unseen. A
+// group is still committed a stage, for the closing cp.async.wait_group.
 template <int S, class Load>
 __device__ __forceinline__ void pipeline_step_mbarrier(int buf, int& ldbuf, unsigned& parity, unsigned full0,
-                                                       Load&& load) {
+                                                       bool loads, Load&& load) {
   primitives::mbarrier_wait_parity(full0 + 8 * buf, (parity >> buf) & 1u);
   parity ^= 1u << buf;
   __syncthreads();
   load(ldbuf);
-  primitives::cp_async_mbarrier_arrive_noinc(full0 + 8 * ldbuf);
+  if (loads) primitives::cp_async_mbarrier_arrive_noinc(full0 + 8 * ldbuf);
   cp_async_commit();
   ldbuf = ldbuf + 1 == S ? 0 : ldbuf + 1;
 }
@@ -599,8 +600,11 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   fetch_keys(ld);
 #pragma unroll
   for (int st = 0; st < kAhead; ++st) {
+    [[maybe_unused]] const bool loads = ld.k < Ki;
     load_and_advance(ld, st);
-    if constexpr (MB) primitives::cp_async_mbarrier_arrive_noinc(full0 + 8 * st);
+    if constexpr (MB) {
+      if (loads) primitives::cp_async_mbarrier_arrive_noinc(full0 + 8 * st);
+    }
     cp_async_commit();
   }
   int buf = 0, ldbuf = kAhead;
@@ -615,7 +619,7 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   while (cur.k < Ki) {  // a chunk: nb stages, then its sums
     for (int sb = 0; sb < nb; ++sb) {
       const auto load = [&](int b) { load_and_advance(ld, b); };
-      if constexpr (MB) pipeline_step_mbarrier<S>(buf, ldbuf, full_parity, full0, load);
+      if constexpr (MB) pipeline_step_mbarrier<S>(buf, ldbuf, full_parity, full0, ld.k < Ki, load);
       else pipeline_step<S, kAhead, WG>(ldbuf, load);
       if constexpr (WG) {
         // The whole chunk (rows past it are zeros) times the warpgroup's 64 channels of W_k; the
@@ -1033,8 +1037,11 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
   };
 #pragma unroll
   for (int st = 0; st < S - 1; ++st) {
+    [[maybe_unused]] const bool loads = lq < pos1;
     load_next(st);
-    if constexpr (MB) primitives::cp_async_mbarrier_arrive_noinc(full0 + 8 * st);
+    if constexpr (MB) {
+      if (loads) primitives::cp_async_mbarrier_arrive_noinc(full0 + 8 * st);
+    }
     cp_async_commit();
   }
   int buf = 0, ldbuf = S - 1;
@@ -1042,7 +1049,7 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
     if ((smem_u32(smem) & 1023) != 0) __trap();  // the 128-byte swizzle repeats every 1024 bytes
   }
   for (int q = pos0; q < pos1; q += KT) {
-    if constexpr (MB) pipeline_step_mbarrier<S>(buf, ldbuf, full_parity, full0, load_next);
+    if constexpr (MB) pipeline_step_mbarrier<S>(buf, ldbuf, full_parity, full0, lq < pos1, load_next);
     else pipeline_step<S, S - 1, WG>(ldbuf, load_next);
     if constexpr (WG) {
       // Warpgroup h: its 64 channels o of G (A, MN-major) against its two 64-channel parts of F
