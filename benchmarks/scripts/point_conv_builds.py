@@ -137,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     summary = summarize(rows, labels)
     keys = [{k: v for k, v in e.items() if k not in ("medians", "same_bits_across_builds")} for e in summary]
     varying = sorted({k for key in keys for k in key if any(other.get(k) != key[k] for other in keys)})
+    varying = varying or [k for k in ("channels", "part") if keys and k in keys[0]]
     for entry, full in zip(summary, keys):
         key = {k: full[k] for k in varying if k in full}  # the fields that tell the rows apart
         for field, med in entry["medians"].items():
