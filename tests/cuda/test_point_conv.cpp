@@ -585,6 +585,36 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
   }
 }
 
+// The wgmma kernels' stages completed on mbarriers (PCOPS_CUDA_POINT_CONV_STAGE_SYNC=mbarrier, an
+// experiment): the same products in the same order as the default stage sync, so the same bits,
+// for both wgmma MVMR shapes and the weight gradient's wgmma choices, across several tiles and
+// chunks, a chunk count below the stages loaded ahead (one short segment) and invalid triplets.
+// Small enough for the sanitizers (tests/cuda/run_gpu.sh races it).
+TEST(CudaPointConvMma, StageSyncByMbarriersGivesTheSameBits) {
+  std::mt19937 rng(71);
+  using Shape = std::array<int64_t, 6>;  // n_in, n_out, C_in, C_out, K, T
+  for (const Shape& sh : {Shape{400, 300, 136, 144, 27, 6000}, Shape{300, 260, 200, 136, 5, 40},
+                          Shape{150, 140, 264, 136, 27, 3000}}) {
+    SCOPED_TRACE(testing::Message() << "shape " << sh[2] << "x" << sh[3] << ", " << sh[5] << " triplets");
+    Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
+    const int64_t junk[][3] = {{c.s.num_out, 0, 0}, {0, -1, 0}, {0, 0, c.s.kernels}};
+    for (const auto& b : junk) c.t.insert(c.t.end(), b, b + 3);
+    c.s.triplets += 3;
+    const auto f = to_bf16(c.f), w = to_bf16(c.w), g = to_bf16(c.g);
+    for (const char* cfg : {"128x128x64x64x2w", "128x128x64x32x4w"})
+      for (const char* vvor : {"wgmma", "wgmma256"}) {
+        SCOPED_TRACE(std::string(cfg) + ", weight gradient on " + vvor);
+        const pcops_cuda_test::ScopedEnv use(kConfigVar, cfg), on(kVvorVar, vvor);
+        const Mma a = run_mma(c, f, w, g);
+        const pcops_cuda_test::ScopedEnv sync("PCOPS_CUDA_POINT_CONV_STAGE_SYNC", "mbarrier");
+        const Mma b = run_mma(c, f, w, g);
+        EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0);
+        EXPECT_EQ(std::memcmp(a.gf.data(), b.gf.data(), a.gf.size() * 2), 0);
+        EXPECT_EQ(std::memcmp(a.gw.data(), b.gw.data(), a.gw.size() * 2), 0);
+      }
+  }
+}
+
 // The forward reads the weight gradient's grouping where both are segmented (the same keys, the
 // segments in (k, block of 128 rows) order): handed the weight gradient's kept grouping, it gives
 // the bits of a forward that sorts its own, with the tiles' segment bounds in shared memory (27
