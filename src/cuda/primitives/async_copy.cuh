@@ -44,11 +44,14 @@ __device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
 __device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(unsigned bar) {
   asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
 }
-// Waits until the phase of `bar` with this parity has completed (acquire, CTA scope).
+// Waits until the phase of `bar` with this parity has completed (acquire, CTA scope). A phase
+// that has not completed after about 2^34 clock cycles (seconds) traps instead of hanging: a
+// launch error rather than a stuck device where an arrival is missing.
 __device__ __forceinline__ void mbarrier_wait_parity(unsigned bar, unsigned parity) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   unsigned done = 0;
-  do {
+  long long start = 0;
+  for (;;) {
     asm volatile(
         "{\n\t.reg .pred p;\n\t"
         "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\t"
@@ -56,7 +59,10 @@ __device__ __forceinline__ void mbarrier_wait_parity(unsigned bar, unsigned pari
         : "=r"(done)
         : "r"(bar), "r"(parity)
         : "memory");
-  } while (done == 0);
+    if (done != 0) break;
+    if (start == 0) start = clock64();
+    else if (clock64() - start > (1ll << 34)) __trap();
+  }
 #else
   (void)bar, (void)parity;
   __trap();
