@@ -106,20 +106,22 @@ def kernel_table(fn, repeat):
     return prof.key_averages().table(sort_by=key, row_limit=10, max_name_column_width=80)
 
 
-def with_choice(variable, choice, fn):
-    """fn() with the variable set to `choice` ("default": unset), restored after."""
-    old = os.environ.get(variable)
-    if choice == "default":
-        os.environ.pop(variable, None)
-    else:
-        os.environ[variable] = choice
+def with_choices(choices, fn):
+    """fn() with each variable of `choices` set to its choice ("default": unset), restored after."""
+    old = {variable: os.environ.get(variable) for variable in choices}
+    for variable, choice in choices.items():
+        if choice == "default":
+            os.environ.pop(variable, None)
+        else:
+            os.environ[variable] = choice
     try:
         return fn()
     finally:
-        if old is None:
-            os.environ.pop(variable, None)
-        else:
-            os.environ[variable] = old
+        for variable, value in old.items():
+            if value is None:
+                os.environ.pop(variable, None)
+            else:
+                os.environ[variable] = value
 
 
 def main():
@@ -133,7 +135,7 @@ def main():
     ap.add_argument("--sum-swizzle", default="default",
                     help="comma-separated PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE choices (0, 1)")
     ap.add_argument("--stage-sync", default="default",
-                    help="comma-separated PCOPS_CUDA_POINT_CONV_STAGE_SYNC choices (default, mbarrier)")
+                    help="comma-separated PCOPS_CUDA_POINT_CONV_STAGE_SYNC choices (fence, mbarrier)")
     ap.add_argument("--profile", action="store_true", help="print each part's kernels (torch.profiler)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--mode", default="exact", choices=["exact", "fast"],
@@ -168,9 +170,8 @@ def main():
                             print(kernel_table(fn, args.repeat), flush=True)
                         return result
 
-                    seconds, out = with_choice(GROUPING, grouping, lambda: with_choice(
-                        SUM_SWIZZLE, swizzle, lambda: with_choice(
-                            STAGE_SYNC, sync, lambda: with_choice(variable, choice, run))))
+                    seconds, out = with_choices({GROUPING: grouping, SUM_SWIZZLE: swizzle, STAGE_SYNC: sync,
+                                                 variable: choice}, run)
                     if first is None:
                         first = out
                     row = {"channels": c, "in_channels": ci, "points": n, "triplets": T,

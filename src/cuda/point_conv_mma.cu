@@ -121,6 +121,10 @@ struct MvmrKey {
 struct MvmrConfig {
   int bm, bn, mc, bk, stages;
   bool wg;
+  // Not part of the shape (set by mvmr_config from the environment): the tile sums' swizzle
+  // (mvmr_mma_kernel's swz) and the wgmma stages on mbarriers (its MB).
+  int swz = 0;
+  bool mb = false;
 };
 
 // wgmma runs where this library carries sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a; the
@@ -143,6 +147,28 @@ bool wgmma_usable() {
   return false;
 #endif
 }
+// The MVMR's tile sums swizzled against bank conflicts (mvmr_mma_kernel's swz), the default;
+// PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE=0 turns it off (1: on). The sums and bits are the same either
+// way (docs/point_conv_kernels.md has the times; point_conv_kernels.py --sum-swizzle 0,1 measures them).
+int mvmr_sum_swizzle() {
+  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE");
+  const std::string_view v = e == nullptr ? "" : e;
+  if (v.empty() || v == "1") return 24;
+  if (v == "0") return 0;
+  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE must be 0 or 1");
+}
+
+// The wgmma kernels' stages (the MVMR's and the weight gradient's) synchronised by mbarriers
+// (their MB): PCOPS_CUDA_POINT_CONV_STAGE_SYNC=mbarrier, an experiment (fence: each thread's wait
+// and proxy fence, the default; not yet run on a GPU: docs/point_conv_kernels.md).
+bool stage_mbarriers() {
+  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_STAGE_SYNC");
+  const std::string_view v = e == nullptr ? "" : e;
+  if (v.empty() || v == "fence") return false;
+  if (v == "mbarrier") return true;
+  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_STAGE_SYNC must be fence or mbarrier");
+}
+
 // The default: tiles of 128 rows, chunks of 64; 128 destination channels a block (64 for at most
 // 64), 64 source channels a stage in 2 stages (32 in 3 for at most 32 source channels). Both fit
 // two blocks per multiprocessor. Measured on an H200 (bf16, 165k points, 2.64M triplets, forward
@@ -177,23 +203,10 @@ MvmrConfig mvmr_config(int64_t n_out_c, int64_t n_in_c) {
           c = k;
     if (c.wg && !wgmma_usable()) c = sync;  // the mma.sync default
   }
+  c.swz = mvmr_sum_swizzle();
+  const bool mb = stage_mbarriers();  // (read for every shape: a bad value throws everywhere)
+  c.mb = c.wg && mb;
   return c;
-}
-
-// The MVMR's tile sums swizzled against bank conflicts (mvmr_mma_kernel's swz), the default;
-// PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE=0 turns it off. The sums and bits are the same either way
-// (docs/point_conv_kernels.md has the times; point_conv_kernels.py --sum-swizzle 0,1 measures them).
-int mvmr_sum_swizzle() {
-  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE");
-  return e != nullptr && std::strcmp(e, "0") == 0 ? 0 : 24;
-}
-
-// The wgmma kernels' stages (the MVMR's and the weight gradient's) synchronised by mbarriers
-// (their MB): PCOPS_CUDA_POINT_CONV_STAGE_SYNC=mbarrier, an experiment (off by default; not yet
-// run on a GPU: docs/point_conv_kernels.md).
-bool stage_mbarriers() {
-  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_STAGE_SYNC");
-  return e != nullptr && std::string_view(e) == "mbarrier";
 }
 
 MvmrKey mvmr_key(int64_t n_dst, int64_t n_src, int64_t K, int bm) {
@@ -268,6 +281,30 @@ __device__ __forceinline__ void pipeline_step(int& ldbuf, Load&& load) {
   load(ldbuf);
   cp_async_commit();
   ldbuf = ldbuf + 1 == S ? 0 : ldbuf + 1;
+}
+
+// The stage barriers of the MB kernels (S of 8 bytes) sit at the first 8-byte boundary after a
+// kernel's other `bytes` of shared memory.
+__host__ __device__ constexpr size_t stage_barriers_at(size_t bytes) { return (bytes + 7) / 8 * 8; }
+template <int S>
+constexpr size_t with_stage_barriers(size_t bytes, bool mb) {
+  return mb ? stage_barriers_at(bytes) + 8 * S : bytes;
+}
+// One thread initialises the S barriers at `full0` for `count` arrivals a phase (a block barrier
+// must follow before their first use).
+template <int S>
+__device__ __forceinline__ void init_stage_barriers(unsigned full0, unsigned count) {
+  if (threadIdx.x == 0)
+    for (int b = 0; b < S; ++b) primitives::mbarrier_init(full0 + 8 * b, count);
+}
+// run(std::true_type) where `mb` and the kernel can take the mbarrier stages (kWgmma), else
+// run(std::false_type).
+template <bool kWgmma, class Run>
+void with_stage_sync(bool mb, Run&& run) {
+  if constexpr (kWgmma) {
+    if (mb) return run(std::true_type{});
+  }
+  run(std::false_type{});
 }
 
 // pipeline_step with the stages completed on mbarriers (the wgmma kernels' MB, an experiment):
@@ -392,6 +429,25 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
   return row * BK + ((chunk ^ ((row / R) & (CH - 1))) << 3);
 }
 
+// Stage buffers, the tile's sums, the chunk rows' local rows (4 chunks) and the tile's first
+// segment offsets; MB: the buffers' full barriers after them.
+template <class T, int BN, int BM, int MC, int BK, int S, bool MB = false>
+__host__ __device__ constexpr size_t mvmr_smem() {
+  return with_stage_barriers<S>(sizeof(T) * S * (MC + BN) * BK + sizeof(float) * BM * BN +
+                                    sizeof(uint8_t) * 4 * MC + sizeof(int) * (kSegCache + 1),
+                                MB);
+}
+// The weight gradient's stage buffers (G and F rows, padded on mma.sync), the segmented keys' part
+// (split keys) and, MB, the buffers' full barriers.
+template <class T, class Keys, int BO, int WGN, bool MB = false>
+__host__ __device__ constexpr size_t vvor_smem() {
+  using P = VvorPolicy;
+  constexpr int BC = WGN == 4 ? 256 : BO, kPad = WGN > 0 ? 0 : P::kPad;
+  return with_stage_barriers<P::kStages>(sizeof(T) * P::kStages * P::KT * (BO + BC + 2 * kPad) +
+                                             (std::is_same_v<Keys, SplitKeys> ? P::kSegmentedBytes : 0),
+                                         MB);
+}
+
 // dst[r, o] = sum over the triplets of r (sorted keys) of mat[k, o, :] . src[s, :]; mat [K, n_out_c,
 // n_in_c] (rows contiguous over the source channels). Grid: tiles * ceil(n_out_c / BN) blocks, the
 // channel blocks of a tile adjacent (they gather the same source rows, so they meet in L2).
@@ -438,8 +494,9 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   float* Os = reinterpret_cast<float*>(Bs + S * BN * BK);
   uint8_t* Rs = reinterpret_cast<uint8_t*>(Os + BM * BN);  // [4][MC]: chunk rows' local rows (kPast past)
   int* Ss = reinterpret_cast<int*>(Rs + 4 * MC);             // [kSegCache + 1]: the tile's segment bounds
-  // MB: the buffers' full barriers [S], 8-byte aligned past Ss (mvmr_smem).
-  [[maybe_unused]] const unsigned full0 = (smem_u32(Ss + kSegCache + 1) + 7u) & ~7u;
+  // MB: the buffers' full barriers [S] past Ss (mvmr_smem).
+  [[maybe_unused]] const unsigned full0 =
+      smem_u32(smem) + static_cast<unsigned>(stage_barriers_at(mvmr_smem<T, BN, BM, MC, BK, S>()));
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
@@ -471,10 +528,7 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
     const int k = e / cs, f = e % cs;
     Ss[e] = kSplit && f == 2 ? mid_of(k) : static_cast<int>(so[k * k_stride + f]);
   }
-  if constexpr (MB) {
-    if (tid == 0)
-      for (int b = 0; b < S; ++b) primitives::mbarrier_init(full0 + 8 * b, NT);
-  }
+  if constexpr (MB) init_stage_barriers<S>(full0, NT);
   __syncthreads();
   const auto begin_at = [&](int k) { return k < kc ? Ss[k * cs] : static_cast<int>(so[k * k_stride]); };
   const auto end_at = [&](int k) {
@@ -996,15 +1050,13 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
     fetch_rows(q + KT);
   };
 
-  // MB: the buffers' full barriers [S], 8-byte aligned past the stages and the keys' part (the
-  // launch's shared-memory size counts them), initialised for NT arrivals.
-  constexpr unsigned kBarrierAt =
-      static_cast<unsigned>(sizeof(T) * S * (kGStage + kFStage) + (kSegmented ? P::kSegmentedBytes : 0));
-  [[maybe_unused]] const unsigned full0 = (smem_u32(smem) + kBarrierAt + 7u) & ~7u;
+  // MB: the buffers' full barriers [S] past the stages and the keys' part (vvor_smem), for NT
+  // arrivals.
+  [[maybe_unused]] const unsigned full0 =
+      smem_u32(smem) + static_cast<unsigned>(stage_barriers_at(vvor_smem<T, Keys, BO, WGN>()));
   [[maybe_unused]] unsigned full_parity = 0;  // bit b, the parity of buffer b's next phase
   if constexpr (MB) {
-    if (tid == 0)
-      for (int b = 0; b < S; ++b) primitives::mbarrier_init(full0 + 8 * b, NT);
+    init_stage_barriers<S>(full0, NT);
     __syncthreads();
   }
 
@@ -1156,15 +1208,6 @@ __global__ void vvor_sum_cuts_kernel(const float* __restrict__ part, const int64
     }
     gw[e] = Elem<T>::from(acc);
   }
-}
-
-// Stage buffers, the tile's sums, the chunk rows' local rows (4 chunks) and the tile's first
-// segment offsets; MB: the buffers' full barriers, 8-byte aligned after them.
-template <class T, int BN, int BM, int MC, int BK, int S, bool MB = false>
-size_t mvmr_smem() {
-  const size_t base = sizeof(T) * S * (MC + BN) * BK + sizeof(float) * BM * BN + sizeof(uint8_t) * 4 * MC +
-                      sizeof(int) * (kSegCache + 1);
-  return MB ? (base + 7) / 8 * 8 + 8 * S : base;
 }
 
 // The fast path's groupings: the triplets in segments (MVMR: tile of destination rows x kernel
@@ -1502,24 +1545,16 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g,
         C.wg != cfg.wg)
       return;
     launched = true;
-    const auto run = [&](auto mb_c) {
+    with_stage_sync<C.wg>(cfg.mb, [&](auto mb_c) {
       constexpr bool MB = decltype(mb_c)::value;
-      const size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.bk, C.stages, MB>();
+      constexpr size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.bk, C.stages, MB>();
       auto kernel = mvmr_mma_kernel<T, Keys, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg, MB>;
       PCOPS_CUDA_CHECK(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
       detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles * detail::ceil_div(n_out_c, C.bn))),
                      dim3(MvmrPolicy::kThreads), smem, keys, gr.offsets, g.cell_major ? int64_t{1} : K,
-                     g.cell_major ? m.tiles : int64_t{1}, m, K, src, n_in_c, mat, n_out_c, n_dst, dst,
-                     mvmr_sum_swizzle());
-    };
-    if constexpr (C.wg) {
-      if (stage_mbarriers()) {
-        run(std::true_type{});
-        return;
-      }
-    }
-    run(std::false_type{});
+                     g.cell_major ? m.tiles : int64_t{1}, m, K, src, n_in_c, mat, n_out_c, n_dst, dst, cfg.swz);
+    });
   };
   [&]<size_t... I>(std::index_sequence<I...>) {
     if (gr.sk.lo != nullptr) (go(std::integral_constant<size_t, I>{}, gr.sk), ...);
@@ -1549,6 +1584,7 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
   } else if (gw_alloc) {
     detail::Workspace ws(ctx);
     const GroupSpec spec = vvor_spec(s);
+    const bool stage_mb = stage_mbarriers();  // (read before the sort: a bad value throws first)
     const int64_t T_ = s.triplets, tiles = spec.vp.tiles;
     const int key_i_bits = spec.vp.i_bits, j_bits = spec.vp.j_bits;
     const Grouped gr = group_step(ctx, ws, spec, t, kept.grad_weights);
@@ -1568,13 +1604,11 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
     float* part = cut > 0 ? ws.alloc<float>((slices + K) * per) : nullptr;
     const auto go = [&](auto bo_c, auto wgn_c, auto keys) {
       constexpr int BO = decltype(bo_c)::value, WGN = decltype(wgn_c)::value, BC = WGN == 4 ? 256 : BO;
-      constexpr int NT = WGN == 4 ? 512 : P::kThreads, kPad = WGN > 0 ? 0 : P::kPad;
+      constexpr int NT = WGN == 4 ? 512 : P::kThreads;
       using Keys = decltype(keys);
-      const auto run = [&](auto mb_c) {
+      with_stage_sync<(WGN > 0)>(stage_mb, [&](auto mb_c) {
         constexpr bool MB = decltype(mb_c)::value;
-        const size_t base = sizeof(T) * P::kStages * P::KT * (BO + BC + 2 * kPad) +
-                            (std::is_same_v<Keys, SplitKeys> ? P::kSegmentedBytes : 0);
-        const size_t smem = MB ? (base + 7) / 8 * 8 + 8 * P::kStages : base;
+        constexpr size_t smem = vvor_smem<T, Keys, BO, WGN, MB>();
         auto kernel = vvor_mma_kernel<T, Keys, BO, WGN, MB>;
         PCOPS_CUDA_CHECK(
             cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
@@ -1582,14 +1616,7 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
         const dim3 grid(static_cast<unsigned>(K), static_cast<unsigned>(ctiles), static_cast<unsigned>(slices));
         detail::launch(ctx, kernel, grid, dim3(NT), smem, keys, gr.offsets, tiles, key_i_bits, j_bits, g, Co, f,
                        Ci, K, cut, gw, part);
-      };
-      if constexpr (WGN > 0) {
-        if (stage_mbarriers()) {
-          run(std::true_type{});
-          return;
-        }
-      }
-      run(std::false_type{});
+      });
     };
     const bool narrow = std::max(Co, Ci) <= 64;
     // Warpgroups of the wgmma kernel (0: mma.sync): 256-channel blocks only where F has more

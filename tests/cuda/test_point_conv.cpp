@@ -615,6 +615,31 @@ TEST(CudaPointConvMma, StageSyncByMbarriersGivesTheSameBits) {
   }
 }
 
+// The fast path's switches with a value they do not know: std::invalid_argument, and the library
+// works as before after it; their known values give the default's bits.
+TEST(CudaPointConvMma, SwitchesWithBadValuesThrow) {
+  std::mt19937 rng(73);
+  const Case c = random_case(rng, 300, 200, 40, 24, 27, 2000);
+  const auto f = to_bf16(c.f), w = to_bf16(c.w), g = to_bf16(c.g);
+  const Mma base = run_mma(c, f, w, g);
+  for (const auto& [var, bad] : {std::pair{"PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE", "2"},
+                                 std::pair{"PCOPS_CUDA_POINT_CONV_STAGE_SYNC", "mbarriers"}}) {
+    SCOPED_TRACE(std::string(var) + "=" + bad);
+    {
+      const pcops_cuda_test::ScopedEnv use(var, bad);
+      EXPECT_THROW(run_mma(c, f, w, g), std::invalid_argument);
+    }
+    const Mma again = run_mma(c, f, w, g);  // and the library still works
+    EXPECT_EQ(std::memcmp(base.out.data(), again.out.data(), base.out.size() * 2), 0);
+  }
+  for (const auto& [var, good] : {std::pair{"PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE", "1"},
+                                  std::pair{"PCOPS_CUDA_POINT_CONV_STAGE_SYNC", "fence"}}) {
+    const pcops_cuda_test::ScopedEnv use(var, good);
+    const Mma a = run_mma(c, f, w, g);
+    EXPECT_EQ(std::memcmp(base.out.data(), a.out.data(), base.out.size() * 2), 0) << var;
+  }
+}
+
 // The forward reads the weight gradient's grouping where both are segmented (the same keys, the
 // segments in (k, block of 128 rows) order): handed the weight gradient's kept grouping, it gives
 // the bits of a forward that sorts its own, with the tiles' segment bounds in shared memory (27
