@@ -122,9 +122,10 @@ struct MvmrConfig {
   int bm, bn, mc, bk, stages;
   bool wg;
   // Not part of the shape (set by mvmr_config from the environment): the tile sums' swizzle
-  // (mvmr_mma_kernel's swz) and the wgmma stages on mbarriers (its MB).
+  // (mvmr_mma_kernel's swz) and how the wgmma shapes order the sums of runs that cross between
+  // warps (its pairs).
   int swz = 0;
-  bool mb = false;
+  bool pairs = true;
 };
 
 // wgmma runs where this library carries sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a; the
@@ -157,16 +158,16 @@ int mvmr_sum_swizzle() {
   if (v == "0") return 0;
   throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE must be 0 or 1");
 }
-
-// The wgmma kernels' stages (the MVMR's and the weight gradient's) synchronised by mbarriers
-// (their MB): PCOPS_CUDA_POINT_CONV_STAGE_SYNC=mbarrier, an experiment (fence: each thread's wait
-// and proxy fence, the default; not yet run on a GPU: docs/point_conv_kernels.md).
-bool stage_mbarriers() {
-  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_STAGE_SYNC");
+// The wgmma MVMR's chunk sums where a run of equal rows crosses between two warps' rows: the two
+// warps of each such boundary meet at a barrier of their own (mvmr_mma_kernel's pairs), the
+// default; PCOPS_CUDA_POINT_CONV_SUM_PAIRS=0 takes the turns of the whole block instead (1: pairs).
+// The same adds in the same order either way, so the same bits.
+bool mvmr_sum_pairs() {
+  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_SUM_PAIRS");
   const std::string_view v = e == nullptr ? "" : e;
-  if (v.empty() || v == "fence") return false;
-  if (v == "mbarrier") return true;
-  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_STAGE_SYNC must be fence or mbarrier");
+  if (v.empty() || v == "1") return true;
+  if (v == "0") return false;
+  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_SUM_PAIRS must be 0 or 1");
 }
 
 // The default: tiles of 128 rows, chunks of 64; 128 destination channels a block (64 for at most
@@ -204,8 +205,7 @@ MvmrConfig mvmr_config(int64_t n_out_c, int64_t n_in_c) {
     if (c.wg && !wgmma_usable()) c = sync;  // the mma.sync default
   }
   c.swz = mvmr_sum_swizzle();
-  const bool mb = stage_mbarriers();  // (read for every shape: a bad value throws everywhere)
-  c.mb = c.wg && mb;
+  c.pairs = mvmr_sum_pairs();
   return c;
 }
 
@@ -283,50 +283,14 @@ __device__ __forceinline__ void pipeline_step(int& ldbuf, Load&& load) {
   ldbuf = ldbuf + 1 == S ? 0 : ldbuf + 1;
 }
 
-// The stage barriers of the MB kernels (S of 8 bytes) sit at the first 8-byte boundary after a
-// kernel's other `bytes` of shared memory.
-__host__ __device__ constexpr size_t stage_barriers_at(size_t bytes) { return (bytes + 7) / 8 * 8; }
-template <int S>
-constexpr size_t with_stage_barriers(size_t bytes, bool mb) {
-  return mb ? stage_barriers_at(bytes) + 8 * S : bytes;
+// Barriers of `n` threads (a multiple of 32; whole warps) other than the block's (0): arrive
+// without waiting, or wait until `n` threads have arrived or waited. Memory accesses before
+// either are visible to the threads past the wait.
+__device__ __forceinline__ void named_barrier_arrive(unsigned id, unsigned n) {
+  asm volatile("bar.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
-// One thread initialises the S barriers at `full0` for `count` arrivals a phase (a block barrier
-// must follow before their first use).
-template <int S>
-__device__ __forceinline__ void init_stage_barriers(unsigned full0, unsigned count) {
-  if (threadIdx.x == 0)
-    for (int b = 0; b < S; ++b) primitives::mbarrier_init(full0 + 8 * b, count);
-}
-// run(std::true_type) where `mb` and the kernel can take the mbarrier stages (kWgmma), else
-// run(std::false_type).
-template <bool kWgmma, class Run>
-void with_stage_sync(bool mb, Run&& run) {
-  if constexpr (kWgmma) {
-    if (mb) return run(std::true_type{});
-  }
-  run(std::false_type{});
-}
-
-// pipeline_step with the stages completed on mbarriers (the wgmma kernels' MB, an experiment):
-// `full0` holds S barriers of NT arrivals, one a buffer; bit b of `parity` is the parity of
-// buffer b's next phase. The current stage (buffer `buf`) has landed for every thread once its
-// barrier's phase completes (each thread's copies arrive on it by cp.async.mbarrier.arrive, so no
-// thread waits for its own copies or fences them); the block barrier then frees the buffer loaded
-// next, and where `loads` (block-uniform: a stage is left to load) every thread arrives on that
-// buffer's barrier. Every phase that gets arrivals is waited for, so none is still arriving when
-// the block ends; and a thread arrives for a buffer's next phase only after every thread has
-// waited for its current one (the stages run fewer than S ahead), so no phase is passed unseen. A
-// group is still committed a stage, for the closing cp.async.wait_group.
-template <int S, class Load>
-__device__ __forceinline__ void pipeline_step_mbarrier(int buf, int& ldbuf, unsigned& parity, unsigned full0,
-                                                       bool loads, Load&& load) {
-  primitives::mbarrier_wait_parity(full0 + 8 * buf, (parity >> buf) & 1u);
-  parity ^= 1u << buf;
-  __syncthreads();
-  load(ldbuf);
-  if (loads) primitives::cp_async_mbarrier_arrive_noinc(full0 + 8 * ldbuf);
-  cp_async_commit();
-  ldbuf = ldbuf + 1 == S ? 0 : ldbuf + 1;
+__device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned n) {
+  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
 
 template <class T>
@@ -430,22 +394,20 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
 }
 
 // Stage buffers, the tile's sums, the chunk rows' local rows (4 chunks) and the tile's first
-// segment offsets; MB: the buffers' full barriers after them.
-template <class T, int BN, int BM, int MC, int BK, int S, bool MB = false>
-__host__ __device__ constexpr size_t mvmr_smem() {
-  return with_stage_barriers<S>(sizeof(T) * S * (MC + BN) * BK + sizeof(float) * BM * BN +
-                                    sizeof(uint8_t) * 4 * MC + sizeof(int) * (kSegCache + 1),
-                                MB);
+// segment offsets.
+template <class T, int BN, int BM, int MC, int BK, int S>
+constexpr size_t mvmr_smem() {
+  return sizeof(T) * S * (MC + BN) * BK + sizeof(float) * BM * BN + sizeof(uint8_t) * 4 * MC +
+         sizeof(int) * (kSegCache + 1);
 }
-// The weight gradient's stage buffers (G and F rows, padded on mma.sync), the segmented keys' part
-// (split keys) and, MB, the buffers' full barriers.
-template <class T, class Keys, int BO, int WGN, bool MB = false>
-__host__ __device__ constexpr size_t vvor_smem() {
+// The weight gradient's stage buffers (G and F rows, padded on mma.sync) and the segmented keys'
+// part (split keys).
+template <class T, class Keys, int BO, int WGN>
+constexpr size_t vvor_smem() {
   using P = VvorPolicy;
   constexpr int BC = WGN == 4 ? 256 : BO, kPad = WGN > 0 ? 0 : P::kPad;
-  return with_stage_barriers<P::kStages>(sizeof(T) * P::kStages * P::KT * (BO + BC + 2 * kPad) +
-                                             (std::is_same_v<Keys, SplitKeys> ? P::kSegmentedBytes : 0),
-                                         MB);
+  return sizeof(T) * P::kStages * P::KT * (BO + BC + 2 * kPad) +
+         (std::is_same_v<Keys, SplitKeys> ? P::kSegmentedBytes : 0);
 }
 
 // dst[r, o] = sum over the triplets of r (sorted keys) of mat[k, o, :] . src[s, :]; mat [K, n_out_c,
@@ -454,17 +416,13 @@ __host__ __device__ constexpr size_t vvor_smem() {
 // Pipeline: the stages (chunk, BK channels) run kAhead ahead through cp.async (S - 1, or S - 2
 // where wgmma keeps a stage's products in flight), one __syncthreads per stage. WG: the products by
 // wgmma (two warpgroups of 64 rows x 64 channels) instead of mma.sync (warps of 32 rows x BN / 4
-// channels). MB (wgmma only, an experiment, PCOPS_CUDA_POINT_CONV_STAGE_SYNC=mbarrier): each
-// stage's copies complete on an mbarrier of its buffer (cp.async.mbarrier.arrive.noinc, one
-// arrival a thread) that every thread waits on, instead of each thread's cp.async.wait_group and
-// the proxy fence before the stage barrier (the fence may hold a thread until its later stages'
-// copies have landed too); the stage barrier stays (the buffer loaded next is free once every
-// warp has passed it).
-template <class T, class Keys, int BN, int BM, int MC, int BK, int S, bool WG, bool MB = false>
+// channels).
+template <class T, class Keys, int BN, int BM, int MC, int BK, int S, bool WG>
 __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
     mvmr_mma_kernel(Keys keys, const int64_t* __restrict__ seg_off, int64_t tile_stride,
                     int64_t k_stride, MvmrKey m, int64_t K, const T* __restrict__ src, int64_t n_in_c,
-                    const T* __restrict__ mat, int64_t n_out_c, int64_t n_dst, T* __restrict__ dst, int swz) {
+                    const T* __restrict__ mat, int64_t n_out_c, int64_t n_dst, T* __restrict__ dst, int swz,
+                    bool pairs) {
   using P = MvmrPolicy;
   // Keys: SplitKeys (the segmented grouping, read as 32-bit keys) or const uint64_t* (packed).
   constexpr bool kSplit = std::is_same_v<Keys, SplitKeys>;
@@ -483,7 +441,6 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   constexpr int kWgInFlight = WG && S >= 3 ? 1 : 0, kAhead = S - 1 - kWgInFlight;
   static_assert(S >= 2 && S <= 4 && kAhead <= 3, "the chunk row buffers (4) cover kAhead <= 3 stages ahead");
   static_assert(!WG || (BN == 128 && MC == 64), "wgmma: two warpgroups of 64 x 64");
-  static_assert(!MB || WG, "the mbarrier stage sync is for the wgmma kernels");
   constexpr uint8_t kPast = 0xff;
   extern __shared__ __align__(16) unsigned char smem[];
   T* As = reinterpret_cast<T*>(smem);                    // [S][MC][BK], swizzled
@@ -494,9 +451,6 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   float* Os = reinterpret_cast<float*>(Bs + S * BN * BK);
   uint8_t* Rs = reinterpret_cast<uint8_t*>(Os + BM * BN);  // [4][MC]: chunk rows' local rows (kPast past)
   int* Ss = reinterpret_cast<int*>(Rs + 4 * MC);             // [kSegCache + 1]: the tile's segment bounds
-  // MB: the buffers' full barriers [S] past Ss (mvmr_smem).
-  [[maybe_unused]] const unsigned full0 =
-      smem_u32(smem) + static_cast<unsigned>(stage_barriers_at(mvmr_smem<T, BN, BM, MC, BK, S>()));
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
   const int wm = warp >> 2, wn = warp & 3;
@@ -528,7 +482,6 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
     const int k = e / cs, f = e % cs;
     Ss[e] = kSplit && f == 2 ? mid_of(k) : static_cast<int>(so[k * k_stride + f]);
   }
-  if constexpr (MB) init_stage_barriers<S>(full0, NT);
   __syncthreads();
   const auto begin_at = [&](int k) { return k < kc ? Ss[k * cs] : static_cast<int>(so[k * k_stride]); };
   const auto end_at = [&](int k) {
@@ -654,15 +607,10 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   fetch_keys(ld);
 #pragma unroll
   for (int st = 0; st < kAhead; ++st) {
-    [[maybe_unused]] const bool loads = ld.k < Ki;
     load_and_advance(ld, st);
-    if constexpr (MB) {
-      if (loads) primitives::cp_async_mbarrier_arrive_noinc(full0 + 8 * st);
-    }
     cp_async_commit();
   }
   int buf = 0, ldbuf = kAhead;
-  [[maybe_unused]] unsigned full_parity = 0;  // MB: bit b, the parity of buffer b's next phase
   const int g = lane >> 2, q4 = lane & 3;
   // The ldmatrix rows of the lane: weight row (lane & 7) + 8 (lane >> 4) of an n16 pair, chunk
   // ((lane >> 3) & 1); source row (lane & 15) of a fragment, chunk (lane >> 4).
@@ -672,9 +620,7 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   [[maybe_unused]] const uint64_t desc_b0 = swizzled_desc<BK>(smem_u32(Bs + (warp >> 2) * 64 * BK));
   while (cur.k < Ki) {  // a chunk: nb stages, then its sums
     for (int sb = 0; sb < nb; ++sb) {
-      const auto load = [&](int b) { load_and_advance(ld, b); };
-      if constexpr (MB) pipeline_step_mbarrier<S>(buf, ldbuf, full_parity, full0, ld.k < Ki, load);
-      else pipeline_step<S, kAhead, WG>(ldbuf, load);
+      pipeline_step<S, kAhead, WG>(ldbuf, [&](int b) { load_and_advance(ld, b); });
       if constexpr (WG) {
         // The whole chunk (rows past it are zeros) times the warpgroup's 64 channels of W_k; the
         // products of the previous stage may still be in flight (kWgInFlight), and all are done
@@ -727,6 +673,29 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
     // step that adds nothing in the whole warp (no run of the fragment's half reaches that far: most
     // runs are one or two rows long) is skipped, which leaves every sum's bits as they are.
     const uint8_t* rs = Rs + (cur.c & 3) * MC;
+    // Two groups write the same sums only where a run of rows crosses the boundary between them
+    // (or, for groups two apart, covers the group between). Without such a run all groups add at
+    // once; otherwise the even groups' adds of a shared row come first, the odd groups' after
+    // them: in phases, a barrier of the block between (groups rg % nph == p in phase p: two
+    // phases, even groups then odd, unless a run covers a whole group; then one per group), or,
+    // on wgmma where no run covers a group (`pair`), all at once with a barrier of 64 threads for
+    // each crossed boundary, which the even warp of the two arrives at once it has added its
+    // crossing rows, and the odd warp waits at before it adds its own (after its other rows). The
+    // order follows from the chunk's rows alone (block-uniform), so it stays fixed, and both
+    // ways give the same bits.
+    const auto one_run = [&](int a, int b) { return rs[a] != kPast && rs[a] == rs[b]; };
+    bool crossed = false;
+#pragma unroll
+    for (int q = 1; q < NG; ++q) crossed |= one_run(q * GR - 1, q * GR);
+    int nph = crossed ? 2 : 1;
+    bool pair = false;
+    if constexpr (NG > 2) {
+      bool covered = false;
+#pragma unroll
+      for (int q = 1; q + 1 < NG; ++q) covered |= one_run(q * GR - 1, (q + 1) * GR);
+      if (covered) nph = NG;
+      else if (WG && crossed && pairs) pair = true, nph = 1;
+    }
     const auto add_fragment = [&](int mi) {
       const unsigned full = 0xffffffffu;
       const int r0 = frag_row(mi) + g;
@@ -793,36 +762,47 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
         at_l[b] = Os + rl * BN + ((ccol + b * 8 + 2 * q4) ^ sw_l);
         at_h[b] = Os + rh * BN + ((ccol + b * 8 + 2 * q4) ^ sw_h);
       }
+      const auto add_rows = [&](bool add_l, bool add_h) {
 #pragma unroll
-      for (int ni = 0; ni < NFA; ++ni) {
-        if (tail_l) {
-          float2* o = reinterpret_cast<float2*>(at_l[ni % kB] + ni / kB * (kB * 8));
-          const float2 cur_o = *o;
-          *o = make_float2(cur_o.x + v[ni][0], cur_o.y + v[ni][1]);
+        for (int ni = 0; ni < NFA; ++ni) {
+          if (add_l) {
+            float2* o = reinterpret_cast<float2*>(at_l[ni % kB] + ni / kB * (kB * 8));
+            const float2 cur_o = *o;
+            *o = make_float2(cur_o.x + v[ni][0], cur_o.y + v[ni][1]);
+          }
+          if (add_h) {
+            float2* o = reinterpret_cast<float2*>(at_h[ni % kB] + ni / kB * (kB * 8));
+            const float2 cur_o = *o;
+            *o = make_float2(cur_o.x + v[ni][2], cur_o.y + v[ni][3]);
+          }
         }
-        if (tail_h) {
-          float2* o = reinterpret_cast<float2*>(at_h[ni % kB] + ni / kB * (kB * 8));
-          const float2 cur_o = *o;
-          *o = make_float2(cur_o.x + v[ni][2], cur_o.y + v[ni][3]);
+      };
+      if constexpr (WG) {
+        if (pair) {
+          // The warp's fragment is its group (16 rows): the run of its first row crosses from
+          // the warp before (hx), the run of its last row into the warp after (tx); x_l / x_h: the
+          // lane's rows that end such a run. Barrier 3 h + q (1..6) for boundary q of warpgroup h.
+          const bool hx = rg > 0 && one_run(rg * GR - 1, rg * GR);
+          const bool tx = rg + 1 < NG && one_run(rg * GR + GR - 1, (rg + 1) * GR);
+          const int hrow = hx ? rs[rg * GR] : -3, trow = tx ? rs[rg * GR + GR - 1] : -3;
+          const bool x_l = tail_l && (rl == hrow || rl == trow), x_h = tail_h && (rh == hrow || rh == trow);
+          const unsigned bar_h = 3 * (warp >> 2) + rg, bar_t = bar_h + 1;
+          if ((rg & 1) == 0) {
+            add_rows(x_l, x_h);
+            if (hx) named_barrier_arrive(bar_h, 64);
+            if (tx) named_barrier_arrive(bar_t, 64);
+            add_rows(tail_l && !x_l, tail_h && !x_h);
+          } else {
+            add_rows(tail_l && !x_l, tail_h && !x_h);
+            if (hx) named_barrier_sync(bar_h, 64);
+            if (tx) named_barrier_sync(bar_t, 64);
+            add_rows(x_l, x_h);
+          }
+          return;
         }
       }
+      add_rows(tail_l, tail_h);
     };
-    // Two groups write the same sums only where a run of rows crosses the boundary between them
-    // (or, for groups two apart, covers the group between). Without such a run all groups add at
-    // once; otherwise in phases, a barrier between: groups rg % nph == p in phase p (two
-    // phases, even groups then odd, unless a run covers a whole group; then one per group). The
-    // phases follow from the chunk's rows alone (block-uniform), so the order stays fixed.
-    const auto one_run = [&](int a, int b) { return rs[a] != kPast && rs[a] == rs[b]; };
-    bool crossed = false;
-#pragma unroll
-    for (int q = 1; q < NG; ++q) crossed |= one_run(q * GR - 1, q * GR);
-    int nph = crossed ? 2 : 1;
-    if constexpr (NG > 2) {
-      bool covered = false;
-#pragma unroll
-      for (int q = 1; q + 1 < NG; ++q) covered |= one_run(q * GR - 1, (q + 1) * GR);
-      if (covered) nph = NG;
-    }
     for (int phase = 0; phase < nph; ++phase) {
       if (phase * GR >= cur.n) break;  // block-uniform: the rest is past the chunk
       if (phase > 0) __syncthreads();
@@ -869,9 +849,8 @@ __global__ void transpose16_kernel(const T* __restrict__ w, int64_t K, int64_t c
 // 128 channels c; 4 (512 threads): blocks of 128 x 256, warpgroup h taking o 64 (h % 2) ..
 // against c 128 (h / 2) .. + 127. Each warpgroup two m64n64k16 a k16 step, both operands read
 // MN-major from unpadded stage buffers of 64-channel parts, each [KT][64] with the 128-byte
-// swizzle. MB (wgmma only, the experiment of mvmr_mma_kernel's MB): the stages completed on an
-// mbarrier a buffer instead of each thread's wait and proxy fence.
-template <class T, class Keys, int BO, int WGN, bool MB = false>
+// swizzle.
+template <class T, class Keys, int BO, int WGN>
 __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
     vvor_mma_kernel(Keys keys, const int64_t* __restrict__ seg_off, int64_t tiles, int i_bits,
                     int j_bits, const T* __restrict__ G, int64_t co, const T* __restrict__ F, int64_t ci, int64_t K,
@@ -883,7 +862,6 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
   constexpr int MF = BO / 2 / 16, NF = BC / 4 / 8;  // warp tile (BO / 2) x (BC / 4)
   static_assert(NF % 2 == 0, "pairs of n8 fragments");
   static_assert(!WG || (BO == 128 && KT % 16 == 0 && (WGN == 2 || WGN == 4)), "wgmma: 128 x 128 or 256 blocks");
-  static_assert(!MB || WG, "the mbarrier stage sync is for the wgmma kernels");
   // A stage row's bytes and a stage buffer's elements (WG: parts of KT rows of 64 channels).
   constexpr int kGRow = WG ? 128 : LDG * 2, kFRow = WG ? 128 : LDF * 2;
   constexpr int kGStage = WG ? KT * BO : KT * LDG, kFStage = WG ? KT * BC : KT * LDF;
@@ -1050,16 +1028,6 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
     fetch_rows(q + KT);
   };
 
-  // MB: the buffers' full barriers [S] past the stages and the keys' part (vvor_smem), for NT
-  // arrivals.
-  [[maybe_unused]] const unsigned full0 =
-      smem_u32(smem) + static_cast<unsigned>(stage_barriers_at(vvor_smem<T, Keys, BO, WGN>()));
-  [[maybe_unused]] unsigned full_parity = 0;  // bit b, the parity of buffer b's next phase
-  if constexpr (MB) {
-    init_stage_barriers<S>(full0, NT);
-    __syncthreads();
-  }
-
   // mma.sync: acc[mi][ni] of the warp's tile; WG: acc[nb][j], channels c 64 nb + 8 j.
   constexpr int AM = WG ? 2 : MF, AN = WG ? 8 : NF;
   float acc[AM][AN][4];
@@ -1089,11 +1057,7 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
   };
 #pragma unroll
   for (int st = 0; st < S - 1; ++st) {
-    [[maybe_unused]] const bool loads = lq < pos1;
     load_next(st);
-    if constexpr (MB) {
-      if (loads) primitives::cp_async_mbarrier_arrive_noinc(full0 + 8 * st);
-    }
     cp_async_commit();
   }
   int buf = 0, ldbuf = S - 1;
@@ -1101,8 +1065,7 @@ __global__ void __launch_bounds__(WGN == 4 ? 512 : VvorPolicy::kThreads)
     if ((smem_u32(smem) & 1023) != 0) __trap();  // the 128-byte swizzle repeats every 1024 bytes
   }
   for (int q = pos0; q < pos1; q += KT) {
-    if constexpr (MB) pipeline_step_mbarrier<S>(buf, ldbuf, full_parity, full0, lq < pos1, load_next);
-    else pipeline_step<S, S - 1, WG>(ldbuf, load_next);
+    pipeline_step<S, S - 1, WG>(ldbuf, load_next);
     if constexpr (WG) {
       // Warpgroup h: its 64 channels o of G (A, MN-major) against its two 64-channel parts of F
       // (B); a k16 step is two 8-row atoms, 2048 bytes. Done before the next barrier frees the
@@ -1545,16 +1508,13 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g,
         C.wg != cfg.wg)
       return;
     launched = true;
-    with_stage_sync<C.wg>(cfg.mb, [&](auto mb_c) {
-      constexpr bool MB = decltype(mb_c)::value;
-      constexpr size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.bk, C.stages, MB>();
-      auto kernel = mvmr_mma_kernel<T, Keys, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg, MB>;
-      PCOPS_CUDA_CHECK(
-          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-      detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles * detail::ceil_div(n_out_c, C.bn))),
-                     dim3(MvmrPolicy::kThreads), smem, keys, gr.offsets, g.cell_major ? int64_t{1} : K,
-                     g.cell_major ? m.tiles : int64_t{1}, m, K, src, n_in_c, mat, n_out_c, n_dst, dst, cfg.swz);
-    });
+    constexpr size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.bk, C.stages>();
+    auto kernel = mvmr_mma_kernel<T, Keys, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg>;
+    PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles * detail::ceil_div(n_out_c, C.bn))),
+                   dim3(MvmrPolicy::kThreads), smem, keys, gr.offsets, g.cell_major ? int64_t{1} : K,
+                   g.cell_major ? m.tiles : int64_t{1}, m, K, src, n_in_c, mat, n_out_c, n_dst, dst, cfg.swz,
+                   cfg.pairs);
   };
   [&]<size_t... I>(std::index_sequence<I...>) {
     if (gr.sk.lo != nullptr) (go(std::integral_constant<size_t, I>{}, gr.sk), ...);
@@ -1584,7 +1544,6 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
   } else if (gw_alloc) {
     detail::Workspace ws(ctx);
     const GroupSpec spec = vvor_spec(s);
-    const bool stage_mb = stage_mbarriers();  // (read before the sort: a bad value throws first)
     const int64_t T_ = s.triplets, tiles = spec.vp.tiles;
     const int key_i_bits = spec.vp.i_bits, j_bits = spec.vp.j_bits;
     const Grouped gr = group_step(ctx, ws, spec, t, kept.grad_weights);
@@ -1606,17 +1565,13 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
       constexpr int BO = decltype(bo_c)::value, WGN = decltype(wgn_c)::value, BC = WGN == 4 ? 256 : BO;
       constexpr int NT = WGN == 4 ? 512 : P::kThreads;
       using Keys = decltype(keys);
-      with_stage_sync<(WGN > 0)>(stage_mb, [&](auto mb_c) {
-        constexpr bool MB = decltype(mb_c)::value;
-        constexpr size_t smem = vvor_smem<T, Keys, BO, WGN, MB>();
-        auto kernel = vvor_mma_kernel<T, Keys, BO, WGN, MB>;
-        PCOPS_CUDA_CHECK(
-            cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-        const int64_t ctiles = detail::ceil_div(Co, BO) * detail::ceil_div(Ci, BC);
-        const dim3 grid(static_cast<unsigned>(K), static_cast<unsigned>(ctiles), static_cast<unsigned>(slices));
-        detail::launch(ctx, kernel, grid, dim3(NT), smem, keys, gr.offsets, tiles, key_i_bits, j_bits, g, Co, f,
-                       Ci, K, cut, gw, part);
-      });
+      constexpr size_t smem = vvor_smem<T, Keys, BO, WGN>();
+      auto kernel = vvor_mma_kernel<T, Keys, BO, WGN>;
+      PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      const int64_t ctiles = detail::ceil_div(Co, BO) * detail::ceil_div(Ci, BC);
+      const dim3 grid(static_cast<unsigned>(K), static_cast<unsigned>(ctiles), static_cast<unsigned>(slices));
+      detail::launch(ctx, kernel, grid, dim3(NT), smem, keys, gr.offsets, tiles, key_i_bits, j_bits, g, Co, f, Ci, K,
+                     cut, gw, part);
     };
     const bool narrow = std::max(Co, Ci) <= 64;
     // Warpgroups of the wgmma kernel (0: mma.sync): 256-channel blocks only where F has more

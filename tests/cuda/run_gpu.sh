@@ -66,11 +66,11 @@ if has sanitize; then
       compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 99 \
       "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter=CudaPointConvMma.OutputsOnRequest
   done
-  # The wgmma kernels' stages on mbarriers (PCOPS_CUDA_POINT_CONV_STAGE_SYNC=mbarrier, an experiment;
-  # the test runs both wgmma MVMR shapes and both wgmma weight-gradient choices with and without).
+  # The wgmma MVMR's crossing runs summed by pairs of warps at barriers of their own (named
+  # barriers; the test runs both wgmma shapes with the pairs and with the block's turns).
   for tool in racecheck synccheck; do
-    run_stage "sanitize_${tool}_stage_sync" timeout 300 compute-sanitizer --tool $tool --error-exitcode 99 \
-      "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter=CudaPointConvMma.StageSyncByMbarriersGivesTheSameBits
+    run_stage "sanitize_${tool}_sum_pairs" timeout 300 compute-sanitizer --tool $tool --error-exitcode 99 \
+      "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter=CudaPointConvMma.SumPairsGiveTheTurnsBits
   done
 fi
 if has bench; then
@@ -107,10 +107,10 @@ if has bench; then
     --out "$OUT/point_conv_exact_2x4.json"
   run_stage point_conv_fast timeout 150 $PC --channels 32,64,128,256,512 --dtype bfloat16 --mode fast \
     --out "$OUT/point_conv_fast.json"
-  # Each part of the fast path alone with its wgmma stages on mbarriers or not (an experiment).
-  run_stage point_conv_stage_sync timeout 150 $PY benchmarks/scripts/point_conv_kernels.py --device cuda \
-    --points 165000 --channels 256,512 --dtype bfloat16 --mode fast --rounds 2 --stage-sync default,mbarrier \
-    --out "$OUT/point_conv_stage_sync.json"
+  # Each part of the fast path alone with the crossing runs' sums by pairs of warps or in turns.
+  run_stage point_conv_sum_pairs timeout 150 $PY benchmarks/scripts/point_conv_kernels.py --device cuda \
+    --points 165000 --channels 256,512 --dtype bfloat16 --mode fast --rounds 2 --sum-pairs 0,1 \
+    --out "$OUT/point_conv_sum_pairs.json"
   run_stage conv_bench timeout 200 $PY -m pcops.cli bench --device cuda --no-progress --out "$OUT/conv" \
     --docs "$OUT/conv/benchmarks-cuda.md" --ops point_conv --sizes 165k --channels 128 --clouds sphere,mesh
 fi

@@ -551,13 +551,12 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
         EXPECT_EQ(std::memcmp(a.out.data(), sw.out.data(), a.out.size() * 2), 0);
         EXPECT_EQ(std::memcmp(a.gf.data(), sw.gf.data(), a.gf.size() * 2), 0);
       }
-      {  // The wgmma shapes' stages synchronised by mbarriers (an experiment; the other shapes
-         // ignore it): the same products in the same order, the same bits.
-        const pcops_cuda_test::ScopedEnv sync("PCOPS_CUDA_POINT_CONV_STAGE_SYNC", "mbarrier");
-        const Mma mb = run_mma(c, f, w, g), mb_bad = run_mma(bad, f, w, g);
-        EXPECT_EQ(std::memcmp(a.out.data(), mb.out.data(), a.out.size() * 2), 0);
-        EXPECT_EQ(std::memcmp(a.gf.data(), mb.gf.data(), a.gf.size() * 2), 0);
-        EXPECT_EQ(std::memcmp(a.out.data(), mb_bad.out.data(), a.out.size() * 2), 0);
+      {  // The crossing runs' sums in the block's turns instead of by pairs of warps (wgmma shapes;
+         // the others always take turns): the same adds in the same order, the same bits.
+        const pcops_cuda_test::ScopedEnv turns("PCOPS_CUDA_POINT_CONV_SUM_PAIRS", "0");
+        const Mma tu = run_mma(c, f, w, g);
+        EXPECT_EQ(std::memcmp(a.out.data(), tu.out.data(), a.out.size() * 2), 0);
+        EXPECT_EQ(std::memcmp(a.gf.data(), tu.gf.data(), a.gf.size() * 2), 0);
       }
       expect_close(a.out, out, om, longest(per_i) + ci, "forward");
       expect_close(a.gf, gf, gfm, longest(per_j) + co, "grad_features");
@@ -575,43 +574,66 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
       EXPECT_EQ(std::memcmp(a.gw.data(), b.gw.data(), a.gw.size() * 2), 0);
       EXPECT_EQ(std::memcmp(a.out.data(), base.out.data(), a.out.size() * 2), 0);
       EXPECT_EQ(std::memcmp(a.gf.data(), base.gf.data(), a.gf.size() * 2), 0);
-      {  // The wgmma choices' stages synchronised by mbarriers (an experiment): the same bits.
-        const pcops_cuda_test::ScopedEnv sync("PCOPS_CUDA_POINT_CONV_STAGE_SYNC", "mbarrier");
-        const Mma mb = run_mma(bad, f, w, g);
-        EXPECT_EQ(std::memcmp(a.gw.data(), mb.gw.data(), a.gw.size() * 2), 0);
-      }
       expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights (by choice)");
     }
   }
 }
 
-// The wgmma kernels' stages completed on mbarriers (PCOPS_CUDA_POINT_CONV_STAGE_SYNC=mbarrier, an
-// experiment): the same products in the same order as the default stage sync, so the same bits,
-// for both wgmma MVMR shapes and the weight gradient's wgmma choices, across several tiles and
-// chunks, a chunk count below the stages loaded ahead (one short segment) and invalid triplets.
-// Small enough for the sanitizers (tests/cuda/run_gpu.sh races it).
-TEST(CudaPointConvMma, StageSyncByMbarriersGivesTheSameBits) {
+// Chunks of the MVMR's default grouping (tiles of 128 destination rows, a segment a tile and
+// kernel cell, (row, source) order, chunks of 64 from each segment's start) whose runs of equal
+// rows cross between the wgmma warps' 16-row groups: {crossed without a run covering a group,
+// covered}.
+std::array<int64_t, 2> crossing_chunks(const Case& c) {
+  std::vector<std::array<int64_t, 4>> keys;  // tile, k, row, source
+  for (int64_t r = 0; r < c.s.triplets; ++r) {
+    const int64_t i = c.t[r * 3], j = c.t[r * 3 + 1], k = c.t[r * 3 + 2];
+    if (i >= 0 && i < c.s.num_out && j >= 0 && j < c.s.num_in && k >= 0 && k < c.s.kernels)
+      keys.push_back({i / 128, k, i, j});
+  }
+  std::sort(keys.begin(), keys.end());
+  std::array<int64_t, 2> n{0, 0};
+  for (size_t a = 0, b = 0; a < keys.size(); a = b) {
+    while (b < keys.size() && keys[b][0] == keys[a][0] && keys[b][1] == keys[a][1]) ++b;
+    for (size_t q = a; q < b; q += 64) {
+      const auto row = [&](size_t x) { return q + x < b ? keys[q + x][2] : -1 - static_cast<int64_t>(x); };
+      bool crossed = false, covered = false;
+      for (size_t g = 1; g < 4; ++g) crossed |= row(16 * g - 1) == row(16 * g);
+      for (size_t g = 1; g < 3; ++g) covered |= row(16 * g - 1) == row(16 * g + 16);
+      n[covered ? 1 : 0] += crossed ? 1 : 0;
+    }
+  }
+  return n;
+}
+
+// The wgmma MVMR's sums of runs that cross between warps (PCOPS_CUDA_POINT_CONV_SUM_PAIRS): a
+// barrier of the two warps of each crossed boundary (the default) or the turns of the whole
+// block give the same bits, for both wgmma shapes, forward and grad_features, in chunks with
+// crossing runs and with runs that cover a warp's rows (the turns then), across several tiles,
+// with invalid triplets. Small enough for the sanitizers (tests/cuda/run_gpu.sh races it).
+TEST(CudaPointConvMma, SumPairsGiveTheTurnsBits) {
   std::mt19937 rng(71);
   using Shape = std::array<int64_t, 6>;  // n_in, n_out, C_in, C_out, K, T
-  for (const Shape& sh : {Shape{400, 300, 136, 144, 27, 6000}, Shape{300, 260, 200, 136, 5, 40},
-                          Shape{150, 140, 264, 136, 27, 3000}}) {
+  for (const Shape& sh : {Shape{400, 300, 136, 144, 5, 6000}, Shape{300, 260, 200, 136, 27, 3000},
+                          Shape{150, 140, 264, 136, 3, 4000}}) {
     SCOPED_TRACE(testing::Message() << "shape " << sh[2] << "x" << sh[3] << ", " << sh[5] << " triplets");
     Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
+    for (int64_t r = 0; r < 90; ++r) c.t[r * 3] = 7, c.t[r * 3 + 2] = 0;  // a run covering warps
+    const auto [crossed, covered] = crossing_chunks(c);
+    EXPECT_GT(crossed, 0);
+    EXPECT_GT(covered, 0);
     const int64_t junk[][3] = {{c.s.num_out, 0, 0}, {0, -1, 0}, {0, 0, c.s.kernels}};
     for (const auto& b : junk) c.t.insert(c.t.end(), b, b + 3);
     c.s.triplets += 3;
     const auto f = to_bf16(c.f), w = to_bf16(c.w), g = to_bf16(c.g);
-    for (const char* cfg : {"128x128x64x64x2w", "128x128x64x32x4w"})
-      for (const char* vvor : {"wgmma", "wgmma256"}) {
-        SCOPED_TRACE(std::string(cfg) + ", weight gradient on " + vvor);
-        const pcops_cuda_test::ScopedEnv use(kConfigVar, cfg), on(kVvorVar, vvor);
-        const Mma a = run_mma(c, f, w, g);
-        const pcops_cuda_test::ScopedEnv sync("PCOPS_CUDA_POINT_CONV_STAGE_SYNC", "mbarrier");
-        const Mma b = run_mma(c, f, w, g);
-        EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0);
-        EXPECT_EQ(std::memcmp(a.gf.data(), b.gf.data(), a.gf.size() * 2), 0);
-        EXPECT_EQ(std::memcmp(a.gw.data(), b.gw.data(), a.gw.size() * 2), 0);
-      }
+    for (const char* cfg : {"128x128x64x64x2w", "128x128x64x32x4w"}) {
+      SCOPED_TRACE(cfg);
+      const pcops_cuda_test::ScopedEnv use(kConfigVar, cfg);
+      const Mma a = run_mma(c, f, w, g);
+      const pcops_cuda_test::ScopedEnv turns("PCOPS_CUDA_POINT_CONV_SUM_PAIRS", "0");
+      const Mma b = run_mma(c, f, w, g);
+      EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0);
+      EXPECT_EQ(std::memcmp(a.gf.data(), b.gf.data(), a.gf.size() * 2), 0);
+    }
   }
 }
 
@@ -623,7 +645,7 @@ TEST(CudaPointConvMma, SwitchesWithBadValuesThrow) {
   const auto f = to_bf16(c.f), w = to_bf16(c.w), g = to_bf16(c.g);
   const Mma base = run_mma(c, f, w, g);
   for (const auto& [var, bad] : {std::pair{"PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE", "2"},
-                                 std::pair{"PCOPS_CUDA_POINT_CONV_STAGE_SYNC", "mbarriers"}}) {
+                                 std::pair{"PCOPS_CUDA_POINT_CONV_SUM_PAIRS", "yes"}}) {
     SCOPED_TRACE(std::string(var) + "=" + bad);
     {
       const pcops_cuda_test::ScopedEnv use(var, bad);
@@ -633,7 +655,7 @@ TEST(CudaPointConvMma, SwitchesWithBadValuesThrow) {
     EXPECT_EQ(std::memcmp(base.out.data(), again.out.data(), base.out.size() * 2), 0);
   }
   for (const auto& [var, good] : {std::pair{"PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE", "1"},
-                                  std::pair{"PCOPS_CUDA_POINT_CONV_STAGE_SYNC", "fence"}}) {
+                                  std::pair{"PCOPS_CUDA_POINT_CONV_SUM_PAIRS", "1"}}) {
     const pcops_cuda_test::ScopedEnv use(var, good);
     const Mma a = run_mma(c, f, w, g);
     EXPECT_EQ(std::memcmp(base.out.data(), a.out.data(), base.out.size() * 2), 0) << var;

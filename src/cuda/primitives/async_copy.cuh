@@ -1,7 +1,7 @@
 #pragma once
 // Asynchronous global -> shared copies (cp.async, sm_80 and later) shared by the CUDA kernels
 // that stage gathered rows in shared memory: a copy of 16 or 4 bytes, zero-filling where the
-// source size is 0, the commit / wait of copy groups, and mbarriers that the copies complete.
+// source size is 0, and the commit / wait of copy groups.
 #include <cuda_runtime.h>
 
 namespace pcops::cuda::primitives {
@@ -30,43 +30,6 @@ __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commi
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
-}
-
-
-// mbarriers completed by cp.async copies (sm_90: the parity wait; elsewhere these trap and are
-// never launched), shared-window addresses (smem_u32), 8-byte aligned.
-// Initialises `bar` for `count` arrivals a phase (one thread; a barrier before any other use).
-__device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned count) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(count) : "memory");
-}
-// One arrival on `bar` once every cp.async this thread issued before has completed; `noinc`: the
-// barrier's count includes it.
-__device__ __forceinline__ void cp_async_mbarrier_arrive_noinc(unsigned bar) {
-  asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(bar) : "memory");
-}
-// Waits until the phase of `bar` with this parity has completed (acquire, CTA scope). A phase
-// that has not completed after about 2^34 clock cycles (seconds) traps instead of hanging: a
-// launch error rather than a stuck device where an arrival is missing.
-__device__ __forceinline__ void mbarrier_wait_parity(unsigned bar, unsigned parity) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  unsigned done = 0;
-  long long start = 0;
-  for (;;) {
-    asm volatile(
-        "{\n\t.reg .pred p;\n\t"
-        "mbarrier.try_wait.parity.acquire.cta.shared::cta.b64 p, [%1], %2;\n\t"
-        "selp.u32 %0, 1, 0, p;\n\t}"
-        : "=r"(done)
-        : "r"(bar), "r"(parity)
-        : "memory");
-    if (done != 0) break;
-    if (start == 0) start = clock64();
-    else if (clock64() - start > (1ll << 34)) __trap();
-  }
-#else
-  (void)bar, (void)parity;
-  __trap();
-#endif
 }
 
 }  // namespace pcops::cuda::primitives
