@@ -283,11 +283,19 @@ __device__ __forceinline__ void pipeline_step(int& ldbuf, Load&& load) {
   ldbuf = ldbuf + 1 == S ? 0 : ldbuf + 1;
 }
 
-// A barrier of `n` threads (a multiple of 32; whole warps) other than the block's (0): waits
-// until `n` threads have reached it; their memory accesses before it are visible to each of them
-// after it.
+// Barriers of `n` threads (a multiple of 32: whole warps) other than the block's (0): arrive
+// without waiting, or wait until `n` threads have arrived or waited; the memory accesses of the
+// threads before either are visible to the threads past the wait. The warp is converged first
+// (__syncwarp), so that every lane's accesses before it count: an aligned barrier reached by
+// part of a diverged warp would count the whole warp (seen as races by racecheck and as divergent
+// barriers by synccheck), and the non-aligned form is used as well.
+__device__ __forceinline__ void named_barrier_arrive(unsigned id, unsigned n) {
+  __syncwarp();
+  asm volatile("barrier.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
+}
 __device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned n) {
-  asm volatile("bar.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
+  __syncwarp();
+  asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
 
 template <class T>
@@ -676,9 +684,10 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
     // them: in phases, a barrier of the block between (groups rg % nph == p in phase p: two
     // phases, even groups then odd, unless a run covers a whole group; then one per group), or,
     // on wgmma where no run covers a group (`pair`), all at once with a barrier of the two warps
-    // (64 threads) for each crossed boundary, which the even warp reaches once it has added its
-    // crossing rows, and the odd warp before it adds its own. The order follows from the chunk's
-    // rows alone (block-uniform), so it stays fixed, and both ways give the same bits.
+    // (64 threads) for each crossed boundary, at which the even warp arrives once it has added its
+    // crossing rows, and which the odd warp waits for before it adds its own (after its other
+    // rows). The order follows from the chunk's rows alone (block-uniform), so it stays fixed, and
+    // both ways give the same bits.
     const auto one_run = [&](int a, int b) { return rs[a] != kPast && rs[a] == rs[b]; };
     bool crossed = false;
 #pragma unroll
@@ -783,14 +792,17 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
           const int hrow = hx ? rs[rg * GR] : -3, trow = tx ? rs[rg * GR + GR - 1] : -3;
           const bool x_l = tail_l && (rl == hrow || rl == trow), x_h = tail_h && (rh == hrow || rh == trow);
           const unsigned bar_h = 3 * (warp >> 2) + rg, bar_t = bar_h + 1;
-          // Each warp meets its partners in boundary order (no cycle: a warp waits at its head's
-          // barrier, whose partner waits at most at its own head's).
-          const bool even = (rg & 1) == 0;
-          if (even) add_rows(x_l, x_h);
-          if (hx) named_barrier_sync(bar_h, 64);
-          if (tx) named_barrier_sync(bar_t, 64);
-          if (!even) add_rows(x_l, x_h);
-          add_rows(tail_l && !x_l, tail_h && !x_h);
+          if ((rg & 1) == 0) {
+            add_rows(x_l, x_h);
+            if (hx) named_barrier_arrive(bar_h, 64);
+            if (tx) named_barrier_arrive(bar_t, 64);
+            add_rows(tail_l && !x_l, tail_h && !x_h);
+          } else {
+            add_rows(tail_l && !x_l, tail_h && !x_h);
+            if (hx) named_barrier_sync(bar_h, 64);
+            if (tx) named_barrier_sync(bar_t, 64);
+            add_rows(x_l, x_h);
+          }
           return;
         }
       }
