@@ -60,6 +60,10 @@ using point_conv_places::TripletAt;
 struct MvmrPolicy {
   static constexpr int kThreads = 256;
 };
+// The MVMR kernel's threads: 256, or 512 for the wgmma blocks of 256 channels (four warpgroups).
+__host__ __device__ constexpr int mvmr_threads(int bn, bool wg) {
+  return wg && bn == 256 ? 512 : MvmrPolicy::kThreads;
+}
 
 struct VvorPolicy {
   static constexpr int kThreads = 256;  // 8 warps: 2 (o) x 4 (c)
@@ -114,10 +118,13 @@ struct MvmrKey {
 };
 
 // The MVMR kernel's shape: destination rows per tile (bm), destination channels per block (bn),
-// triplet rows per chunk (mc; the block has 256 threads), source channels per stage (bk),
-// pipeline stages, and whether the products run on wgmma (sm_90a; otherwise mma.sync).
-// PCOPS_CUDA_POINT_CONV_CONFIG=<bm>x<bn>x<mc>x<bk>x<stages>[w] picks one of the compiled ones
-// (w: wgmma, taken only where it can run; elsewhere the mma.sync default).
+// triplet rows per chunk (mc; the block has 256 threads, 512 for wgmma blocks of 256 channels),
+// source channels per stage (bk), pipeline stages, and whether the products run on wgmma (sm_90a;
+// otherwise mma.sync). PCOPS_CUDA_POINT_CONV_CONFIG=<bm>x<bn>x<mc>x<bk>x<stages>[w] picks one of
+// the compiled ones (w: wgmma, taken only where it can run; elsewhere the mma.sync default). The
+// wgmma shapes of 256 channels (128x256x64x64x2w, 128x256x64x32x4w: four warpgroups, one block a
+// multiprocessor, each chunk's source rows gathered once for 256 output channels) are an
+// experiment, not yet timed (docs/point_conv_kernels.md).
 struct MvmrConfig {
   int bm, bn, mc, bk, stages;
   bool wg;
@@ -181,7 +188,8 @@ bool mvmr_sum_pairs() {
 // 32 channels in 3, spilling, 20.5 ms with 64 in 2, one block per multiprocessor).
 constexpr MvmrConfig kMvmrConfigs[] = {{128, 128, 64, 64, 2, false}, {128, 64, 64, 64, 2, false},
                                        {128, 128, 64, 32, 3, false}, {128, 64, 64, 32, 3, false},
-                                       {128, 128, 64, 64, 2, true},   {128, 128, 64, 32, 4, true}};
+                                       {128, 128, 64, 64, 2, true},   {128, 128, 64, 32, 4, true},
+                                       {128, 256, 64, 64, 2, true},   {128, 256, 64, 32, 4, true}};
 
 // wgmma where both channel counts exceed 128: with stages of 32 channels in 4 (one stage's products
 // in flight across the next step) up to 256 channels, of 64 in 2 beyond. Forward at C = 128 / 256 /
@@ -423,7 +431,7 @@ constexpr size_t vvor_smem() {
 // wgmma (two warpgroups of 64 rows x 64 channels) instead of mma.sync (warps of 32 rows x BN / 4
 // channels).
 template <class T, class Keys, int BN, int BM, int MC, int BK, int S, bool WG>
-__global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
+__global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
     mvmr_mma_kernel(Keys keys, const int64_t* __restrict__ seg_off, int64_t tile_stride,
                     int64_t k_stride, MvmrKey m, int64_t K, const T* __restrict__ src, int64_t n_in_c,
                     const T* __restrict__ mat, int64_t n_out_c, int64_t n_dst, T* __restrict__ dst, int swz,
@@ -432,20 +440,22 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   // Keys: SplitKeys (the segmented grouping, read as 32-bit keys) or const uint64_t* (packed).
   constexpr bool kSplit = std::is_same_v<Keys, SplitKeys>;
   using Key = std::conditional_t<kSplit, uint32_t, uint64_t>;
-  constexpr int NT = P::kThreads;
+  constexpr int NT = mvmr_threads(BN, WG);
   constexpr int kSegs = BK / 8;                     // 16-byte chunks per stage row
   constexpr int kRowStep = NT / kSegs;              // stage rows loaded by the block per round
-  constexpr int kAL = MC / kRowStep, kBL = BN / kRowStep;  // source / weight rows per thread
-  static_assert(MC % kRowStep == 0 && BN % kRowStep == 0 && kRowStep % 8 == 0, "whole loads per thread");
-  constexpr int NF = BN / 32;  // n8 fragments per warp (a warp covers BN / 4 channels)
-  static_assert(BN == 64 || BN == 128, "BN");
+  // Source rows: kARowStep a round (the threads past MC rows load none where kRowStep > MC).
+  constexpr int kARowStep = kRowStep < MC ? kRowStep : MC;
+  constexpr int kAL = MC / kARowStep, kBL = BN / kRowStep;  // source / weight rows per thread
+  static_assert(MC % kARowStep == 0 && BN % kRowStep == 0 && kRowStep % 8 == 0, "whole loads per thread");
+  constexpr int NF = BN / 32;  // n8 fragments per warp (mma.sync: a warp covers BN / 4 channels)
+  static_assert(BN == 64 || BN == 128 || (WG && BN == 256), "BN");
   static_assert(BK == 32 || BK == 64, "BK");
   static_assert(MC == 64 && MC <= BM && BM <= 128, "MC, BM (local rows fit a byte beside kPast)");
   // Stages loaded ahead: S - 1, or S - 2 where wgmma keeps one stage's products in flight across
   // the next step (S >= 3: its buffer is not reloaded until that step's end).
   constexpr int kWgInFlight = WG && S >= 3 ? 1 : 0, kAhead = S - 1 - kWgInFlight;
   static_assert(S >= 2 && S <= 4 && kAhead <= 3, "the chunk row buffers (4) cover kAhead <= 3 stages ahead");
-  static_assert(!WG || (BN == 128 && MC == 64), "wgmma: two warpgroups of 64 x 64");
+  static_assert(!WG || ((BN == 128 || BN == 256) && MC == 64), "wgmma: BN / 64 warpgroups of 64 x 64");
   constexpr uint8_t kPast = 0xff;
   extern __shared__ __align__(16) unsigned char smem[];
   T* As = reinterpret_cast<T*>(smem);                    // [S][MC][BK], swizzled
@@ -528,6 +538,7 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   const int ci = static_cast<int>(n_in_c);
   const bool full_k = ci % BK == 0;  // no stage reaches past the channels
   const int seg = tid % kSegs, seg8 = seg * 8, a_row0 = tid / kSegs;
+  const bool a_loads = kRowStep <= MC || a_row0 < MC;  // warp-uniform
   const uint32_t s_off = smem_u32(As) + 2 * swizzled<BK>(a_row0, seg);  // + u * kRowStep * BK * 2 per row
   constexpr uint32_t kAStage = MC * BK * 2, kBStage = BN * BK * 2, kABytes = S * kAStage;
   Key next_key[kAL];
@@ -540,7 +551,7 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
   const auto fetch_keys = [&](const Stage& s) {
 #pragma unroll
     for (int u = 0; u < kAL; ++u) {
-      const int r = a_row0 + u * kRowStep;
+      const int r = a_loads ? a_row0 + u * kARowStep : MC;
       if constexpr (kSplit) next_key[u] = s.k < Ki && r < s.n ? split_key(keys, s.q + r, s.md) : ~Key{0};
       else next_key[u] = s.k < Ki && r < s.n ? keys[s.q + r] : ~Key{0};
     }
@@ -553,8 +564,10 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
         const bool ok = next_key[u] != ~Key{0};
         a_cur[u] = src + (ok ? static_cast<int64_t>(next_key[u] & src_mask) * n_in_c : 0) + seg8;
         a_sz[u] = ok ? 16 : 0;
-        if (seg == 0)
-          rs[a_row0 + u * kRowStep] = ok ? static_cast<uint8_t>((next_key[u] >> m.src_bits) & (BM - 1)) : kPast;
+        if (seg == 0 && a_loads) {
+          const uint8_t local = static_cast<uint8_t>((next_key[u] >> m.src_bits) & (BM - 1));
+          rs[a_row0 + u * kARowStep] = ok ? local : kPast;
+        }
       }
 #pragma unroll
       for (int v = 0; v < kBL; ++v)
@@ -562,14 +575,19 @@ __global__ void __launch_bounds__(MvmrPolicy::kThreads, 2)
     }
     const uint32_t as = s_off + buf * kAStage, bs = s_off + kABytes + buf * kBStage;
     if (full_k) {
+      if (a_loads) {
 #pragma unroll
-      for (int u = 0; u < kAL; ++u) cp_async16_shared(as + u * kRowStep * BK * 2, a_cur[u], a_sz[u]);
+        for (int u = 0; u < kAL; ++u) cp_async16_shared(as + u * kARowStep * BK * 2, a_cur[u], a_sz[u]);
+      }
 #pragma unroll
       for (int v = 0; v < kBL; ++v) cp_async16_shared(bs + v * kRowStep * BK * 2, b_cur[v], b_sz[v]);
     } else {
       const bool ch_ok = s.b * BK + seg8 < ci;
+      if (a_loads) {
 #pragma unroll
-      for (int u = 0; u < kAL; ++u) cp_async16_shared(as + u * kRowStep * BK * 2, ch_ok ? a_cur[u] : src, ch_ok ? a_sz[u] : 0);
+        for (int u = 0; u < kAL; ++u)
+          cp_async16_shared(as + u * kARowStep * BK * 2, ch_ok ? a_cur[u] : src, ch_ok ? a_sz[u] : 0);
+      }
 #pragma unroll
       for (int v = 0; v < kBL; ++v) cp_async16_shared(bs + v * kRowStep * BK * 2, ch_ok ? b_cur[v] : mat, ch_ok ? b_sz[v] : 0);
     }
@@ -1517,7 +1535,7 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g,
     auto kernel = mvmr_mma_kernel<T, Keys, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg>;
     PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
     detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles * detail::ceil_div(n_out_c, C.bn))),
-                   dim3(MvmrPolicy::kThreads), smem, keys, gr.offsets, g.cell_major ? int64_t{1} : K,
+                   dim3(mvmr_threads(C.bn, C.wg)), smem, keys, gr.offsets, g.cell_major ? int64_t{1} : K,
                    g.cell_major ? m.tiles : int64_t{1}, m, K, src, n_in_c, mat, n_out_c, n_dst, dst, cfg.swz,
                    cfg.pairs);
   };

@@ -492,7 +492,8 @@ constexpr const char* kVvorVar = "PCOPS_CUDA_POINT_CONV_FAST_VVOR";
 // Every compiled MVMR shape (the default first; "w": wgmma, which falls back to mma.sync where
 // the library has no sm_90a code or the device is not of compute capability 9.0).
 const char* const kMvmrShapes[] = {"", "128x128x64x64x2", "128x64x64x64x2", "128x128x64x32x3", "128x64x64x32x3",
-                                   "128x128x64x64x2w", "128x128x64x32x4w"};
+                                   "128x128x64x64x2w", "128x128x64x32x4w", "128x256x64x64x2w",
+                                   "128x256x64x32x4w"};
 
 TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
   std::mt19937 rng(23);
@@ -607,9 +608,10 @@ std::array<int64_t, 2> crossing_chunks(const Case& c) {
 
 // The wgmma MVMR's sums of runs that cross between warps (PCOPS_CUDA_POINT_CONV_SUM_PAIRS): a
 // barrier of the two warps of each crossed boundary (the default) or the turns of the whole
-// block give the same bits, for both wgmma shapes, forward and grad_features, in chunks with
-// crossing runs and with runs that cover a warp's rows (the turns then), across several tiles,
-// with invalid triplets. Small enough for the sanitizers (tests/cuda/run_gpu.sh races it).
+// block give the same bits, for the wgmma shapes (two and four warpgroups), forward and
+// grad_features, in chunks with crossing runs and with runs that cover a warp's rows (the turns
+// then), across several tiles, with invalid triplets. Small enough for the sanitizers
+// (tests/cuda/run_gpu.sh races it).
 TEST(CudaPointConvMma, SumPairsGiveTheTurnsBits) {
   std::mt19937 rng(71);
   using Shape = std::array<int64_t, 6>;  // n_in, n_out, C_in, C_out, K, T
@@ -625,7 +627,8 @@ TEST(CudaPointConvMma, SumPairsGiveTheTurnsBits) {
     for (const auto& b : junk) c.t.insert(c.t.end(), b, b + 3);
     c.s.triplets += 3;
     const auto f = to_bf16(c.f), w = to_bf16(c.w), g = to_bf16(c.g);
-    for (const char* cfg : {"128x128x64x64x2w", "128x128x64x32x4w"}) {
+    for (const char* cfg :
+         {"128x128x64x64x2w", "128x128x64x32x4w", "128x256x64x64x2w", "128x256x64x32x4w"}) {
       SCOPED_TRACE(cfg);
       const pcops_cuda_test::ScopedEnv use(kConfigVar, cfg);
       const Mma a = run_mma(c, f, w, g);
