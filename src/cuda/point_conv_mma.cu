@@ -801,6 +801,8 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
         }
       };
       if constexpr (WG) {
+        static_assert(MI == 1 && GR == 16 && NG == 4, "pairs: a warp's fragment is its 16-row group");
+        static_assert(3 * (NT / 128) < 16, "pairs: barriers 1 .. 3 a warpgroup (0 is the block's)");
         if (pair) {
           // The warp's fragment is its group (16 rows): the run of its first row crosses from
           // the warp before (hx), the run of its last row into the warp after (tx); x_l / x_h: the
