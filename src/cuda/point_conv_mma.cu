@@ -35,6 +35,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
+#include <string>
 #include <string_view>
 #include <type_traits>
 #include <utility>
@@ -155,26 +156,13 @@ bool wgmma_usable() {
   return false;
 #endif
 }
-// The MVMR's tile sums swizzled against bank conflicts (mvmr_mma_kernel's swz), the default;
-// PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE=0 turns it off (1: on). The sums and bits are the same either
-// way (docs/point_conv_kernels.md has the times; point_conv_kernels.py --sum-swizzle 0,1 measures them).
-int mvmr_sum_swizzle() {
-  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE");
-  const std::string_view v = e == nullptr ? "" : e;
-  if (v.empty() || v == "1") return 24;
-  if (v == "0") return 0;
-  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE must be 0 or 1");
-}
-// The wgmma MVMR's chunk sums where a run of equal rows crosses between two warps' rows: the two
-// warps of each such boundary meet at a barrier of their own (mvmr_mma_kernel's pairs), the
-// default; PCOPS_CUDA_POINT_CONV_SUM_PAIRS=0 takes the turns of the whole block instead (1: pairs).
-// The same adds in the same order either way, so the same bits.
-bool mvmr_sum_pairs() {
-  const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_SUM_PAIRS");
+// A switch of the fast path that is on unless `var` is 0 (1: on; other values throw).
+bool switch_on(const char* var) {
+  const char* e = std::getenv(var);
   const std::string_view v = e == nullptr ? "" : e;
   if (v.empty() || v == "1") return true;
   if (v == "0") return false;
-  throw std::invalid_argument("pcops point_conv: PCOPS_CUDA_POINT_CONV_SUM_PAIRS must be 0 or 1");
+  throw std::invalid_argument(std::string("pcops point_conv: ") + var + " must be 0 or 1");
 }
 
 // The default: tiles of 128 rows, chunks of 64; 128 destination channels a block (64 for at most
@@ -212,8 +200,13 @@ MvmrConfig mvmr_config(int64_t n_out_c, int64_t n_in_c) {
           c = k;
     if (c.wg && !wgmma_usable()) c = sync;  // the mma.sync default
   }
-  c.swz = mvmr_sum_swizzle();
-  c.pairs = mvmr_sum_pairs();
+  // The MVMR's tile sums swizzled against bank conflicts (mvmr_mma_kernel's swz), unless
+  // PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE=0; the wgmma MVMR's runs that cross between two warps' rows
+  // summed by the two warps at a barrier of their own (its pairs), unless
+  // PCOPS_CUDA_POINT_CONV_SUM_PAIRS=0 (the whole block's turns). The same bits either way
+  // (docs/point_conv_kernels.md has the times; point_conv_kernels.py --sum-swizzle / --sum-pairs 0,1).
+  c.swz = switch_on("PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE") ? 24 : 0;
+  c.pairs = switch_on("PCOPS_CUDA_POINT_CONV_SUM_PAIRS");
   return c;
 }
 
