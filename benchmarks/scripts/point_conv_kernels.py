@@ -31,7 +31,9 @@ the choices in alternating rounds (a row each).
 choice (the fast path's sort of the triplets; "default" unset), a row each; --sum-swizzle 0,1 the
 same for PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE (the fast MVMR's tile sums swizzled in shared memory)
 and --sum-pairs 0,1 for PCOPS_CUDA_POINT_CONV_SUM_PAIRS (the wgmma MVMR's sums of runs crossing
-between warps ordered by a barrier of the two warps, or by the block's turns with 0).
+between warps ordered by a barrier of the two warps, or by the block's turns with 0); --bulk-w
+0,1 for PCOPS_CUDA_POINT_CONV_BULK_W (the wgmma MVMR's weight stages bulk-copied from images
+packed ahead, an experiment).
 --profile prints, for every part and choice, the kernels of --repeat calls and their times
 (torch.profiler; after the timed calls, so the groupings kept by then are read, not made).
 """
@@ -90,6 +92,7 @@ def timed(fn, repeat, device):
 GROUPING = "PCOPS_CUDA_POINT_CONV_FAST_GROUPING"
 SUM_SWIZZLE = "PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE"
 SUM_PAIRS = "PCOPS_CUDA_POINT_CONV_SUM_PAIRS"
+BULK_W = "PCOPS_CUDA_POINT_CONV_BULK_W"
 
 
 def kernel_table(fn, repeat):
@@ -136,6 +139,8 @@ def main():
                     help="comma-separated PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE choices (0, 1)")
     ap.add_argument("--sum-pairs", default="default",
                     help="comma-separated PCOPS_CUDA_POINT_CONV_SUM_PAIRS choices (0, 1)")
+    ap.add_argument("--bulk-w", default="default",
+                    help="comma-separated PCOPS_CUDA_POINT_CONV_BULK_W choices (0, 1)")
     ap.add_argument("--profile", action="store_true", help="print each part's kernels (torch.profiler)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--mode", default="exact", choices=["exact", "fast"],
@@ -160,23 +165,24 @@ def main():
             variable = VARIABLES[mode][kind]
             for rnd in range(args.rounds):
                 choices = (args.grouping.split(","), args.sum_swizzle.split(","), args.sum_pairs.split(","),
-                           getattr(args, kind).split(","))
-                for grouping, swizzle, pairs, choice in itertools.product(*choices):
+                           args.bulk_w.split(","), getattr(args, kind).split(","))
+                for grouping, swizzle, pairs, bulk, choice in itertools.product(*choices):
                     def run(fn=fn):
                         result = timed(fn, args.repeat, device)
                         if args.profile:
                             print(f"== C={c} {part} {variable}={choice} grouping={grouping} "
-                                  f"sum_swizzle={swizzle} sum_pairs={pairs}", flush=True)
+                                  f"sum_swizzle={swizzle} sum_pairs={pairs} bulk_w={bulk}", flush=True)
                             print(kernel_table(fn, args.repeat), flush=True)
                         return result
 
                     seconds, out = with_choices({GROUPING: grouping, SUM_SWIZZLE: swizzle, SUM_PAIRS: pairs,
-                                                 variable: choice}, run)
+                                                 BULK_W: bulk, variable: choice}, run)
                     if first is None:
                         first = out
                     row = {"channels": c, "in_channels": ci, "points": n, "triplets": T,
                            "order": args.order, "dtype": args.dtype, "mode": mode, "part": part,
                            "round": rnd, "grouping": grouping, "sum_swizzle": swizzle, "sum_pairs": pairs,
+                           "bulk_w": bulk,
                            "variable": variable, "choice": choice,
                            "seconds": seconds, "same_bits_as_first": bool(torch.equal(out, first)),
                            "digest": digest(out),

@@ -123,9 +123,11 @@ struct MvmrKey {
 // source channels per stage (bk), pipeline stages, and whether the products run on wgmma (sm_90a;
 // otherwise mma.sync). PCOPS_CUDA_POINT_CONV_CONFIG=<bm>x<bn>x<mc>x<bk>x<stages>[w] picks one of
 // the compiled ones (w: wgmma, taken only where it can run; elsewhere the mma.sync default). The
-// wgmma shapes of 256 channels (128x256x64x64x2w, 128x256x64x32x4w: four warpgroups, one block a
-// multiprocessor, each chunk's source rows gathered once for 256 output channels) are an
-// experiment, not yet timed (docs/point_conv_kernels.md).
+// wgmma shape of 256 channels (128x256x64x64x2w: four warpgroups, one block a multiprocessor, each
+// chunk's source rows gathered once for 256 output channels) is opt-in: 1-3 % faster than the
+// default of 2026-12-02 (before the mbarrier pairs) at C = 256 and 3-5 % slower at 512
+// (docs/point_conv_kernels.md; with stages of 32 channels in 4 it was slower at both, and that
+// shape is no longer compiled).
 struct MvmrConfig {
   int bm, bn, mc, bk, stages;
   bool wg;
@@ -134,6 +136,9 @@ struct MvmrConfig {
   // warps (its pairs).
   int swz = 0;
   bool pairs = true;
+  // wgmma shapes: the weight stages as images packed ahead (pack_stages_kernel), each stage one
+  // bulk copy on an mbarrier instead of every thread's cp.async of weight rows (mvmr_config).
+  bool bulk = false;
 };
 
 // wgmma runs where this library carries sm_90a code (CMAKE_CUDA_ARCHITECTURES with 90a; the
@@ -156,11 +161,12 @@ bool wgmma_usable() {
   return false;
 #endif
 }
-// A switch of the fast path that is on unless `var` is 0 (1: on; other values throw).
-bool switch_on(const char* var) {
+// A switch of the fast path: 1 on, 0 off, unset or empty `dflt` (other values throw).
+bool switch_on(const char* var, bool dflt = true) {
   const char* e = std::getenv(var);
   const std::string_view v = e == nullptr ? "" : e;
-  if (v.empty() || v == "1") return true;
+  if (v.empty()) return dflt;
+  if (v == "1") return true;
   if (v == "0") return false;
   throw std::invalid_argument(std::string("pcops point_conv: ") + var + " must be 0 or 1");
 }
@@ -177,7 +183,7 @@ bool switch_on(const char* var) {
 constexpr MvmrConfig kMvmrConfigs[] = {{128, 128, 64, 64, 2, false}, {128, 64, 64, 64, 2, false},
                                        {128, 128, 64, 32, 3, false}, {128, 64, 64, 32, 3, false},
                                        {128, 128, 64, 64, 2, true},   {128, 128, 64, 32, 4, true},
-                                       {128, 256, 64, 64, 2, true},   {128, 256, 64, 32, 4, true}};
+                                       {128, 256, 64, 64, 2, true}};
 
 // wgmma where both channel counts exceed 128: with stages of 32 channels in 4 (one stage's products
 // in flight across the next step) up to 256 channels, of 64 in 2 beyond. Forward at C = 128 / 256 /
@@ -207,6 +213,10 @@ MvmrConfig mvmr_config(int64_t n_out_c, int64_t n_in_c) {
   // (docs/point_conv_kernels.md has the times; point_conv_kernels.py --sum-swizzle / --sum-pairs 0,1).
   c.swz = switch_on("PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE") ? 24 : 0;
   c.pairs = switch_on("PCOPS_CUDA_POINT_CONV_SUM_PAIRS");
+  // The weight stages bulk-copied: by default on the wgmma shapes with stages of 64 channels (the
+  // default beyond 256 channels), PCOPS_CUDA_POINT_CONV_BULK_W=0 / 1 off / on for every wgmma shape.
+  const bool bulk = switch_on("PCOPS_CUDA_POINT_CONV_BULK_W", c.bk == 64);
+  c.bulk = bulk && c.wg;
   return c;
 }
 
@@ -256,6 +266,11 @@ using primitives::cp_async_wait;
 using primitives::cp_async16_shared;
 using primitives::cp_async4;
 using primitives::smem_u32;
+using primitives::bulk_copy_to_shared;
+using primitives::mbarrier_arrive;
+using primitives::mbarrier_init;
+using primitives::mbarrier_init_fence;
+using primitives::mbarrier_wait;
 
 __device__ __forceinline__ void ldmatrix_x4(unsigned (&r)[4], const void* p) {
   asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];"
@@ -282,21 +297,6 @@ __device__ __forceinline__ void pipeline_step(int& ldbuf, Load&& load) {
   load(ldbuf);
   cp_async_commit();
   ldbuf = ldbuf + 1 == S ? 0 : ldbuf + 1;
-}
-
-// Barriers of `n` threads (a multiple of 32: whole warps) other than the block's (0): arrive
-// without waiting, or wait until `n` threads have arrived or waited; the memory accesses of the
-// threads before either are visible to the threads past the wait. The warp is converged first
-// (__syncwarp), so that every lane's accesses before it count: an aligned barrier reached by
-// part of a diverged warp would count the whole warp (seen as races by racecheck and as divergent
-// barriers by synccheck), and the non-aligned form is used as well.
-__device__ __forceinline__ void named_barrier_arrive(unsigned id, unsigned n) {
-  __syncwarp();
-  asm volatile("barrier.arrive %0, %1;" ::"r"(id), "r"(n) : "memory");
-}
-__device__ __forceinline__ void named_barrier_sync(unsigned id, unsigned n) {
-  __syncwarp();
-  asm volatile("barrier.sync %0, %1;" ::"r"(id), "r"(n) : "memory");
 }
 
 template <class T>
@@ -399,11 +399,15 @@ __device__ __forceinline__ int swizzled(int row, int chunk) {
   return row * BK + ((chunk ^ ((row / R) & (CH - 1))) << 3);
 }
 
-// Stage buffers, the tile's sums, the chunk rows' local rows (4 chunks) and the tile's first
-// segment offsets.
-template <class T, int BN, int BM, int MC, int BK, int S>
+// The wgmma MVMR's mbarriers of its sums' pairs of warps: one a boundary between two of a
+// warpgroup's four 16-row groups.
+constexpr int mvmr_pair_bars(int bn, bool wg) { return wg ? 3 * (mvmr_threads(bn, wg) / 128) : 0; }
+// Stage buffers, the tile's sums, the weight stages' mbarriers (kBulk) and the sums' pairs'
+// (wgmma), the chunk rows' local rows (4 chunks) and the tile's first segment offsets.
+template <class T, int BN, int BM, int MC, int BK, int S, bool WG, bool kBulk = false>
 constexpr size_t mvmr_smem() {
-  return sizeof(T) * S * (MC + BN) * BK + sizeof(float) * BM * BN + sizeof(uint8_t) * 4 * MC +
+  return sizeof(T) * S * (MC + BN) * BK + sizeof(float) * BM * BN +
+         sizeof(uint64_t) * ((kBulk ? S : 0) + mvmr_pair_bars(BN, WG)) + sizeof(uint8_t) * 4 * MC +
          sizeof(int) * (kSegCache + 1);
 }
 // The weight gradient's stage buffers (G and F rows, padded on mma.sync) and the segmented keys'
@@ -423,7 +427,7 @@ constexpr size_t vvor_smem() {
 // where wgmma keeps a stage's products in flight), one __syncthreads per stage. WG: the products by
 // wgmma (two warpgroups of 64 rows x 64 channels) instead of mma.sync (warps of 32 rows x BN / 4
 // channels).
-template <class T, class Keys, int BN, int BM, int MC, int BK, int S, bool WG>
+template <class T, class Keys, int BN, int BM, int MC, int BK, int S, bool WG, bool kBulk = false>
 __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
     mvmr_mma_kernel(Keys keys, const int64_t* __restrict__ seg_off, int64_t tile_stride,
                     int64_t k_stride, MvmrKey m, int64_t K, const T* __restrict__ src, int64_t n_in_c,
@@ -449,6 +453,8 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
   constexpr int kWgInFlight = WG && S >= 3 ? 1 : 0, kAhead = S - 1 - kWgInFlight;
   static_assert(S >= 2 && S <= 4 && kAhead <= 3, "the chunk row buffers (4) cover kAhead <= 3 stages ahead");
   static_assert(!WG || ((BN == 128 || BN == 256) && MC == 64), "wgmma: BN / 64 warpgroups of 64 x 64");
+  // kBulk: `mat` is the weights' stage images (pack_stages_kernel), one bulk copy a stage.
+  static_assert(!kBulk || WG, "bulk weight stages: the wgmma shapes");
   constexpr uint8_t kPast = 0xff;
   extern __shared__ __align__(16) unsigned char smem[];
   T* As = reinterpret_cast<T*>(smem);                    // [S][MC][BK], swizzled
@@ -457,7 +463,13 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
   // columns, so a float2 stays aligned), so that the chunk sums' float2 adds of four rows of a
   // column fall in distinct banks (rows are 128 or 64 floats apart: the same banks); swz 0: none.
   float* Os = reinterpret_cast<float*>(Bs + S * BN * BK);
-  uint8_t* Rs = reinterpret_cast<uint8_t*>(Os + BM * BN);  // [4][MC]: chunk rows' local rows (kPast past)
+  // kBulk: [S] mbarriers, one a stage buffer, on which its weight stage's bulk copy completes;
+  // wgmma: the sums' pairs' mbarriers, 3 a warpgroup (PairBars[3 h + q - 1]: boundary q of h).
+  uint64_t* Bars = reinterpret_cast<uint64_t*>(Os + BM * BN);
+  constexpr int kBars = kBulk ? S : 0, kPairBars = mvmr_pair_bars(BN, WG);
+  uint64_t* PairBars = Bars + kBars;
+  uint8_t* Rs = reinterpret_cast<uint8_t*>(PairBars + kPairBars);  // [4][MC]: chunk rows' local rows
+                                                                    // (kPast past)
   int* Ss = reinterpret_cast<int*>(Rs + 4 * MC);             // [kSegCache + 1]: the tile's segment bounds
 
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -489,6 +501,13 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
   for (int e = tid; e < kc * cs + (cs == 1 ? 1 : 0); e += NT) {
     const int k = e / cs, f = e % cs;
     Ss[e] = kSplit && f == 2 ? mid_of(k) : static_cast<int>(so[k * k_stride + f]);
+  }
+  if constexpr (WG) {
+    if (tid == 0) {
+      for (int b = 0; b < kBars; ++b) mbarrier_init(smem_u32(Bars + b), 1);
+      for (int b = 0; b < kPairBars; ++b) mbarrier_init(smem_u32(PairBars + b), 32);  // a warp's lanes
+      mbarrier_init_fence();
+    }
   }
   __syncthreads();
   const auto begin_at = [&](int k) { return k < kc ? Ss[k * cs] : static_cast<int>(so[k * k_stride]); };
@@ -539,8 +558,12 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
   int a_sz[kAL];
   const T* b_cur[kBL];
   int b_sz[kBL];  // 16 for a weight row of the thread inside the channels (fixed for the block), else 0
+  if constexpr (!kBulk) {
 #pragma unroll
-  for (int v = 0; v < kBL; ++v) b_sz[v] = o0 + a_row0 + v * kRowStep < n_out_c ? 16 : 0;
+    for (int v = 0; v < kBL; ++v) b_sz[v] = o0 + a_row0 + v * kRowStep < n_out_c ? 16 : 0;
+  }
+  // kBulk: the block's weight stages, (k, b) at mat_cb + (k * n_cb * nb + b) * BN * BK.
+  [[maybe_unused]] const T* mat_cb = mat + (blockIdx.x % n_cb) * nb * (BN * BK);
   const auto fetch_keys = [&](const Stage& s) {
 #pragma unroll
     for (int u = 0; u < kAL; ++u) {
@@ -562,18 +585,31 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
           rs[a_row0 + u * kARowStep] = ok ? local : kPast;
         }
       }
+      if constexpr (!kBulk) {
 #pragma unroll
-      for (int v = 0; v < kBL; ++v)
-        b_cur[v] = mat + (b_sz[v] != 0 ? (static_cast<int64_t>(s.k) * n_out_c + o0 + a_row0 + v * kRowStep) * n_in_c : 0) + seg8;
+        for (int v = 0; v < kBL; ++v)
+          b_cur[v] = mat +
+                     (b_sz[v] != 0 ? (static_cast<int64_t>(s.k) * n_out_c + o0 + a_row0 + v * kRowStep) * n_in_c
+                                   : 0) +
+                     seg8;
+      }
     }
     const uint32_t as = s_off + buf * kAStage, bs = s_off + kABytes + buf * kBStage;
+    if constexpr (kBulk) {
+      if (tid == 0)
+        bulk_copy_to_shared(smem_u32(Bs) + buf * kBStage,
+                            mat_cb + (static_cast<int64_t>(s.k) * n_cb * nb + s.b) * (BN * BK), kBStage,
+                            smem_u32(Bars + buf));
+    }
     if (full_k) {
       if (a_loads) {
 #pragma unroll
         for (int u = 0; u < kAL; ++u) cp_async16_shared(as + u * kARowStep * BK * 2, a_cur[u], a_sz[u]);
       }
+      if constexpr (!kBulk) {
 #pragma unroll
-      for (int v = 0; v < kBL; ++v) cp_async16_shared(bs + v * kRowStep * BK * 2, b_cur[v], b_sz[v]);
+        for (int v = 0; v < kBL; ++v) cp_async16_shared(bs + v * kRowStep * BK * 2, b_cur[v], b_sz[v]);
+      }
     } else {
       const bool ch_ok = s.b * BK + seg8 < ci;
       if (a_loads) {
@@ -581,13 +617,18 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
         for (int u = 0; u < kAL; ++u)
           cp_async16_shared(as + u * kARowStep * BK * 2, ch_ok ? a_cur[u] : src, ch_ok ? a_sz[u] : 0);
       }
+      if constexpr (!kBulk) {
 #pragma unroll
-      for (int v = 0; v < kBL; ++v) cp_async16_shared(bs + v * kRowStep * BK * 2, ch_ok ? b_cur[v] : mat, ch_ok ? b_sz[v] : 0);
+        for (int v = 0; v < kBL; ++v)
+          cp_async16_shared(bs + v * kRowStep * BK * 2, ch_ok ? b_cur[v] : mat, ch_ok ? b_sz[v] : 0);
+      }
     }
 #pragma unroll
     for (int u = 0; u < kAL; ++u) a_cur[u] += BK;
+    if constexpr (!kBulk) {
 #pragma unroll
-    for (int v = 0; v < kBL; ++v) b_cur[v] += BK;
+      for (int v = 0; v < kBL; ++v) b_cur[v] += BK;
+    }
   };
   // Issues the loads of stage `ld` into buffer `b` and moves `ld` on; entering a new chunk, its
   // keys are requested now and used by the next call.
@@ -634,9 +675,15 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
   const int a_lrow = lane & 15, a_lch = lane >> 4;
   [[maybe_unused]] const uint64_t desc_a0 = swizzled_desc<BK>(smem_u32(As));
   [[maybe_unused]] const uint64_t desc_b0 = swizzled_desc<BK>(smem_u32(Bs + (warp >> 2) * 64 * BK));
+  [[maybe_unused]] uint32_t phases = 0;  // kBulk: bit b, the parity of buffer b's next weight stage
+  [[maybe_unused]] uint32_t pair_ph = 0;  // wgmma pairs: bit q, the parity of boundary q's next phase
   while (cur.k < Ki) {  // a chunk: nb stages, then its sums
     for (int sb = 0; sb < nb; ++sb) {
       pipeline_step<S, kAhead, WG>(ldbuf, [&](int b) { load_and_advance(ld, b); });
+      if constexpr (kBulk) {
+        mbarrier_wait(smem_u32(Bars + buf), (phases >> buf) & 1);
+        phases ^= 1u << buf;
+      }
       if constexpr (WG) {
         // The whole chunk (rows past it are zeros) times the warpgroup's 64 channels of W_k; the
         // products of the previous stage may still be in flight (kWgInFlight), and all are done
@@ -694,11 +741,11 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
     // once; otherwise the even groups' adds of a shared row come first, the odd groups' after
     // them: in phases, a barrier of the block between (groups rg % nph == p in phase p: two
     // phases, even groups then odd, unless a run covers a whole group; then one per group), or,
-    // on wgmma where no run covers a group (`pair`), all at once with a barrier of the two warps
-    // (64 threads) for each crossed boundary, at which the even warp arrives once it has added its
-    // crossing rows, and which the odd warp waits for before it adds its own (after its other
-    // rows). The order follows from the chunk's rows alone (block-uniform), so it stays fixed, and
-    // both ways give the same bits.
+    // on wgmma where no run covers a group (`pair`), all at once with an mbarrier of the two warps
+    // for each crossed boundary, on which the even warp's lanes arrive once they have added their
+    // crossing rows, and whose phase the odd warp's lanes wait for after their other rows, before
+    // they add their crossing rows. The order follows from the chunk's rows alone (block-uniform),
+    // so it stays fixed, and both ways give the same bits.
     const auto one_run = [&](int a, int b) { return rs[a] != kPast && rs[a] == rs[b]; };
     bool crossed = false;
 #pragma unroll
@@ -795,27 +842,34 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
       };
       if constexpr (WG) {
         static_assert(MI == 1 && GR == 16 && NG == 4, "pairs: a warp's fragment is its 16-row group");
-        static_assert(3 * (NT / 128) < 16, "pairs: barriers 1 .. 3 a warpgroup (0 is the block's)");
+        static_assert(kPairBars == 3 * (NT / 128), "pairs: 3 mbarriers a warpgroup");
         if (pair) {
           // The warp's fragment is its group (16 rows): the run of its first row crosses from
-          // the warp before (hx), the run of its last row into the warp after (tx); x_l / x_h: the
-          // lane's rows that end such a run. Barrier 3 h + q (1..6) for boundary q of warpgroup h.
+          // the warp before (hx: boundary rg), the run of its last row into the warp after (tx:
+          // boundary rg + 1); x_l / x_h: the lane's rows that end such a run. Boundary q of
+          // warpgroup h: the mbarrier PairBars[3 h + q - 1], on which the even warp's 32 lanes
+          // arrive once they have added their crossing rows (release) and for whose phase the
+          // odd warp's lanes wait before they add theirs (acquire); bit q of pair_ph, kept alike
+          // by both warps (they see the same crossings), is the parity of its next phase. A phase
+          // is waited for before the next chunk's stage barrier, so it never runs two ahead.
           const bool hx = rg > 0 && one_run(rg * GR - 1, rg * GR);
           const bool tx = rg + 1 < NG && one_run(rg * GR + GR - 1, (rg + 1) * GR);
           const int hrow = hx ? rs[rg * GR] : -3, trow = tx ? rs[rg * GR + GR - 1] : -3;
           const bool x_l = tail_l && (rl == hrow || rl == trow), x_h = tail_h && (rh == hrow || rh == trow);
-          const unsigned bar_h = 3 * (warp >> 2) + rg, bar_t = bar_h + 1;
+          const uint32_t bar_t = smem_u32(PairBars + 3 * (warp >> 2) + rg), bar_h = bar_t - 8;
+          const uint32_t ph_h = (pair_ph >> rg) & 1, ph_t = (pair_ph >> (rg + 1)) & 1;
           if ((rg & 1) == 0) {
             add_rows(x_l, x_h);
-            if (hx) named_barrier_arrive(bar_h, 64);
-            if (tx) named_barrier_arrive(bar_t, 64);
+            if (hx) mbarrier_arrive(bar_h);
+            if (tx) mbarrier_arrive(bar_t);
             add_rows(tail_l && !x_l, tail_h && !x_h);
           } else {
             add_rows(tail_l && !x_l, tail_h && !x_h);
-            if (hx) named_barrier_sync(bar_h, 64);
-            if (tx) named_barrier_sync(bar_t, 64);
+            if (hx) mbarrier_wait(bar_h, ph_h);
+            if (tx) mbarrier_wait(bar_t, ph_t);
             add_rows(x_l, x_h);
           }
+          pair_ph ^= (hx ? 1u << rg : 0u) | (tx ? 1u << (rg + 1) : 0u);
           return;
         }
       }
@@ -842,6 +896,34 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
     const int64_t row = tile * BM + r, o = o0 + col;
     if (row < n_dst && o < n_out_c)
       dst[row * n_out_c + o] = Elem<T>::from(Os[r * BN + (col ^ ((r << 3) & swz))]);
+  }
+}
+
+// The weights as the bulk-copied MVMR reads them (kBulk): for each (k, block cb of BN output
+// channels, stage b of BK input channels) the stage buffer's image, BN rows of BK channels
+// swizzled as the kernel's stage rows (swizzled<BK>), zeros past the channels. Weight (k, o, c) is
+// mat[k * n_out_c * n_in_c + o * o_stride + c * c_stride] (forward: o_stride n_in_c, c_stride 1;
+// the feature gradient's transposed weights read from w [K, n_in_c, n_out_c]: 1, n_out_c).
+template <class T, int BN, int BK>
+__global__ void pack_stages_kernel(const T* __restrict__ mat, int64_t n_out_c, int64_t n_in_c,
+                                   int64_t o_stride, int64_t c_stride, int64_t n_cb, int64_t nb,
+                                   int64_t chunks, T* __restrict__ out) {
+  constexpr int CH = BK / 8;
+  for (int64_t q = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; q < chunks;
+       q += int64_t{gridDim.x} * blockDim.x) {
+    const int ch = static_cast<int>(q % CH);
+    int64_t r = q / CH;
+    const int row = static_cast<int>(r % BN);
+    r /= BN;
+    const int64_t b = r % nb, kc = r / nb, cb = kc % n_cb, k = kc / n_cb;
+    T* d = out + r * (BN * BK) + swizzled<BK>(row, ch);
+    const int64_t o = cb * BN + row, c0 = b * BK + ch * 8;
+#pragma unroll
+    for (int e = 0; e < 8; ++e) {
+      const int64_t c = c0 + e;
+      d[e] = o < n_out_c && c < n_in_c ? mat[k * n_out_c * n_in_c + o * o_stride + c * c_stride]
+                                       : Elem<T>::from(0.0f);
+    }
   }
 }
 
@@ -1504,11 +1586,12 @@ Grouped group_step(const CudaContext& ctx, detail::Workspace& ws, const GroupSpe
 }
 
 // One MVMR (spec g): dst [n_dst, n_out_c] comes from dst_alloc once the keys are sorted (their
-// second buffer released).
+// second buffer released). mat: the weights [K, n_out_c, n_in_c], or with mat_transposed [K,
+// n_in_c, n_out_c] (the feature gradient's, read transposed).
 template <class T>
 void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g, const int64_t* triplets,
               const void* kept, const T* src, int64_t n_in_c, const T* mat, int64_t n_out_c,
-              const OutputAllocator& dst_alloc) {
+              const OutputAllocator& dst_alloc, bool mat_transposed = false) {
   const int64_t n_dst = g.mp.n_dst, K = g.mp.K;
   if (n_in_c == 0) {  // every sum empty: +0 (the kernel needs at least one stage a chunk)
     PCOPS_CUDA_CHECK(cudaMemsetAsync(dst_alloc(), 0, sizeof(T) * n_dst * n_out_c, detail::stream_of(ctx)));
@@ -1516,6 +1599,28 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g,
   }
   const MvmrConfig& cfg = g.cfg;
   const MvmrKey& m = g.mp.m;
+  constexpr int NT = 256;
+  if (cfg.bulk) {  // the weight stages' images (pack_stages_kernel)
+    const int64_t n_cb = detail::ceil_div(n_out_c, cfg.bn), nb = detail::ceil_div(n_in_c, cfg.bk);
+    const int64_t chunks = K * n_cb * nb * cfg.bn * (cfg.bk / 8);
+    T* packed = ws.alloc<T>(chunks * 8);
+    const int64_t os = mat_transposed ? 1 : n_in_c, cs = mat_transposed ? n_out_c : 1;
+    const dim3 grid(static_cast<unsigned>(std::min<int64_t>(detail::grid_blocks(chunks, NT), 65535)));
+    if (cfg.bk == 64) {
+      const auto pack = cfg.bn == 256 ? pack_stages_kernel<T, 256, 64> : pack_stages_kernel<T, 128, 64>;
+      detail::launch(ctx, pack, grid, dim3(NT), 0, mat, n_out_c, n_in_c, os, cs, n_cb, nb, chunks, packed);
+    } else {
+      const auto pack = cfg.bn == 256 ? pack_stages_kernel<T, 256, 32> : pack_stages_kernel<T, 128, 32>;
+      detail::launch(ctx, pack, grid, dim3(NT), 0, mat, n_out_c, n_in_c, os, cs, n_cb, nb, chunks, packed);
+    }
+    mat = packed;
+  } else if (mat_transposed) {  // wt[k, o, c] = mat[k, c, o]
+    T* wt = ws.alloc<T>(std::max<int64_t>(K * n_in_c * n_out_c, 1));
+    const int64_t n = K * n_in_c * n_out_c;
+    detail::launch(ctx, transpose16_kernel<T>, dim3(detail::grid_blocks(n, NT)), dim3(NT), 0, mat, K, n_in_c,
+                   n_out_c, wt);
+    mat = wt;
+  }
   const Grouped gr = group_step(ctx, ws, g, triplets, kept);
   T* dst = static_cast<T*>(dst_alloc());
   bool launched = false;
@@ -1526,13 +1631,23 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g,
         C.wg != cfg.wg)
       return;
     launched = true;
-    constexpr size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.bk, C.stages>();
-    auto kernel = mvmr_mma_kernel<T, Keys, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg>;
-    PCOPS_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
-    detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles * detail::ceil_div(n_out_c, C.bn))),
-                   dim3(mvmr_threads(C.bn, C.wg)), smem, keys, gr.offsets, g.cell_major ? int64_t{1} : K,
-                   g.cell_major ? m.tiles : int64_t{1}, m, K, src, n_in_c, mat, n_out_c, n_dst, dst, cfg.swz,
-                   cfg.pairs);
+    const auto with_bulk = [&](auto bulk_c) {
+      constexpr bool kBulk = decltype(bulk_c)::value;
+      constexpr size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg, kBulk>();
+      auto kernel = mvmr_mma_kernel<T, Keys, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg, kBulk>;
+      PCOPS_CUDA_CHECK(
+          cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      detail::launch(ctx, kernel, dim3(static_cast<unsigned>(m.tiles * detail::ceil_div(n_out_c, C.bn))),
+                     dim3(mvmr_threads(C.bn, C.wg)), smem, keys, gr.offsets, g.cell_major ? int64_t{1} : K,
+                     g.cell_major ? m.tiles : int64_t{1}, m, K, src, n_in_c, mat, n_out_c, n_dst, dst, cfg.swz,
+                     cfg.pairs);
+    };
+    if constexpr (C.wg) {
+      if (cfg.bulk) with_bulk(std::true_type{});
+      else with_bulk(std::false_type{});
+    } else {
+      with_bulk(std::false_type{});
+    }
   };
   [&]<size_t... I>(std::index_sequence<I...>) {
     if (gr.sk.lo != nullptr) (go(std::integral_constant<size_t, I>{}, gr.sk), ...);
@@ -1613,11 +1728,8 @@ void backward_t(const CudaContext& ctx, const PointConvShape& s, const T* g, con
     gf_alloc();
   } else if (gf_alloc) {
     detail::Workspace ws(ctx);
-    T* wt = ws.alloc<T>(std::max<int64_t>(K * Ci * Co, 1));
-    detail::launch(ctx, transpose16_kernel<T>, dim3(detail::grid_blocks(K * Ci * Co, NT)), dim3(NT), 0, w, K, Co,
-                   Ci, wt);
     run_mvmr<T>(ctx, ws, step_spec(s, PointConvStep::kGradFeatures, kept.grad_features != nullptr), t,
-                kept.grad_features, g, Co, static_cast<const T*>(wt), Ci, gf_alloc);
+                kept.grad_features, g, Co, w, Ci, gf_alloc, true);
   }
 }
 

@@ -66,11 +66,15 @@ if has sanitize; then
       compute-sanitizer --tool racecheck --racecheck-report all --error-exitcode 99 \
       "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter=CudaPointConvMma.OutputsOnRequest
   done
-  # The wgmma MVMR's crossing runs summed by pairs of warps at barriers of their own (named
-  # barriers; the test runs both wgmma shapes with the pairs and with the block's turns).
+  # The wgmma MVMR's crossing runs summed by pairs of warps meeting at mbarriers of their own (the
+  # tests run every wgmma shape with the pairs and with the block's turns), and its weight stages
+  # bulk-copied or loaded row by row; one shape a run (the tests read PCOPS_CUDA_POINT_CONV_CONFIG).
   for tool in racecheck synccheck; do
-    run_stage "sanitize_${tool}_sum_pairs" timeout 300 compute-sanitizer --tool $tool --error-exitcode 99 \
-      "$BUILD/tests/cuda/pcops_cuda_tests" --gtest_filter=CudaPointConvMma.SumPairsGiveTheTurnsBits
+    for shape in 128x128x64x32x4w 128x128x64x64x2w 128x256x64x64x2w; do
+      run_stage "sanitize_${tool}_pairs_bulk_$shape" env PCOPS_CUDA_POINT_CONV_CONFIG=$shape timeout 300 \
+        compute-sanitizer --tool $tool --error-exitcode 99 "$BUILD/tests/cuda/pcops_cuda_tests" \
+        --gtest_filter='CudaPointConvMma.SumPairsGiveTheTurnsBits:CudaPointConvMma.BulkWeightStagesGiveTheSameBits'
+    done
   done
 fi
 if has bench; then
@@ -107,14 +111,15 @@ if has bench; then
     --out "$OUT/point_conv_exact_2x4.json"
   run_stage point_conv_fast timeout 150 $PC --channels 32,64,128,256,512 --dtype bfloat16 --mode fast \
     --out "$OUT/point_conv_fast.json"
-  # Each part of the fast path alone with the crossing runs' sums by pairs of warps or in turns.
-  run_stage point_conv_sum_pairs timeout 150 $PY benchmarks/scripts/point_conv_kernels.py --device cuda \
-    --points 165000 --channels 256,512 --dtype bfloat16 --mode fast --rounds 2 --sum-pairs 0,1 \
+  # Each part of the fast path alone with the crossing runs' sums by pairs of warps or in turns, and
+  # with the weight stages bulk-copied or loaded row by row.
+  run_stage point_conv_sum_pairs timeout 200 $PY benchmarks/scripts/point_conv_kernels.py --device cuda \
+    --points 165000 --channels 256,512 --dtype bfloat16 --mode fast --rounds 2 --sum-pairs 0,1 --bulk-w 0,1 \
     --out "$OUT/point_conv_sum_pairs.json"
-  # The wgmma MVMR shapes of 256 channels a block (four warpgroups; an experiment) against the default.
+  # The wgmma MVMR shape of 256 channels a block (four warpgroups; opt-in) against the default.
   run_stage point_conv_mvmr_256 timeout 200 $PY benchmarks/scripts/point_conv_kernels.py --device cuda \
     --points 165000 --channels 256,512 --dtype bfloat16 --mode fast --rounds 2 \
-    --mvmr default,128x256x64x32x4w,128x256x64x64x2w --out "$OUT/point_conv_mvmr_256.json"
+    --mvmr default,128x256x64x64x2w --out "$OUT/point_conv_mvmr_256.json"
   run_stage conv_bench timeout 200 $PY -m pcops.cli bench --device cuda --no-progress --out "$OUT/conv" \
     --docs "$OUT/conv/benchmarks-cuda.md" --ops point_conv --sizes 165k --channels 128 --clouds sphere,mesh
 fi

@@ -64,6 +64,15 @@ Case random_case(std::mt19937& rng, int64_t n_in, int64_t n_out, int64_t ci, int
   return c;
 }
 
+// Inserts three invalid triplets (an output row, a source row and a kernel cell out of range; the
+// kernels never visit them) before triplet `at`, or at the end (at < 0).
+void add_invalid_triplets(Case& c, int64_t at = -1) {
+  const int64_t junk[][3] = {{c.s.num_out, 0, 0}, {0, -1, 0}, {0, 0, c.s.kernels}};
+  const auto where = [&] { return at < 0 ? c.t.end() : c.t.begin() + 3 * at; };
+  for (const auto& b : junk) c.t.insert(where(), b, b + 3);
+  c.s.triplets += 3;
+}
+
 struct Out {
   std::vector<float> out, gf, gw;
 };
@@ -360,9 +369,7 @@ TEST(CudaPointConv, KeptGroupingsGiveTheSameBits) {
                                                           {60, 50, 4, 8, 1100, 3000}}) {
     SCOPED_TRACE(testing::Message() << "shape " << sh[2] << "x" << sh[3] << " K " << sh[4]);
     Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
-    const int64_t junk[][3] = {{c.s.num_out, 0, 0}, {0, -1, 0}, {0, 0, c.s.kernels}};
-    for (const auto& b : junk) c.t.insert(c.t.begin() + 3 * 5, b, b + 3);
-    c.s.triplets += 3;
+    add_invalid_triplets(c, 5);
     Case other = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5] + 3);
     other.f = c.f, other.w = c.w, other.g = c.g;
     for (const Case* from : {&c, &other}) {
@@ -492,8 +499,7 @@ constexpr const char* kVvorVar = "PCOPS_CUDA_POINT_CONV_FAST_VVOR";
 // Every compiled MVMR shape (the default first; "w": wgmma, which falls back to mma.sync where
 // the library has no sm_90a code or the device is not of compute capability 9.0).
 const char* const kMvmrShapes[] = {"", "128x128x64x64x2", "128x64x64x64x2", "128x128x64x32x3", "128x64x64x32x3",
-                                   "128x128x64x64x2w", "128x128x64x32x4w", "128x256x64x64x2w",
-                                   "128x256x64x32x4w"};
+                                   "128x128x64x64x2w", "128x128x64x32x4w", "128x256x64x64x2w"};
 
 TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
   std::mt19937 rng(23);
@@ -513,9 +519,7 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
     for (int64_t r = 0; r < 150; ++r)
       c.t[r * 3] = 5, c.t[r * 3 + 2] = s.kernels - 1;  // a run over three chunks
     Case bad = c;                                      // invalid triplets are never visited
-    const int64_t junk[][3] = {{s.num_out, 0, 0}, {0, -1, 0}, {0, 0, s.kernels}};
-    for (const auto& b : junk) bad.t.insert(bad.t.end(), b, b + 3);
-    bad.s.triplets += 3;
+    add_invalid_triplets(bad);
     const auto f = to_bf16(c.f), w = to_bf16(c.w), g = to_bf16(c.g);
     const auto F = to_double(f), W = to_double(w), G = to_double(g);
     const int64_t ci = s.channels_in, co = s.channels_out;
@@ -559,6 +563,17 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
         EXPECT_EQ(std::memcmp(a.out.data(), tu.out.data(), a.out.size() * 2), 0);
         EXPECT_EQ(std::memcmp(a.gf.data(), tu.gf.data(), a.gf.size() * 2), 0);
       }
+      for (const char* on : {"0", "1"}) {  // The weight stages bulk-copied from images packed
+        // ahead or loaded row by row (wgmma shapes; the others ignore the switch): the same stage
+        // buffers, the same bits.
+        SCOPED_TRACE(std::string("PCOPS_CUDA_POINT_CONV_BULK_W=") + on);
+        const pcops_cuda_test::ScopedEnv bulk("PCOPS_CUDA_POINT_CONV_BULK_W", on);
+        const Mma bu = run_mma(c, f, w, g), bb = run_mma(bad, f, w, g);
+        EXPECT_EQ(std::memcmp(a.out.data(), bu.out.data(), a.out.size() * 2), 0);
+        EXPECT_EQ(std::memcmp(a.gf.data(), bu.gf.data(), a.gf.size() * 2), 0);
+        EXPECT_EQ(std::memcmp(a.out.data(), bb.out.data(), a.out.size() * 2), 0);
+        EXPECT_EQ(std::memcmp(a.gf.data(), bb.gf.data(), a.gf.size() * 2), 0);
+      }
       expect_close(a.out, out, om, longest(per_i) + ci, "forward");
       expect_close(a.gf, gf, gfm, longest(per_j) + co, "grad_features");
       expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights");
@@ -578,6 +593,14 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
       expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights (by choice)");
     }
   }
+}
+
+// The wgmma MVMR shapes, or only the one PCOPS_CUDA_POINT_CONV_CONFIG names where it is set (for
+// sanitizer runs one shape at a time).
+std::vector<std::string> wgmma_shapes() {
+  const char* pinned = std::getenv(kConfigVar);
+  if (pinned != nullptr && *pinned != 0) return {std::string(pinned)};
+  return {"128x128x64x64x2w", "128x128x64x32x4w", "128x256x64x64x2w"};
 }
 
 // Chunks of the MVMR's default grouping (tiles of 128 destination rows, a segment a tile and
@@ -623,19 +646,48 @@ TEST(CudaPointConvMma, SumPairsGiveTheTurnsBits) {
     const auto [crossed, covered] = crossing_chunks(c);
     EXPECT_GT(crossed, 0);
     EXPECT_GT(covered, 0);
-    const int64_t junk[][3] = {{c.s.num_out, 0, 0}, {0, -1, 0}, {0, 0, c.s.kernels}};
-    for (const auto& b : junk) c.t.insert(c.t.end(), b, b + 3);
-    c.s.triplets += 3;
+    add_invalid_triplets(c);
     const auto f = to_bf16(c.f), w = to_bf16(c.w), g = to_bf16(c.g);
-    for (const char* cfg :
-         {"128x128x64x64x2w", "128x128x64x32x4w", "128x256x64x64x2w", "128x256x64x32x4w"}) {
+    for (const std::string& cfg : wgmma_shapes()) {
       SCOPED_TRACE(cfg);
-      const pcops_cuda_test::ScopedEnv use(kConfigVar, cfg);
+      const pcops_cuda_test::ScopedEnv use(kConfigVar, cfg.c_str());
       const Mma a = run_mma(c, f, w, g);
       const pcops_cuda_test::ScopedEnv turns("PCOPS_CUDA_POINT_CONV_SUM_PAIRS", "0");
       const Mma b = run_mma(c, f, w, g);
       EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0);
       EXPECT_EQ(std::memcmp(a.gf.data(), b.gf.data(), a.gf.size() * 2), 0);
+    }
+  }
+}
+
+// The wgmma MVMR's weight stages bulk-copied from images packed ahead
+// (PCOPS_CUDA_POINT_CONV_BULK_W=1; the default for stages of 64 channels) or loaded row by row by
+// every thread (0; the default for stages of 32): the same bits, forward and grad_features (whose
+// images are packed from the weights read transposed), at every wgmma shape, with partial channel
+// blocks and stages (136 and 144 channels), invalid
+// triplets and a run over several chunks. Small enough for the sanitizers (tests/cuda/run_gpu.sh
+// races it).
+TEST(CudaPointConvMma, BulkWeightStagesGiveTheSameBits) {
+  std::mt19937 rng(79);
+  using Shape = std::array<int64_t, 6>;  // n_in, n_out, C_in, C_out, K, T
+  for (const Shape& sh : {Shape{400, 300, 136, 144, 5, 6000}, Shape{300, 260, 264, 200, 27, 3000}}) {
+    SCOPED_TRACE(testing::Message() << "shape " << sh[2] << "x" << sh[3] << ", " << sh[5] << " triplets");
+    Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
+    for (int64_t r = 0; r < 150; ++r) c.t[r * 3] = 5, c.t[r * 3 + 2] = 1;  // a run over three chunks
+    add_invalid_triplets(c);
+    const auto f = to_bf16(c.f), w = to_bf16(c.w), g = to_bf16(c.g);
+    for (const std::string& cfg : wgmma_shapes()) {
+      SCOPED_TRACE(cfg);
+      const pcops_cuda_test::ScopedEnv use(kConfigVar, cfg.c_str());
+      const Mma a = [&] {
+        const pcops_cuda_test::ScopedEnv rows("PCOPS_CUDA_POINT_CONV_BULK_W", "0");
+        return run_mma(c, f, w, g);
+      }();
+      const pcops_cuda_test::ScopedEnv bulk("PCOPS_CUDA_POINT_CONV_BULK_W", "1");
+      const Mma b = run_mma(c, f, w, g);
+      EXPECT_EQ(std::memcmp(a.out.data(), b.out.data(), a.out.size() * 2), 0);
+      EXPECT_EQ(std::memcmp(a.gf.data(), b.gf.data(), a.gf.size() * 2), 0);
+      EXPECT_EQ(std::memcmp(a.gw.data(), b.gw.data(), a.gw.size() * 2), 0);
     }
   }
 }
@@ -648,7 +700,8 @@ TEST(CudaPointConvMma, SwitchesWithBadValuesThrow) {
   const auto f = to_bf16(c.f), w = to_bf16(c.w), g = to_bf16(c.g);
   const Mma base = run_mma(c, f, w, g);
   for (const auto& [var, bad] : {std::pair{"PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE", "2"},
-                                 std::pair{"PCOPS_CUDA_POINT_CONV_SUM_PAIRS", "yes"}}) {
+                                 std::pair{"PCOPS_CUDA_POINT_CONV_SUM_PAIRS", "yes"},
+                                 std::pair{"PCOPS_CUDA_POINT_CONV_BULK_W", "on"}}) {
     SCOPED_TRACE(std::string(var) + "=" + bad);
     {
       const pcops_cuda_test::ScopedEnv use(var, bad);
@@ -658,7 +711,9 @@ TEST(CudaPointConvMma, SwitchesWithBadValuesThrow) {
     EXPECT_EQ(std::memcmp(base.out.data(), again.out.data(), base.out.size() * 2), 0);
   }
   for (const auto& [var, good] : {std::pair{"PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE", "1"},
-                                  std::pair{"PCOPS_CUDA_POINT_CONV_SUM_PAIRS", "1"}}) {
+                                  std::pair{"PCOPS_CUDA_POINT_CONV_SUM_PAIRS", "1"},
+                                  std::pair{"PCOPS_CUDA_POINT_CONV_BULK_W", "1"},
+                                  std::pair{"PCOPS_CUDA_POINT_CONV_BULK_W", "0"}}) {
     const pcops_cuda_test::ScopedEnv use(var, good);
     const Mma a = run_mma(c, f, w, g);
     EXPECT_EQ(std::memcmp(base.out.data(), a.out.data(), base.out.size() * 2), 0) << var;
@@ -841,9 +896,7 @@ TEST(CudaPointConvMma, KeptGroupingsGiveTheSameBits) {
       SCOPED_TRACE(testing::Message() << "shape " << sh[2] << "x" << sh[3] << ", K " << sh[4] << ", " << form);
       const pcops_cuda_test::ScopedEnv use(kVar, form);
       Case c = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
-      const int64_t junk[][3] = {{c.s.num_out, 0, 0}, {0, -1, 0}, {0, 0, c.s.kernels}};
-      for (const auto& b : junk) c.t.insert(c.t.begin() + 3 * 5, b, b + 3);
-      c.s.triplets += 3;
+      add_invalid_triplets(c, 5);
       Case other = random_case(rng, sh[0], sh[1], sh[2], sh[3], sh[4], sh[5]);
       other.t.insert(other.t.end(), c.t.end() - 9, c.t.end());  // same shape (T + 3 rows)
       other.s.triplets += 3;
