@@ -440,10 +440,8 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
   constexpr int NT = mvmr_threads(BN, WG);
   constexpr int kSegs = BK / 8;                     // 16-byte chunks per stage row
   constexpr int kRowStep = NT / kSegs;              // stage rows loaded by the block per round
-  // Source rows: kARowStep a round (the threads past MC rows load none where kRowStep > MC).
-  constexpr int kARowStep = kRowStep < MC ? kRowStep : MC;
-  constexpr int kAL = MC / kARowStep, kBL = BN / kRowStep;  // source / weight rows per thread
-  static_assert(MC % kARowStep == 0 && BN % kRowStep == 0 && kRowStep % 8 == 0, "whole loads per thread");
+  constexpr int kAL = MC / kRowStep, kBL = BN / kRowStep;  // source / weight rows per thread
+  static_assert(MC % kRowStep == 0 && BN % kRowStep == 0 && kRowStep % 8 == 0, "whole loads per thread");
   constexpr int NF = BN / 32;  // n8 fragments per warp (mma.sync: a warp covers BN / 4 channels)
   static_assert(BN == 64 || BN == 128 || (WG && BN == 256), "BN");
   static_assert(BK == 32 || BK == 64, "BK");
@@ -550,7 +548,6 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
   const int ci = static_cast<int>(n_in_c);
   const bool full_k = ci % BK == 0;  // no stage reaches past the channels
   const int seg = tid % kSegs, seg8 = seg * 8, a_row0 = tid / kSegs;
-  const bool a_loads = kRowStep <= MC || a_row0 < MC;  // warp-uniform
   const uint32_t s_off = smem_u32(As) + 2 * swizzled<BK>(a_row0, seg);  // + u * kRowStep * BK * 2 per row
   constexpr uint32_t kAStage = MC * BK * 2, kBStage = BN * BK * 2, kABytes = S * kAStage;
   Key next_key[kAL];
@@ -567,7 +564,7 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
   const auto fetch_keys = [&](const Stage& s) {
 #pragma unroll
     for (int u = 0; u < kAL; ++u) {
-      const int r = a_loads ? a_row0 + u * kARowStep : MC;
+      const int r = a_row0 + u * kRowStep;
       if constexpr (kSplit) next_key[u] = s.k < Ki && r < s.n ? split_key(keys, s.q + r, s.md) : ~Key{0};
       else next_key[u] = s.k < Ki && r < s.n ? keys[s.q + r] : ~Key{0};
     }
@@ -580,9 +577,9 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
         const bool ok = next_key[u] != ~Key{0};
         a_cur[u] = src + (ok ? static_cast<int64_t>(next_key[u] & src_mask) * n_in_c : 0) + seg8;
         a_sz[u] = ok ? 16 : 0;
-        if (seg == 0 && a_loads) {
+        if (seg == 0) {
           const uint8_t local = static_cast<uint8_t>((next_key[u] >> m.src_bits) & (BM - 1));
-          rs[a_row0 + u * kARowStep] = ok ? local : kPast;
+          rs[a_row0 + u * kRowStep] = ok ? local : kPast;
         }
       }
       if constexpr (!kBulk) {
@@ -602,21 +599,17 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
                             smem_u32(Bars + buf));
     }
     if (full_k) {
-      if (a_loads) {
 #pragma unroll
-        for (int u = 0; u < kAL; ++u) cp_async16_shared(as + u * kARowStep * BK * 2, a_cur[u], a_sz[u]);
-      }
+      for (int u = 0; u < kAL; ++u) cp_async16_shared(as + u * kRowStep * BK * 2, a_cur[u], a_sz[u]);
       if constexpr (!kBulk) {
 #pragma unroll
         for (int v = 0; v < kBL; ++v) cp_async16_shared(bs + v * kRowStep * BK * 2, b_cur[v], b_sz[v]);
       }
     } else {
       const bool ch_ok = s.b * BK + seg8 < ci;
-      if (a_loads) {
 #pragma unroll
-        for (int u = 0; u < kAL; ++u)
-          cp_async16_shared(as + u * kARowStep * BK * 2, ch_ok ? a_cur[u] : src, ch_ok ? a_sz[u] : 0);
-      }
+      for (int u = 0; u < kAL; ++u)
+        cp_async16_shared(as + u * kRowStep * BK * 2, ch_ok ? a_cur[u] : src, ch_ok ? a_sz[u] : 0);
       if constexpr (!kBulk) {
 #pragma unroll
         for (int v = 0; v < kBL; ++v)
