@@ -33,7 +33,7 @@ same for PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE (the fast MVMR's tile sums swizzled i
 and --sum-pairs 0,1 for PCOPS_CUDA_POINT_CONV_SUM_PAIRS (the wgmma MVMR's sums of runs crossing
 between warps ordered by a barrier of the two warps, or by the block's turns with 0); --bulk-w
 0,1 for PCOPS_CUDA_POINT_CONV_BULK_W (the wgmma MVMR's weight stages bulk-copied from images
-packed ahead, an experiment).
+packed ahead, or loaded row by row with 0).
 --profile prints, for every part and choice, the kernels of --repeat calls and their times
 (torch.profiler; after the timed calls, so the groupings kept by then are read, not made).
 """
@@ -89,10 +89,11 @@ def timed(fn, repeat, device):
     return cuda_median(fn, repeat) if device.type == "cuda" else cpu_median(fn, repeat)
 
 
-GROUPING = "PCOPS_CUDA_POINT_CONV_FAST_GROUPING"
-SUM_SWIZZLE = "PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE"
-SUM_PAIRS = "PCOPS_CUDA_POINT_CONV_SUM_PAIRS"
-BULK_W = "PCOPS_CUDA_POINT_CONV_BULK_W"
+# The fast path's switches each run repeats under (option and row key, variable, its values).
+SWITCHES = {"grouping": ("PCOPS_CUDA_POINT_CONV_FAST_GROUPING", "segmented, packed"),
+            "sum_swizzle": ("PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE", "0, 1"),
+            "sum_pairs": ("PCOPS_CUDA_POINT_CONV_SUM_PAIRS", "0, 1"),
+            "bulk_w": ("PCOPS_CUDA_POINT_CONV_BULK_W", "0, 1")}
 
 
 def kernel_table(fn, repeat):
@@ -133,14 +134,9 @@ def main():
     ap.add_argument("--vvor", default="default", help="comma-separated choices for grad_weights")
     ap.add_argument("--in-channels", type=int, default=0,
                     help="input channels of every layer (0: as many as its output channels, --channels)")
-    ap.add_argument("--grouping", default="default",
-                    help="comma-separated PCOPS_CUDA_POINT_CONV_FAST_GROUPING choices (segmented, packed)")
-    ap.add_argument("--sum-swizzle", default="default",
-                    help="comma-separated PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE choices (0, 1)")
-    ap.add_argument("--sum-pairs", default="default",
-                    help="comma-separated PCOPS_CUDA_POINT_CONV_SUM_PAIRS choices (0, 1)")
-    ap.add_argument("--bulk-w", default="default",
-                    help="comma-separated PCOPS_CUDA_POINT_CONV_BULK_W choices (0, 1)")
+    for key, (variable, values) in SWITCHES.items():
+        ap.add_argument("--" + key.replace("_", "-"), default="default",
+                        help=f"comma-separated {variable} choices ({values})")
     ap.add_argument("--profile", action="store_true", help="print each part's kernels (torch.profiler)")
     ap.add_argument("--dtype", default="float32", choices=["float32", "float16", "bfloat16"])
     ap.add_argument("--mode", default="exact", choices=["exact", "fast"],
@@ -164,26 +160,25 @@ def main():
             first = None
             variable = VARIABLES[mode][kind]
             for rnd in range(args.rounds):
-                choices = (args.grouping.split(","), args.sum_swizzle.split(","), args.sum_pairs.split(","),
-                           args.bulk_w.split(","), getattr(args, kind).split(","))
-                for grouping, swizzle, pairs, bulk, choice in itertools.product(*choices):
-                    def run(fn=fn):
+                choices = [getattr(args, key).split(",") for key in SWITCHES] + [getattr(args, kind).split(",")]
+                for *switched, choice in itertools.product(*choices):
+                    switches = dict(zip(SWITCHES, switched))
+
+                    def run(fn=fn, switches=switches, choice=choice):
                         result = timed(fn, args.repeat, device)
                         if args.profile:
-                            print(f"== C={c} {part} {variable}={choice} grouping={grouping} "
-                                  f"sum_swizzle={swizzle} sum_pairs={pairs} bulk_w={bulk}", flush=True)
+                            print(f"== C={c} {part} {variable}={choice} "
+                                  + " ".join(f"{k}={v}" for k, v in switches.items()), flush=True)
                             print(kernel_table(fn, args.repeat), flush=True)
                         return result
 
-                    seconds, out = with_choices({GROUPING: grouping, SUM_SWIZZLE: swizzle, SUM_PAIRS: pairs,
-                                                 BULK_W: bulk, variable: choice}, run)
+                    seconds, out = with_choices({SWITCHES[k][0]: v for k, v in switches.items()} | {variable: choice},
+                                                run)
                     if first is None:
                         first = out
                     row = {"channels": c, "in_channels": ci, "points": n, "triplets": T,
                            "order": args.order, "dtype": args.dtype, "mode": mode, "part": part,
-                           "round": rnd, "grouping": grouping, "sum_swizzle": swizzle, "sum_pairs": pairs,
-                           "bulk_w": bulk,
-                           "variable": variable, "choice": choice,
+                           "round": rnd, **switches, "variable": variable, "choice": choice,
                            "seconds": seconds, "same_bits_as_first": bool(torch.equal(out, first)),
                            "digest": digest(out),
                            "piece_length": vvor_piece_length(T, c, ci)}

@@ -50,6 +50,7 @@
 #include "common/distance.hpp"
 #include "common/morton.hpp"
 #include "cuda/common.cuh"
+#include "cuda/primitives/async_copy.cuh"
 #include "pcops/furthest_point_sample.hpp"
 
 namespace pcops::cuda {
@@ -145,22 +146,17 @@ __device__ __forceinline__ void st_relaxed(unsigned long long* p, unsigned long 
   asm volatile("st.relaxed.gpu.u64 [%0], %1;" ::"l"(p), "l"(v) : "memory");
 }
 
-// Shared-memory and cluster helpers of the st.async exchange (sm_90).
-__device__ __forceinline__ unsigned smem_addr(const void* p) {
-  return static_cast<unsigned>(__cvta_generic_to_shared(p));
-}
+// Shared-memory and cluster helpers of the st.async exchange (sm_90; the mbarriers' init and arming
+// from cuda/primitives/async_copy.cuh).
+using primitives::mbarrier_arm;
+using primitives::mbarrier_init;
+using primitives::mbarrier_init_fence;
+using primitives::smem_u32;
 // The same shared::cta offset in the block of cluster rank `rank`, as a shared::cluster address.
 __device__ __forceinline__ unsigned cluster_addr(unsigned addr, unsigned rank) {
   unsigned r;
   asm volatile("mapa.shared::cluster.u32 %0, %1, %2;" : "=r"(r) : "r"(addr), "r"(rank));
   return r;
-}
-__device__ __forceinline__ void mbar_init(unsigned bar, unsigned arrivals) {
-  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
-}
-// Arrives once on the current phase and adds `bytes` expected transaction bytes to it.
-__device__ __forceinline__ void mbar_arm(unsigned bar, unsigned bytes) {
-  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
 }
 // True once the phase of parity `parity` has completed; acquire at cluster scope pairs with the
 // release of the remote st.async's complete_tx.
@@ -200,11 +196,11 @@ struct alignas(16) WarpSlot {
 // Thread 0, before the loop: both step mbarriers (one arrival per phase), made visible to the
 // cluster, and armed for steps 1 (bars[1]) and 2 (bars[0]) with step_bytes expected bytes.
 __device__ __forceinline__ void init_step_barriers(unsigned long long (&bars)[2], unsigned step_bytes) {
-  mbar_init(smem_addr(&bars[0]), 1);
-  mbar_init(smem_addr(&bars[1]), 1);
-  asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
-  mbar_arm(smem_addr(&bars[1]), step_bytes);  // step 1
-  mbar_arm(smem_addr(&bars[0]), step_bytes);  // step 2
+  mbarrier_init(smem_u32(&bars[0]), 1);
+  mbarrier_init(smem_u32(&bars[1]), 1);
+  mbarrier_init_fence();
+  mbarrier_arm(smem_u32(&bars[1]), step_bytes);  // step 1
+  mbarrier_arm(smem_u32(&bars[0]), step_bytes);  // step 2
 }
 
 // Waits until the mbarrier `bar` completes the phase of step t (phases alternate per parity of
@@ -219,7 +215,7 @@ __device__ __forceinline__ void wait_step_and_rearm(unsigned bar, int64_t t, int
   while (!mbar_try_wait(bar, parity)) {
     if (clock64() - t0 > FpsClusterPolicy::kWaitTrapCycles) __trap();
   }
-  if (tid == 0) mbar_arm(bar, step_bytes);
+  if (tid == 0) mbarrier_arm(bar, step_bytes);
 }
 
 // The block-winner exchange of the 16-block kernels (big-cluster and sorted paths). Every block
@@ -239,8 +235,8 @@ template <int C>
 __device__ __forceinline__ void send_block_record(WarpSlot (&slots)[2][C], unsigned long long (&bars)[2], int par,
                                                   int rank, int dest, int key, unsigned idx, float x, float y,
                                                   float z) {
-  const unsigned dst = cluster_addr(smem_addr(&slots[par][rank]), static_cast<unsigned>(dest));
-  const unsigned bar = cluster_addr(smem_addr(&bars[par]), static_cast<unsigned>(dest));
+  const unsigned dst = cluster_addr(smem_u32(&slots[par][rank]), static_cast<unsigned>(dest));
+  const unsigned bar = cluster_addr(smem_u32(&bars[par]), static_cast<unsigned>(dest));
   st_async(dst, make_int4(key, static_cast<int>(idx), __float_as_int(x), __float_as_int(y)), bar);
   st_async(dst + 16, __float_as_int(z), bar);
 }
@@ -258,7 +254,7 @@ template <int C>
 __device__ __forceinline__ unsigned receive_cluster_winner(WarpSlot (&slots)[2][C], unsigned long long (&bars)[2],
                                                            int par, int64_t t, int tid, int lane, unsigned step_bytes,
                                                            float& cx, float& cy, float& cz) {
-  wait_step_and_rearm(smem_addr(&bars[par]), t, tid, step_bytes);
+  wait_step_and_rearm(smem_u32(&bars[par]), t, tid, step_bytes);
   int4 a = make_int4(kNoKey, static_cast<int>(kNoIndex), 0, 0);
   int az = 0;
   if (lane < C) {
@@ -440,8 +436,8 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024 / C, 1)
         // step t + 2 only: a sender gets there after receiving every warp's step t + 1 record, which
         // each warp sends after its reads of step t (release by complete_tx, acquire by the wait).
         if (lane < C) {
-          const unsigned dst = cluster_addr(smem_addr(&slots[par][rank * W + warp]), static_cast<unsigned>(lane));
-          const unsigned bar = cluster_addr(smem_addr(&bars[par]), static_cast<unsigned>(lane));
+          const unsigned dst = cluster_addr(smem_u32(&slots[par][rank * W + warp]), static_cast<unsigned>(lane));
+          const unsigned bar = cluster_addr(smem_u32(&bars[par]), static_cast<unsigned>(lane));
           if constexpr (kCopy) {
             st_async(dst, make_int2(wkey, static_cast<int>(widx)), bar);
           } else {
@@ -449,7 +445,7 @@ __global__ void __cluster_dims__(C, 1, 1) __launch_bounds__(1024 / C, 1)
             st_async(dst + 16, __float_as_int(p.z), bar);
           }
         }
-        wait_step_and_rearm(smem_addr(&bars[par]), t, tid, kStepBytes);
+        wait_step_and_rearm(smem_u32(&bars[par]), t, tid, kStepBytes);
       } else {
         if (lane < C) {
           WarpSlot* dst = &slots[par][rank * W + warp];

@@ -1599,13 +1599,10 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g,
     T* packed = ws.alloc<T>(chunks * 8);
     const int64_t os = mat_transposed ? 1 : n_in_c, cs = mat_transposed ? n_out_c : 1;
     const dim3 grid(static_cast<unsigned>(std::min<int64_t>(detail::grid_blocks(chunks, NT), 65535)));
-    if (cfg.bk == 64) {
-      const auto pack = cfg.bn == 256 ? pack_stages_kernel<T, 256, 64> : pack_stages_kernel<T, 128, 64>;
-      detail::launch(ctx, pack, grid, dim3(NT), 0, mat, n_out_c, n_in_c, os, cs, n_cb, nb, chunks, packed);
-    } else {
-      const auto pack = cfg.bn == 256 ? pack_stages_kernel<T, 256, 32> : pack_stages_kernel<T, 128, 32>;
-      detail::launch(ctx, pack, grid, dim3(NT), 0, mat, n_out_c, n_in_c, os, cs, n_cb, nb, chunks, packed);
-    }
+    const bool wide = cfg.bn == 256;
+    const auto pack = cfg.bk == 64 ? (wide ? pack_stages_kernel<T, 256, 64> : pack_stages_kernel<T, 128, 64>)
+                                   : (wide ? pack_stages_kernel<T, 256, 32> : pack_stages_kernel<T, 128, 32>);
+    detail::launch(ctx, pack, grid, dim3(NT), 0, mat, n_out_c, n_in_c, os, cs, n_cb, nb, chunks, packed);
     mat = packed;
   } else if (mat_transposed) {  // wt[k, o, c] = mat[k, c, o]
     T* wt = ws.alloc<T>(std::max<int64_t>(K * n_in_c * n_out_c, 1));

@@ -629,8 +629,8 @@ std::array<int64_t, 2> crossing_chunks(const Case& c) {
   return n;
 }
 
-// The wgmma MVMR's sums of runs that cross between warps (PCOPS_CUDA_POINT_CONV_SUM_PAIRS): a
-// barrier of the two warps of each crossed boundary (the default) or the turns of the whole
+// The wgmma MVMR's sums of runs that cross between warps (PCOPS_CUDA_POINT_CONV_SUM_PAIRS): an
+// mbarrier of the two warps of each crossed boundary (the default) or the turns of the whole
 // block give the same bits, for the wgmma shapes (two and four warpgroups), forward and
 // grad_features, in chunks with crossing runs and with runs that cover a warp's rows (the turns
 // then), across several tiles, with invalid triplets. Small enough for the sanitizers
@@ -664,9 +664,8 @@ TEST(CudaPointConvMma, SumPairsGiveTheTurnsBits) {
 // (PCOPS_CUDA_POINT_CONV_BULK_W=1; the default for stages of 64 channels) or loaded row by row by
 // every thread (0; the default for stages of 32): the same bits, forward and grad_features (whose
 // images are packed from the weights read transposed), at every wgmma shape, with partial channel
-// blocks and stages (136 and 144 channels), invalid
-// triplets and a run over several chunks. Small enough for the sanitizers (tests/cuda/run_gpu.sh
-// races it).
+// blocks and stages (136 and 144 channels), invalid triplets and a run over several chunks. Small
+// enough for the sanitizers (tests/cuda/run_gpu.sh races it).
 TEST(CudaPointConvMma, BulkWeightStagesGiveTheSameBits) {
   std::mt19937 rng(79);
   using Shape = std::array<int64_t, 6>;  // n_in, n_out, C_in, C_out, K, T

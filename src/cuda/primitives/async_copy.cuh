@@ -32,21 +32,27 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
-
-// Bulk copies (sm_90): `bytes` (a multiple of 16, both addresses 16-byte aligned) global -> shared by
-// the copy engine, completing as transaction bytes on the mbarrier at shared address `bar`. One
-// thread arms the barrier (arrive + expected bytes) and issues the copy; the readers wait on its
-// phase (mbarrier_wait), which makes the copied bytes visible to them, the async proxy included.
+// mbarriers (sm_90) at shared-window addresses (smem_u32): initialised by one thread with the
+// arrivals a phase takes, then made visible to the other threads, the copy engine and the cluster
+// (mbarrier_init_fence, before a block or cluster barrier).
 __device__ __forceinline__ void mbarrier_init(unsigned bar, unsigned arrivals) {
   asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(bar), "r"(arrivals) : "memory");
 }
-// Makes the initialised barriers visible to the copy engine (before the block's barrier).
 __device__ __forceinline__ void mbarrier_init_fence() {
   asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 }
+// Arrives once on the current phase and adds `bytes` expected transaction bytes to it.
+__device__ __forceinline__ void mbarrier_arm(unsigned bar, unsigned bytes) {
+  asm volatile("mbarrier.arrive.expect_tx.release.cta.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes)
+               : "memory");
+}
+// Bulk copy: `bytes` (a multiple of 16, both addresses 16-byte aligned) global -> shared by the
+// copy engine, completing as transaction bytes on the mbarrier `bar`, which this thread arms; the
+// readers wait on its phase (mbarrier_wait), which makes the copied bytes visible to them, the
+// async proxy included.
 __device__ __forceinline__ void bulk_copy_to_shared(unsigned dst, const void* src, unsigned bytes,
                                                     unsigned bar) {
-  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;" ::"r"(bar), "r"(bytes) : "memory");
+  mbarrier_arm(bar, bytes);
   asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];"
                ::"r"(dst), "l"(src), "r"(bytes), "r"(bar)
                : "memory");
