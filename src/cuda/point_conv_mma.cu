@@ -189,13 +189,22 @@ constexpr MvmrConfig kMvmrConfigs[] = {{128, 128, 64, 64, 2, false}, {128, 64, 6
 // in flight across the next step) up to 256 channels, of 64 in 2 beyond. Forward at C = 128 / 256 /
 // 512, same run (point-conv-probe-cuda-20261130-211400-*.json): 128x128x64x32x4w 1.52 / 3.46 /
 // 9.39 ms, 128x128x64x64x2w 9.22 ms at 512, mma.sync (128x128x64x64x2) 1.62 / 3.74 ms at 128 / 256.
-// Before the chunk's sums ran at once (they took four turns), wgmma was slower below 512.
+// Before the chunk's sums ran at once (they took four turns), wgmma was slower below 512. From 193
+// to 256 destination channels one block covers them all (four warpgroups, stages of 64 channels
+// bulk-copied): at C = 256 forward 2.77-2.80 against 2.83-2.84 ms for 128x128x64x32x4w,
+// grad_features 2.76-2.81 against 2.84-2.85 (point-conv-kernels-cuda-20261202-103500-a1e5ffc-mvmr256.json).
 MvmrConfig mvmr_config(int64_t n_out_c, int64_t n_in_c) {
   const bool wide = n_in_c > 32;
   const MvmrConfig sync{128, n_out_c <= 64 ? 64 : 128, 64, wide ? 64 : 32, wide ? 2 : 3, false};
   MvmrConfig c = sync;
-  if (n_out_c > 128 && n_in_c > 128 && wgmma_usable())
-    c = std::max(n_out_c, n_in_c) > 256 ? MvmrConfig{128, 128, 64, 64, 2, true} : MvmrConfig{128, 128, 64, 32, 4, true};
+  if (n_out_c > 128 && n_in_c > 128 && wgmma_usable()) {
+    if (std::max(n_out_c, n_in_c) > 256)
+      c = MvmrConfig{128, 128, 64, 64, 2, true};
+    else if (n_out_c > 192)
+      c = MvmrConfig{128, 256, 64, 64, 2, true};
+    else
+      c = MvmrConfig{128, 128, 64, 32, 4, true};
+  }
   if (const char* e = std::getenv("PCOPS_CUDA_POINT_CONV_CONFIG"); e != nullptr && *e != 0) {
     int bm = 0, bn = 0, mc = 0, bk = 0, st = 0;
     char w = 0;
