@@ -355,8 +355,12 @@ def test_fast_mode_extra_memory_is_the_sort(gen, c, monkeypatch):
     third copy of the keys, and the output never beside the second buffer (C = 256: the output
     outweighs a key buffer). The default takes segmented where the second buffer of the packed
     keys, 8 T, is at least the output's size (C = 8 here), packed otherwise (C = 256). Kept
-    groupings off (test_kept_groupings_*: with them the calls sort nothing)."""
+    groupings off (test_kept_groupings_*: with them the calls sort nothing). The weight stages
+    loaded row by row for those bounds; by default the wgmma shapes with stages of 64 channels (C =
+    256 on an sm_90 device: one block of 256 channels) bulk-copy them from images packed before the
+    grouping, 2 K C C bytes more."""
     monkeypatch.setenv("PCOPS_POINT_CONV_KEEP", "0")  # the sorts in the call
+    monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_BULK_W", "0")
     n, K, T = 120000, 27, 2_000_000
     f = (torch.rand(n, c, generator=gen) * 2 - 1).cuda().bfloat16()
     w = (torch.rand(K, c, c, generator=gen) * 2 - 1).cuda().bfloat16()
@@ -374,6 +378,11 @@ def test_fast_mode_extra_memory_is_the_sort(gen, c, monkeypatch):
     peak = _forward_extra_bytes(lambda: pcops.point_conv(f, w, t, n, mode="fast")) + out_bytes
     chosen = "segmented" if 8 * T >= out_bytes else "packed"
     assert abs(peak - peaks[chosen]) <= (1 << 20), (chosen, peak, peaks)
+    monkeypatch.delenv("PCOPS_CUDA_POINT_CONV_BULK_W")
+    bulk = c == 256 and torch.cuda.get_device_capability() == (9, 0)
+    images = 2 * K * c * c if bulk else 0
+    peak_default = _forward_extra_bytes(lambda: pcops.point_conv(f, w, t, n, mode="fast")) + out_bytes
+    assert abs(peak_default - peaks[chosen] - images) <= (1 << 20), (peak_default, peaks[chosen], images)
 
 
 @pytest.mark.parametrize("mvmr", ["", "cells"])
