@@ -344,6 +344,13 @@ def _forward_extra_bytes(run):
     return torch.cuda.max_memory_allocated() - base - out.numel() * out.element_size()
 
 
+def _stage_images_bytes(K, c):
+    """The images of the weight stages that the fast MVMR bulk-copies by default (the wgmma shapes
+    with stages of 64 channels: both channel counts C > 192 on an sm_90 device), 2 K C C bytes for
+    C a multiple of the channel block (128 or 256); 0 elsewhere."""
+    return 2 * K * c * c if c > 192 and torch.cuda.get_device_capability() == (9, 0) else 0
+
+
 @pytest.mark.parametrize("c", [8, 256])
 def test_fast_mode_extra_memory_is_the_sort(gen, c, monkeypatch):
     """The fast forward's peak is its grouping's two key buffers and small scratch, or, once the
@@ -356,9 +363,8 @@ def test_fast_mode_extra_memory_is_the_sort(gen, c, monkeypatch):
     outweighs a key buffer). The default takes segmented where the second buffer of the packed
     keys, 8 T, is at least the output's size (C = 8 here), packed otherwise (C = 256). Kept
     groupings off (test_kept_groupings_*: with them the calls sort nothing). The weight stages
-    loaded row by row for those bounds; by default the wgmma shapes with stages of 64 channels (C =
-    256 on an sm_90 device: one block of 256 channels) bulk-copy them from images packed before the
-    grouping, 2 K C C bytes more."""
+    loaded row by row for those bounds; by default (C = 256 on an sm_90 device) they are bulk-copied
+    from images packed before the grouping, _stage_images_bytes more."""
     monkeypatch.setenv("PCOPS_POINT_CONV_KEEP", "0")  # the sorts in the call
     monkeypatch.setenv("PCOPS_CUDA_POINT_CONV_BULK_W", "0")
     n, K, T = 120000, 27, 2_000_000
@@ -379,8 +385,7 @@ def test_fast_mode_extra_memory_is_the_sort(gen, c, monkeypatch):
     chosen = "segmented" if 8 * T >= out_bytes else "packed"
     assert abs(peak - peaks[chosen]) <= (1 << 20), (chosen, peak, peaks)
     monkeypatch.delenv("PCOPS_CUDA_POINT_CONV_BULK_W")
-    bulk = c == 256 and torch.cuda.get_device_capability() == (9, 0)
-    images = 2 * K * c * c if bulk else 0
+    images = _stage_images_bytes(K, c)
     peak_default = _forward_extra_bytes(lambda: pcops.point_conv(f, w, t, n, mode="fast")) + out_bytes
     assert abs(peak_default - peaks[chosen] - images) <= (1 << 20), (peak_default, peaks[chosen], images)
 
@@ -516,10 +521,12 @@ def test_kept_groupings_give_the_same_bits(gen, n, c, grouping, kept_bytes, monk
     sorted_now = _layer(f, w, t, n)
     for a, b, d in zip(first, again, sorted_now):
         assert same_bits(a, b) and same_bits(a, d)
-    # With the groupings kept, a forward requests its output alone: no sort.
+    # With the groupings kept, a forward requests its output alone: no sort (and, where it
+    # bulk-copies its weight stages, their images: _stage_images_bytes).
     monkeypatch.delenv("PCOPS_POINT_CONV_KEEP")
     extra = _requested_extra_bytes(lambda: pcops.point_conv(f, w, t, n, mode="fast"))
-    assert extra == 0, extra
+    images = _stage_images_bytes(K, c)
+    assert extra == images, (extra, images)
 
 
 @pytest.mark.parametrize("c", [128, 256])
