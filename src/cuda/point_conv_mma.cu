@@ -470,6 +470,7 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
   // columns, so a float2 stays aligned), so that the chunk sums' float2 adds of four rows of a
   // column fall in distinct banks (rows are 128 or 64 floats apart: the same banks); swz 0: none.
   float* Os = reinterpret_cast<float*>(Bs + S * BN * BK);
+  const auto swizzle = [swz](int r) { return (r << 3) & swz; };  // row r's column XOR
   // kBulk: [S] mbarriers, one a stage buffer, on which its weight stage's bulk copy completes;
   // wgmma: the sums' pairs' mbarriers, 3 a warpgroup (PairBars[3 h + q - 1]: boundary q of h).
   uint64_t* Bars = reinterpret_cast<uint64_t*>(Os + BM * BN);
@@ -821,7 +822,7 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
       constexpr int kB = NFA < 4 ? NFA : 4;
       float* at_l[kB];
       float* at_h[kB];
-      const int sw_l = (rl << 3) & swz, sw_h = (rh << 3) & swz;
+      const int sw_l = swizzle(rl), sw_h = swizzle(rh);
 #pragma unroll
       for (int b = 0; b < kB; ++b) {
         at_l[b] = Os + rl * BN + ((ccol + b * 8 + 2 * q4) ^ sw_l);
@@ -897,7 +898,7 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
     const int r = e / BN, col = e % BN;
     const int64_t row = tile * BM + r, o = o0 + col;
     if (row < n_dst && o < n_out_c)
-      dst[row * n_out_c + o] = Elem<T>::from(Os[r * BN + (col ^ ((r << 3) & swz))]);
+      dst[row * n_out_c + o] = Elem<T>::from(Os[r * BN + (col ^ swizzle(r))]);
   }
 }
 
