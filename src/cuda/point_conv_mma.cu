@@ -124,10 +124,9 @@ struct MvmrKey {
 // otherwise mma.sync). PCOPS_CUDA_POINT_CONV_CONFIG=<bm>x<bn>x<mc>x<bk>x<stages>[w] picks one of
 // the compiled ones (w: wgmma, taken only where it can run; elsewhere the mma.sync default). The
 // wgmma shape of 256 channels (128x256x64x64x2w: four warpgroups, one block a multiprocessor, each
-// chunk's source rows gathered once for 256 output channels) is opt-in: 1-3 % faster than the
-// default of 2026-12-02 (before the mbarrier pairs) at C = 256 and 3-5 % slower at 512
-// (docs/point_conv_kernels.md; with stages of 32 channels in 4 it was slower at both, and that
-// shape is no longer compiled).
+// chunk's source rows gathered once for 256 output channels) is the default from 193 to 256
+// channels (mvmr_config); it was 3-5 % slower at 512 (docs/point_conv_kernels.md; with stages of
+// 32 channels in 4 it was slower at both, and that shape is no longer compiled).
 struct MvmrConfig {
   int bm, bn, mc, bk, stages;
   bool wg;
@@ -223,9 +222,8 @@ MvmrConfig mvmr_config(int64_t n_out_c, int64_t n_in_c) {
   c.swz = switch_on("PCOPS_CUDA_POINT_CONV_SUM_SWIZZLE") ? 24 : 0;
   c.pairs = switch_on("PCOPS_CUDA_POINT_CONV_SUM_PAIRS");
   // The weight stages bulk-copied: by default on the wgmma shapes with stages of 64 channels (the
-  // default beyond 256 channels), PCOPS_CUDA_POINT_CONV_BULK_W=0 / 1 off / on for every wgmma shape.
-  const bool bulk = switch_on("PCOPS_CUDA_POINT_CONV_BULK_W", c.bk == 64);
-  c.bulk = bulk && c.wg;
+  // defaults beyond 192 channels), PCOPS_CUDA_POINT_CONV_BULK_W=0 / 1 off / on for every wgmma shape.
+  c.bulk = switch_on("PCOPS_CUDA_POINT_CONV_BULK_W", c.bk == 64) && c.wg;
   return c;
 }
 
@@ -845,7 +843,6 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
       };
       if constexpr (WG) {
         static_assert(MI == 1 && GR == 16 && NG == 4, "pairs: a warp's fragment is its 16-row group");
-        static_assert(kPairBars == 3 * (NT / 128), "pairs: 3 mbarriers a warpgroup");
         if (pair) {
           // The warp's fragment is its group (16 rows): the run of its first row crosses from
           // the warp before (hx: boundary rg), the run of its last row into the warp after (tx:

@@ -116,10 +116,11 @@ if has bench; then
   run_stage point_conv_sum_pairs timeout 200 $PY benchmarks/scripts/point_conv_kernels.py --device cuda \
     --points 165000 --channels 256,512 --dtype bfloat16 --mode fast --rounds 2 --sum-pairs 0,1 --bulk-w 0,1 \
     --out "$OUT/point_conv_sum_pairs.json"
-  # The wgmma MVMR shape of 256 channels a block (four warpgroups; opt-in) against the default.
+  # The wgmma MVMR shapes against each other (256 channels a block on four warpgroups, the default
+  # from 193 to 256 channels; 128 a block with stages of 32 or 64 channels).
   run_stage point_conv_mvmr_256 timeout 200 $PY benchmarks/scripts/point_conv_kernels.py --device cuda \
     --points 165000 --channels 256,512 --dtype bfloat16 --mode fast --rounds 2 \
-    --mvmr default,128x256x64x64x2w --out "$OUT/point_conv_mvmr_256.json"
+    --mvmr 128x256x64x64x2w,128x128x64x32x4w,128x128x64x64x2w --out "$OUT/point_conv_mvmr_256.json"
   run_stage conv_bench timeout 200 $PY -m pcops.cli bench --device cuda --no-progress --out "$OUT/conv" \
     --docs "$OUT/conv/benchmarks-cuda.md" --ops point_conv --sizes 165k --channels 128 --clouds sphere,mesh
 fi

@@ -21,8 +21,8 @@
 #include <random>
 #include <stdexcept>
 #include <tuple>
-#include <stdexcept>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -600,7 +600,10 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
 std::vector<std::string> wgmma_shapes() {
   const char* pinned = std::getenv(kConfigVar);
   if (pinned != nullptr && *pinned != 0) return {std::string(pinned)};
-  return {"128x128x64x64x2w", "128x128x64x32x4w", "128x256x64x64x2w"};
+  std::vector<std::string> wgmma;
+  for (const std::string_view shape : kMvmrShapes)
+    if (shape.ends_with('w')) wgmma.emplace_back(shape);
+  return wgmma;
 }
 
 // Chunks of the MVMR's default grouping (tiles of 128 destination rows, a segment a tile and
