@@ -42,6 +42,7 @@
 #include <iterator>
 
 #include "common/bits.hpp"
+#include "common/point_conv_runs.hpp"
 #include "cuda/common.cuh"
 #include "cuda/point_conv_places.cuh"
 #include "cuda/primitives/async_copy.cuh"
@@ -747,7 +748,14 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
     // crossing rows, and whose phase the odd warp's lanes wait for after their other rows, before
     // they add their crossing rows. The order follows from the chunk's rows alone (block-uniform),
     // so it stays fixed, and both ways give the same bits.
-    const auto one_run = [&](int a, int b) { return rs[a] != kPast && rs[a] == rs[b]; };
+    // The chunk's runs in one mask, the same in every warp (common/point_conv_runs.hpp): bit r
+    // where row r continues the run of row r - 1. The scans' flags are bit operations on it (two
+    // ballots a chunk instead of a warp's shuffles and votes of the rows in every fragment).
+    static_assert(MC == point_conv_runs::kChunkRows, "one 64-bit mask a chunk");
+    const uint32_t cont_lo = __ballot_sync(0xffffffffu, point_conv_runs::continues(rs, lane, kPast));
+    const uint32_t cont_hi = __ballot_sync(0xffffffffu, point_conv_runs::continues(rs, lane + 32, kPast));
+    const uint64_t cont = cont_lo | static_cast<uint64_t>(cont_hi) << 32;
+    const auto one_run = [cont](int a, int b) { return point_conv_runs::one_run(cont, a, b); };
     bool crossed = false;
 #pragma unroll
     for (int q = 1; q < NG; ++q) crossed |= one_run(q * GR - 1, q * GR);
@@ -762,25 +770,13 @@ __global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
     }
     const auto add_fragment = [&](int mi) {
       const unsigned full = 0xffffffffu;
-      const int r0 = frag_row(mi) + g;
+      const int f0 = frag_row(mi), r0 = f0 + g;
       const int rl = rs[r0] == kPast ? -1 : rs[r0], rh = rs[r0 + 8] == kPast ? -1 : rs[r0 + 8];
-      bool same_l[3], same_h[3], need_l[3], need_h[3];
-#pragma unroll
-      for (int st = 0; st < 3; ++st) {
-        const int up_l = __shfl_up_sync(full, rl, 4 << st), up_h = __shfl_up_sync(full, rh, 4 << st);
-        same_l[st] = g >= (1 << st) && rl >= 0 && up_l == rl;
-        same_h[st] = g >= (1 << st) && rh >= 0 && up_h == rh;
-        need_l[st] = __any_sync(full, same_l[st]);
-        need_h[st] = __any_sync(full, same_h[st]);
-      }
-      const int r7 = __shfl_sync(full, rl, 28 + q4);  // row 7 of the fragment
-      // (Every lane takes part in every shuffle; the selections come after.)
-      const int down_l = __shfl_down_sync(full, rl, 4), first_h = __shfl_sync(full, rh, q4);
-      const int down_h = __shfl_down_sync(full, rh, 4);
-      const int next_l = g < 7 ? down_l : first_h;
-      const int next_h = g < 7 ? down_h : -2;  // row 15: always a run's end
-      const bool tail_l = rl >= 0 && rl != next_l, tail_h = rh >= 0 && rh != next_h;
-      const bool join = rh >= 0 && rh == r7, need_join = __any_sync(full, join);
+      // The scans' flags of the lane's rows (point_conv_runs::run_flags says what each means).
+      const point_conv_runs::RunFlags fl = point_conv_runs::run_flags(cont, f0, g, rl >= 0, rh >= 0);
+      const bool(&same_l)[3] = fl.same_l, (&same_h)[3] = fl.same_h;
+      const bool(&need_l)[3] = fl.need_l, (&need_h)[3] = fl.need_h;
+      const bool tail_l = fl.tail_l, tail_h = fl.tail_h, join = fl.join, need_join = fl.need_join;
       float(&v)[NFA][4] = acc[mi];
 #pragma unroll
       for (int st = 0; st < 3; ++st) {
