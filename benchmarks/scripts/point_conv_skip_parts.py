@@ -57,11 +57,13 @@ PATCHES = [
     ("        a_sz[u] = ok ? 16 : 0;", "        a_sz[u] = ok && !(skip & 2) ? 16 : 0;"),
     ("    for (int phase = 0; phase < nph; ++phase) {",
      "    for (int phase = 0; phase < ((skip & 4) ? 0 : nph); ++phase) {"),
-    ("        need_l[st] = __any_sync(full, same_l[st]);\n        need_h[st] = __any_sync(full, same_h[st]);",
-     "        need_l[st] = !(skip & 8) && __any_sync(full, same_l[st]);\n"
-     "        need_h[st] = !(skip & 8) && __any_sync(full, same_h[st]);"),
-    ("      const bool join = rh >= 0 && rh == r7, need_join = __any_sync(full, join);",
-     "      const bool join = rh >= 0 && rh == r7, need_join = !(skip & 8) && __any_sync(full, join);"),
+    ("      const bool(&need_l)[3] = fl.need_l, (&need_h)[3] = fl.need_h;",
+     "      const bool need_l[3] = {!(skip & 8) && fl.need_l[0], !(skip & 8) && fl.need_l[1],\n"
+     "                              !(skip & 8) && fl.need_l[2]};\n"
+     "      const bool need_h[3] = {!(skip & 8) && fl.need_h[0], !(skip & 8) && fl.need_h[1],\n"
+     "                              !(skip & 8) && fl.need_h[2]};"),
+    ("join = fl.join, need_join = fl.need_join;",
+     "join = fl.join,\n                 need_join = !(skip & 8) && fl.need_join;"),
     ("      const auto add_rows = [&](bool add_l, bool add_h) {\n",
      "      const auto add_rows = [&](bool add_l, bool add_h) {\n"
      "        if (skip & 16) add_l = add_h = false;\n"),

@@ -36,7 +36,7 @@ def test_patch_applies_to_the_kernel_source_once(tmp_path):
     # Every switch is in the patched kernel: the weight loads and their waits, the gathered rows,
     # the whole sums, the scans and the adds.
     for needle in ("!(skip & 1)) mbarrier_wait", "tid == 0 && !(skip & 1)", "ok && !(skip & 2)",
-                   "(skip & 4) ? 0 : nph", "!(skip & 8) && __any_sync(full, same_l[st])",
+                   "(skip & 4) ? 0 : nph", "!(skip & 8) && fl.need_l[2]", "!(skip & 8) && fl.need_join",
                    "if (skip & 16) add_l = add_h = false;", "#include <cstdlib>"):
         assert needle in after, needle
     # A few lines changed, the rest of the kernel as it was.
