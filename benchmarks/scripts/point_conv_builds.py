@@ -98,12 +98,16 @@ def summarize(rows: list[dict], labels: list[str]) -> list[dict]:
     return out
 
 
+def split_script_args(argv: list[str]) -> tuple[list[str], list[str]]:
+    """(this script's arguments, the timed script's: everything after the first `--`)."""
+    if "--" not in argv:
+        return argv, []
+    at = argv.index("--")
+    return argv[:at], argv[at + 1:]
+
+
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    script_args: list[str] = []
-    if "--" in argv:
-        at = argv.index("--")
-        argv, script_args = argv[:at], argv[at + 1:]
+    argv, script_args = split_script_args(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--build", action="append", required=True,
                     help="LABEL=LIBRARY[:PYTHON_DIR], once per build")

@@ -121,11 +121,10 @@ def run(skips: list[int], script_args: list[str], out: str | None, commit: str |
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = sys.argv[1:] if argv is None else argv
-    script_args: list[str] = []
-    if "--" in argv:
-        at = argv.index("--")
-        argv, script_args = argv[:at], argv[at + 1:]
+    sys.path.insert(0, str(HERE))
+    from point_conv_builds import split_script_args  # this directory
+
+    argv, script_args = split_script_args(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("patch", help="patch a copy of src/cuda/point_conv_mma.cu")
