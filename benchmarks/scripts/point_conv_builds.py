@@ -52,9 +52,10 @@ def parse_build(spec: str) -> tuple[str, Path, Path | None]:
     return label, library, python_dir
 
 
-def run_once(script: Path, library: Path, python_dir: Path | None, script_args: list[str]) -> dict:
-    """One run of the script with the build's library; its JSON."""
-    env = dict(os.environ, PCOPS_LIBRARY=str(library.resolve()))
+def run_once(script: Path, library: Path, python_dir: Path | None, script_args: list[str],
+             env_extra: dict[str, str] | None = None) -> dict:
+    """One run (one round) of the script with the build's library, and env_extra set; its JSON."""
+    env = dict(os.environ, PCOPS_LIBRARY=str(library.resolve()), **(env_extra or {}))
     if python_dir is not None:
         rest = [env["PYTHONPATH"]] if env.get("PYTHONPATH") else []
         env["PYTHONPATH"] = os.pathsep.join([str(python_dir.resolve()), *rest])

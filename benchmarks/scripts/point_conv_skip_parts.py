@@ -11,8 +11,9 @@ PCOPS_MVMR_SKIP, read at every MVMR launch, switch parts of the wgmma / mma.sync
     16  the chunk sums' adds into the tile's sums only (the scans run)
 
 With 0 (or unset) the kernel does all its work. `run -- <point_conv_kernels.py options>` then
-runs point_conv_kernels.py once per --skips value in its own process (the library in
-PCOPS_LIBRARY must be the patched build) and writes one JSON whose rows carry their "skip".
+runs point_conv_kernels.py once per --skips value and --rounds round, each in its own process
+and the values alternating (the library in PCOPS_LIBRARY must be the patched build; --commit and
+the rest go to the kernels script), and writes one JSON whose rows carry their "skip" and "round".
 The differences between the rows' times bound what each part costs (parts overlap, so they do
 not add up). Build and run, on a machine with the GPU:
 
@@ -20,7 +21,7 @@ not add up). Build and run, on a machine with the GPU:
     python benchmarks/scripts/point_conv_skip_parts.py patch src/cuda/point_conv_mma.cu
     cmake -S . -B build -DPCOPS_WITH_CUDA=ON -DPCOPS_BUILD_TORCH=ON ... && cmake --build build
     PCOPS_LIBRARY=build/python/pcops/_C.so PYTHONPATH=python python \\
-        benchmarks/scripts/point_conv_skip_parts.py run --skips 0,1,2,3,4,8,16,7 -- \\
+        benchmarks/scripts/point_conv_skip_parts.py run --skips 0,1,2,3,4,8,16,7 --rounds 2 -- \\
         --device cuda --points 165000 --channels 128,256,512 --dtype bfloat16 --mode fast
 
 JSON goes to --out, else to benchmarks/results/point-conv-skip-parts-cuda-<date>-<commit>.json.
@@ -33,9 +34,7 @@ import datetime
 import json
 import os
 import statistics
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -88,32 +87,32 @@ def patch(path: Path) -> None:
     print(f"patched {path}")
 
 
-def run(skips: list[int], script_args: list[str], out: str | None, commit: str | None) -> Path:
+def run(skips: list[int], rounds: int, script_args: list[str], out: str | None) -> Path:
+    """point_conv_kernels.py once per skip value and round (point_conv_builds.run_once), the values'
+    order alternating between rounds, with the library of PCOPS_LIBRARY."""
+    from point_conv_builds import run_once  # this directory
+
+    library = os.environ.get("PCOPS_LIBRARY")
+    if not library or not Path(library).is_file():
+        raise SystemExit("PCOPS_LIBRARY must name the patched build's _C.so")
     rows, environment = [], None
+    for rnd in range(rounds):
+        for skip in skips if rnd % 2 == 0 else skips[::-1]:
+            result = run_once(KERNELS, Path(library), None, script_args, {"PCOPS_MVMR_SKIP": str(skip)})
+            environment = environment or result["environment"]
+            rows += [{**row, "skip": skip, "round": rnd} for row in result["results"]]
     for skip in skips:
-        env = dict(os.environ, PCOPS_MVMR_SKIP=str(skip))
-        with tempfile.TemporaryDirectory() as tmp:
-            dest = Path(tmp) / "run.json"
-            cmd = [sys.executable, str(KERNELS), *script_args, "--out", str(dest)]
-            if commit:
-                cmd += ["--commit", commit]
-            done = subprocess.run(cmd, env=env, capture_output=True, text=True)
-            if done.returncode != 0 or not dest.is_file():
-                raise SystemExit(f"{' '.join(cmd)} failed ({done.returncode}):\n{done.stderr[-4000:]}")
-            result = json.loads(dest.read_text())
-        environment = environment or result["environment"]
-        for row in result["results"]:
-            rows.append({**row, "skip": skip})
         parts: dict[tuple, list[float]] = {}
-        for row in result["results"]:
-            parts.setdefault((row["channels"], row["part"]), []).append(row["seconds"] * 1e3)
+        for row in rows:
+            if row["skip"] == skip:
+                parts.setdefault((row["channels"], row["part"]), []).append(row["seconds"] * 1e3)
         print(f"skip {skip}: " + "; ".join(f"C={c} {p} {statistics.median(v):.3f} ms"
                                            for (c, p), v in sorted(parts.items())), flush=True)
     if out is None:
         stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
         name = f"point-conv-skip-parts-cuda-{stamp}-{environment.get('commit', 'unknown')}.json"
         out = str(HERE.parent / "results" / name)
-    Path(out).write_text(json.dumps({"environment": environment, "skips": skips,
+    Path(out).write_text(json.dumps({"environment": environment, "skips": skips, "rounds": rounds,
                                      "note": "a diagnostic build: results wrong on purpose where skip != 0",
                                      "results": rows}, indent=1))
     print(f"wrote {out}")
@@ -131,21 +130,23 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("file", type=Path)
     r = sub.add_parser("run", help="run point_conv_kernels.py once per skip value (after --)")
     r.add_argument("--skips", default="0,1,2,3,4,8,16,7")
+    r.add_argument("--rounds", type=int, default=2, help="rounds; each runs every skip value once")
     r.add_argument("--out", default=None)
-    r.add_argument("--commit", default=None)
     args = ap.parse_args(argv)
     if args.cmd == "patch":
         patch(args.file)
         return 0
-    if any(a == "--out" or a.startswith("--out=") for a in script_args):
-        ap.error("--out is set per run by this script")
+    if any(a in ("--out", "--rounds") or a.startswith(("--out=", "--rounds=")) for a in script_args):
+        ap.error("--out and --rounds are set per run by this script")
+    if args.rounds < 1:
+        ap.error("--rounds must be at least 1")
     try:
         skips = [int(s) for s in args.skips.split(",")]
     except ValueError:
         ap.error(f"--skips {args.skips!r}: comma-separated integers")
     if any(s < 0 or s > 31 for s in skips):
         ap.error("--skips: values from 0 to 31")
-    run(skips, script_args, args.out, args.commit)
+    run(skips, args.rounds, script_args, args.out)
     return 0
 
 

@@ -1,6 +1,6 @@
 """benchmarks/scripts/point_conv_skip_parts.py: its patch still applies to the MVMR kernel's source
 (so the diagnostic build keeps working as the kernel changes), refuses to patch twice or a file
-without its anchors, and its runs tag each row with the skip value."""
+without its anchors, and its runs tag each row with the skip value and round."""
 
 from __future__ import annotations
 
@@ -64,14 +64,17 @@ def test_runs_tag_rows_with_their_skip(tmp_path):
     f = ["3 0 2 4", "3 2 1 4", "3 1 3 4", "3 3 0 4", "3 2 0 5", "3 1 2 5", "3 3 1 5", "3 0 3 5"]
     (tmp_path / "bunny00.off").write_text("OFF\n6 8 0\n" + "\n".join(v + f) + "\n")
     out = tmp_path / "skip.json"
-    done = _run(["run", "--skips", "0,4", "--out", str(out), "--", "--device", "cpu", "--points", "300",
-                 "--k", "8", "--channels", "8", "--rounds", "1", "--repeat", "1"], tmp_path)
+    done = _run(["run", "--skips", "0,4", "--rounds", "2", "--out", str(out), "--", "--device", "cpu",
+                 "--points", "300", "--k", "8", "--channels", "8", "--repeat", "1"], tmp_path)
     assert done.returncode == 0, done.stderr[-3000:]
     doc = json.loads(out.read_text())
     assert doc["skips"] == [0, 4] and "python" in json.dumps(doc["environment"]).lower()
     rows = doc["results"]
     parts = {"forward", "grad_features", "grad_weights"}
     assert {(r["skip"], r["part"]) for r in rows} == {(s, p) for s in (0, 4) for p in parts}
+    # Two rounds, the skip values alternating: 0, 4, then 4, 0.
+    assert len(rows) == 12
+    assert [(r["round"], r["skip"]) for r in rows[::3]] == [(0, 0), (0, 4), (1, 4), (1, 0)]
     assert all(r["seconds"] > 0 for r in rows)
     # On the CPU the variable changes nothing: the same bits under both values.
     digests = {}
@@ -83,7 +86,9 @@ def test_runs_tag_rows_with_their_skip(tmp_path):
 def test_bad_arguments(tmp_path):
     for args in (["run", "--skips", "1,x", "--", "--device", "cpu"],
                  ["run", "--skips", "64", "--", "--device", "cpu"],
-                 ["run", "--", "--out", "x.json"]):
+                 ["run", "--", "--out", "x.json"],
+                 ["run", "--", "--rounds", "3"],
+                 ["run", "--rounds", "0", "--", "--device", "cpu"]):
         done = _run(args, tmp_path)
         assert done.returncode == 2, args
-        assert "--skips" in done.stderr or "--out" in done.stderr
+        assert any(o in done.stderr for o in ("--skips", "--out", "--rounds")), done.stderr
