@@ -397,6 +397,14 @@ __device__ __forceinline__ void wgmma_wait() {
 #endif
 }
 
+// The MVMR kernel's blocks a multiprocessor (its launch bounds): one for the 512-thread wgmma
+// blocks, three for the mma.sync blocks of 64 channels (57-66 KB of shared memory; at most 80
+// registers, no spills: with the run mask's flags they took 94-101, so two blocks, and the C = 32
+// forward 0.70 instead of 0.61 ms on an H200; docs/point_conv_kernels.md), two for the others.
+constexpr int mvmr_min_blocks(int bn, bool wg) { return wg && bn == 256 ? 1 : !wg && bn == 64 ? 3 : 2; }
+// An H200's (sm_90) shared memory a multiprocessor and what it reserves a block.
+constexpr size_t kSmemPerSm = 228 * 1024, kSmemReservedPerBlock = 1024;
+
 // The offset (in elements) of 16-byte chunk `chunk` of row `row` in a stage buffer of rows of BK
 // 16-bit elements, unpadded: the chunk index is XORed with the row's place in its 128 bytes of rows,
 // so that the 8 rows an ldmatrix reads (one chunk each) and a warp's 16-byte cp.async writes fall
@@ -436,7 +444,7 @@ constexpr size_t vvor_smem() {
 // wgmma (two warpgroups of 64 rows x 64 channels) instead of mma.sync (warps of 32 rows x BN / 4
 // channels).
 template <class T, class Keys, int BN, int BM, int MC, int BK, int S, bool WG, bool kBulk = false>
-__global__ void __launch_bounds__(mvmr_threads(BN, WG), WG && BN == 256 ? 1 : 2)
+__global__ void __launch_bounds__(mvmr_threads(BN, WG), mvmr_min_blocks(BN, WG))
     mvmr_mma_kernel(Keys keys, const int64_t* __restrict__ seg_off, int64_t tile_stride,
                     int64_t k_stride, MvmrKey m, int64_t K, const T* __restrict__ src, int64_t n_in_c,
                     const T* __restrict__ mat, int64_t n_out_c, int64_t n_dst, T* __restrict__ dst, int swz,
@@ -1627,6 +1635,8 @@ void run_mvmr(const CudaContext& ctx, detail::Workspace& ws, const GroupSpec& g,
     const auto with_bulk = [&](auto bulk_c) {
       constexpr bool kBulk = decltype(bulk_c)::value;
       constexpr size_t smem = mvmr_smem<T, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg, kBulk>();
+      static_assert(mvmr_min_blocks(C.bn, C.wg) * (smem + kSmemReservedPerBlock) <= kSmemPerSm,
+                    "the launch bounds' blocks fit the shared memory");
       auto kernel = mvmr_mma_kernel<T, Keys, C.bn, C.bm, C.mc, C.bk, C.stages, C.wg, kBulk>;
       PCOPS_CUDA_CHECK(
           cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
