@@ -17,7 +17,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <iterator>
 #include <random>
 #include <stdexcept>
 #include <tuple>
@@ -501,6 +500,18 @@ constexpr const char* kVvorVar = "PCOPS_CUDA_POINT_CONV_FAST_VVOR";
 const char* const kMvmrShapes[] = {"", "128x128x64x64x2", "128x64x64x64x2", "128x128x64x32x3", "128x64x64x32x3",
                                    "128x128x64x64x2w", "128x128x64x32x4w", "128x256x64x64x2w"};
 
+// The compiled MVMR shapes (the wgmma ones alone with wgmma_only), or only the one
+// PCOPS_CUDA_POINT_CONV_CONFIG names where it is set (for sanitizer runs one shape at a time).
+std::vector<std::string> mvmr_shapes(bool wgmma_only = false) {
+  const char* pinned = std::getenv(kConfigVar);
+  if (pinned != nullptr && *pinned != 0) return {std::string(pinned)};
+  std::vector<std::string> shapes;
+  for (const std::string_view shape : kMvmrShapes)
+    if (!wgmma_only || shape.ends_with('w')) shapes.emplace_back(shape);
+  return shapes;
+}
+std::vector<std::string> wgmma_shapes() { return mvmr_shapes(true); }
+
 TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
   std::mt19937 rng(23);
   for (const auto& sh : std::vector<std::vector<int64_t>>{
@@ -540,10 +551,7 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
     const auto longest = [](const std::vector<int64_t>& v) {
       return static_cast<double>(*std::max_element(v.begin(), v.end()));
     };
-    const char* pinned = std::getenv(kConfigVar);
-    std::vector<std::string> shapes(std::begin(kMvmrShapes), std::end(kMvmrShapes));
-    if (pinned != nullptr && *pinned != 0) shapes = {std::string(pinned)};
-    for (const std::string& cfg : shapes) {
+    for (const std::string& cfg : mvmr_shapes()) {
       SCOPED_TRACE("MVMR shape '" + cfg + "'");
       const pcops_cuda_test::ScopedEnv use(kConfigVar, cfg.c_str());
       const Mma a = run_mma(c, f, w, g), b = run_mma(bad, f, w, g);
@@ -593,17 +601,6 @@ TEST(CudaPointConvMma, BFloat16AgainstFloat64) {
       expect_close(a.gw, gw, gwm, longest(per_k), "grad_weights (by choice)");
     }
   }
-}
-
-// The wgmma MVMR shapes, or only the one PCOPS_CUDA_POINT_CONV_CONFIG names where it is set (for
-// sanitizer runs one shape at a time).
-std::vector<std::string> wgmma_shapes() {
-  const char* pinned = std::getenv(kConfigVar);
-  if (pinned != nullptr && *pinned != 0) return {std::string(pinned)};
-  std::vector<std::string> wgmma;
-  for (const std::string_view shape : kMvmrShapes)
-    if (shape.ends_with('w')) wgmma.emplace_back(shape);
-  return wgmma;
 }
 
 // Chunks of the MVMR's default grouping (tiles of 128 destination rows, a segment a tile and
